@@ -1,0 +1,46 @@
+# One task runner for developers, CI and the README.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test lint unit run bench bench-engine bench-store bench-e2e clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall only when the project's dependencies change.
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check engine store consumer migrations tests bench examples
+	$(BIN)/mypy engine
+
+# The whole suite: lint, unit, scenario, store, consumer, integration and fault tests.
+test: lint
+	$(BIN)/pytest -q -p no:cacheprovider --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
+
+unit: $(STAMP)
+	$(BIN)/pytest -q tests/engine tests/scenarios
+
+run: $(STAMP)
+	$(BIN)/turnflow dev $(ARGS)
+
+bench: bench-engine bench-store bench-e2e
+
+bench-engine: $(STAMP)
+	$(BIN)/python bench/engine_bench.py
+
+bench-store: $(STAMP)
+	$(BIN)/python bench/store_bench.py
+
+bench-e2e: $(STAMP)
+	$(BIN)/turnflow bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage

@@ -1,0 +1,1 @@
+"""The Kafka services: consumer, scheduler, outbox relay, CLI and metrics."""

@@ -1,0 +1,141 @@
+"""Prometheus metrics of the consumer and the scheduler, all in one registry.
+
+Every name starts with ``turnflow_``. The Grafana dashboards under ``helm/`` may query only names
+defined here (a test checks it), so renaming one means changing the dashboards in the same commit.
+The engine does not import this module: the consumer feeds it from ``TurnResult`` values and from
+the provider hooks.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+# --- consumer -------------------------------------------------------------------------------
+TURNS = Counter(
+    "turnflow_turns_total", "Turns run, by input kind.", ["kind"], registry=REGISTRY
+)
+LLM_CALLS_PER_TURN = Histogram(
+    "turnflow_llm_calls_per_turn",
+    "Model calls spent by one turn.",
+    buckets=(0, 1, 2, 3, 4),
+    registry=REGISTRY,
+)
+LLM_CALLS = Counter(
+    "turnflow_llm_calls_total",
+    "Model calls, by call kind (understand, speak, compact).",
+    ["call"],
+    registry=REGISTRY,
+)
+OUTCOMES = Counter(
+    "turnflow_outcomes_total", "Outcome lines, by seed outcome code.", ["code"], registry=REGISTRY
+)
+TURN_OUTCOMES = Counter(
+    "turnflow_turn_outcomes_total",
+    "Turn-level outcomes (answered, task_completed, handoff, fallback, error).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+TURN_DURATION = Histogram(
+    "turnflow_turn_duration_seconds",
+    "Wall time of one input: load, turn, save and publish.",
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+MODEL_CALL_DURATION = Histogram(
+    "turnflow_model_call_duration_seconds",
+    "Wall time of one model call, by call kind and provider.",
+    ["call", "provider"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+MODEL_TOKENS = Counter(
+    "turnflow_model_tokens_total",
+    "Tokens reported by the model API, by call kind and direction (input, output).",
+    ["call", "direction"],
+    registry=REGISTRY,
+)
+MODEL_ERRORS = Counter(
+    "turnflow_model_errors_total",
+    "Failed model calls, by call kind and error kind (retryable, fatal).",
+    ["call", "kind"],
+    registry=REGISTRY,
+)
+VERSION_CONFLICTS = Counter(
+    "turnflow_version_conflicts_total",
+    "Saves that lost an optimistic version race and were rerun.",
+    registry=REGISTRY,
+)
+DLQ = Counter(
+    "turnflow_dlq_total", "Records sent to the dead-letter topic, by reason.", ["reason"],
+    registry=REGISTRY,
+)
+REPLAYS_SKIPPED = Counter(
+    "turnflow_replays_skipped_total",
+    "Records already in the turn log, skipped after re-flushing the session's outbox.",
+    registry=REGISTRY,
+)
+INPUT_RETRIES = Counter(
+    "turnflow_input_retries_total",
+    "Inputs retried after a retryable understand failure.",
+    registry=REGISTRY,
+)
+IN_FLIGHT = Gauge(
+    "turnflow_in_flight_sessions", "Sessions with an input being processed.", registry=REGISTRY
+)
+CONSUMER_LAG = Gauge(
+    "turnflow_consumer_lag",
+    "Records between the committed offset and the partition's end, by partition.",
+    ["topic", "partition"],
+    registry=REGISTRY,
+)
+OUTBOX_BACKLOG = Gauge(
+    "turnflow_outbox_backlog", "Outbox rows committed but not yet published.", registry=REGISTRY
+)
+OUTBOX_PUBLISHED = Counter(
+    "turnflow_outbox_published_total",
+    "Outbox rows published, by topic.",
+    ["topic"],
+    registry=REGISTRY,
+)
+INPUT_TO_OUTBOUND = Histogram(
+    "turnflow_input_to_outbound_seconds",
+    "From the inbound record's timestamp to its replies' publish ack.",
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+
+# --- scheduler ------------------------------------------------------------------------------
+TIMERS_PENDING = Gauge(
+    "turnflow_timers_pending", "Timers stored and not yet fired.", registry=REGISTRY
+)
+TIMER_FIRE_DELAY = Histogram(
+    "turnflow_timer_fire_delay_seconds",
+    "How late a timer fired, measured against the database clock.",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+    registry=REGISTRY,
+)
+WAKES_EMITTED = Counter(
+    "turnflow_wakes_emitted_total", "Wake inputs produced to inbound.turns.", registry=REGISTRY
+)
+TIMERS_SCHEDULED = Counter(
+    "turnflow_timers_scheduled_total",
+    "Schedule entries stored, by action (upsert, replace).",
+    ["action"],
+    registry=REGISTRY,
+)
+
+
+def exported_names() -> set[str]:
+    """Every sample name this registry can expose (with _total/_bucket/... suffixes)."""
+    names: set[str] = set()
+    for metric in REGISTRY.collect():
+        names.add(metric.name)
+        if metric.type == "counter":
+            names.update({f"{metric.name}_total", f"{metric.name}_created"})
+        elif metric.type == "histogram":
+            names.update(f"{metric.name}{s}" for s in ("_bucket", "_sum", "_count", "_created"))
+    return names

@@ -1,0 +1,167 @@
+"""The provider protocol: the only door through which the engine talks to a model.
+
+A provider turns one ``ModelRequest`` into one ``ModelResponse``. It never decides anything; the
+engine counts every ``generate`` call in ``llm_calls``. Failures are raised as
+``ProviderError(kind="retryable"|"fatal")``; anything else a provider raises is treated by the
+engine as retryable.
+
+``ModelRequest.meta`` is a structured view of what the prompt says (flow phrases, field specs,
+the step prompt, ...). Real providers ignore it; the offline ``RuleProvider`` and tests read it so
+they need not parse prose. Its keys are documented on the field.
+
+``ProviderHooks`` lets a host observe calls (duration, tokens) without the engine importing any
+metrics library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.errors import ProviderError
+
+SchemaName = Literal["understand", "speak", "compact"]
+
+
+class ChatMessage(BaseModel):
+    """One entry of the conversation sent to the model.
+
+    ``role`` "tool" carries a tool result (``tool_call_id`` set); an assistant entry may carry
+    the ``tool_calls`` it made.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["user", "assistant", "tool", "system"]
+    text: str = ""
+    tool_call_id: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+
+
+class ToolSpec(BaseModel):
+    """A tool offered to the model: name, description and JSON schema of its arguments."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class ToolCall(BaseModel):
+    """A tool call the model asked for."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelRequest(BaseModel):
+    """One model call.
+
+    ``json_schema`` is the envelope the reply must fit (every property required and nullable).
+    ``meta`` keys, by ``schema_name``:
+      understand: ``flows`` {id: [phrases]}, ``mentions`` {id: [phrases]},
+                  ``branches`` {alias: question}, ``fields`` {name: field spec dict},
+                  ``extract`` {mention flow id: {param: field spec dict}}, ``message`` str
+      speak:      ``prompt`` str | None, ``pending`` {name: field spec dict}, ``known`` dict,
+                  ``message`` str | None, ``agent_name`` str, ``already_sent`` [str],
+                  ``retry`` bool
+      compact:    ``entries`` int
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    schema_name: SchemaName
+    system: str
+    messages: list[ChatMessage] = Field(default_factory=list)
+    json_schema: dict[str, Any] = Field(default_factory=dict)
+    tools: list[ToolSpec] = Field(default_factory=list)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class Usage(BaseModel):
+    """Token counts when the API reports them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+class ModelResponse(BaseModel):
+    """What the model answered: free text, the parsed JSON envelope (or None), tool calls."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    text: str = ""
+    # Stored as ``json_`` because ``BaseModel.json`` exists; built and read as ``json``.
+    json_: dict[str, Any] | None = Field(default=None, alias="json")
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    usage: Usage | None = None
+
+    @property
+    def json(self) -> dict[str, Any] | None:  # type: ignore[override]  # the spec's field name
+        return self.json_
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """Anything with ``async generate(request) -> ModelResponse``."""
+
+    async def generate(self, request: ModelRequest) -> ModelResponse: ...
+
+
+class CallRecord(BaseModel):
+    """What a provider reports to its hooks after each call."""
+
+    model_config = ConfigDict(frozen=True)
+
+    provider: str
+    schema_name: str
+    duration_s: float
+    ok: bool
+    error_kind: str | None = None
+    usage: Usage | None = None
+
+
+ProviderHook = Callable[[CallRecord], None]
+
+
+class ProviderHooks:
+    """A list of callbacks called after every model call; a failing hook never fails the call."""
+
+    def __init__(self, hooks: list[ProviderHook] | None = None) -> None:
+        self._hooks: list[ProviderHook] = list(hooks or [])
+
+    def add(self, hook: ProviderHook) -> None:
+        self._hooks.append(hook)
+
+    def emit(self, record: CallRecord) -> None:
+        for hook in self._hooks:
+            try:
+                hook(record)
+            except Exception:  # observing must never break a turn
+                pass
+
+
+ChatMessage.model_rebuild()
+
+__all__ = [
+    "CallRecord",
+    "ChatMessage",
+    "ModelRequest",
+    "ModelResponse",
+    "Provider",
+    "ProviderError",
+    "ProviderHook",
+    "ProviderHooks",
+    "SchemaName",
+    "ToolCall",
+    "ToolSpec",
+    "Usage",
+]

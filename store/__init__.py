@@ -1,0 +1,1 @@
+"""Persistence of sessions, the turn log, the outbox and timers (PostgreSQL)."""
