@@ -1,0 +1,60 @@
+"""Errors of the consumer package.
+
+    ConsumerError                      base of everything raised here
+    ├── EmbeddedBrokerError            the embedded Tansu broker could not start
+    ├── TopicSetupError                topics could not be created or never became ready
+    ├── AgentImportError               ``AGENT`` / ``--agent`` does not name an importable Agent
+    ├── ServerUnreachableError         PostgreSQL or Kafka did not answer at startup
+    └── PublishError                   an outbox row was not acknowledged by the broker
+        └── FencedPublishError         this replica lost the partition; it must not publish
+
+Context rides as keyword-only attributes (``session_id=``, ``topic=``), never as message text
+taken from conversation content.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentImportError",
+    "ConsumerError",
+    "EmbeddedBrokerError",
+    "FencedPublishError",
+    "PublishError",
+    "ServerUnreachableError",
+    "TopicSetupError",
+]
+
+
+class ConsumerError(Exception):
+    """Base of the consumer's errors."""
+
+    def __init__(
+        self, message: str, *, session_id: str | None = None, topic: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.topic = topic
+
+
+class EmbeddedBrokerError(ConsumerError):
+    """The embedded broker binary is missing, died, or never answered."""
+
+
+class TopicSetupError(ConsumerError):
+    """Creating topics failed with something other than 'already exists'."""
+
+
+class AgentImportError(ConsumerError):
+    """The configured agent path cannot be imported or is not an agent."""
+
+
+class ServerUnreachableError(ConsumerError):
+    """A server the service needs did not answer at startup."""
+
+
+class PublishError(ConsumerError):
+    """The broker did not acknowledge an outbox row."""
+
+
+class FencedPublishError(PublishError):
+    """The partition moved to another replica; publishing now could reorder replies."""
