@@ -5,8 +5,9 @@
     ├── TopicSetupError                topics could not be created or never became ready
     ├── AgentImportError               ``AGENT`` / ``--agent`` does not name an importable Agent
     ├── ServerUnreachableError         PostgreSQL or Kafka did not answer at startup
-    └── PublishError                   an outbox row was not acknowledged by the broker
-        └── FencedPublishError         this replica lost the partition; it must not publish
+    ├── PublishError                   an outbox row was not acknowledged by the broker
+    │   └── FencedPublishError         this replica lost the partition; it must not publish
+    └── ScheduleRecordError            an ``outbound.schedule`` record is not a valid entry
 
 Context rides as keyword-only attributes (``session_id=``, ``topic=``), never as message text
 taken from conversation content.
@@ -20,6 +21,7 @@ __all__ = [
     "EmbeddedBrokerError",
     "FencedPublishError",
     "PublishError",
+    "ScheduleRecordError",
     "ServerUnreachableError",
     "TopicSetupError",
 ]
@@ -58,3 +60,7 @@ class PublishError(ConsumerError):
 
 class FencedPublishError(PublishError):
     """The partition moved to another replica; publishing now could reorder replies."""
+
+
+class ScheduleRecordError(ConsumerError):
+    """A schedule record is malformed; the scheduler skips it (retrying cannot fix it)."""

@@ -1,0 +1,213 @@
+"""The scheduler service: durable timers become wake inputs on ``inbound.turns``.
+
+Two loops share one process. ``ScheduleIntake`` (``consumer.schedule_intake``) stores
+``outbound.schedule`` entries; ``TimerFiring`` fires the due ones. Firing, per batch:
+
+1. claim due rows (``at <= now()`` by the database's clock) with ``FOR UPDATE SKIP LOCKED``,
+   inside a transaction that stays open;
+2. produce ``{"session_id", "wake": key}`` to ``inbound.turns`` keyed by session id and await
+   every ack;
+3. delete the rows and commit.
+
+Replicas skip each other's locked rows, so in the normal path a timer fires once. A crash
+between the ack and the commit fires it again on restart; the engine answers that second wake
+with ``stale-wake``. Nothing ever deletes a row whose wake was not acknowledged, so a timer is
+never lost.
+
+Between batches the firing loop sleeps until the next due time (asked of the database, so both
+clocks agree), or until intake stores something new, whichever comes first; ``max_idle`` caps
+the sleep so rows stored by another replica are noticed even if that replica dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from aiokafka import AIOKafkaProducer
+
+from consumer import metrics
+from consumer.schedule_intake import ScheduleIntake, TimerSink
+
+__all__ = [
+    "DueTimer",
+    "FiringOptions",
+    "Scheduler",
+    "TimerClaim",
+    "TimerFiring",
+    "TimerStore",
+    "wake_record",
+]
+
+log = logging.getLogger("turnflow.scheduler")
+
+
+class DueTimer(Protocol):
+    """A claimed row: whose timer, which key, when it was due."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def at(self) -> datetime: ...
+
+
+class TimerClaim(Protocol):
+    """Due rows locked by an open transaction; leaving the context commits or rolls back."""
+
+    @property
+    def timers(self) -> Sequence[DueTimer]: ...
+    @property
+    def db_now(self) -> datetime: ...
+    async def delete(self) -> None: ...
+
+
+class TimerStore(TimerSink, Protocol):
+    """What the scheduler needs of ``store``: intake's upsert, claim, next due, pending count."""
+
+    def claim_due_timers(self, limit: int) -> AbstractAsyncContextManager[TimerClaim]: ...
+    async def next_due_in(self) -> float | None: ...
+    async def timers_pending(self) -> int: ...
+
+
+def wake_record(timer: DueTimer) -> tuple[bytes, bytes]:
+    """The ``inbound.turns`` key and value that wake ``timer``'s session."""
+    value = json.dumps({"session_id": timer.session_id, "wake": timer.key}, separators=(",", ":"))
+    return timer.session_id.encode(), value.encode()
+
+
+@dataclass(frozen=True)
+class FiringOptions:
+    """How the firing loop batches and sleeps (seconds)."""
+
+    batch_size: int = 500
+    max_idle: float = 5.0
+    min_sleep: float = 0.005
+    retry_delay: float = 1.0
+
+
+class TimerFiring:
+    """Fires due timers in batches; see the module docstring for the order of operations."""
+
+    def __init__(
+        self,
+        *,
+        store: TimerStore,
+        producer: AIOKafkaProducer,
+        topic: str,
+        options: FiringOptions | None = None,
+    ) -> None:
+        self._store = store
+        self._producer = producer
+        self._topic = topic
+        self._options = options or FiringOptions()
+        self._poke = asyncio.Event()
+        self.healthy = False
+
+    def poke(self) -> None:
+        """Something new was stored: recompute the sleep instead of finishing the old one."""
+        self._poke.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Fire and sleep until ``stop`` is set; errors are logged and retried, never fatal."""
+        while not stop.is_set():
+            # Cleared before looking, so a poke that lands while we look cuts the sleep short.
+            self._poke.clear()
+            try:
+                sleep_for = await self.step()
+                self.healthy = True
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.healthy = False
+                log.exception("firing timers failed; retrying")
+                sleep_for = self._options.retry_delay
+            if sleep_for > 0:
+                await self._sleep(stop, sleep_for)
+
+    async def step(self) -> float:
+        """Fire every due timer now, then return how long to sleep before looking again."""
+        while await self.fire_batch() == self._options.batch_size:
+            pass
+        metrics.TIMERS_PENDING.set(await self._store.timers_pending())
+        due_in = await self._store.next_due_in()
+        if due_in is None:
+            return self._options.max_idle
+        return min(max(due_in, self._options.min_sleep), self._options.max_idle)
+
+    async def fire_batch(self) -> int:
+        """Claim up to ``batch_size`` due rows, produce their wakes, delete them; return count."""
+        async with self._store.claim_due_timers(self._options.batch_size) as claim:
+            timers = list(claim.timers)
+            if not timers:
+                return 0
+            claimed_at = time.monotonic()
+            acks = []
+            for timer in timers:
+                key, value = wake_record(timer)
+                acks.append(await self._producer.send(self._topic, value, key=key))
+            # Every ack before any delete: a row is gone only once its wake is durable.
+            await asyncio.gather(*acks)
+            await claim.delete()
+            lateness = [(claim.db_now - t.at).total_seconds() for t in timers]
+        # Fire delay = how late the timer was at claim (database clock) + the time to ack.
+        spent = time.monotonic() - claimed_at
+        for late in lateness:
+            metrics.TIMER_FIRE_DELAY.observe(max(late, 0.0) + spent)
+        metrics.WAKES_EMITTED.inc(len(timers))
+        log.info("fired timers", extra={"count": len(timers)})
+        return len(timers)
+
+    async def _sleep(self, stop: asyncio.Event, seconds: float) -> None:
+        waiters = {
+            asyncio.ensure_future(stop.wait()),
+            asyncio.ensure_future(self._poke.wait()),
+        }
+        try:
+            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+
+class Scheduler:
+    """Intake and firing in one process; ``run(stop)`` returns after a clean shutdown."""
+
+    def __init__(
+        self,
+        *,
+        intake: ScheduleIntake,
+        firing: TimerFiring,
+        producer: AIOKafkaProducer,
+    ) -> None:
+        self.intake = intake
+        self.firing = firing
+        self._producer = producer
+        self.started = False
+
+    @property
+    def ready(self) -> bool:
+        """Both loops are running and their last round succeeded."""
+        return self.started and self.intake.healthy and self.firing.healthy
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self._producer.start()
+        try:
+            await self.intake.start()
+            try:
+                self.started = True
+                log.info("scheduler ready")
+                await asyncio.gather(self.intake.run(stop), self.firing.run(stop))
+            finally:
+                self.started = False
+                await self.intake.stop()
+        finally:
+            await self._producer.stop()
