@@ -1,0 +1,442 @@
+"""The scheduler's pieces with in-memory doubles: parsing, intake ordering, firing ordering."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from aiokafka import TopicPartition
+
+from consumer import metrics
+from consumer.errors import ScheduleRecordError
+from consumer.schedule_intake import ScheduledTimer, ScheduleIntake, parse_schedule_record
+from consumer.scheduler import FiringOptions, TimerFiring, wake_record
+
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+
+
+# --- doubles ---------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeClaim:
+    timers: list[ScheduledTimer]
+    db_now: datetime
+    deleted: bool = False
+
+    async def delete(self) -> None:
+        self.deleted = True
+
+
+@dataclass
+class FakeTimerStore:
+    """Timers in a dict; ``now`` plays the database clock; claims lock rows until they end."""
+
+    now: datetime = T0
+    rows: dict[str, ScheduledTimer] = field(default_factory=dict)
+    locked: set[str] = field(default_factory=set)
+    events: list[str] = field(default_factory=list)
+    fail_upsert: bool = False
+
+    async def upsert_timers(self, entries: Sequence[ScheduledTimer]) -> None:
+        if self.fail_upsert:
+            raise ConnectionError("database down")
+        for entry in entries:
+            if entry.replaces:
+                self.rows.pop(entry.replaces, None)
+            self.rows[entry.key] = entry
+        self.events.append(f"upsert {[e.key for e in entries]}")
+
+    @asynccontextmanager
+    async def claim_due_timers(self, limit: int) -> AsyncIterator[FakeClaim]:
+        due = sorted(
+            (t for t in self.rows.values() if t.at <= self.now and t.key not in self.locked),
+            key=lambda t: t.at,
+        )[:limit]
+        claim = FakeClaim(timers=due, db_now=self.now)
+        self.locked.update(t.key for t in due)
+        try:
+            yield claim
+            if claim.deleted:
+                for timer in due:
+                    del self.rows[timer.key]
+                self.events.append(f"commit {[t.key for t in due]}")
+        finally:
+            self.locked.difference_update(t.key for t in due)
+
+    async def next_due_in(self) -> float | None:
+        if not self.rows:
+            return None
+        return (min(t.at for t in self.rows.values()) - self.now).total_seconds()
+
+    async def timers_pending(self) -> int:
+        return len(self.rows)
+
+
+@dataclass
+class FakeProducer:
+    """Records sends; a session id in ``fail_for`` gets its ack failed."""
+
+    sent: list[tuple[str, bytes, bytes]] = field(default_factory=list)
+    fail_for: set[str] = field(default_factory=set)
+    events: list[str] | None = None
+    failed: int = 0
+
+    async def send(self, topic: str, value: bytes, *, key: bytes) -> asyncio.Future[Any]:
+        ack: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if key.decode() in self.fail_for:
+            self.failed += 1
+            ack.set_exception(ConnectionError("broker down"))
+        else:
+            self.sent.append((topic, key, value))
+            if self.events is not None:
+                self.events.append(f"ack {json.loads(value)['wake']}")
+            ack.set_result(None)
+        return ack
+
+
+@dataclass
+class FakeRecord:
+    offset: int
+    value: bytes | None
+
+
+@dataclass
+class FakeConsumer:
+    """Serves scripted batches from ``getmany``; records commits and seeks."""
+
+    batches: list[dict[TopicPartition, list[FakeRecord]]]
+    committed: list[dict[TopicPartition, int]] = field(default_factory=list)
+    seeks: list[tuple[TopicPartition, int]] = field(default_factory=list)
+    events: list[str] | None = None
+
+    async def getmany(self, *, timeout_ms: int, max_records: int) -> Any:
+        return self.batches.pop(0) if self.batches else {}
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        self.committed.append(dict(offsets))
+        if self.events is not None:
+            self.events.append("offsets")
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        self.seeks.append((partition, offset))
+
+
+def entry(
+    key: str, *, session: str = "s1", at: datetime = T0, replaces: str | None = None
+) -> bytes:
+    return json.dumps(
+        {"session_id": session, "key": key, "at": at.isoformat(), "replaces": replaces}
+    ).encode()
+
+
+def make_intake(consumer: FakeConsumer, store: FakeTimerStore, pokes: list[int]) -> ScheduleIntake:
+    return ScheduleIntake(
+        consumer=consumer,  # type: ignore[arg-type]  # a double with the methods intake uses
+        topic="outbound.schedule",
+        sink=store,
+        on_stored=lambda: pokes.append(1),
+    )
+
+
+def make_firing(store: FakeTimerStore, producer: FakeProducer, **options: Any) -> TimerFiring:
+    return TimerFiring(
+        store=store,
+        producer=producer,  # type: ignore[arg-type]  # a double with the one method used
+        topic="inbound.turns",
+        options=FiringOptions(**options),
+    )
+
+
+async def eventually(condition: Callable[[], bool]) -> None:
+    """Yield to the loop under test until ``condition()`` holds; a bound, not a timing claim."""
+    async with asyncio.timeout(30):
+        # The conditions read plain attributes of doubles; an Event would mean adding one to
+        # the production code only for tests.
+        while not condition():  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+
+
+P0 = TopicPartition("outbound.schedule", 0)
+P1 = TopicPartition("outbound.schedule", 1)
+
+
+# --- parsing ---------------------------------------------------------------------------------
+
+
+def test_parse_reads_an_entry_with_aware_utc_time() -> None:
+    """A record value becomes a ScheduledTimer whose time is aware UTC, whatever offset it had."""
+    value = b'{"session_id":"s1","key":"k1","at":"2026-01-05T10:00:00+01:00","replaces":"k0"}'
+    timer = parse_schedule_record(value)
+    assert timer == ScheduledTimer(session_id="s1", key="k1", at=T0, replaces="k0")
+    assert timer.at.tzinfo is UTC
+
+
+def test_parse_accepts_z_suffix_and_missing_replaces() -> None:
+    """`Z` times parse, and an entry without `replaces` replaces nothing."""
+    timer = parse_schedule_record(b'{"session_id":"s1","key":"k1","at":"2026-01-05T09:00:00Z"}')
+    assert timer.at == T0
+    assert timer.replaces is None
+
+
+def test_parse_treats_naive_time_as_utc() -> None:
+    """A time without an offset is taken as UTC, the only zone the engine writes."""
+    timer = parse_schedule_record(b'{"session_id":"s1","key":"k1","at":"2026-01-05T09:00:00"}')
+    assert timer.at == T0
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        b"not json",
+        b"\xff\xfe",
+        b"[1, 2]",
+        b'{"key":"k1","at":"2026-01-05T09:00:00Z"}',
+        b'{"session_id":"","key":"k1","at":"2026-01-05T09:00:00Z"}',
+        b'{"session_id":"s1","at":"2026-01-05T09:00:00Z"}',
+        b'{"session_id":"s1","key":7,"at":"2026-01-05T09:00:00Z"}',
+        b'{"session_id":"s1","key":"k1"}',
+        b'{"session_id":"s1","key":"k1","at":"tomorrow"}',
+        b'{"session_id":"s1","key":"k1","at":1767603600000}',
+        b'{"session_id":"s1","key":"k1","at":"2026-01-05T09:00:00Z","replaces":3}',
+        b'{"session_id":"s1","key":"k1","at":"2026-01-05T09:00:00Z","replaces":""}',
+    ],
+)
+def test_parse_rejects_malformed_records(value: bytes | None) -> None:
+    """Anything but a JSON object with session_id, key, ISO at and optional replaces is refused."""
+    with pytest.raises(ScheduleRecordError):
+        parse_schedule_record(value)
+
+
+# --- intake ----------------------------------------------------------------------------------
+
+
+async def test_intake_stores_batch_before_committing_offsets() -> None:
+    """A batch is stored in one call, in offset order, and only then are its offsets committed."""
+    events: list[str] = []
+    store = FakeTimerStore(events=events)
+    consumer = FakeConsumer(
+        batches=[{P0: [FakeRecord(4, entry("a")), FakeRecord(5, entry("b"))],
+                  P1: [FakeRecord(9, entry("c", session="s2"))]}],
+        events=events,
+    )
+    pokes: list[int] = []
+    stored = await make_intake(consumer, store, pokes).step()
+    assert stored == 3
+    assert events == ["upsert ['a', 'b', 'c']", "offsets"]
+    assert consumer.committed == [{P0: 6, P1: 10}]
+    assert pokes == [1]
+
+
+async def test_intake_applies_replaces_within_a_batch() -> None:
+    """An entry naming `replaces` removes that key when both arrive in one batch."""
+    store = FakeTimerStore()
+    consumer = FakeConsumer(
+        batches=[{P0: [FakeRecord(0, entry("a")), FakeRecord(1, entry("b", replaces="a"))]}]
+    )
+    await make_intake(consumer, store, []).step()
+    assert sorted(store.rows) == ["b"]
+
+
+async def test_intake_skips_malformed_record_and_commits_past_it() -> None:
+    """A malformed record is skipped, the rest is stored, and the offset moves past it."""
+    store = FakeTimerStore()
+    consumer = FakeConsumer(
+        batches=[{P0: [FakeRecord(0, b"garbage"), FakeRecord(1, entry("a"))]}]
+    )
+    assert await make_intake(consumer, store, []).step() == 1
+    assert list(store.rows) == ["a"]
+    assert consumer.committed == [{P0: 2}]
+
+
+async def test_intake_commits_a_batch_of_only_malformed_records_without_poking() -> None:
+    """A batch with nothing valid stores nothing, wakes nobody, and still commits its offsets."""
+    store = FakeTimerStore()
+    consumer = FakeConsumer(batches=[{P0: [FakeRecord(3, b"{}")]}])
+    pokes: list[int] = []
+    assert await make_intake(consumer, store, pokes).step() == 0
+    assert consumer.committed == [{P0: 4}]
+    assert pokes == []
+
+
+async def test_intake_failure_to_store_commits_nothing_and_rewinds() -> None:
+    """When the database write fails no offset is committed and each partition is rewound."""
+    store = FakeTimerStore(fail_upsert=True)
+    consumer = FakeConsumer(
+        batches=[{P0: [FakeRecord(4, entry("a")), FakeRecord(5, entry("b"))],
+                  P1: [FakeRecord(9, entry("c"))]}]
+    )
+    pokes: list[int] = []
+    with pytest.raises(ConnectionError):
+        await make_intake(consumer, store, pokes).step()
+    assert consumer.committed == []
+    assert sorted(consumer.seeks) == [(P0, 4), (P1, 9)]
+    assert pokes == []
+
+
+async def test_intake_counts_upserts_and_replacements() -> None:
+    """The scheduled-timers counter is labelled replace for entries with `replaces`."""
+    upserts = metrics.TIMERS_SCHEDULED.labels(action="upsert")._value.get()
+    replaces = metrics.TIMERS_SCHEDULED.labels(action="replace")._value.get()
+    consumer = FakeConsumer(
+        batches=[{P0: [FakeRecord(0, entry("a")), FakeRecord(1, entry("b", replaces="a"))]}]
+    )
+    await make_intake(consumer, FakeTimerStore(), []).step()
+    assert metrics.TIMERS_SCHEDULED.labels(action="upsert")._value.get() == upserts + 1
+    assert metrics.TIMERS_SCHEDULED.labels(action="replace")._value.get() == replaces + 1
+
+
+# --- firing ----------------------------------------------------------------------------------
+
+
+def test_wake_record_is_keyed_by_session_and_carries_the_key() -> None:
+    """A wake is `{"session_id", "wake": key}` keyed by the session id."""
+    key, value = wake_record(ScheduledTimer(session_id="s9", key="run1:w:1", at=T0))
+    assert key == b"s9"
+    assert json.loads(value) == {"session_id": "s9", "wake": "run1:w:1"}
+
+
+async def test_fire_batch_sends_only_due_timers_then_deletes_them() -> None:
+    """Due rows are produced and deleted after their acks; rows not yet due stay."""
+    events: list[str] = []
+    store = FakeTimerStore(events=events)
+    await store.upsert_timers([
+        ScheduledTimer("s1", "due", T0 - timedelta(seconds=2)),
+        ScheduledTimer("s2", "later", T0 + timedelta(seconds=30)),
+    ])
+    producer = FakeProducer(events=events)
+    assert await make_firing(store, producer).fire_batch() == 1
+    assert [(t, k) for t, k, _ in producer.sent] == [("inbound.turns", b"s1")]
+    assert events[-2:] == ["ack due", "commit ['due']"]
+    assert list(store.rows) == ["later"]
+
+
+async def test_failed_ack_deletes_nothing() -> None:
+    """When any wake of a batch is not acknowledged, no row of the batch is deleted."""
+    store = FakeTimerStore()
+    await store.upsert_timers([
+        ScheduledTimer("s1", "a", T0), ScheduledTimer("s2", "b", T0),
+    ])
+    producer = FakeProducer(fail_for={"s2"})
+    with pytest.raises(ConnectionError):
+        await make_firing(store, producer).fire_batch()
+    assert sorted(store.rows) == ["a", "b"]
+    assert store.locked == set()
+
+
+async def test_step_fires_in_batches_until_nothing_is_due() -> None:
+    """One step drains every due row in batches of `batch_size` and reports the next sleep."""
+    store = FakeTimerStore()
+    await store.upsert_timers(
+        [ScheduledTimer(f"s{i}", f"k{i}", T0 - timedelta(seconds=i)) for i in range(7)]
+        + [ScheduledTimer("s", "next", T0 + timedelta(seconds=2))]
+    )
+    producer = FakeProducer()
+    sleep_for = await make_firing(store, producer, batch_size=3, max_idle=10).step()
+    assert len(producer.sent) == 7
+    assert list(store.rows) == ["next"]
+    assert sleep_for == 2.0
+
+
+async def test_step_caps_sleep_at_max_idle() -> None:
+    """With nothing stored, or the next timer far away, the sleep is `max_idle`."""
+    store = FakeTimerStore()
+    firing = make_firing(store, FakeProducer(), max_idle=4)
+    assert await firing.step() == 4
+    await store.upsert_timers([ScheduledTimer("s", "far", T0 + timedelta(hours=1))])
+    assert await firing.step() == 4
+
+
+async def test_step_never_returns_a_zero_or_negative_sleep() -> None:
+    """A timer the database calls due-in-the-past still yields the minimum sleep, not a spin."""
+
+    class LateStore(FakeTimerStore):
+        async def next_due_in(self) -> float | None:
+            return -0.5
+
+    sleep_for = await make_firing(LateStore(), FakeProducer(), min_sleep=0.01).step()
+    assert sleep_for == 0.01
+
+
+async def test_step_publishes_metrics() -> None:
+    """Firing counts wakes, observes fire delays, and sets the pending gauge."""
+    store = FakeTimerStore()
+    await store.upsert_timers([
+        ScheduledTimer("s1", "a", T0 - timedelta(seconds=3)),
+        ScheduledTimer("s2", "b", T0 + timedelta(seconds=60)),
+    ])
+    wakes = metrics.WAKES_EMITTED._value.get()
+    delays_over_2s = _histogram_count_above(2.0)
+    await make_firing(store, FakeProducer()).step()
+    assert metrics.WAKES_EMITTED._value.get() == wakes + 1
+    assert _histogram_count_above(2.0) == delays_over_2s + 1
+    assert metrics.TIMERS_PENDING._value.get() == 1
+
+
+def _histogram_count_above(seconds: float) -> float:
+    count = total = 0.0
+    for sample in next(iter(metrics.TIMER_FIRE_DELAY.collect())).samples:
+        if sample.name.endswith("_bucket") and float(sample.labels["le"]) == seconds:
+            count = sample.value
+        if sample.name.endswith("_count"):
+            total = sample.value
+    return total - count
+
+
+async def test_poke_cuts_the_sleep_short() -> None:
+    """A timer stored while the loop sleeps towards `max_idle` is fired once intake pokes."""
+    store = FakeTimerStore()
+    producer = FakeProducer()
+    firing = make_firing(store, producer, max_idle=3600)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(firing.run(stop))
+    try:
+        await eventually(lambda: firing.healthy)
+        await store.upsert_timers([ScheduledTimer("s1", "now", T0)])
+        firing.poke()
+        await eventually(lambda: bool(producer.sent))
+        assert json.loads(producer.sent[0][2]) == {"session_id": "s1", "wake": "now"}
+    finally:
+        stop.set()
+        async with asyncio.timeout(30):
+            await loop
+
+
+async def test_run_survives_a_failing_round_and_retries() -> None:
+    """A round that fails marks the loop unhealthy, and the next round fires what is due."""
+    store = FakeTimerStore()
+    await store.upsert_timers([ScheduledTimer("s1", "a", T0)])
+    producer = FakeProducer(fail_for={"s1"})
+    firing = make_firing(store, producer, retry_delay=0.01)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(firing.run(stop))
+    try:
+        await eventually(lambda: producer.failed >= 2)
+        assert not firing.healthy
+        assert list(store.rows) == ["a"]
+        producer.fail_for.clear()
+        await eventually(lambda: not store.rows)
+        assert [k for _, k, _ in producer.sent] == [b"s1"]
+    finally:
+        stop.set()
+        async with asyncio.timeout(30):
+            await loop
+
+
+async def test_stop_ends_a_sleeping_loop() -> None:
+    """Setting `stop` returns `run` even in the middle of a long sleep."""
+    firing = make_firing(FakeTimerStore(), FakeProducer(), max_idle=3600)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(firing.run(stop))
+    await eventually(lambda: firing.healthy)
+    stop.set()
+    async with asyncio.timeout(30):
+        await loop
+    assert loop.done() and loop.exception() is None
