@@ -1,0 +1,141 @@
+"""What to do with an input after an attempt: commit, retry (that session only), DLQ, or abandon.
+
+The one place where failures are classified, so the rules read in one screen:
+
+- success → ``Commit`` (the offset becomes eligible once everything below it is done);
+- the partition moved to another replica (``FencedPublishError``) → ``Abandon``: do not publish,
+  do not commit; the new owner replays the record and the relay publishes what was saved;
+- a request the engine refuses (``TurnRequestError``) or a fatal model failure → ``DeadLetter``
+  at once: retrying cannot help;
+- a retryable model failure, a version race lost too often, or an unexpected exception →
+  ``Retry`` with exponential backoff (the server's ``retry_after`` when larger), then
+  ``DeadLetter`` past ``max_retries``;
+- infrastructure (PostgreSQL or Kafka unreachable) → ``Retry`` with capped backoff and no limit:
+  an outage must not dead-letter customers' inputs, and the held offset makes the lag visible.
+
+Pure: no I/O, no clock; the attempt number comes in, the delay goes out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiokafka.errors import KafkaError
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
+from consumer.errors import FencedPublishError, PublishError
+from engine import ProviderError, TurnRequestError
+
+__all__ = [
+    "Abandon",
+    "Commit",
+    "DeadLetter",
+    "Decision",
+    "Retry",
+    "RetryPolicy",
+    "VersionConflictsExhausted",
+    "decide",
+]
+
+
+class VersionConflictsExhausted(Exception):
+    """A turn lost the optimistic version race more times than the policy allows."""
+
+    def __init__(self, *, session_id: str, attempts: int) -> None:
+        super().__init__(f"version conflicts after {attempts} attempts")
+        self.session_id = session_id
+        self.attempts = attempts
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounds of retrying one input; delays in seconds."""
+
+    max_retries: int = 5
+    backoff_s: float = 0.5
+    backoff_max_s: float = 30.0
+
+    def delay(self, attempt: int) -> float:
+        """Delay before retry number ``attempt`` (1-based): doubling, capped."""
+        return float(min(self.backoff_max_s, self.backoff_s * (2 ** max(0, attempt - 1))))
+
+
+@dataclass(frozen=True)
+class Commit:
+    """The input is done; its offset may be committed."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Run the input again after ``delay_s``; other sessions go on meanwhile."""
+
+    delay_s: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """Send the original record to the DLQ with ``reason`` (a code) and ``detail``."""
+
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Abandon:
+    """Stop without publishing or committing; another consumer owns the record now."""
+
+    reason: str
+
+
+Decision = Commit | Retry | DeadLetter | Abandon
+
+_INFRASTRUCTURE: tuple[type[BaseException], ...] = (
+    OSError,  # includes TimeoutError and ConnectionError
+    KafkaError,
+    PublishError,
+    OperationalError,
+    InterfaceError,
+    DisconnectionError,
+    PoolTimeoutError,
+)
+
+
+def decide(error: BaseException | None, *, attempt: int, policy: RetryPolicy) -> Decision:
+    """The decision after attempt number ``attempt`` (1-based) ended with ``error`` (or not)."""
+    if error is None:
+        return Commit()
+    if isinstance(error, FencedPublishError):
+        return Abandon("partition-lost")
+    if isinstance(error, TurnRequestError):
+        return DeadLetter("invalid-request", _first_line(error))
+    if isinstance(error, ProviderError):
+        if error.kind == "fatal":
+            status = f" (status {error.status})" if error.status is not None else ""
+            return DeadLetter("provider-fatal", f"model provider refused{status}")
+        return _bounded_retry(
+            "provider-retryable", attempt, policy, at_least=error.retry_after or 0.0
+        )
+    if isinstance(error, VersionConflictsExhausted):
+        return _bounded_retry("version-conflicts", attempt, policy)
+    if isinstance(error, _INFRASTRUCTURE):
+        return Retry(policy.delay(attempt), "infrastructure")
+    return _bounded_retry("turn-failed", attempt, policy)
+
+
+def _bounded_retry(
+    reason: str, attempt: int, policy: RetryPolicy, *, at_least: float = 0.0
+) -> Retry | DeadLetter:
+    if attempt > policy.max_retries:
+        return DeadLetter(
+            "retries-exhausted" if reason == "provider-retryable" else reason,
+            f"{reason} after {attempt} attempts",
+        )
+    return Retry(max(policy.delay(attempt), at_least), reason)
+
+
+def _first_line(error: BaseException) -> str:
+    """The error's first line, bounded: engine messages name fields, never message text."""
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return text[:300]

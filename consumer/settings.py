@@ -1,0 +1,129 @@
+"""Configuration of the services, read from the environment (pydantic-settings).
+
+Every field maps to the upper-case environment variable of the same name (``max_in_flight`` ->
+``MAX_IN_FLIGHT``); the README's configuration table is generated from ``env_table()`` so the two
+never drift. Secrets are ``SecretStr``: they never reach reprs, logs or exceptions. A secret may
+also come from a mounted file: ``KAFKA_SASL_PASSWORD_FILE`` names a file whose content is used.
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings", "env_table"]
+
+
+class Settings(BaseSettings):
+    """Everything ``turnflow consume``, ``relay``, ``migrate`` and ``topics`` read from the env."""
+
+    model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore")
+
+    database_url: str | None = Field(
+        None, description="PostgreSQL URL; a plain `postgresql://user@host:port/db` works."
+    )
+    kafka_bootstrap_servers: str | None = Field(
+        None, description="Kafka bootstrap servers, comma-separated `host:port`."
+    )
+    inbound_topic: str = Field("inbound.turns", description="Topic of customer inputs.")
+    messages_topic: str = Field("outbound.messages", description="Topic of replies.")
+    schedule_topic: str = Field("outbound.schedule", description="Topic of timers.")
+    dlq_topic: str = Field("inbound.turns.dlq", description="Dead-letter topic of inputs.")
+    topic_partitions: int = Field(
+        12, ge=1, description="Partitions `turnflow topics` creates each topic with."
+    )
+    topic_replication_factor: int = Field(
+        1, ge=1, description="Replication factor `turnflow topics` creates topics with."
+    )
+    group_id: str = Field("turnflow", description="Consumer group of `turnflow consume`.")
+    agent: str | None = Field(
+        None, description="`module:attribute` of the `engine.Agent` the consumer runs."
+    )
+    max_in_flight: int = Field(
+        64, ge=1, description="Sessions processed concurrently by one consumer."
+    )
+    max_buffered_records: int = Field(
+        1000, ge=1, description="Fetched records held before fetching pauses (back-pressure)."
+    )
+    max_record_bytes: int = Field(
+        65536, ge=1, description="Inbound records larger than this go to the DLQ unread."
+    )
+    history_limit: int = Field(
+        50, ge=0, description="Transcript entries loaded with the session for each turn."
+    )
+    max_version_conflicts: int = Field(
+        5, ge=0, description="Reruns of a turn after losing a version race, before backing off."
+    )
+    max_retries: int = Field(
+        5, ge=0, description="Retries of a retryable model failure before the input goes to DLQ."
+    )
+    retry_backoff_ms: int = Field(
+        500, ge=0, description="First retry delay; doubles each attempt."
+    )
+    retry_backoff_max_ms: int = Field(
+        30000, ge=0, description="Ceiling of the retry delay."
+    )
+    drain_timeout_ms: int = Field(
+        10000, ge=0, description="On rebalance or SIGTERM, how long in-flight turns may finish."
+    )
+    relay_interval_ms: int = Field(
+        2000, ge=10, description="How often the outbox relay looks for unpublished rows."
+    )
+    relay_grace_ms: int = Field(
+        10000, ge=0, description="Rows younger than this are left to the consumer that wrote them."
+    )
+    metrics_port: int = Field(
+        9100, ge=0, le=65535, description="Port of `/metrics`, `/healthz`, `/readyz` (0: off)."
+    )
+    metrics_host: str = Field("0.0.0.0", description="Address the metrics port binds to.")
+    log_level: str = Field("INFO", description="Log level of the JSON logs.")
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="Kafka security protocol."
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "PLAIN", description="SASL mechanism when the protocol is SASL_*."
+    )
+    kafka_sasl_username: str | None = Field(None, description="SASL username.")
+    kafka_sasl_password: SecretStr | None = Field(
+        None, description="SASL password (or `KAFKA_SASL_PASSWORD_FILE`, a mounted file)."
+    )
+    kafka_sasl_password_file: Path | None = Field(
+        None, description="File holding the SASL password."
+    )
+    kafka_ssl_cafile: Path | None = Field(None, description="CA bundle for Kafka TLS.")
+
+    @model_validator(mode="after")
+    def _password_from_file(self) -> Settings:
+        if self.kafka_sasl_password is None and self.kafka_sasl_password_file is not None:
+            secret = self.kafka_sasl_password_file.read_text().strip()
+            self.kafka_sasl_password = SecretStr(secret)
+        return self
+
+    def kafka_client_options(self) -> dict[str, Any]:
+        """Security keyword arguments shared by every aiokafka client we create."""
+        options: dict[str, Any] = {"security_protocol": self.kafka_security_protocol}
+        if self.kafka_security_protocol in ("SSL", "SASL_SSL"):
+            options["ssl_context"] = ssl.create_default_context(
+                cafile=str(self.kafka_ssl_cafile) if self.kafka_ssl_cafile else None
+            )
+        if self.kafka_security_protocol.startswith("SASL"):
+            options["sasl_mechanism"] = self.kafka_sasl_mechanism
+            options["sasl_plain_username"] = self.kafka_sasl_username
+            options["sasl_plain_password"] = (
+                self.kafka_sasl_password.get_secret_value() if self.kafka_sasl_password else None
+            )
+        return options
+
+
+def env_table() -> str:
+    """The README's configuration table, in Markdown, from the field descriptions."""
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = field.default
+        shown = "" if default is None else f"`{default}`"
+        lines.append(f"| `{name.upper()}` | {shown} | {field.description or ''} |")
+    return "\n".join(lines)

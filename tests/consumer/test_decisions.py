@@ -1,0 +1,89 @@
+"""The commit / retry / DLQ / abandon decision."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy.exc import OperationalError
+
+from consumer.decisions import (
+    Abandon,
+    Commit,
+    DeadLetter,
+    Retry,
+    RetryPolicy,
+    VersionConflictsExhausted,
+    decide,
+)
+from consumer.errors import FencedPublishError, PublishError
+from engine import ProviderError, TurnRequestError
+
+POLICY = RetryPolicy(max_retries=3, backoff_s=0.5, backoff_max_s=3.0)
+
+
+def test_success_commits() -> None:
+    """An attempt without error makes the offset eligible for commit."""
+    assert decide(None, attempt=1, policy=POLICY) == Commit()
+
+
+def test_retryable_provider_error_backs_off_then_dead_letters() -> None:
+    """A retryable model failure retries with doubling, capped delays, then goes to the DLQ."""
+    error = ProviderError("429", kind="retryable", status=429)
+    delays = [decide(error, attempt=n, policy=POLICY) for n in (1, 2, 3)]
+    assert delays == [Retry(0.5, "provider-retryable"), Retry(1.0, "provider-retryable"),
+                      Retry(2.0, "provider-retryable")]
+    last = decide(error, attempt=4, policy=POLICY)
+    assert isinstance(last, DeadLetter)
+    assert last.reason == "retries-exhausted"
+
+
+def test_retry_after_hint_is_respected() -> None:
+    """The server's retry_after wins when it is longer than the backoff."""
+    error = ProviderError("slow down", kind="retryable", retry_after=7.0)
+    assert decide(error, attempt=1, policy=POLICY) == Retry(7.0, "provider-retryable")
+
+
+def test_fatal_provider_error_dead_letters_at_once() -> None:
+    """A fatal model failure goes to the DLQ on the first attempt."""
+    decision = decide(ProviderError("401", kind="fatal", status=401), attempt=1, policy=POLICY)
+    assert decision == DeadLetter("provider-fatal", "model provider refused (status 401)")
+
+
+def test_invalid_request_dead_letters_at_once() -> None:
+    """A request the engine refuses is not retried."""
+    decision = decide(TurnRequestError("two kinds", session_id="s1"), attempt=1, policy=POLICY)
+    assert isinstance(decision, DeadLetter)
+    assert decision.reason == "invalid-request"
+
+
+def test_lost_partition_abandons() -> None:
+    """A fenced publish abandons the input: no DLQ, no commit."""
+    decision = decide(FencedPublishError("moved", session_id="s1"), attempt=1, policy=POLICY)
+    assert isinstance(decision, Abandon)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ConnectionRefusedError(), PublishError("no ack"),
+     OperationalError("select", {}, Exception("down"))],
+)
+def test_infrastructure_failures_retry_without_limit(error: BaseException) -> None:
+    """Database or broker outages retry forever with capped backoff instead of dead-lettering."""
+    decision = decide(error, attempt=50, policy=POLICY)
+    assert decision == Retry(3.0, "infrastructure")
+
+
+def test_version_conflicts_are_bounded() -> None:
+    """Repeatedly losing the version race retries, then dead-letters."""
+    error = VersionConflictsExhausted(session_id="s1", attempts=6)
+    assert isinstance(decide(error, attempt=1, policy=POLICY), Retry)
+    final = decide(error, attempt=4, policy=POLICY)
+    assert isinstance(final, DeadLetter)
+    assert final.reason == "version-conflicts"
+
+
+def test_unexpected_errors_retry_then_dead_letter() -> None:
+    """A bug-shaped exception is retried a bounded number of times, then dead-lettered."""
+    assert isinstance(decide(KeyError("x"), attempt=1, policy=POLICY), Retry)
+    final = decide(KeyError("x"), attempt=4, policy=POLICY)
+    assert isinstance(final, DeadLetter)
+    assert final.reason == "turn-failed"

@@ -1,0 +1,114 @@
+"""The record parser: every record becomes a turn input or a DLQ reason, never an exception."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from consumer.parser import ParsedInput, Rejected, parse_record
+
+LIMIT = 4096
+
+
+def parse(value: object, key: bytes | None = b"s1", **kw: object) -> ParsedInput | Rejected:
+    raw = value if isinstance(value, bytes) else json.dumps(value).encode()
+    return parse_record(key, raw, max_bytes=kw.pop("max_bytes", LIMIT), source="t:0:7", **kw)
+
+
+def test_message_becomes_a_request_without_session_or_history() -> None:
+    """A message record keeps its fields and drops anything that could smuggle state."""
+    parsed = parse(
+        {"session_id": "s1", "message": "oi", "id": "wamid.1", "at": "2026-01-05T09:00:00Z",
+         "session": {"version": 99}, "history": [{"role": "user", "text": "x"}],
+         "context": {"channel": "wa"}}
+    )
+    assert isinstance(parsed, ParsedInput)
+    assert parsed.kind == "message"
+    assert parsed.input_id == "wamid.1"
+    assert parsed.request == {
+        "session_id": "s1", "message": "oi", "id": "wamid.1", "at": "2026-01-05T09:00:00Z",
+        "context": {"channel": "wa"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "kind", "input_id"),
+    [
+        ({"session_id": "s1", "wake": "k"}, "wake", "wake:k"),
+        ({"session_id": "s1", "event": "paid", "payload": {}, "key": "e1"}, "event", "event:e1"),
+        ({"session_id": "s1", "start": {"flow": "f", "key": "k"}}, "start", "start:k"),
+        ({"session_id": "s1", "message": "no id"}, "message", "t:0:7"),
+    ],
+)
+def test_each_input_kind_is_recognised(body: dict[str, object], kind: str, input_id: str) -> None:
+    """Wake, event and start records parse to their kind; inputs without an id use the source."""
+    parsed = parse(body)
+    assert isinstance(parsed, ParsedInput)
+    assert (parsed.kind, parsed.input_id) == (kind, input_id)
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"", "empty"),
+        (b"\xff\xfe", "not-utf8"),
+        (b"{not json", "not-json"),
+        (b"[1, 2]", "not-an-object"),
+        (b'{"message": "oi"}', "missing-session-id"),
+        (b'{"session_id": "", "message": "oi"}', "missing-session-id"),
+        (b'{"session_id": 5, "message": "oi"}', "missing-session-id"),
+        (b'{"session_id": "s1"}', "unknown-kind"),
+        (b'{"session_id": "s1", "message": "a", "wake": "k"}', "unknown-kind"),
+        (b'{"session_id": "s1", "shout": "a"}', "unknown-kind"),
+        (b'{"session_id": "s1", "message": 5}', "invalid-field"),
+        (b'{"session_id": "s1", "event": "e", "payload": []}', "invalid-field"),
+        (b'{"session_id": "s1", "start": {"key": "k"}}', "invalid-field"),
+        (b'{"session_id": "s1", "wake": "k", "context": "x"}', "invalid-field"),
+    ],
+)
+def test_malformed_records_are_rejected_with_a_reason(raw: bytes, reason: str) -> None:
+    """Each kind of malformed record maps to its DLQ reason code."""
+    parsed = parse(raw)
+    assert isinstance(parsed, Rejected)
+    assert parsed.reason == reason
+
+
+def test_oversized_record_is_refused_before_decoding() -> None:
+    """A record over the limit is too-large even when it is not valid UTF-8."""
+    parsed = parse(b"\xff" * (LIMIT + 1))
+    assert isinstance(parsed, Rejected)
+    assert parsed.reason == "too-large"
+
+
+def test_key_must_match_the_session_id() -> None:
+    """A record keyed by another session is refused; an unkeyed record is accepted."""
+    body = {"session_id": "s1", "message": "oi"}
+    assert isinstance(parse(body, key=b"s2"), Rejected)
+    assert isinstance(parse(body, key=None), ParsedInput)
+
+
+def test_detail_never_echoes_content() -> None:
+    """The DLQ detail of a malformed record does not contain the record's text."""
+    parsed = parse(b'{"session_id": "s1", "message": {"secret": "card 4111"}}')
+    assert isinstance(parsed, Rejected)
+    assert "4111" not in parsed.detail
+
+
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_never_raise(raw: bytes) -> None:
+    """Any byte string yields a ParsedInput or a Rejected."""
+    assert isinstance(
+        parse_record(None, raw, max_bytes=200, source="x"), ParsedInput | Rejected
+    )
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c,
+                                                                         max_size=4)))
+def test_arbitrary_json_never_raises(value: object) -> None:
+    """Any JSON document yields a ParsedInput or a Rejected."""
+    raw = json.dumps(value).encode()
+    assert isinstance(parse_record(None, raw, max_bytes=10_000), ParsedInput | Rejected)
