@@ -1,1 +1,43 @@
-"""Persistence of sessions, the turn log, the outbox and timers (PostgreSQL)."""
+"""Persistence of sessions, the turn log, the outbox and timers (PostgreSQL).
+
+`Store` is the API; `store.migrate` runs the schema migrations; `store.embedded` starts a
+local PostgreSQL for development and tests.
+"""
+
+from store.database import Store
+from store.embedded import EmbeddedPostgres, start_embedded_postgres
+from store.errors import AlreadyApplied, EmbeddedServerError, StoreError, VersionConflict
+from store.outbox import OutboxBatch
+from store.records import (
+    LoadedSession,
+    OutboxEntry,
+    OutboxRow,
+    SavedTurn,
+    SaveRequest,
+    SourceRecord,
+    Timer,
+    TimerEntry,
+    TurnRecord,
+)
+from store.timers import ClaimedTimers
+
+__all__ = [
+    "AlreadyApplied",
+    "ClaimedTimers",
+    "EmbeddedPostgres",
+    "EmbeddedServerError",
+    "LoadedSession",
+    "OutboxBatch",
+    "OutboxEntry",
+    "OutboxRow",
+    "SaveRequest",
+    "SavedTurn",
+    "SourceRecord",
+    "Store",
+    "StoreError",
+    "Timer",
+    "TimerEntry",
+    "TurnRecord",
+    "VersionConflict",
+    "start_embedded_postgres",
+]

@@ -1,0 +1,1 @@
+"""Alembic environment and versions for the turnflow schema; run through `store.migrate`."""

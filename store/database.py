@@ -1,0 +1,225 @@
+"""`Store`: the service's one door to PostgreSQL.
+
+The engine runs in autocommit mode: every single-statement operation (load, save, timers
+upsert, counters) is its own implicit transaction and costs one round trip. Operations that
+must hold locks while the caller does I/O (claiming timers, fetching outbox rows) open an
+explicit transaction on a dedicated connection for the span of an `async with` block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from store import history, jsoncodec, outbox, saving, timers
+from store.errors import AlreadyApplied, VersionConflict
+from store.outbox import OutboxBatch
+from store.records import (
+    LoadedSession,
+    SavedTurn,
+    SaveRequest,
+    Timer,
+    TimerEntry,
+)
+from store.timers import ClaimedTimers
+from store.urls import async_url
+
+_SOURCE_INDEX = "uq_turns_source"
+
+
+class Store:
+    """Sessions, the turn log, the outbox and timers. Build with `await Store.connect(url)`."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        pool_size: int = 10,
+        max_overflow: int = 10,
+        pool_timeout_s: float = 30.0,
+        pool_recycle_s: float = 1800.0,
+        command_timeout_s: float = 30.0,
+        application_name: str = "turnflow",
+    ) -> Store:
+        """Open a pool on `url` (plain `postgresql://` works) and check one connection."""
+        engine = create_async_engine(
+            async_url(url),
+            isolation_level="AUTOCOMMIT",
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            pool_timeout=pool_timeout_s,
+            pool_recycle=pool_recycle_s,
+            connect_args={
+                "command_timeout": command_timeout_s,
+                "server_settings": {"application_name": application_name},
+            },
+        )
+        try:
+            async with engine.connect() as connection:
+                await connection.execute(text("SELECT 1"))
+        except BaseException:
+            await engine.dispose()
+            raise
+        return cls(engine)
+
+    async def close(self) -> None:
+        """Close every pooled connection."""
+        await self._engine.dispose()
+
+    async def _scalar(self, sql: str, parameters: dict[str, Any] | None = None) -> Any:
+        async with self._engine.connect() as connection:
+            result = await connection.execute(text(sql), parameters or {})
+            return result.scalar()
+
+    # -- sessions and the turn log ----------------------------------------------------------
+
+    async def load(self, session_id: str, *, history_limit: int = 20) -> LoadedSession:
+        """The session's state and version (None/0 when new) and its last history entries."""
+        async with self._engine.connect() as connection:
+            result = await connection.execute(
+                text(history.LOAD), {"session_id": session_id, "history_limit": history_limit}
+            )
+            row = result.one()
+        if row.version is None:
+            return LoadedSession(state=None, version=0, history=[])
+        return LoadedSession(
+            state=jsoncodec.loads(row.state),
+            version=int(row.version),
+            history=history.history_entries(row.history),
+        )
+
+    async def save_turn(self, request: SaveRequest) -> SavedTurn:
+        """Write the session, its turn-log row and its outbox rows atomically (one round trip).
+
+        Raises `VersionConflict` when the session is no longer at `expected_version` and
+        `AlreadyApplied` when the turn's source record is already in the log; either way
+        nothing was written.
+        """
+        statement = text(saving.save_statement(request))
+        parameters = saving.save_parameters(request)
+        try:
+            async with self._engine.connect() as connection:
+                row = (await connection.execute(statement, parameters)).one()
+        except IntegrityError as exc:
+            source = request.turn.source
+            if source is not None and _SOURCE_INDEX in str(exc.orig):
+                raise AlreadyApplied(
+                    topic=source.topic, partition=source.partition, offset=source.offset
+                ) from None
+            raise
+        if row.version is None:
+            await self._raise_conflict(request)
+        return SavedTurn(version=int(row.version), outbox_ids=[int(i) for i in row.outbox_ids])
+
+    async def _raise_conflict(self, request: SaveRequest) -> None:
+        """Explain a save that wrote nothing: a replayed record, or a lost race."""
+        source = request.turn.source
+        if source is not None and await self.is_applied(
+            source.topic, source.partition, source.offset
+        ):
+            raise AlreadyApplied(
+                topic=source.topic, partition=source.partition, offset=source.offset
+            )
+        found = await self._scalar(
+            "SELECT version FROM sessions WHERE id = :session_id",
+            {"session_id": request.session_id},
+        )
+        raise VersionConflict(
+            session_id=request.session_id,
+            expected=request.expected_version,
+            found=None if found is None else int(found),
+        )
+
+    async def is_applied(self, topic: str, partition: int, offset: int) -> bool:
+        """Whether the record at topic/partition/offset is already in the turn log."""
+        found = await self._scalar(
+            "SELECT EXISTS (SELECT 1 FROM turns WHERE source_topic = :topic"
+            " AND source_partition = :partition AND source_offset = :offset)",
+            {"topic": topic, "partition": partition, "offset": offset},
+        )
+        return bool(found)
+
+    # -- outbox -----------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def fetch_unpublished(
+        self, *, session_id: str | None = None, limit: int = 100
+    ) -> AsyncIterator[OutboxBatch]:
+        """Lock up to `limit` unpublished rows, oldest first, in per-session order.
+
+        Use as `async with store.fetch_unpublished(...) as batch:`, publish `batch.rows` and
+        `await batch.mark_published()`; the marks commit when the block exits normally and
+        roll back (rows stay unpublished) when it raises.
+        """
+        async with self._engine.connect() as connection:
+            connection = await connection.execution_options(isolation_level="READ COMMITTED")
+            async with connection.begin():
+                result = await connection.execute(
+                    text(outbox.FETCH_UNPUBLISHED), {"session_id": session_id, "limit": limit}
+                )
+                yield OutboxBatch(connection, outbox.outbox_rows(result.all()))
+
+    async def mark_published(self, ids: Sequence[int]) -> int:
+        """Mark outbox rows published outside a fetch; returns how many changed."""
+        if not ids:
+            return 0
+        async with self._engine.connect() as connection:
+            result = await connection.execute(text(outbox.MARK_PUBLISHED), {"ids": list(ids)})
+            return int(result.rowcount)
+
+    async def outbox_backlog(self) -> int:
+        """How many outbox rows are waiting to be published."""
+        return int(await self._scalar(outbox.BACKLOG))
+
+    # -- timers -----------------------------------------------------------------------------
+
+    async def upsert_timers(self, entries: Iterable[TimerEntry]) -> None:
+        """Set timers in order, each `replaces` deleting its key first; one transaction."""
+        deleted, upserts = timers.fold(entries)
+        if not deleted and not upserts:
+            return
+        async with self._engine.connect() as connection:
+            await connection.execute(
+                text(timers.UPSERT), timers.upsert_parameters(deleted, upserts)
+            )
+
+    async def delete_timers(self, keys: Sequence[str]) -> int:
+        """Delete timers by key; returns how many existed."""
+        if not keys:
+            return 0
+        async with self._engine.connect() as connection:
+            result = await connection.execute(text(timers.DELETE), {"keys": list(keys)})
+            return int(result.rowcount)
+
+    @asynccontextmanager
+    async def claim_due(self, limit: int = 100) -> AsyncIterator[ClaimedTimers]:
+        """Lock up to `limit` timers due by the database clock, earliest first.
+
+        Use as `async with store.claim_due(n) as batch:`, produce the wakes for
+        `batch.timers`, then `await batch.delete()`. Other claimers skip these rows until the
+        block exits; deletes commit on normal exit and roll back when the block raises.
+        """
+        async with self._engine.connect() as connection:
+            connection = await connection.execution_options(isolation_level="READ COMMITTED")
+            async with connection.begin():
+                result = await connection.execute(text(timers.CLAIM_DUE), {"limit": limit})
+                claimed = [Timer(key=r.key, session_id=r.session_id, at=r.at) for r in result]
+                yield ClaimedTimers(connection, claimed)
+
+    async def next_due_in(self) -> float | None:
+        """Seconds until the earliest timer by the database clock (0 if overdue), or None."""
+        seconds = await self._scalar(timers.NEXT_DUE_IN)
+        return None if seconds is None else max(0.0, float(seconds))
+
+    async def timers_pending(self) -> int:
+        """How many timers are set."""
+        return int(await self._scalar(timers.PENDING))

@@ -1,0 +1,80 @@
+"""Fetching unpublished outbox rows for a publisher, and marking them published.
+
+A fetch locks rows `FOR UPDATE SKIP LOCKED` inside a transaction the publisher holds open until
+it has published and marked them, so two publishers never hold the same row. Row locks alone
+would let a publisher send a session's newer row while another still holds an older one, so the
+fetch also drops every row that has an older unpublished row of its session outside the batch:
+what a publisher gets is, per session, a prefix of that session's unpublished rows. The dropped
+rows go out on a later fetch, after their elders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from store import jsoncodec
+from store.records import OutboxRow
+
+FETCH_UNPUBLISHED = """
+WITH locked AS (
+    SELECT id, session_id, topic, key, payload, created_at
+    FROM outbox
+    WHERE published_at IS NULL
+      AND (CAST(:session_id AS text) IS NULL OR session_id = CAST(:session_id AS text))
+    ORDER BY id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+SELECT l.id, l.session_id, l.topic, l.key, l.payload, l.created_at
+FROM locked AS l
+WHERE NOT EXISTS (
+    SELECT 1 FROM outbox AS o
+    WHERE o.session_id = l.session_id
+      AND o.published_at IS NULL
+      AND o.id < l.id
+      AND o.id NOT IN (SELECT id FROM locked)
+)
+ORDER BY l.id
+"""
+
+MARK_PUBLISHED = """
+UPDATE outbox SET published_at = now()
+WHERE id = ANY(CAST(:ids AS bigint[])) AND published_at IS NULL
+"""
+
+BACKLOG = "SELECT count(*) FROM outbox WHERE published_at IS NULL"
+
+
+def outbox_rows(rows: Sequence[Any]) -> list[OutboxRow]:
+    """Decode fetched rows."""
+    return [
+        OutboxRow(
+            id=row.id,
+            session_id=row.session_id,
+            topic=row.topic,
+            key=row.key,
+            payload=jsoncodec.loads(row.payload),
+            created_at=row.created_at,
+        )
+        for row in rows
+    ]
+
+
+class OutboxBatch:
+    """Rows locked for one publisher; valid inside `async with store.fetch_unpublished(...)`."""
+
+    def __init__(self, connection: AsyncConnection, rows: list[OutboxRow]) -> None:
+        self._connection = connection
+        self.rows = rows
+
+    async def mark_published(self, ids: Sequence[int] | None = None) -> int:
+        """Mark `ids` (default: every row of the batch) published; commits with the batch."""
+        chosen = [row.id for row in self.rows] if ids is None else list(ids)
+        if not chosen:
+            return 0
+        result = await self._connection.execute(text(MARK_PUBLISHED), {"ids": chosen})
+        return int(result.rowcount)

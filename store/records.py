@@ -1,0 +1,118 @@
+"""The carriers the store takes and returns. Plain frozen dataclasses: the store is called on
+every turn, and its inputs are already validated by the engine.
+
+JSON-valued fields (`state`, `input`, `messages`, ...) are stored as jsonb; `datetime`, `date`,
+`UUID`, `Decimal` and pydantic models inside them are written in their JSON form (ISO strings,
+numbers), so they come back as strings — the engine's `migrate_session` parses them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    """Where an input came from; unique in the turn log, which makes replays exact."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """One turn for the append-only turn log (the audit and the source of history).
+
+    `input` is the turn request without `session`/`history`; the list fields are the
+    `TurnResult` fields of the same names in their JSON form. `created_at` defaults to the
+    database clock.
+    """
+
+    input: dict[str, Any]
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    schedule: list[dict[str, Any]] = field(default_factory=list)
+    outcomes: list[dict[str, Any]] = field(default_factory=list)
+    started: list[dict[str, Any]] = field(default_factory=list)
+    ended: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    llm_calls: int = 0
+    source: SourceRecord | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEntry:
+    """A record to publish after the save commits: `payload` goes to `topic` under `key`."""
+
+    topic: str
+    key: str | None
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SaveRequest:
+    """Everything one turn writes: the new session state, its turn-log row, its outbox rows.
+
+    `expected_version` is the version the turn was computed from (0 for a new session); the
+    saved session gets `expected_version + 1`.
+    """
+
+    session_id: str
+    expected_version: int
+    state: dict[str, Any]
+    turn: TurnRecord
+    outbox: list[OutboxEntry] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SavedTurn:
+    """The committed version and the ids of the outbox rows, in write order."""
+
+    version: int
+    outbox_ids: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedSession:
+    """A session as stored: `state` None and `version` 0 when it does not exist yet.
+
+    `history` is engine.md's transcript, oldest first: `{"role", "text", "at"}` entries.
+    """
+
+    state: dict[str, Any] | None
+    version: int
+    history: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    """An unpublished outbox row, as fetched by a publisher."""
+
+    id: int
+    session_id: str
+    topic: str
+    key: str | None
+    payload: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TimerEntry:
+    """A timer to set: fire `key` for `session_id` at `at`; `replaces` names a key to delete."""
+
+    key: str
+    session_id: str
+    at: datetime
+    replaces: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    """A stored timer."""
+
+    key: str
+    session_id: str
+    at: datetime

@@ -1,0 +1,100 @@
+"""The tables, as SQLAlchemy Core metadata. The migrations in `migrations/` create them.
+
+Invariants the store relies on:
+- `sessions.version` only grows, by one per saved turn; `turns (session_id, version)` is unique,
+  so the turn log has exactly one row per saved version.
+- `turns (source_topic, source_partition, source_offset)` is unique where present: an input
+  record is applied at most once, which makes replays exact.
+- `outbox.id` comes from a sequence and a session's rows are written while its row is locked,
+  so ordering by id is ordering in time within a session.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData()
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("version", BigInteger, nullable=False),
+    Column("state", JSONB, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+turns = Table(
+    "turns",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("session_id", Text, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("input", JSONB, nullable=False),
+    Column("messages", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("schedule", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("outcomes", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("started", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("ended", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("skipped", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("llm_calls", Integer, nullable=False, server_default=text("0")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("source_topic", Text),
+    Column("source_partition", Integer),
+    Column("source_offset", BigInteger),
+    UniqueConstraint("session_id", "version", name="uq_turns_session_version"),
+)
+Index(
+    "uq_turns_source",
+    turns.c.source_topic,
+    turns.c.source_partition,
+    turns.c.source_offset,
+    unique=True,
+    postgresql_where=turns.c.source_topic.isnot(None),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("session_id", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("key", Text),
+    Column("payload", JSONB, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("published_at", DateTime(timezone=True)),
+)
+Index(
+    "ix_outbox_unpublished",
+    outbox.c.session_id,
+    outbox.c.id,
+    postgresql_where=outbox.c.published_at.is_(None),
+)
+Index("ix_outbox_unpublished_id", outbox.c.id, postgresql_where=outbox.c.published_at.is_(None))
+
+timers = Table(
+    "timers",
+    metadata,
+    Column("key", Text, primary_key=True),
+    Column("session_id", Text, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+Index("ix_timers_at", timers.c.at)
+
+TABLE_NAMES = ("sessions", "turns", "outbox", "timers")
