@@ -1,0 +1,99 @@
+"""Um segundo agente de exemplo, em português: a recepção de uma clínica odontológica.
+
+Os exemplos dos textos de origem são em português; este agente mostra que nomes de campos, fluxos
+e textos são dados do autor, em qualquer língua. Ele marca uma avaliação:
+
+- ``boas-vindas`` (mensagem sem pedido claro): cumprimenta e pergunta o nome, depois passa para
+  ``agendamento``;
+- ``agendamento``: coleta o período (``manhã`` ou ``tarde``, um enum) e o e-mail, reserva com uma
+  ação idempotente em ``ctx.key`` e confirma;
+- ``lembrete``: depois de ``TURNFLOW_DEMO_SILENCE_MS`` de silêncio (padrão 5 s), um lembrete, uma
+  vez por conversa.
+
+Use com ``turnflow dev --agent examples.agente_pt:agente``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from engine import Agent, ok, skipped
+from engine.providers import provider_from_env
+
+SILENCIO_MS = int(os.environ.get("TURNFLOW_DEMO_SILENCE_MS", "5000"))
+
+PERIODOS = ["manhã", "tarde"]
+
+# Reservas por chave de idempotência: a mesma etapa executada de novo não reserva duas vezes.
+RESERVAS: dict[str, dict[str, Any]] = {}
+
+
+def reservar(ctx: Any) -> Any:
+    """Reserva a avaliação sob ``ctx.key``; sem período conhecido, não reserva."""
+    periodo = ctx.with_.get("periodo")
+    if periodo not in PERIODOS:
+        return skipped("período desconhecido")
+    RESERVAS.setdefault(ctx.key, {"periodo": periodo, "email": ctx.with_.get("email")})
+    return ok()
+
+
+CAMPOS: dict[str, dict[str, Any]] = {
+    "nome": {"type": "string", "ask": "Pergunte o nome da pessoa, sem tom de formulário."},
+    "periodo": {
+        "type": "string",
+        "enum": PERIODOS,
+        "ask": "Pergunte se prefere de manhã ou à tarde.",
+    },
+    "email": {"type": "email", "ask": "Peça um e-mail para enviar a confirmação."},
+}
+
+FLUXOS: list[dict[str, Any]] = [
+    {
+        "id": "boas-vindas",
+        "name": "Boas-vindas",
+        "on": [{"message": []}],
+        "repeat": "once",
+        "steps": [
+            {"id": "ola", "say": "Olá! Aqui é a Ana, da Clínica Sorriso.", "once": True},
+            {"id": "nome", "collect": ["nome"]},
+            {"id": "seguir", "say": "Prazer, {{nome}}! Vamos marcar sua avaliação.",
+             "then": {"flow": "agendamento"}},
+        ],
+    },
+    {
+        "id": "agendamento",
+        "name": "Agendamento",
+        "description": "A pessoa quer marcar uma consulta ou avaliação.",
+        "on": [{"message": ["marcar consulta", "agendar", "avaliação", "horário", "marcar"]}],
+        "steps": [
+            {"id": "dados", "collect": ["periodo", "email"],
+             "prompt": "Ajude a marcar a avaliação; pergunte só o que falta."},
+            {"id": "reservar", "do": "reservar",
+             "with": {"periodo": "{{periodo}}", "email": "{{email}}"}},
+            {"id": "confirmado",
+             "say": "Pronto! Sua avaliação ficou para o período da {{periodo}}. "
+             "A confirmação vai para {{email}}."},
+        ],
+    },
+    {
+        "id": "lembrete",
+        "name": "Lembrete após silêncio",
+        "on": [{"silence": SILENCIO_MS}],
+        "repeat": "once",
+        "steps": [{"id": "lembrete", "say": "Ainda está por aí? Responda quando puder."}],
+    },
+]
+
+agente = Agent(
+    name="Ana",
+    persona="Recepcionista simpática de uma clínica odontológica. Frases curtas.",
+    goal="Marcar avaliações e tirar dúvidas simples.",
+    knowledge="A Clínica Sorriso atende de segunda a sexta, das 8h às 18h.",
+    provider=provider_from_env(),
+    fields=CAMPOS,
+    flows=FLUXOS,
+    actions={"reservar": reservar},
+)
+
+__all__ = ["RESERVAS", "agente"]

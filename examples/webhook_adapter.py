@@ -1,0 +1,153 @@
+"""A channel adapter example: an HTTP webhook in, ``inbound.turns`` out.
+
+Run it next to the service (``turnflow dev`` prints the broker address to use)::
+
+    KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 python examples/webhook_adapter.py --port 8081
+    curl -s localhost:8081/messages -d '{"session_id": "s1", "text": "hi", "id": "m1"}'
+    curl -s localhost:8081/events -d '{"session_id": "s1", "event": "paid", "key": "pay-1"}'
+
+``POST /messages`` takes ``{"session_id", "text", "id"?, "at"?}``; ``POST /events`` takes
+``{"session_id", "event", "payload"?, "key"}``. Each becomes one record on the inbound topic,
+keyed by the session id so one conversation stays in one partition, in order. The reply is
+``202`` only after the broker acknowledged the record: a channel that retries on anything else
+loses nothing, and a retried message carries the same ``id``, which the engine drops as a
+duplicate.
+
+Only the standard library and aiokafka (already a dependency): the point is the shape of the
+records, not a web framework.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from datetime import UTC, datetime
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+MAX_BODY = 64 * 1024
+
+
+class BadRequest(Exception):
+    """The webhook body is not a message or event we can forward."""
+
+
+def message_record(body: dict[str, Any]) -> dict[str, Any]:
+    """The ``inbound.turns`` value for a customer message."""
+    session_id, text = body.get("session_id"), body.get("text", body.get("message"))
+    if not isinstance(session_id, str) or not session_id:
+        raise BadRequest("session_id must be a non-empty string")
+    if not isinstance(text, str):
+        raise BadRequest("text must be a string")
+    record: dict[str, Any] = {"session_id": session_id, "message": text}
+    if isinstance(body.get("id"), str):
+        record["id"] = body["id"]  # the channel's message id: replays are dropped by id
+    record["at"] = body.get("at") or datetime.now(UTC).isoformat()
+    return record
+
+
+def event_record(body: dict[str, Any]) -> dict[str, Any]:
+    """The ``inbound.turns`` value for an event (a payment, a booking made elsewhere...)."""
+    session_id, event, key = body.get("session_id"), body.get("event"), body.get("key")
+    if not isinstance(session_id, str) or not session_id:
+        raise BadRequest("session_id must be a non-empty string")
+    if not isinstance(event, str) or not event:
+        raise BadRequest("event must be a non-empty string")
+    if not isinstance(key, str) or not key:
+        raise BadRequest("key must be a non-empty string (it makes the event idempotent)")
+    payload = body.get("payload") or {}
+    if not isinstance(payload, dict):
+        raise BadRequest("payload must be an object")
+    return {"session_id": session_id, "event": event, "payload": payload, "key": key}
+
+
+ROUTES = {"/messages": message_record, "/events": event_record}
+
+
+class WebhookAdapter:
+    """A tiny asyncio HTTP/1.1 server that forwards each POST to the inbound topic."""
+
+    def __init__(self, producer: AIOKafkaProducer, topic: str) -> None:
+        self.producer = producer
+        self.topic = topic
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            status, answer = await self._answer(reader)
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+            status, answer = 400, {"error": "malformed HTTP request"}
+        data = json.dumps(answer).encode()
+        writer.write(
+            f"HTTP/1.1 {status} {'Accepted' if status == 202 else 'Error'}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+            "Connection: close\r\n\r\n".encode()
+            + data
+        )
+        await writer.drain()
+        writer.close()
+
+    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, dict[str, Any]]:
+        request_line = (await reader.readline()).decode("latin-1").split()
+        headers: dict[str, str] = {}
+        while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if len(request_line) < 2 or request_line[0] != "POST":
+            return 405, {"error": "POST only"}
+        build = ROUTES.get(request_line[1])
+        if build is None:
+            return 404, {"error": f"no route {request_line[1]}; use {sorted(ROUTES)}"}
+        length = int(headers.get("content-length", "0"))
+        if length > MAX_BODY:
+            return 413, {"error": "body too large"}
+        try:
+            body = json.loads(await reader.readexactly(length))
+            if not isinstance(body, dict):
+                raise BadRequest("body must be a JSON object")
+            record = build(body)
+        except (json.JSONDecodeError, BadRequest) as exc:
+            return 400, {"error": str(exc)}
+        # send_and_wait returns once the broker acknowledged: only then do we answer 202.
+        await self.producer.send_and_wait(
+            self.topic,
+            key=record["session_id"].encode(),
+            value=json.dumps(record).encode(),
+        )
+        return 202, {"queued": record}
+
+
+async def serve(host: str, port: int, bootstrap: str, topic: str) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        adapter = WebhookAdapter(producer, topic)
+        server = await asyncio.start_server(adapter.handle, host, port)
+        print(f"webhook adapter on http://{host}:{port} -> {topic} at {bootstrap}", flush=True)
+        async with server:
+            await server.serve_forever()
+    finally:
+        await producer.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8081)
+    parser.add_argument(
+        "--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    )
+    parser.add_argument(
+        "--topic", default=os.environ.get("INBOUND_TOPIC", "inbound.turns")
+    )
+    args = parser.parse_args(argv)
+    try:
+        asyncio.run(serve(args.host, args.port, args.bootstrap, args.topic))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""The delivery worker example: dedupe on ``key``, pacing by ``after_ms``, keys kept on disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from examples.delivery_worker import DeliveredKeys, DeliveryWorker
+
+
+class _Clock:
+    """A monotonic clock moved by the worker's own sleeps, so pacing is checked without time."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(round(seconds, 3))
+        self.now += seconds
+
+
+def _worker(keys: DeliveredKeys | None = None) -> tuple[DeliveryWorker, list[str], _Clock]:
+    sent: list[str] = []
+    clock = _Clock()
+
+    async def deliver(value: dict[str, Any]) -> None:
+        sent.append(value["text"])
+
+    worker = DeliveryWorker(
+        deliver, keys or DeliveredKeys(), sleep=clock.sleep, monotonic=clock.monotonic
+    )
+    return worker, sent, clock
+
+
+def _message(key: str, text: str, *, after_ms: int = 0, input_id: str = "m1") -> dict[str, Any]:
+    return {"session_id": "s1", "key": key, "kind": "verbatim", "text": text,
+            "after_ms": after_ms, "input_id": input_id}
+
+
+async def test_a_republished_key_is_delivered_once() -> None:
+    """The same key arriving twice (a crash republished it) reaches the customer once."""
+    worker, sent, _ = _worker()
+    assert await worker.handle(_message("r1:hello:1", "Hi!")) is True
+    assert await worker.handle(_message("r1:hello:1", "Hi!")) is False
+    assert sent == ["Hi!"]
+
+
+async def test_after_ms_is_the_pause_after_the_previous_message_of_the_turn() -> None:
+    """A 1500 ms ``after_ms`` right after the turn's previous message sleeps 1.5 s first."""
+    worker, sent, clock = _worker()
+    await worker.handle(_message("k1", "Booked."))
+    await worker.handle(_message("k2", "Pay online?", after_ms=1500))
+    assert sent == ["Booked.", "Pay online?"]
+    assert clock.slept == [1.5]
+
+
+async def test_time_already_passed_counts_toward_after_ms() -> None:
+    """When the worker lagged, only what is left of ``after_ms`` is waited."""
+    worker, _, clock = _worker()
+    await worker.handle(_message("k1", "one"))
+    clock.now += 1.0
+    await worker.handle(_message("k2", "two", after_ms=1500))
+    assert clock.slept == [0.5]
+
+
+async def test_a_message_of_a_new_turn_waits_its_whole_after_ms() -> None:
+    """With no earlier message of the same turn, ``after_ms`` is waited in full."""
+    worker, _, clock = _worker()
+    await worker.handle(_message("k1", "one", input_id="m1"))
+    clock.now += 10
+    await worker.handle(_message("k2", "two", after_ms=200, input_id="m2"))
+    assert clock.slept == [0.2]
+
+
+async def test_delivered_keys_survive_a_restart(tmp_path: Path) -> None:
+    """Keys are kept in SQLite, so a restarted worker still drops what it already sent."""
+    path = str(tmp_path / "delivered.sqlite3")
+    first, sent_first, _ = _worker(DeliveredKeys(path))
+    await first.handle(_message("k1", "Hi!"))
+    second, sent_second, _ = _worker(DeliveredKeys(path))
+    assert await second.handle(_message("k1", "Hi!")) is False
+    assert (sent_first, sent_second) == (["Hi!"], [])
+
+
+async def test_a_failed_delivery_is_not_remembered() -> None:
+    """When delivering raises, the key is not stored, so the redelivered record goes out."""
+    keys = DeliveredKeys()
+    calls: list[str] = []
+
+    async def flaky(value: dict[str, Any]) -> None:
+        calls.append(value["key"])
+        if len(calls) == 1:
+            raise ConnectionError("channel down")
+
+    worker = DeliveryWorker(flaky, keys)
+    try:
+        await worker.handle(_message("k1", "Hi!"))
+    except ConnectionError:
+        pass
+    assert await worker.handle(_message("k1", "Hi!")) is True
+    assert calls == ["k1", "k1"]
