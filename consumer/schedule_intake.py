@@ -19,7 +19,6 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -28,35 +27,17 @@ from aiokafka.errors import CommitFailedError, KafkaError
 
 from consumer import metrics
 from consumer.errors import ScheduleRecordError
+from store import TimerEntry
 
-__all__ = [
-    "ScheduleIntake",
-    "ScheduledTimer",
-    "TimerSink",
-    "parse_schedule_record",
-]
+__all__ = ["ScheduleIntake", "TimerSink", "parse_schedule_record"]
 
 log = logging.getLogger("turnflow.scheduler.intake")
-
-
-@dataclass(frozen=True)
-class ScheduledTimer:
-    """One ``outbound.schedule`` entry: fire ``wake=key`` for ``session_id`` at ``at``.
-
-    ``replaces`` names an earlier timer this one supersedes; it is deleted in the same
-    transaction that stores this one.
-    """
-
-    session_id: str
-    key: str
-    at: datetime
-    replaces: str | None = None
 
 
 class TimerSink(Protocol):
     """Where parsed entries go: the store's ``upsert_timers`` (one transaction per call)."""
 
-    async def upsert_timers(self, entries: Sequence[ScheduledTimer]) -> None: ...
+    async def upsert_timers(self, entries: Sequence[TimerEntry]) -> None: ...
 
 
 def _required_text(body: dict[str, Any], name: str) -> str:
@@ -77,8 +58,12 @@ def _parse_at(value: Any) -> datetime:
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
-def parse_schedule_record(value: bytes | None) -> ScheduledTimer:
-    """Parse one record value (``{"session_id","key","at","replaces"}``) or raise why not."""
+def parse_schedule_record(value: bytes | None) -> TimerEntry:
+    """Parse one record value (``{"session_id","key","at","replaces"}``) or raise why not.
+
+    ``replaces`` names an earlier timer the entry supersedes; the store deletes it in the same
+    transaction that sets this one.
+    """
     if value is None:
         raise ScheduleRecordError("record has no value")
     try:
@@ -90,7 +75,7 @@ def parse_schedule_record(value: bytes | None) -> ScheduledTimer:
     replaces = body.get("replaces")
     if replaces is not None and (not isinstance(replaces, str) or not replaces):
         raise ScheduleRecordError("field 'replaces' must be a non-empty string or null")
-    return ScheduledTimer(
+    return TimerEntry(
         session_id=_required_text(body, "session_id"),
         key=_required_text(body, "key"),
         at=_parse_at(body.get("at")),
@@ -154,7 +139,7 @@ class ScheduleIntake:
         )
         if not fetched:
             return 0
-        entries: list[ScheduledTimer] = []
+        entries: list[TimerEntry] = []
         offsets: dict[TopicPartition, int] = {}
         for partition, records in fetched.items():
             for record in records:

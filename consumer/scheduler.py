@@ -35,9 +35,9 @@ from aiokafka import AIOKafkaProducer
 
 from consumer import metrics
 from consumer.schedule_intake import ScheduleIntake, TimerSink
+from store import Timer
 
 __all__ = [
-    "DueTimer",
     "FiringOptions",
     "Scheduler",
     "TimerClaim",
@@ -49,36 +49,25 @@ __all__ = [
 log = logging.getLogger("turnflow.scheduler")
 
 
-class DueTimer(Protocol):
-    """A claimed row: whose timer, which key, when it was due."""
-
-    @property
-    def session_id(self) -> str: ...
-    @property
-    def key(self) -> str: ...
-    @property
-    def at(self) -> datetime: ...
-
-
 class TimerClaim(Protocol):
     """Due rows locked by an open transaction; leaving the context commits or rolls back."""
 
     @property
-    def timers(self) -> Sequence[DueTimer]: ...
+    def timers(self) -> Sequence[Timer]: ...
     @property
     def db_now(self) -> datetime: ...
-    async def delete(self) -> None: ...
+    async def delete(self) -> int: ...
 
 
 class TimerStore(TimerSink, Protocol):
-    """What the scheduler needs of ``store``: intake's upsert, claim, next due, pending count."""
+    """What the scheduler needs of ``store.Store``: upsert, claim, next due, pending count."""
 
-    def claim_due_timers(self, limit: int) -> AbstractAsyncContextManager[TimerClaim]: ...
+    def claim_due(self, limit: int) -> AbstractAsyncContextManager[TimerClaim]: ...
     async def next_due_in(self) -> float | None: ...
     async def timers_pending(self) -> int: ...
 
 
-def wake_record(timer: DueTimer) -> tuple[bytes, bytes]:
+def wake_record(timer: Timer) -> tuple[bytes, bytes]:
     """The ``inbound.turns`` key and value that wake ``timer``'s session."""
     value = json.dumps({"session_id": timer.session_id, "wake": timer.key}, separators=(",", ":"))
     return timer.session_id.encode(), value.encode()
@@ -145,7 +134,7 @@ class TimerFiring:
 
     async def fire_batch(self) -> int:
         """Claim up to ``batch_size`` due rows, produce their wakes, delete them; return count."""
-        async with self._store.claim_due_timers(self._options.batch_size) as claim:
+        async with self._store.claim_due(self._options.batch_size) as claim:
             timers = list(claim.timers)
             if not timers:
                 return 0

@@ -15,8 +15,9 @@ from aiokafka import TopicPartition
 
 from consumer import metrics
 from consumer.errors import ScheduleRecordError
-from consumer.schedule_intake import ScheduledTimer, ScheduleIntake, parse_schedule_record
+from consumer.schedule_intake import ScheduleIntake, parse_schedule_record
 from consumer.scheduler import FiringOptions, TimerFiring, wake_record
+from store import Timer, TimerEntry
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
@@ -26,12 +27,13 @@ T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
 @dataclass
 class FakeClaim:
-    timers: list[ScheduledTimer]
+    timers: list[Timer]
     db_now: datetime
     deleted: bool = False
 
-    async def delete(self) -> None:
+    async def delete(self) -> int:
         self.deleted = True
+        return len(self.timers)
 
 
 @dataclass
@@ -39,12 +41,12 @@ class FakeTimerStore:
     """Timers in a dict; ``now`` plays the database clock; claims lock rows until they end."""
 
     now: datetime = T0
-    rows: dict[str, ScheduledTimer] = field(default_factory=dict)
+    rows: dict[str, TimerEntry] = field(default_factory=dict)
     locked: set[str] = field(default_factory=set)
     events: list[str] = field(default_factory=list)
     fail_upsert: bool = False
 
-    async def upsert_timers(self, entries: Sequence[ScheduledTimer]) -> None:
+    async def upsert_timers(self, entries: Sequence[TimerEntry]) -> None:
         if self.fail_upsert:
             raise ConnectionError("database down")
         for entry in entries:
@@ -54,12 +56,15 @@ class FakeTimerStore:
         self.events.append(f"upsert {[e.key for e in entries]}")
 
     @asynccontextmanager
-    async def claim_due_timers(self, limit: int) -> AsyncIterator[FakeClaim]:
+    async def claim_due(self, limit: int) -> AsyncIterator[FakeClaim]:
         due = sorted(
             (t for t in self.rows.values() if t.at <= self.now and t.key not in self.locked),
             key=lambda t: t.at,
         )[:limit]
-        claim = FakeClaim(timers=due, db_now=self.now)
+        claim = FakeClaim(
+            timers=[Timer(key=t.key, session_id=t.session_id, at=t.at) for t in due],
+            db_now=self.now,
+        )
         self.locked.update(t.key for t in due)
         try:
             yield claim
@@ -128,6 +133,12 @@ class FakeConsumer:
         self.seeks.append((partition, offset))
 
 
+def timer(
+    session_id: str, key: str, at: datetime, replaces: str | None = None
+) -> TimerEntry:
+    return TimerEntry(key=key, session_id=session_id, at=at, replaces=replaces)
+
+
 def entry(
     key: str, *, session: str = "s1", at: datetime = T0, replaces: str | None = None
 ) -> bytes:
@@ -138,7 +149,7 @@ def entry(
 
 def make_intake(consumer: FakeConsumer, store: FakeTimerStore, pokes: list[int]) -> ScheduleIntake:
     return ScheduleIntake(
-        consumer=consumer,  # type: ignore[arg-type]  # a double with the methods intake uses
+        consumer=consumer,
         topic="outbound.schedule",
         sink=store,
         on_stored=lambda: pokes.append(1),
@@ -148,7 +159,7 @@ def make_intake(consumer: FakeConsumer, store: FakeTimerStore, pokes: list[int])
 def make_firing(store: FakeTimerStore, producer: FakeProducer, **options: Any) -> TimerFiring:
     return TimerFiring(
         store=store,
-        producer=producer,  # type: ignore[arg-type]  # a double with the one method used
+        producer=producer,
         topic="inbound.turns",
         options=FiringOptions(**options),
     )
@@ -171,24 +182,24 @@ P1 = TopicPartition("outbound.schedule", 1)
 
 
 def test_parse_reads_an_entry_with_aware_utc_time() -> None:
-    """A record value becomes a ScheduledTimer whose time is aware UTC, whatever offset it had."""
+    """A record value becomes a TimerEntry whose time is aware UTC, whatever offset it had."""
     value = b'{"session_id":"s1","key":"k1","at":"2026-01-05T10:00:00+01:00","replaces":"k0"}'
-    timer = parse_schedule_record(value)
-    assert timer == ScheduledTimer(session_id="s1", key="k1", at=T0, replaces="k0")
-    assert timer.at.tzinfo is UTC
+    parsed = parse_schedule_record(value)
+    assert parsed == TimerEntry(session_id="s1", key="k1", at=T0, replaces="k0")
+    assert parsed.at.tzinfo is UTC
 
 
 def test_parse_accepts_z_suffix_and_missing_replaces() -> None:
     """`Z` times parse, and an entry without `replaces` replaces nothing."""
-    timer = parse_schedule_record(b'{"session_id":"s1","key":"k1","at":"2026-01-05T09:00:00Z"}')
-    assert timer.at == T0
-    assert timer.replaces is None
+    parsed = parse_schedule_record(b'{"session_id":"s1","key":"k1","at":"2026-01-05T09:00:00Z"}')
+    assert parsed.at == T0
+    assert parsed.replaces is None
 
 
 def test_parse_treats_naive_time_as_utc() -> None:
     """A time without an offset is taken as UTC, the only zone the engine writes."""
-    timer = parse_schedule_record(b'{"session_id":"s1","key":"k1","at":"2026-01-05T09:00:00"}')
-    assert timer.at == T0
+    parsed = parse_schedule_record(b'{"session_id":"s1","key":"k1","at":"2026-01-05T09:00:00"}')
+    assert parsed.at == T0
 
 
 @pytest.mark.parametrize(
@@ -298,7 +309,7 @@ async def test_intake_counts_upserts_and_replacements() -> None:
 
 def test_wake_record_is_keyed_by_session_and_carries_the_key() -> None:
     """A wake is `{"session_id", "wake": key}` keyed by the session id."""
-    key, value = wake_record(ScheduledTimer(session_id="s9", key="run1:w:1", at=T0))
+    key, value = wake_record(Timer(session_id="s9", key="run1:w:1", at=T0))
     assert key == b"s9"
     assert json.loads(value) == {"session_id": "s9", "wake": "run1:w:1"}
 
@@ -308,8 +319,8 @@ async def test_fire_batch_sends_only_due_timers_then_deletes_them() -> None:
     events: list[str] = []
     store = FakeTimerStore(events=events)
     await store.upsert_timers([
-        ScheduledTimer("s1", "due", T0 - timedelta(seconds=2)),
-        ScheduledTimer("s2", "later", T0 + timedelta(seconds=30)),
+        timer("s1", "due", T0 - timedelta(seconds=2)),
+        timer("s2", "later", T0 + timedelta(seconds=30)),
     ])
     producer = FakeProducer(events=events)
     assert await make_firing(store, producer).fire_batch() == 1
@@ -322,7 +333,7 @@ async def test_failed_ack_deletes_nothing() -> None:
     """When any wake of a batch is not acknowledged, no row of the batch is deleted."""
     store = FakeTimerStore()
     await store.upsert_timers([
-        ScheduledTimer("s1", "a", T0), ScheduledTimer("s2", "b", T0),
+        timer("s1", "a", T0), timer("s2", "b", T0),
     ])
     producer = FakeProducer(fail_for={"s2"})
     with pytest.raises(ConnectionError):
@@ -335,8 +346,8 @@ async def test_step_fires_in_batches_until_nothing_is_due() -> None:
     """One step drains every due row in batches of `batch_size` and reports the next sleep."""
     store = FakeTimerStore()
     await store.upsert_timers(
-        [ScheduledTimer(f"s{i}", f"k{i}", T0 - timedelta(seconds=i)) for i in range(7)]
-        + [ScheduledTimer("s", "next", T0 + timedelta(seconds=2))]
+        [timer(f"s{i}", f"k{i}", T0 - timedelta(seconds=i)) for i in range(7)]
+        + [timer("s", "next", T0 + timedelta(seconds=2))]
     )
     producer = FakeProducer()
     sleep_for = await make_firing(store, producer, batch_size=3, max_idle=10).step()
@@ -350,7 +361,7 @@ async def test_step_caps_sleep_at_max_idle() -> None:
     store = FakeTimerStore()
     firing = make_firing(store, FakeProducer(), max_idle=4)
     assert await firing.step() == 4
-    await store.upsert_timers([ScheduledTimer("s", "far", T0 + timedelta(hours=1))])
+    await store.upsert_timers([timer("s", "far", T0 + timedelta(hours=1))])
     assert await firing.step() == 4
 
 
@@ -369,8 +380,8 @@ async def test_step_publishes_metrics() -> None:
     """Firing counts wakes, observes fire delays, and sets the pending gauge."""
     store = FakeTimerStore()
     await store.upsert_timers([
-        ScheduledTimer("s1", "a", T0 - timedelta(seconds=3)),
-        ScheduledTimer("s2", "b", T0 + timedelta(seconds=60)),
+        timer("s1", "a", T0 - timedelta(seconds=3)),
+        timer("s2", "b", T0 + timedelta(seconds=60)),
     ])
     wakes = metrics.WAKES_EMITTED._value.get()
     delays_over_2s = _histogram_count_above(2.0)
@@ -399,7 +410,7 @@ async def test_poke_cuts_the_sleep_short() -> None:
     loop = asyncio.create_task(firing.run(stop))
     try:
         await eventually(lambda: firing.healthy)
-        await store.upsert_timers([ScheduledTimer("s1", "now", T0)])
+        await store.upsert_timers([timer("s1", "now", T0)])
         firing.poke()
         await eventually(lambda: bool(producer.sent))
         assert json.loads(producer.sent[0][2]) == {"session_id": "s1", "wake": "now"}
@@ -412,7 +423,7 @@ async def test_poke_cuts_the_sleep_short() -> None:
 async def test_run_survives_a_failing_round_and_retries() -> None:
     """A round that fails marks the loop unhealthy, and the next round fires what is due."""
     store = FakeTimerStore()
-    await store.upsert_timers([ScheduledTimer("s1", "a", T0)])
+    await store.upsert_timers([timer("s1", "a", T0)])
     producer = FakeProducer(fail_for={"s1"})
     firing = make_firing(store, producer, retry_delay=0.01)
     stop = asyncio.Event()
