@@ -1,0 +1,247 @@
+"""``AnthropicProvider``: the Anthropic Messages API.
+
+Structured output goes through a forced tool: the envelope schema is offered as one extra tool,
+``<schema_name>_envelope``, and ``tool_choice`` makes the model call it (``{"type": "tool"}``
+when it is the only tool, ``{"type": "any"}`` when real tools are offered too, so the model may
+call those first). That tool's input becomes ``ModelResponse.json``; calls of the real tools
+become ``ToolCall`` values. The system prompt is the top-level ``system`` field.
+
+The Messages API wants user and assistant turns, a user turn first and last, and no empty text
+blocks: consecutive entries of one role are merged into one turn, tool results ride in a user
+turn, and a conversation that would open or end on the assistant gets a short user placeholder.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+
+from engine.clock import Clock
+from engine.providers.base import (
+    ChatMessage,
+    ModelRequest,
+    ModelResponse,
+    ProviderHooks,
+    ToolCall,
+    Usage,
+)
+from engine.providers.http import (
+    JsonApi,
+    checked_api_key,
+    decode_json_object,
+    malformed,
+    observed,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+DEFAULT_MODEL = "claude-3-5-haiku-latest"
+API_VERSION = "2023-06-01"
+API_KEY_ENV = "ANTHROPIC_API_KEY"
+PROVIDER_NAME = "anthropic"
+NO_NEW_MESSAGE = "(no new message)"
+"""Stands in for a user turn the API requires where the conversation has none."""
+
+
+def envelope_tool_name(request: ModelRequest) -> str:
+    return f"{request.schema_name}_envelope"
+
+
+def _blocks(message: ChatMessage) -> list[dict[str, Any]]:
+    if message.role == "tool":
+        return [{"type": "tool_result", "tool_use_id": message.tool_call_id or "",
+                 "content": message.text or NO_NEW_MESSAGE}]
+    blocks: list[dict[str, Any]] = []
+    if message.text:
+        blocks.append({"type": "text", "text": message.text})
+    if message.role == "assistant":
+        blocks.extend(
+            {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+            for call in message.tool_calls
+        )
+    return blocks
+
+
+def _turns(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "system":
+            continue  # folded into the top-level system prompt
+        role = "assistant" if message.role == "assistant" else "user"
+        blocks = _blocks(message)
+        if not blocks:
+            continue
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    placeholder = {"type": "text", "text": NO_NEW_MESSAGE}
+    if not turns or turns[0]["role"] != "user":
+        turns.insert(0, {"role": "user", "content": [dict(placeholder)]})
+    if turns[-1]["role"] != "user":
+        turns.append({"role": "user", "content": [dict(placeholder)]})
+    return turns
+
+
+def messages_body(request: ModelRequest, *, model: str, max_tokens: int) -> dict[str, Any]:
+    """The JSON body of ``POST /v1/messages`` for one request."""
+    system_parts = [request.system] if request.system else []
+    system_parts += [m.text for m in request.messages if m.role == "system" and m.text]
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "messages": _turns(request.messages),
+    }
+    if system_parts:
+        body["system"] = "\n\n".join(system_parts)
+    tools = [
+        {"name": tool.name, "description": tool.description, "input_schema": tool.parameters}
+        for tool in request.tools
+    ]
+    if request.json_schema:
+        tools.append({
+            "name": envelope_tool_name(request),
+            "description": "Give your whole answer by calling this tool with every property set.",
+            "input_schema": request.json_schema,
+        })
+        if request.tools:
+            body["tool_choice"] = {"type": "any"}
+        else:
+            body["tool_choice"] = {"type": "tool", "name": envelope_tool_name(request)}
+    if tools:
+        body["tools"] = tools
+    return body
+
+
+def _usage(raw: Any) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    given, taken = raw.get("input_tokens"), raw.get("output_tokens")
+    return Usage(
+        input_tokens=given if isinstance(given, int) else None,
+        output_tokens=taken if isinstance(taken, int) else None,
+    )
+
+
+def parse_message(body: Mapping[str, Any], *, envelope_tool: str | None) -> ModelResponse:
+    """A ``ModelResponse`` from a Messages API body; ``ProviderError`` when it has no content.
+
+    ``envelope_tool`` names the forced tool whose input is the JSON envelope (None when the
+    request asked for none); a JSON object written as plain text is accepted as well.
+    """
+    content = body.get("content")
+    if not isinstance(content, list):
+        raise malformed(PROVIDER_NAME, "no content list in the body")
+    texts: list[str] = []
+    envelope: dict[str, Any] | None = None
+    calls: list[ToolCall] = []
+    for index, block in enumerate(content):
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif kind == "tool_use" and isinstance(block.get("name"), str):
+            arguments = block.get("input")
+            if not isinstance(arguments, dict):
+                log.warning("tool_use %r: input is not a JSON object; passing {}", block["name"])
+                arguments = {}
+            if envelope_tool is not None and block["name"] == envelope_tool:
+                envelope = arguments
+            else:
+                call_id = block.get("id") if isinstance(block.get("id"), str) else f"toolu_{index}"
+                calls.append(ToolCall(id=call_id, name=block["name"], arguments=arguments))
+    text = "".join(texts)
+    if envelope is None and envelope_tool is not None and text:
+        envelope = decode_json_object(text)
+    usage = _usage(body.get("usage"))
+    return ModelResponse(text=text, json=envelope, tool_calls=calls, usage=usage)
+
+
+class AnthropicProvider:
+    """An Anthropic Messages API provider.
+
+    The key comes from ``api_key`` or, when that is None, ``ANTHROPIC_API_KEY``. ``repr`` shows
+    the model and URL, never the key.
+    """
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        *,
+        model: str = DEFAULT_MODEL,
+        base_url: str = DEFAULT_BASE_URL,
+        timeout: float = 60.0,
+        max_tokens: int = 1024,
+        hooks: ProviderHooks | None = None,
+        clock: Clock | None = None,
+        client: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timer: Callable[[], float] = time.perf_counter,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        environ = os.environ if env is None else env
+        if api_key is None:
+            api_key = environ.get(API_KEY_ENV, "")
+        self._key = checked_api_key(api_key)
+        api_key = self._key.reveal()
+        self.model = model
+        self.max_tokens = max_tokens
+        self.hooks = hooks or ProviderHooks()
+        self._timer = timer
+        headers = {"anthropic-version": API_VERSION}
+        if api_key:
+            headers["x-api-key"] = api_key
+        self._api = JsonApi(
+            provider=PROVIDER_NAME,
+            base_url=base_url,
+            headers=headers,
+            secrets=(self._key,),
+            timeout=timeout,
+            clock=clock,
+            client=client,
+            transport=transport,
+        )
+
+    @property
+    def base_url(self) -> str:
+        return self._api.base_url
+
+    @property
+    def description(self) -> str:
+        """One line naming the provider, model and server; safe to log."""
+        auth = "with an API key" if self._key else "without an API key"
+        return f"Anthropic model {self.model} at {self.base_url} ({auth})"
+
+    def __repr__(self) -> str:
+        return f"AnthropicProvider(model={self.model!r}, base_url={self.base_url!r})"
+
+    async def aclose(self) -> None:
+        await self._api.aclose()
+
+    async def __aenter__(self) -> AnthropicProvider:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        async def call() -> ModelResponse:
+            body = messages_body(request, model=self.model, max_tokens=self.max_tokens)
+            reply = await self._api.post("v1/messages", body)
+            envelope = envelope_tool_name(request) if request.json_schema else None
+            return parse_message(reply, envelope_tool=envelope)
+
+        return await observed(
+            self.hooks, provider=PROVIDER_NAME, schema_name=request.schema_name, call=call,
+            timer=self._timer,
+        )
+
+
+__all__ = ["AnthropicProvider", "messages_body", "parse_message"]

@@ -1,0 +1,295 @@
+"""What the HTTP providers share: one JSON POST, its failures classified, each call timed.
+
+Every failure of a call leaves as ``ProviderError``:
+
+    retryable   408, 409, 425, 429 and every 5xx; timeouts; connection and other network
+                errors; a 2xx whose body is not the JSON object the API documents
+    fatal       401, 403 and every other 4xx (a prompt past the context window is a 400);
+                a request that cannot be sent at all (bad URL, an illegal header value)
+
+``Retry-After`` (seconds or an HTTP-date) and ``retry-after-ms`` become ``retry_after`` seconds.
+
+The API key travels only in a request header. It is held in a ``Secret`` whose ``repr`` is
+masked, every message built from a response or a library exception is scrubbed of it, and
+exceptions are raised ``from None`` so no traceback chains back to a request that carried it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+
+from engine.clock import Clock, SystemClock
+from engine.errors import ProviderError, ProviderErrorKind
+from engine.providers.base import CallRecord, ModelResponse, ProviderHooks
+
+RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
+"""4xx statuses that mean "not now" rather than "never"; every 5xx is retryable too."""
+
+_DETAIL_LIMIT = 300
+_CONTEXT_HINTS = ("context_length", "context length", "context window", "prompt is too long",
+                  "maximum context", "too many tokens")
+
+
+class Secret:
+    """A string that never shows itself in ``repr``/``str``; ``reveal()`` is the only way in."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+
+def checked_api_key(value: str) -> Secret:
+    """The key as a ``Secret``, surrounding whitespace dropped (keys read from files end in a
+    newline); ``ValueError`` without the key in it when it cannot travel in an HTTP header."""
+    value = value.strip()
+    if any(not (32 < ord(ch) < 127) for ch in value):
+        raise ValueError("the API key holds characters that cannot be sent in an HTTP header")
+    return Secret(value)
+
+
+def redact(text: str, secrets: tuple[Secret, ...]) -> str:
+    """``text`` with every secret value replaced by ``***``."""
+    for secret in secrets:
+        value = secret.reveal()
+        if value:
+            text = text.replace(value, "***")
+    return text
+
+
+def parse_retry_after(headers: Mapping[str, str], now: datetime) -> float | None:
+    """Seconds to wait according to the response headers, or None when they give no hint.
+
+    ``retry-after-ms`` (sent by OpenAI) wins over ``Retry-After``, which is either a number of
+    seconds or an HTTP-date; a date in the past means "now" (0).
+    """
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            value = float(millis) / 1000
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value) and value >= 0:
+            return value
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    raw = raw.strip()
+    try:
+        seconds = float(raw)
+    except ValueError:
+        pass
+    else:
+        return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    try:
+        when = parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # an HTTP-date is always GMT
+        return None
+    return max(0.0, (when - now).total_seconds())
+
+
+def status_kind(status: int) -> ProviderErrorKind:
+    """The kind of a non-2xx status: see the module docstring."""
+    if status in RETRYABLE_STATUSES or status >= 500:
+        return "retryable"
+    return "fatal"
+
+
+def _api_detail(response: httpx.Response) -> str:
+    """The API's own error message when the body has one, else the start of the body."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip()
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict):
+            parts = [str(error[key]) for key in ("type", "code", "message") if error.get(key)]
+            if parts:
+                return ": ".join(parts)
+        if isinstance(error, str):
+            return error
+        if isinstance(body.get("message"), str):
+            return str(body["message"])
+    return response.text.strip()
+
+
+def error_for_status(
+    response: httpx.Response, *, provider: str, now: datetime, secrets: tuple[Secret, ...]
+) -> ProviderError:
+    """The ``ProviderError`` a non-2xx response stands for."""
+    status = response.status_code
+    kind = status_kind(status)
+    detail = redact(_api_detail(response), secrets)[:_DETAIL_LIMIT]
+    if status in (400, 413) and any(hint in detail.lower() for hint in _CONTEXT_HINTS):
+        detail = f"context length exceeded: {detail}"
+    retry_after = parse_retry_after(response.headers, now) if kind == "retryable" else None
+    message = f"{provider}: HTTP {status}" + (f": {detail}" if detail else "")
+    return ProviderError(message, kind=kind, status=status, retry_after=retry_after)
+
+
+def _transport_kind(exc: httpx.HTTPError) -> ProviderErrorKind:
+    # A request that could not even be written (illegal header, unknown scheme, bad URL) fails
+    # the same way every time; anything that happened on the wire may pass.
+    if isinstance(exc, httpx.LocalProtocolError | httpx.UnsupportedProtocol):
+        return "fatal"
+    return "retryable"
+
+
+class JsonApi:
+    """POSTs JSON to one API and returns the decoded JSON object, or raises ``ProviderError``.
+
+    Owns its ``httpx.AsyncClient`` (created on first use, closed by ``aclose``) unless one is
+    passed in, in which case the caller closes it. ``timeout`` bounds the whole call, not only
+    each read, so a server that trickles bytes still times out.
+    """
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        base_url: str,
+        headers: Mapping[str, str],
+        secrets: tuple[Secret, ...],
+        timeout: float,
+        clock: Clock | None = None,
+        client: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.provider = provider
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._headers = dict(headers)
+        self._secrets = secrets
+        self._clock: Clock = clock or SystemClock()
+        self._client = client
+        self._owns_client = client is None
+        self._transport = transport
+
+    def __repr__(self) -> str:
+        return f"JsonApi(provider={self.provider!r}, base_url={self.base_url!r})"
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout), transport=self._transport
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None and self._owns_client:
+            await self._client.aclose()
+            self._client = None
+
+    async def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        url = f"{self.base_url}/{path.lstrip('/')}"
+        try:
+            async with asyncio.timeout(self.timeout):
+                response = await self._http().post(url, json=body, headers=self._headers)
+        except TimeoutError:
+            raise ProviderError(
+                f"{self.provider}: no answer within {self.timeout:g}s", kind="retryable"
+            ) from None
+        except httpx.TimeoutException as exc:
+            raise ProviderError(
+                f"{self.provider}: timed out after {self.timeout:g}s ({type(exc).__name__})",
+                kind="retryable",
+            ) from None
+        except httpx.HTTPError as exc:
+            detail = redact(str(exc), self._secrets)[:_DETAIL_LIMIT]
+            raise ProviderError(
+                f"{self.provider}: {type(exc).__name__}: {detail}", kind=_transport_kind(exc)
+            ) from None
+        if not response.is_success:
+            raise error_for_status(
+                response, provider=self.provider, now=self._clock.now(), secrets=self._secrets
+            )
+        try:
+            decoded = response.json()
+        except (ValueError, UnicodeDecodeError):
+            decoded = None
+        if not isinstance(decoded, dict):
+            raise malformed(self.provider, f"HTTP {response.status_code} body is not a JSON object",
+                            status=response.status_code)
+        return decoded
+
+
+def malformed(provider: str, why: str, *, status: int | None = None) -> ProviderError:
+    """A 2xx whose body is not what the API documents: retryable, the next answer may be fine."""
+    return ProviderError(f"{provider}: malformed response: {why}", kind="retryable", status=status)
+
+
+def decode_json_object(text: str) -> dict[str, Any] | None:
+    """The JSON object in a model's text, tolerating a Markdown code fence; None when absent."""
+    text = text.strip()
+    if text.startswith("```"):
+        text = text.removeprefix("```json").removeprefix("```JSON").removeprefix("```")
+        text = text.removesuffix("```").strip()
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+async def observed(
+    hooks: ProviderHooks,
+    *,
+    provider: str,
+    schema_name: str,
+    call: Callable[[], Awaitable[ModelResponse]],
+    timer: Callable[[], float] = time.perf_counter,
+) -> ModelResponse:
+    """Run ``call`` and report one ``CallRecord`` to the hooks, whatever the outcome."""
+    started = timer()
+    try:
+        response = await call()
+    except ProviderError as exc:
+        hooks.emit(CallRecord(provider=provider, schema_name=schema_name,
+                              duration_s=timer() - started, ok=False, error_kind=exc.kind))
+        raise
+    except Exception:
+        # The engine treats any other failure as retryable; report it the same way.
+        hooks.emit(CallRecord(provider=provider, schema_name=schema_name,
+                              duration_s=timer() - started, ok=False, error_kind="retryable"))
+        raise
+    hooks.emit(CallRecord(provider=provider, schema_name=schema_name,
+                          duration_s=timer() - started, ok=True, usage=response.usage))
+    return response
+
+
+__all__ = [
+    "RETRYABLE_STATUSES",
+    "JsonApi",
+    "Secret",
+    "checked_api_key",
+    "decode_json_object",
+    "error_for_status",
+    "malformed",
+    "observed",
+    "parse_retry_after",
+    "redact",
+    "status_kind",
+]
