@@ -25,13 +25,13 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from consumer import metrics
 from consumer.schedule_intake import ScheduleIntake, TimerSink
@@ -43,6 +43,7 @@ __all__ = [
     "TimerClaim",
     "TimerFiring",
     "TimerStore",
+    "build_scheduler",
     "wake_record",
 ]
 
@@ -152,7 +153,7 @@ class TimerFiring:
         for late in lateness:
             metrics.TIMER_FIRE_DELAY.observe(max(late, 0.0) + spent)
         metrics.WAKES_EMITTED.inc(len(timers))
-        log.info("fired timers", extra={"count": len(timers)})
+        log.info("fired timers", extra={"rows": len(timers)})
         return len(timers)
 
     async def _sleep(self, stop: asyncio.Event, seconds: float) -> None:
@@ -200,3 +201,37 @@ class Scheduler:
                 await self.intake.stop()
         finally:
             await self._producer.stop()
+
+
+def build_scheduler(
+    store: TimerStore,
+    *,
+    bootstrap_servers: str,
+    schedule_topic: str,
+    inbound_topic: str,
+    group_id: str,
+    client_options: Mapping[str, Any] | None = None,
+    options: FiringOptions | None = None,
+) -> Scheduler:
+    """Wire intake and firing to Kafka clients; ``group_id`` is the schedule topic's group.
+
+    Replicas share ``group_id``, so each schedule entry is stored by one of them; firing needs
+    no group, since row locks keep replicas apart.
+    """
+    kafka = dict(client_options or {})
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap_servers, acks="all", client_id="turnflow-scheduler", **kafka
+    )
+    firing = TimerFiring(store=store, producer=producer, topic=inbound_topic, options=options)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        group_id=group_id,
+        client_id="turnflow-scheduler",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **kafka,
+    )
+    intake = ScheduleIntake(
+        consumer=consumer, topic=schedule_topic, sink=store, on_stored=firing.poke
+    )
+    return Scheduler(intake=intake, firing=firing, producer=producer)
