@@ -1,0 +1,281 @@
+"""``Agent``: validated, immutable configuration; ``Agent.turn`` runs the eight phases.
+
+One agent serves every session. It holds no session, context or history of its own: those
+arrive with each ``turn()``. Every name a flow uses is checked here, so a bad name raises
+``FlowConfigurationError`` when the agent is built, never on the turn that first reaches it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.clock import Clock, SystemClock
+from engine.conditions import check
+from engine.config import (
+    Action,
+    BusinessHours,
+    CompactionConfig,
+    DoStep,
+    EventTrigger,
+    EventWait,
+    FieldSpec,
+    Flow,
+    FlowMove,
+    IdleSpeaker,
+    IfStep,
+    Instruction,
+    MentionTrigger,
+    MessageTrigger,
+    Move,
+    SayStep,
+    SilenceTrigger,
+    StepMove,
+    TalkStep,
+    Tool,
+    WaitStep,
+    parse_model,
+)
+from engine.errors import FlowConfigurationError
+from engine.phases import advance, decide, finish, ingest, load, settle, speak, understand
+from engine.providers.base import Provider
+from engine.request import TurnRequest, TurnResult
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """The validated configuration the phases read."""
+
+    name: str
+    persona: str | None
+    goal: str | None
+    knowledge: tuple[str, ...]
+    provider: Provider | None
+    clock: Clock
+    fields: Mapping[str, FieldSpec]
+    flows: tuple[Flow, ...]
+    flow_map: Mapping[str, Flow]
+    actions: Mapping[str, Action]
+    events: Mapping[str, Any]
+    conditions: Mapping[str, Callable[..., Any]]
+    tools: Mapping[str, Tool]
+    instructions: tuple[Instruction, ...]
+    idle: IdleSpeaker | None
+    idle_silent: bool
+    compaction: CompactionConfig | None
+    max_tool_loops: int
+    business_hours: BusinessHours | None
+    catch_alls: tuple[str, ...] = field(default=())
+
+
+def _fail(message: str, flow: Flow | None = None, step_id: str | None = None) -> None:
+    raise FlowConfigurationError(message, flow_id=flow.id if flow else None, step_id=step_id)
+
+
+class Agent:
+    """Immutable agent configuration; ``await agent.turn(request)`` runs one turn."""
+
+    __slots__ = ("_config",)
+    _config: AgentConfig
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        persona: str | None = None,
+        goal: str | None = None,
+        knowledge: str | list[str] | None = None,
+        provider: Provider | None = None,
+        clock: Clock | None = None,
+        fields: Mapping[str, FieldSpec | dict[str, Any]] | None = None,
+        flows: list[Flow | dict[str, Any]] | None = None,
+        actions: Mapping[str, Action | Callable[..., Any]] | None = None,
+        events: Mapping[str, Any] | None = None,
+        conditions: Mapping[str, Callable[..., Any]] | None = None,
+        tools: Mapping[str, Tool | dict[str, Any]] | None = None,
+        instructions: list[Instruction | dict[str, Any]] | None = None,
+        idle: str | IdleSpeaker | dict[str, Any] | None = None,
+        compaction: CompactionConfig | dict[str, Any] | None = None,
+        max_tool_loops: int = 5,
+        business_hours: BusinessHours | dict[str, Any] | None = None,
+    ) -> None:
+        field_specs = {k: parse_model(FieldSpec, v) for k, v in (fields or {}).items()}
+        parsed_flows = tuple(parse_model(Flow, f) for f in (flows or []))
+        action_map = {
+            k: v if isinstance(v, Action) else Action(handler=v) for k, v in (actions or {}).items()
+        }
+        tool_map = {k: parse_model(Tool, v) for k, v in (tools or {}).items()}
+        idle_silent = idle == "silent"
+        idle_speaker: IdleSpeaker | None = None
+        if isinstance(idle, str) and not idle_silent:
+            idle_speaker = IdleSpeaker(prompt=idle)
+        elif isinstance(idle, IdleSpeaker | dict):
+            idle_speaker = parse_model(IdleSpeaker, idle)
+        if max_tool_loops < 0:
+            _fail("max_tool_loops must be >= 0")
+        if isinstance(knowledge, str):
+            knowledge_items: tuple[str, ...] = (knowledge,)
+        else:
+            knowledge_items = tuple(knowledge or ())
+        flow_map: dict[str, Flow] = {}
+        for flow in parsed_flows:
+            if flow.id in flow_map:
+                _fail("duplicate flow id", flow)
+            flow_map[flow.id] = flow
+        config = AgentConfig(
+            name=name,
+            persona=persona,
+            goal=goal,
+            knowledge=knowledge_items,
+            provider=provider,
+            clock=clock or SystemClock(),
+            fields=field_specs,
+            flows=parsed_flows,
+            flow_map=flow_map,
+            actions=action_map,
+            events=dict(events or {}),
+            conditions=dict(conditions or {}),
+            tools=tool_map,
+            instructions=tuple(parse_model(Instruction, i) for i in (instructions or [])),
+            idle=idle_speaker,
+            idle_silent=idle_silent,
+            compaction=parse_model(CompactionConfig, compaction) if compaction else None,
+            max_tool_loops=max_tool_loops,
+            business_hours=parse_model(BusinessHours, business_hours) if business_hours else None,
+            catch_alls=tuple(
+                f.id
+                for f in parsed_flows
+                if any(isinstance(t, MessageTrigger) and not t.message for t in f.on)
+            ),
+        )
+        _validate(config)
+        object.__setattr__(self, "_config", config)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Agent is immutable")
+
+    @property
+    def config(self) -> AgentConfig:
+        return self._config
+
+    @property
+    def name(self) -> str:
+        return self._config.name
+
+    @property
+    def flows(self) -> tuple[Flow, ...]:
+        return self._config.flows
+
+    @property
+    def fields(self) -> Mapping[str, FieldSpec]:
+        return self._config.fields
+
+    async def turn(self, request: TurnRequest | dict[str, Any]) -> TurnResult:
+        """One turn: the eight phases of seed 000, in order."""
+        state = await load.run(self._config, TurnRequest.parse(request))  # 1 Load
+        ingest.run(state)  # 2 Ingest
+        await understand.run(state)  # 3 Understand
+        decide.run(state)  # 4 Decide
+        await advance.run(state)  # 5 Run
+        await speak.run(state)  # 6 Speak
+        await settle.run(state)  # 7 Settle
+        return finish.run(state)  # 8 Return
+
+
+# --- construction checks -----------------------------------------------------------------------
+
+
+def _validate(config: AgentConfig) -> None:
+    for name, spec in config.fields.items():
+        if spec.enum is not None and not spec.enum:
+            _fail(f"field {name!r} has an empty enum")
+    for instruction in config.instructions:
+        _check_condition(config, instruction.if_, None, None)
+    if config.idle:
+        for tool in config.idle.tools:
+            if tool not in config.tools:
+                _fail(f"idle speaker names unknown tool {tool!r}")
+    for flow in config.flows:
+        _validate_flow(config, flow)
+
+
+def _check_condition(
+    config: AgentConfig, cond: Any, flow: Flow | None, step_id: str | None
+) -> None:
+    problem = check(cond, config.conditions, config.fields)
+    if problem:
+        _fail(problem, flow, step_id)
+
+
+def _check_fields(config: AgentConfig, names: list[str], flow: Flow, step_id: str | None) -> None:
+    for name in names:
+        if name not in config.fields:
+            _fail(f"unknown field {name!r}", flow, step_id)
+
+
+def _check_move(config: AgentConfig, move: Move | None, flow: Flow, step_id: str) -> None:
+    if move is None or move == "end":
+        return
+    if isinstance(move, str):
+        if flow.step(move) is None:
+            _fail(f"move names unknown step {move!r}", flow, step_id)
+    elif isinstance(move, StepMove):
+        if flow.step(move.step) is None:
+            _fail(f"move names unknown step {move.step!r}", flow, step_id)
+        _check_fields(config, move.clear, flow, step_id)
+    elif isinstance(move, FlowMove) and move.flow not in config.flow_map:
+        _fail(f"move names unknown flow {move.flow!r}", flow, step_id)
+
+
+def _validate_flow(config: AgentConfig, flow: Flow) -> None:
+    seen: set[str] = set()
+    for step in flow.steps:
+        if step.id in seen:
+            _fail("duplicate step id", flow, step.id)
+        if step.id in ("end",):
+            _fail("'end' is reserved and cannot be a step id", flow, step.id)
+        seen.add(step.id)
+    _check_condition(config, flow.when, flow, None)
+    _check_fields(config, flow.clear_on_start, flow, None)
+    for instruction in flow.instructions:
+        _check_condition(config, instruction.if_, flow, None)
+    for trigger in flow.on:
+        _check_condition(config, trigger.if_, flow, None)
+        if isinstance(trigger, EventTrigger) and trigger.event not in config.events:
+            _fail(f"unknown event {trigger.event!r}", flow)
+        if isinstance(trigger, MentionTrigger | SilenceTrigger | MessageTrigger):
+            continue
+    for step in flow.steps:
+        _check_move(config, step.then, flow, step.id)
+        if isinstance(step, TalkStep):
+            _check_fields(config, step.collect, flow, step.id)
+            for tool in step.tools:
+                if tool not in config.tools:
+                    _fail(f"unknown tool {tool!r}", flow, step.id)
+            for branch in step.branches:
+                if (branch.if_ is None) == (branch.when is None):
+                    _fail("a branch has exactly one of if / when", flow, step.id)
+                _check_condition(config, branch.if_, flow, step.id)
+                _check_move(config, branch.then, flow, step.id)
+            for raw in step.instructions:
+                instruction = parse_model(Instruction, raw, flow_id=flow.id)
+                _check_condition(config, instruction.if_, flow, step.id)
+        elif isinstance(step, DoStep):
+            action = config.actions.get(step.do)
+            if action is None:
+                _fail(f"unknown action {step.do!r}", flow, step.id)
+            elif action.params:
+                extra = sorted(set(step.with_) - set(action.params))
+                if extra:
+                    _fail(f"with key {extra[0]!r} is not a parameter of {step.do!r}", flow, step.id)
+            _check_move(config, step.on_fail, flow, step.id)
+        elif isinstance(step, WaitStep):
+            if isinstance(step.wait, EventWait) and step.wait.event not in config.events:
+                _fail(f"unknown event {step.wait.event!r}", flow, step.id)
+            _check_move(config, step.else_, flow, step.id)
+        elif isinstance(step, IfStep):
+            _check_condition(config, step.if_, flow, step.id)
+            _check_move(config, step.else_, flow, step.id)
+        elif isinstance(step, SayStep):
+            pass

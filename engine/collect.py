@@ -1,0 +1,57 @@
+"""Field collection: what a talk step still needs, and the one door into ``session.data``.
+
+Pending = collect minus known minus fields already asked ``max_asks`` times. Every value the
+model gives goes through ``write_field``: unknown names (``unknown-field``), values that do not
+fit the type (``bad-value``) and values outside the enum (``not-in-enum``) are dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.config import TalkStep
+from engine.session import Run
+from engine.state import TurnState
+from engine.values import BadValue, coerce, is_known
+
+
+def pending(state: TurnState, run: Run, step: TalkStep) -> list[str]:
+    """The step's fields still worth asking, in collect order."""
+    out = []
+    for name in step.collect:
+        if is_known(state.session.data, name):
+            continue
+        spec = state.config.fields[name]
+        if run.asked.get(name, 0) >= spec.max_asks:
+            continue
+        out.append(name)
+    return out
+
+
+def maxed(state: TurnState, run: Run, step: TalkStep) -> list[str]:
+    """Unknown fields of the step that hit ``max_asks``."""
+    return [
+        name
+        for name in step.collect
+        if not is_known(state.session.data, name)
+        and run.asked.get(name, 0) >= state.config.fields[name].max_asks
+    ]
+
+
+def write_field(state: TurnState, name: str, value: Any, run: Run | None = None) -> bool:
+    """Validate and write one value; log and drop it when it does not fit."""
+    if value is None:
+        return False
+    try:
+        fitted = coerce(name, state.config.fields.get(name), value)
+    except BadValue as bad:
+        state.outcome(bad.code, run, detail=bad.detail)
+        return False
+    state.session.data[name] = fitted
+    return True
+
+
+def write_fields(state: TurnState, values: dict[str, Any], run: Run | None = None) -> None:
+    """Write several values one at a time, in the order given."""
+    for name, value in values.items():
+        write_field(state, name, value, run)

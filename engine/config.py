@@ -1,0 +1,341 @@
+"""The agent's configuration as pydantic models: fields, flows, triggers, steps, moves.
+
+Every model accepts the plain dicts of ``engine.md`` (``if``/``else``/``with`` are aliases of
+``if_``/``else_``/``with_``). Shape is checked here; cross-references (a step naming a field, a
+move naming a step, ...) are checked in ``validate_agent`` so that a bad name fails when the
+agent is built, never on the turn that first reaches it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+)
+
+from engine.errors import FlowConfigurationError
+
+FieldType = Literal["string", "number", "integer", "boolean", "date", "datetime", "email"]
+# A condition is a callable ``fn(ctx) -> bool`` or a one-key dict (see conditions.py).
+Condition = Any
+
+M = TypeVar("M", bound=BaseModel)
+
+BUILTIN_CONDITIONS = frozenset({"known", "missing", "equals", "all", "any", "not"})
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, populate_by_name=True, extra="forbid", arbitrary_types_allowed=True
+    )
+
+
+class FieldSpec(_Model):
+    """A field the agent collects: its type, allowed values and how to ask for it."""
+
+    type: FieldType = "string"
+    enum: list[Any] | None = None
+    ask: str | None = None
+    description: str | None = None
+    extract: Literal["step", "anywhere"] = "step"
+    max_asks: int = Field(default=3, ge=1)
+
+
+class StepMove(_Model):
+    """Go to a step, clearing some fields first."""
+
+    step: str
+    clear: list[str] = Field(default_factory=list)
+
+
+class FlowMove(_Model):
+    """End this run and start a child run of another flow with ``input``."""
+
+    flow: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+Move = str | StepMove | FlowMove
+
+
+# --- triggers ----------------------------------------------------------------------------------
+
+
+class MessageTrigger(_Model):
+    """``{"message": [phrases]}``: scored by the understand call; ``[]`` is a catch-all."""
+
+    message: list[str]
+    if_: Condition | None = Field(default=None, alias="if")
+
+
+class MentionTrigger(_Model):
+    """``{"mention": [phrases]}``: judged by the understand call; ``[]`` is a code-only detector."""
+
+    mention: list[str]
+    extract: dict[str, FieldSpec] = Field(default_factory=dict)
+    if_: Condition | None = Field(default=None, alias="if")
+
+
+class EventTrigger(_Model):
+    """``{"event": name}``: starts the flow when the event arrives; ``after_ms`` delays it."""
+
+    event: str
+    if_: Condition | None = Field(default=None, alias="if")
+    after_ms: int | None = Field(default=None, ge=0)
+
+
+class SilenceTrigger(_Model):
+    """``{"silence": ms}``: starts the flow when the customer stays silent that long."""
+
+    silence: int = Field(gt=0)
+    if_: Condition | None = Field(default=None, alias="if")
+
+
+def _trigger_kind(value: Any) -> str | None:
+    keys = value.keys() if isinstance(value, dict) else type(value).model_fields.keys()
+    for kind in ("message", "mention", "event", "silence"):
+        if kind in keys:
+            return kind
+    return None
+
+
+Trigger = Annotated[
+    Annotated[MessageTrigger, Tag("message")]
+    | Annotated[MentionTrigger, Tag("mention")]
+    | Annotated[EventTrigger, Tag("event")]
+    | Annotated[SilenceTrigger, Tag("silence")],
+    Discriminator(_trigger_kind),
+]
+
+
+# --- steps -------------------------------------------------------------------------------------
+
+
+class Branch(_Model):
+    """A branch of a talk step: ``if`` is judged by code, ``when`` by the understand call."""
+
+    if_: Condition | None = Field(default=None, alias="if")
+    when: str | None = None
+    then: Move
+
+
+class TalkStep(_Model):
+    """Speak: a prompt and/or fields to collect; ``question`` is fixed text with no call."""
+
+    id: str
+    prompt: str | None = None
+    collect: list[str] = Field(default_factory=list)
+    question: str | None = None
+    branches: list[Branch] = Field(default_factory=list)
+    tools: list[str] = Field(default_factory=list)
+    instructions: list[dict[str, Any]] = Field(default_factory=list)
+    then: Move | None = None
+
+
+class SayStep(_Model):
+    """Send fixed text (templated) verbatim; ``once`` sends it once per session."""
+
+    id: str
+    say: str
+    once: bool = False
+    then: Move | None = None
+
+
+class DoStep(_Model):
+    """Run a host action with templated ``with`` arguments."""
+
+    id: str
+    do: str
+    with_: dict[str, Any] = Field(default_factory=dict, alias="with")
+    then: Move | None = None
+    on_fail: Move | None = None
+
+
+class TimerWait(_Model):
+    ms: int = Field(ge=0)
+
+
+class EventWait(_Model):
+    event: str
+    up_to_ms: int | None = Field(default=None, gt=0)
+
+
+class WaitStep(_Model):
+    """Park the run on a timer or an event."""
+
+    id: str
+    wait: TimerWait | EventWait
+    business_hours: bool = False
+    then: Move | None = None
+    else_: Move | None = Field(default=None, alias="else")
+
+
+class IfStep(_Model):
+    """Branch by code: ``then`` when the condition holds, ``else`` (default ``end``) otherwise."""
+
+    id: str
+    if_: Condition = Field(alias="if")
+    then: Move
+    else_: Move | None = Field(default=None, alias="else")
+
+
+_STEP_KINDS: dict[type, str] = {}
+
+
+def _step_kind(value: Any) -> str:
+    if not isinstance(value, dict):
+        return _STEP_KINDS.get(type(value), "talk")
+    for kind in ("say", "do", "wait", "if"):
+        if kind in value:
+            return kind
+    return "talk"
+
+
+_STEP_KINDS.update({SayStep: "say", DoStep: "do", WaitStep: "wait", IfStep: "if"})
+AnyStep = SayStep | DoStep | WaitStep | IfStep | TalkStep
+
+Step = Annotated[
+    Annotated[SayStep, Tag("say")]
+    | Annotated[DoStep, Tag("do")]
+    | Annotated[WaitStep, Tag("wait")]
+    | Annotated[IfStep, Tag("if")]
+    | Annotated[TalkStep, Tag("talk")],
+    Discriminator(_step_kind),
+]
+
+
+class Cooldown(_Model):
+    cooldown_ms: int = Field(ge=0)
+
+
+class Instruction(_Model):
+    """``{"must"|"never"|"should": text, "if": condition?}``."""
+
+    must: str | None = None
+    never: str | None = None
+    should: str | None = None
+    if_: Condition | None = Field(default=None, alias="if")
+
+    def text(self) -> str:
+        for verb in ("must", "never", "should"):
+            value = getattr(self, verb)
+            if value:
+                return f"{verb.upper()}: {value}"
+        return ""
+
+
+class Flow(_Model):
+    """A small program: triggers that start it, steps it walks."""
+
+    id: str
+    name: str | None = None
+    description: str | None = None
+    on: list[Trigger] = Field(default_factory=list)
+    steps: list[Step] = Field(min_length=1)
+    when: Condition | None = None
+    repeat: Literal["always", "once"] | Cooldown = "always"
+    clear_on_start: list[str] = Field(default_factory=list)
+    on_end: Literal["end", "stay"] = "end"
+    instructions: list[Instruction] = Field(default_factory=list)
+
+    def step(self, step_id: str) -> AnyStep | None:
+        for step in self.steps:
+            if step.id == step_id:
+                return step
+        return None
+
+    def index(self, step_id: str) -> int:
+        for i, step in enumerate(self.steps):
+            if step.id == step_id:
+                return i
+        return -1
+
+
+class Action(_Model):
+    """A do handler with the parameter names its ``with`` may use (empty: anything goes)."""
+
+    handler: Callable[..., Any]
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Tool(_Model):
+    """A tool the model may call in a speak call."""
+
+    description: str = ""
+    parameters: Any = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    handler: Callable[..., Any]
+
+    def json_schema(self) -> dict[str, Any]:
+        params = self.parameters
+        if inspect.isclass(params) and issubclass(params, BaseModel):
+            return params.model_json_schema()
+        return dict(params)
+
+
+class IdleSpeaker(_Model):
+    """The speaker with no run: a prompt and the tools it may use."""
+
+    prompt: str | None = None
+    tools: list[str] = Field(default_factory=list)
+
+
+class CompactionConfig(_Model):
+    """engine.md §8: code layers first, one summary call only when still too long."""
+
+    keep_last: int = Field(default=40, ge=1)
+    max_chars: int = Field(default=24000, ge=1)
+    summarize: bool = True
+    trim_entry_chars: int = Field(default=2000, ge=1)
+
+
+class BusinessHours(_Model):
+    """Opening hours per weekday (``mon``..``sun`` -> ``[open, close]``) in ``tz``."""
+
+    tz: str = "UTC"
+    days: dict[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"], tuple[str, str]] = Field(
+        default_factory=dict
+    )
+    holidays: list[str] = Field(default_factory=list)
+
+    @field_validator("tz")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo
+
+        ZoneInfo(value)
+        return value
+
+
+def parse_model(model: type[M], value: Any, *, flow_id: str | None = None) -> M:
+    """Validate ``value`` into ``model`` or raise ``FlowConfigurationError``."""
+    if isinstance(value, model):
+        return value
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        step_id = None
+        if isinstance(value, dict) and flow_id is None:
+            flow_id = value.get("id") if isinstance(value.get("id"), str) else None
+        if isinstance(value, dict):
+            for err in exc.errors():
+                loc = err["loc"]
+                if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
+                    steps = value.get("steps") or []
+                    if loc[1] < len(steps) and isinstance(steps[loc[1]], dict):
+                        step_id = steps[loc[1]].get("id")
+                    break
+        raise FlowConfigurationError(
+            f"invalid {model.__name__}: {exc.errors()[0]['msg']} at "
+            f"{'.'.join(str(p) for p in exc.errors()[0]['loc'])}",
+            flow_id=flow_id,
+            step_id=step_id,
+        ) from None

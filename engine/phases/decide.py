@@ -1,0 +1,118 @@
+"""Phase 4, Decide: code applies the judgement in a fixed order.
+
+1. Routing (skipped when a run took the floor in Ingest): a takeover needs a score >= 40 that
+   beats the asker's by >= 15; with no asker the best score >= 40 starts, else the first
+   catch-all, else nobody. 2. Mention runs, in flow order. 3. The routed run starts (applying
+   ``clear_on_start``) or resumes, and holds the floor. 4. Field values, validated one by one.
+5. The first true branch of the asking step.
+"""
+
+from __future__ import annotations
+
+from engine.collect import write_fields
+from engine.config import Flow, MentionTrigger
+from engine.envelopes import Judgement
+from engine.phases.advance import apply_branches
+from engine.phases.understand import Candidates
+from engine.session import Run
+from engine.starts import blocked
+from engine.state import TurnState
+from engine.values import BadValue, coerce
+
+START_SCORE = 40
+TAKEOVER_MARGIN = 15
+
+
+def run(state: TurnState) -> None:
+    """Route, start mention runs, start or resume the routed run, write fields, branch."""
+    if state.done or not state.is_message:
+        return
+    found: Candidates | None = state.candidates
+    if found is None:
+        return  # silenced without understand: nothing is judged, nothing starts
+    judgement = state.judgement or Judgement()
+    asker = state.asker()
+    routed = None if state.floor_taken else _route(state, found, judgement, asker)
+    _mentions(state, judgement)
+    if routed is not None:
+        flow, index = routed
+        if asker is not None and asker.flow_id != flow.id:
+            state.suspend(asker)
+            state.outcome("taken-over", asker, detail=flow.id)
+            asker = None
+        _start_routed(state, flow, index)
+    elif asker is not None and not state.floor_taken:
+        state.floor_run_id = asker.id
+    write_fields(state, judgement.fields)
+    if asker is not None and asker.status == "asking":
+        apply_branches(state, asker, judgement.branches)
+        state.branch_judged.add(asker.id)
+
+
+def _best(found: Candidates, judgement: Judgement) -> tuple[tuple[Flow, int] | None, int]:
+    best: tuple[Flow, int] | None = None
+    best_score = -1
+    for flow, index in found.eligible:
+        score = judgement.flows.get(flow.id)
+        if score is not None and score > best_score:
+            best, best_score = (flow, index), score
+    return best, best_score
+
+
+def _route(
+    state: TurnState, found: Candidates, judgement: Judgement, asker: Run | None
+) -> tuple[Flow, int] | None:
+    if asker is not None:
+        asker_score = judgement.flows.get(asker.flow_id, 0)
+        best, score = _best(found, judgement)
+        if best is not None and score >= START_SCORE and score >= asker_score + TAKEOVER_MARGIN:
+            return best
+        return None
+    if found.lone is not None:
+        return found.lone
+    best, score = _best(found, judgement)
+    if best is not None and score >= START_SCORE:
+        return best
+    return found.catch_all
+
+
+def _start_routed(state: TurnState, flow: Flow, index: int) -> None:
+    suspended = [r for r in state.session.runs if r.flow_id == flow.id and r.status == "suspended"]
+    if suspended:
+        resumed = max(suspended, key=lambda r: r.suspended_seq or 0)
+        for other in state.asking():
+            state.suspend(other)
+        resumed.status = "asking"
+        resumed.suspended_seq = None
+        state.outcome("resumed", resumed)
+        state.routed_run_id = state.floor_run_id = resumed.id
+        return
+    live = next((r for r in state.session.runs if r.flow_id == flow.id), None)
+    if live is not None:
+        state.skip(flow.id, "already-running")
+        state.floor_run_id = live.id
+        return
+    new = state.new_run(flow, origin="message", trigger=index, input={}, reason="message")
+    state.routed_run_id = state.floor_run_id = new.id
+
+
+def _mentions(state: TurnState, judgement: Judgement) -> None:
+    for flow in state.config.flows:
+        for index, trigger in enumerate(flow.on):
+            if not isinstance(trigger, MentionTrigger):
+                continue
+            if trigger.mention and judgement.mentions.get(flow.id) is not True:
+                break
+            values = judgement.extract.get(flow.id, {})
+            run_input = {}
+            for param, value in values.items():
+                try:
+                    run_input[param] = coerce(param, trigger.extract.get(param), value)
+                except BadValue as bad:
+                    state.outcome(bad.code, detail=bad.detail)
+            code = blocked(state, flow, trigger.if_, input=run_input)
+            if code:
+                state.skip(flow.id, code)
+                break
+            state.new_run(flow, origin="mention", trigger=index, input=run_input, reason="mention")
+            break

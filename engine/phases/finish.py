@@ -1,0 +1,38 @@
+"""Phase 8, Return: the ``TurnResult``.
+
+``changed`` is false when the input was ignored (a repeated id, a wake with no session, a wake
+nothing waits for) or when the session came back identical with no message, no wake, no
+outcome and no skip to show for the turn. ``version`` is left as it came: the store bumps it.
+"""
+
+from __future__ import annotations
+
+from engine.request import TurnResult
+from engine.state import TurnState
+
+
+def run(state: TurnState) -> TurnResult:
+    """Assemble the result from the turn's state."""
+    session = state.session
+    if state.ignored:
+        changed = False
+    else:
+        same = session.model_dump(mode="json") == state.original
+        changed = not (
+            same
+            and not state.messages
+            and not state.schedule
+            and not state.outcomes
+            and not state.skipped
+        )
+    return TurnResult(
+        session=session,
+        changed=changed,
+        messages=state.messages,
+        schedule=state.schedule,
+        outcomes=state.outcomes,
+        started=state.started,
+        ended=state.ended,
+        skipped=state.skipped,
+        llm_calls=state.llm_calls,
+    )

@@ -1,0 +1,188 @@
+"""Phase 2, Ingest: what the input itself means, before anything is judged.
+
+Message: replays dropped, ``last_user_at`` set, timer waits with an ``else`` take it.
+Wake: a silence wake starts its flow while the silence still holds; any other key belongs to
+the one run waiting on it. Event: inbound counts as the customer, outbound as the assistant;
+event waits take ``then``; event triggers start (or park, with ``after_ms``). Start: the host
+starts a flow. A run that takes or resumes the floor here makes Decide skip routing.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from engine.config import EventTrigger, SilenceTrigger, WaitStep
+from engine.moves import take
+from engine.session import INPUT_RING, Run, Waiting
+from engine.starts import blocked
+from engine.state import TurnState, talk_key
+from engine.values import ms
+
+
+def run(state: TurnState) -> None:
+    """Apply the input to the session copy."""
+    if state.done:
+        return
+    request = state.request
+    input_id = request.input_id
+    if input_id is not None:
+        if input_id in state.session.inputs:
+            state.outcome("duplicate-input", detail=input_id)
+            state.ignored = state.done = True
+            return
+        state.session.inputs = [*state.session.inputs, input_id][-INPUT_RING:]
+    if request.kind == "message":
+        state.session.last_user_at = request.at or state.now
+        _customer_replied(state)
+    elif request.kind == "wake":
+        _wake(state)
+    elif request.kind == "event":
+        _event(state)
+    else:
+        _start(state)
+
+
+def _take_floor(state: TurnState, run: Run) -> None:
+    state.floor_taken = True
+    state.floor_run_id = run.id
+
+
+def _customer_replied(state: TurnState) -> None:
+    """Every run parked on a timer wait with an ``else`` takes it, in start order."""
+    for run in list(state.session.runs):
+        if run.status != "waiting" or run.waiting is None or run.waiting.kind != "timer":
+            continue
+        flow = state.flow(run.flow_id)
+        step = flow.step(run.step_id) if flow else None
+        if not isinstance(step, WaitStep) or step.else_ is None:
+            continue
+        assert flow is not None
+        run.status, run.waiting = "running", None
+        state.outcome("replied", run)
+        _take_floor(state, run)
+        take(state, run, flow, step, step.else_)
+
+
+def _wake(state: TurnState) -> None:
+    key = state.request.wake
+    assert key is not None
+    if key.startswith("silence:"):
+        _silence_wake(state, key)
+        return
+    run = next(
+        (r for r in state.session.runs if r.waiting is not None and r.waiting.key == key), None
+    )
+    if run is None or run.waiting is None:
+        state.outcome("stale-wake", detail=key)
+        state.ignored = state.done = True
+        return
+    kind = run.waiting.kind
+    run.status, run.waiting = "running", None
+    state.woken_run_id = run.id
+    _take_floor(state, run)
+    flow = state.flow(run.flow_id)
+    step = flow.step(run.step_id) if flow else None
+    if flow is None or step is None:
+        return  # phase 5 ends it: flow-gone / step-gone
+    if kind == "timer" and isinstance(step, WaitStep):
+        state.outcome("no-reply", run)
+        take(state, run, flow, step, step.then)
+    elif kind == "event" and isinstance(step, WaitStep):
+        state.outcome("no-event", run)
+        take(state, run, flow, step, step.else_)
+    elif kind == "defer":
+        state.outcome("action-retry", run, detail=talk_key(run))
+    elif kind == "retry":
+        state.outcome("retry", run, detail=key)
+        state.retry_run_id = run.id
+    else:
+        state.outcome("trigger-due", run)
+
+
+def _silence_wake(state: TurnState, key: str) -> None:
+    session = state.session
+    rest, _, stamp = key[len("silence:") :].rpartition(":")
+    suffix = f":{session.id}"
+    flow_id = rest[: -len(suffix)] if rest.endswith(suffix) else rest
+    spoke_at = session.last_assistant_at
+    still_silent = (
+        spoke_at is not None
+        and str(ms(spoke_at)) == stamp
+        and (session.last_user_at is None or session.last_user_at < spoke_at)
+    )
+    if not still_silent:
+        state.outcome("stale-wake", detail=key)
+        state.ignored = state.done = True
+        return
+    flow = state.flow(flow_id)
+    if flow is None:
+        state.skip(flow_id, "flow-gone")
+        return
+    index = next((i for i, t in enumerate(flow.on) if isinstance(t, SilenceTrigger)), None)
+    trigger_if = flow.on[index].if_ if index is not None else None
+    code = blocked(state, flow, trigger_if)
+    if code:
+        state.skip(flow.id, code)
+        return
+    run = state.new_run(flow, origin="silence", trigger=index, input={}, reason="silence")
+    _take_floor(state, run)
+
+
+def _event(state: TurnState) -> None:
+    request = state.request
+    name = request.event
+    assert name is not None
+    at = request.at or state.now
+    if request.direction == "inbound":
+        state.session.last_user_at = at
+        _customer_replied(state)
+    else:
+        state.session.last_assistant_at = at
+    for run in list(state.session.runs):
+        waiting = run.waiting
+        if run.status != "waiting" or waiting is None or waiting.kind != "event":
+            continue
+        if waiting.event != name:
+            continue
+        flow = state.flow(run.flow_id)
+        step = flow.step(run.step_id) if flow else None
+        run.status, run.waiting = "running", None
+        _take_floor(state, run)
+        state.outcome("event-arrived", run, detail=name)
+        if flow is not None and isinstance(step, WaitStep):
+            take(state, run, flow, step, step.then)
+    for flow in state.config.flows:
+        for index, trigger in enumerate(flow.on):
+            if not isinstance(trigger, EventTrigger) or trigger.event != name:
+                continue
+            code = blocked(state, flow, trigger.if_, input=request.payload)
+            if code:
+                state.skip(flow.id, code)
+                break
+            run = state.new_run(
+                flow, origin="event", trigger=index, input=request.payload, reason=f"event:{name}"
+            )
+            if trigger.after_ms:
+                at_wake = state.now + timedelta(milliseconds=trigger.after_ms)
+                wake_key = f"{talk_key(run)}:after:{ms(at_wake)}"
+                run.status = "waiting"
+                run.waiting = Waiting(key=wake_key, kind="trigger", at=at_wake)
+                state.schedule_wake(wake_key, at_wake)
+                state.outcome("awaiting-trigger", run, detail=f"{trigger.after_ms}ms")
+            break
+
+
+def _start(state: TurnState) -> None:
+    start = state.request.start
+    assert start is not None
+    flow = state.flow(start.flow)
+    if flow is None:
+        state.skip(start.flow, "flow-gone")
+        return
+    code = blocked(state, flow, None, input=start.input)
+    if code:
+        state.skip(flow.id, code)
+        return
+    state.new_run(
+        flow, origin="start", trigger=None, input=start.input, reason=f"start:{start.key}"
+    )

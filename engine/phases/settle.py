@@ -1,0 +1,128 @@
+"""Phase 7, Settle: the one place the spoken result is applied, then the bookkeeping.
+
+Spoken: the message goes out (``ai``), envelope values are validated and written, tool patches
+as given; fields still pending get ``asked + 1`` and the run stays asking; nothing pending takes
+``then`` and keeps moving (a talk step reached now waits for the next message). Deferred: a
+retryable failure re-parks the step on the retry ladder (+1m, +5m, +15m, +1h, +6h, then the run
+ends failed); a fatal one ends the run at once. Then: ``last_assistant_at``, the suspended stack,
+and silence wakes.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from engine.collect import maxed, pending, write_fields
+from engine.config import SilenceTrigger, TalkStep
+from engine.moves import take
+from engine.phases.advance import walk
+from engine.session import Run, Waiting
+from engine.starts import repeat_blocked
+from engine.state import TurnState, talk_key
+from engine.values import ms
+
+RETRY_LADDER_MS = (60_000, 300_000, 900_000, 3_600_000, 21_600_000)
+
+
+async def run(state: TurnState) -> None:
+    """Apply the reply, then the three bookkeeping moves."""
+    if state.done:
+        return
+    await _apply_reply(state)
+    session = state.session
+    if state.messages:
+        session.last_assistant_at = state.now
+    if not state.asking():
+        resumed = state.most_recently_suspended()
+        if resumed is not None:
+            resumed.status = "asking"
+            resumed.suspended_seq = None
+            state.outcome("resumed", resumed)
+    _silence_wakes(state)
+
+
+async def _apply_reply(state: TurnState) -> None:
+    speaker, reply = state.speaker, state.reply
+    if speaker is None or reply is None or reply.skipped:
+        return
+    if speaker.run_id is None:
+        _idle(state)
+        return
+    run = state.live(speaker.run_id)
+    flow = state.flow(run.flow_id) if run else None
+    step = flow.step(run.step_id) if flow and run else None
+    if run is None or flow is None or not isinstance(step, TalkStep):
+        return
+    if reply.text is None:
+        _defer(state, run, reply.deferred or "retryable", reply.error, reply.calls)
+        return
+    question = speaker.question is not None
+    state.send(run, "verbatim" if question else "ai", reply.text, talk_key(run), step.id)
+    write_fields(state, reply.values, run)
+    for patch in reply.patches:
+        state.session.data.update(patch)
+    run.retries = 0
+    state.outcome("asked" if question else "spoke", run, llm_calls=reply.calls)
+    still = pending(state, run, step)
+    for name in still:
+        run.asked[name] = run.asked.get(name, 0) + 1
+    if still:
+        return
+    for name in maxed(state, run, step):
+        state.outcome("max-asks", run, detail=name)
+    if run.stay_step_id == step.id:
+        run.visit += 1
+        return
+    run.status = "running"
+    if take(state, run, flow, step, step.then):
+        await walk(state, run, after_speak=True)
+
+
+def _idle(state: TurnState) -> None:
+    reply = state.reply
+    assert reply is not None
+    if reply.text is None:
+        state.outcome(
+            "deferred", step_id="idle", detail=reply.error, llm_calls=reply.calls, status="idle"
+        )
+        return
+    request = state.request
+    trigger_key = request.id or f"{ms(request.at or state.now)}"
+    state.send(None, "ai", reply.text, f"idle:{trigger_key}", None)
+    for patch in reply.patches:
+        state.session.data.update(patch)
+    state.outcome("idle", step_id="idle", llm_calls=reply.calls, status="idle")
+
+
+def _defer(state: TurnState, run: Run, kind: str, error: str | None, calls: int) -> None:
+    if kind == "fatal" or run.retries >= len(RETRY_LADDER_MS):
+        state.outcome("deferred", run, detail=error, llm_calls=calls)
+        state.end_run(run, "failed", detail=error)
+        return
+    at = state.now + timedelta(milliseconds=RETRY_LADDER_MS[run.retries])
+    key = f"{talk_key(run)}:retry:{ms(at)}"
+    run.retries += 1
+    run.status = "waiting"
+    run.waiting = Waiting(key=key, kind="retry", at=at)
+    state.schedule_wake(key, at)
+    state.outcome("deferred", run, detail=error, llm_calls=calls)
+
+
+def _silence_wakes(state: TurnState) -> None:
+    session = state.session
+    spoke_at = session.last_assistant_at
+    if spoke_at is None or (session.last_user_at is not None and session.last_user_at >= spoke_at):
+        return
+    for flow in state.config.flows:
+        trigger = next((t for t in flow.on if isinstance(t, SilenceTrigger)), None)
+        if trigger is None:
+            continue
+        key = f"silence:{flow.id}:{session.id}:{ms(spoke_at)}"
+        previous = session.silence_wakes.get(flow.id)
+        if previous == key:
+            continue
+        if not state.holds(trigger.if_) or repeat_blocked(state, flow):
+            continue
+        at = spoke_at + timedelta(milliseconds=trigger.silence)
+        state.schedule_wake(key, at, replaces=previous)
+        session.silence_wakes[flow.id] = key

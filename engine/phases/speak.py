@@ -1,0 +1,174 @@
+"""Phase 6, Speak: the one speaker of the turn phrases its reply.
+
+The speaker is the talk step phase 5 queued or, on a message with no run asking and nothing
+said yet, the idle speaker (``"silent"`` mutes it). Under ``silenced`` nobody speaks. When a run
+other than the floor holder already answered the message, the floor's talk is skipped
+(``another-reply``). Tools run in rounds, at most ``max_tool_loops``, then one call without
+tools so a message always comes back. A provider failure or an empty message never raises:
+the reply is ``deferred`` and phase 7 re-parks the step.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from engine.actions import ToolContext, call_handler, read_tool_result
+from engine.collect import pending
+from engine.compaction import summarize
+from engine.config import TalkStep, Tool
+from engine.envelopes import parse_speak, speak_schema
+from engine.errors import ProviderError
+from engine.prompt import build_speak
+from engine.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolSpec
+from engine.session import Run
+from engine.state import Speaker, SpeakReply, TurnState
+
+
+async def run(state: TurnState) -> None:
+    """Choose the speaker (or skip it) and make its call."""
+    if state.done or state.request.silenced is not None:
+        return
+    speaker = state.speaker
+    if speaker is None:
+        if not _idle_speaks(state):
+            return
+        speaker = state.speaker = Speaker(run_id=None, step_id=None)
+    run_ = state.live(speaker.run_id) if speaker.run_id else None
+    if speaker.run_id is not None and run_ is None:
+        state.speaker = None
+        return
+    if run_ is not None:
+        others = [r for r in state.answered_by if r != run_.id]
+        if state.is_message and run_.id == state.floor_run_id and others:
+            state.outcome("another-reply", run_, detail=f"answered by {others[0]}")
+            state.reply = SpeakReply(text=None, skipped=True)
+            return
+        if speaker.question is not None:
+            state.reply = SpeakReply(text=speaker.question)
+            return
+    state.reply = await _call(state, run_)
+
+
+def _idle_speaks(state: TurnState) -> bool:
+    return (
+        state.is_message
+        and not state.config.idle_silent
+        and not state.asking()
+        and not state.messages
+        and not state.answered_by
+    )
+
+
+def _tool_specs(state: TurnState, names: list[str]) -> list[tuple[str, Tool, ToolSpec]]:
+    out = []
+    for name in names:
+        tool = state.config.tools[name]
+        out.append(
+            (
+                name,
+                tool,
+                ToolSpec(name=name, description=tool.description, parameters=tool.json_schema()),
+            )
+        )
+    return out
+
+
+async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
+    config = state.config
+    flow = state.flow(run_.flow_id) if run_ else None
+    step = flow.step(run_.step_id) if flow and run_ else None
+    talk = step if isinstance(step, TalkStep) else None
+    fields = pending(state, run_, talk) if run_ is not None and talk is not None else []
+    retry = run_ is not None and state.retry_run_id == run_.id
+    idle_prompt = config.idle.prompt if config.idle and run_ is None else None
+    built = build_speak(state, run_, flow, talk, fields, retry=retry, idle_prompt=idle_prompt)
+    tool_names = list(talk.tools) if talk else list(config.idle.tools if config.idle else [])
+    tools = _tool_specs(state, tool_names) if config.max_tool_loops > 0 else []
+    schema = speak_schema({n: config.fields[n] for n in fields})
+    messages = list(built.messages)
+    reply = SpeakReply(text=None)
+    provider = config.provider
+    if provider is None:
+        reply.deferred, reply.error = "fatal", "the agent has no provider"
+        return reply
+    await summarize(state)
+    rounds = 0
+    while True:
+        offer = tools if rounds < config.max_tool_loops else []
+        request = ModelRequest(
+            schema_name="speak",
+            system=built.system,
+            messages=messages,
+            json_schema=schema,
+            tools=[spec for _, _, spec in offer],
+            meta={**built.meta, "round": rounds + 1, "tools": [s.name for _, _, s in offer]},
+        )
+        reply.calls += 1
+        state.llm_calls += 1
+        try:
+            response = await provider.generate(request)
+        except ProviderError as exc:
+            reply.deferred, reply.error = exc.kind, str(exc)
+            return reply
+        except Exception as exc:  # anything else a provider raises is retryable
+            reply.deferred, reply.error = "retryable", f"{type(exc).__name__}: {exc}"
+            return reply
+        text, values = parse_speak(response)
+        reply.values.update({k: v for k, v in values.items() if k in fields})
+        if response.tool_calls and offer:
+            messages = await _run_tools(state, run_, offer, response, messages, reply)
+            rounds += 1
+            continue
+        if text is None:
+            reply.deferred, reply.error = "retryable", "empty message"
+            return reply
+        reply.text = text
+        return reply
+
+
+async def _run_tools(
+    state: TurnState,
+    run_: Run | None,
+    offer: list[tuple[str, Tool, ToolSpec]],
+    response: ModelResponse,
+    messages: list[ChatMessage],
+    reply: SpeakReply,
+) -> list[ChatMessage]:
+    by_name = {name: tool for name, tool, _ in offer}
+    out = [
+        *messages,
+        ChatMessage(role="assistant", text=response.text, tool_calls=list(response.tool_calls)),
+    ]
+    ctx = ToolContext(
+        data=dict(state.session.data),
+        context=state.request.context,
+        session_id=state.session.id,
+        now=state.now,
+        run_id=run_.id if run_ else None,
+        step_id=run_.step_id if run_ else None,
+    )
+    for call in response.tool_calls:
+        tool = by_name.get(call.name)
+        result: Any
+        if tool is None:
+            result = {"error": f"unknown tool {call.name!r}"}
+        else:
+            try:
+                read = read_tool_result(await call_handler(tool.handler, dict(call.arguments), ctx))
+                result = read.result
+                if read.data:
+                    reply.patches.append(dict(read.data))
+            except Exception as exc:  # the model sees the tool's error and may recover
+                result = {"error": str(exc) or type(exc).__name__}
+        out.append(ChatMessage(role="tool", tool_call_id=call.id, text=_dump(result)))
+    return out
+
+
+def _dump(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, default=str, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)

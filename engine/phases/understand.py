@@ -1,0 +1,182 @@
+"""Phase 3, Understand: at most one model call that reads the customer's message.
+
+Code first works out what there is to judge (candidates, mentions, branches, fields), then
+takes one of three zero-call shortcuts when it can: nothing to judge; a lone eligible flow
+with nobody on the floor, no catch-all and a silent idle speaker; a floor holder with nothing
+to compare. Otherwise one ``understand`` call. A provider failure raises ``ProviderError``:
+nothing ran, nothing is saved, the host retries the input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.collect import pending
+from engine.compaction import summarize
+from engine.config import FieldSpec, Flow, MentionTrigger, MessageTrigger, TalkStep
+from engine.envelopes import Judgement, UnderstandPlan, parse_understand, understand_schema
+from engine.errors import ProviderError
+from engine.prompt import build_understand
+from engine.providers.base import ModelRequest
+from engine.session import Run
+from engine.starts import blocked, repeat_blocked
+from engine.state import TurnState
+from engine.values import is_known
+
+
+@dataclass
+class Candidates:
+    """What code found worth judging, before deciding whether to call."""
+
+    floor: Run | None = None
+    eligible: list[tuple[Flow, int]] = field(default_factory=list)  # (flow, trigger index)
+    catch_all: tuple[Flow, int] | None = None
+    lone: tuple[Flow, int] | None = None
+    plan: UnderstandPlan = field(default_factory=UnderstandPlan)
+    worth: bool = False
+
+
+async def run(state: TurnState) -> None:
+    """Plan the judgement; make the call unless a shortcut applies."""
+    if state.done or not state.is_message:
+        return
+    silenced = state.request.silenced
+    if silenced is not None and not silenced.understand:
+        return
+    found = plan(state)
+    state.candidates = found
+    if not found.worth:
+        return
+    provider = state.config.provider
+    if provider is None:
+        raise ProviderError("the agent has no provider", kind="fatal")
+    await summarize(state)
+    built = build_understand(state, found.plan)
+    request = ModelRequest(
+        schema_name="understand",
+        system=built.system,
+        messages=built.messages,
+        json_schema=understand_schema(found.plan),
+        meta=built.meta,
+    )
+    state.llm_calls += 1
+    try:
+        response = await provider.generate(request)
+    except ProviderError:
+        raise
+    except Exception as exc:  # any other provider failure is retryable, and still raised here
+        raise ProviderError(f"understand call failed: {exc}", kind="retryable") from exc
+    judgement = parse_understand(response, found.plan)
+    if not judgement.usable:
+        state.outcome("unparsed-reply", detail="understand")
+        judgement = Judgement()
+    state.judgement = judgement
+
+
+def _collects(flow: Flow) -> list[str]:
+    names: list[str] = []
+    for step in flow.steps:
+        if isinstance(step, TalkStep):
+            names += [n for n in step.collect if n not in names]
+    return names
+
+
+def _anywhere(state: TurnState, flow: Flow) -> dict[str, FieldSpec]:
+    fields = state.config.fields
+    return {
+        n: fields[n]
+        for n in _collects(flow)
+        if fields[n].extract == "anywhere" and not is_known(state.session.data, n)
+    }
+
+
+def plan(state: TurnState) -> Candidates:
+    """Work out candidates, mentions, branches and fields, and whether a call is worth it."""
+    config = state.config
+    found = Candidates()
+    if state.floor_taken:
+        floor = state.live(state.floor_run_id) if state.floor_run_id else None
+    else:
+        floor = state.asker()
+    found.floor = floor
+    floor_flow = state.flow(floor.flow_id) if floor else None
+    if not state.floor_taken:
+        for flow in config.flows:
+            for index, trigger in enumerate(flow.on):
+                if not isinstance(trigger, MessageTrigger):
+                    continue
+                if floor_flow is not None and flow.id == floor_flow.id:
+                    break
+                if trigger.message and state.holds(trigger.if_) and not repeat_blocked(state, flow):
+                    found.eligible.append((flow, index))
+                    break
+                if (
+                    not trigger.message
+                    and found.catch_all is None
+                    and blocked(state, flow, trigger.if_, allow_live=True) is None
+                ):
+                    found.catch_all = (flow, index)
+    mentions_to_judge: dict[str, list[str]] = {}
+    for flow in config.flows:
+        for trigger in flow.on:
+            if isinstance(trigger, MentionTrigger) and trigger.mention:
+                if repeat_blocked(state, flow) is None:
+                    mentions_to_judge[flow.id] = list(trigger.mention)
+                    if trigger.extract:
+                        found.plan.extract[flow.id] = dict(trigger.extract)
+                break
+    found.plan.mentions = mentions_to_judge
+    lone_ok = (
+        floor is None
+        and len(found.eligible) == 1
+        and found.catch_all is None
+        and config.idle_silent
+    )
+    scoring = bool(found.eligible) and not lone_ok and not state.floor_taken
+    if lone_ok:
+        found.lone = found.eligible[0]
+    if scoring:
+        if floor_flow is not None:
+            found.plan.flows[floor_flow.id] = _phrases(floor_flow)
+        for flow, _ in found.eligible:
+            found.plan.flows[flow.id] = _phrases(flow)
+    worth_fields: dict[str, FieldSpec] = {}
+    if floor is not None and floor.status == "asking" and floor_flow is not None:
+        step = floor_flow.step(floor.step_id)
+        if isinstance(step, TalkStep):
+            for index, branch in enumerate(step.branches):
+                if branch.when:
+                    found.plan.branches[f"{floor.id}/{step.id}/{index}"] = branch.when
+            if step.question:
+                for name in pending(state, floor, step):
+                    worth_fields[name] = config.fields[name]
+    if floor_flow is not None:
+        worth_fields.update(_anywhere(state, floor_flow))
+    for flow, _ in found.eligible:
+        worth_fields.update(_anywhere(state, flow))
+    extra_fields: dict[str, FieldSpec] = {}
+    if floor is None and found.catch_all is not None:
+        catch_flow = found.catch_all[0]
+        first = catch_flow.steps[0]
+        first_fields = (
+            set(first.collect) if isinstance(first, TalkStep) and not first.question else set()
+        )
+        for name in _collects(catch_flow):
+            if is_known(state.session.data, name):
+                continue
+            if name in first_fields:
+                extra_fields[name] = config.fields[name]
+            else:
+                worth_fields[name] = config.fields[name]
+    found.worth = bool(found.plan.flows or found.plan.mentions or found.plan.branches)
+    found.worth = found.worth or bool(worth_fields)
+    if found.worth:
+        found.plan.fields = {**worth_fields, **extra_fields}
+    return found
+
+
+def _phrases(flow: Flow) -> list[str]:
+    for trigger in flow.on:
+        if isinstance(trigger, MessageTrigger):
+            return list(trigger.message)
+    return []

@@ -1,0 +1,202 @@
+"""The two prompts, built per call: speak (in seed 000's exact order) and understand.
+
+Speak order: identity; knowledge; flow name and description; the step's prompt (or a default
+guideline); pending fields with their ask; known fields as settled facts; instructions whose
+``if`` holds (agent, flow, step); the customer's message or the no-new-message note; what this
+turn already sent; the response format. Each section is a titled block so tests (and people)
+can find it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engine.config import FieldSpec, Flow, Instruction, TalkStep
+from engine.envelopes import UnderstandPlan
+from engine.providers.base import ChatMessage
+from engine.session import Run
+from engine.state import TurnState
+from engine.values import is_known
+
+DEFAULT_GUIDELINE = (
+    "Continue the conversation naturally and help the customer with what this step is about."
+)
+NO_MESSAGE_NOTE = (
+    "There is no new message from the customer: the assistant speaks first in this turn."
+)
+RETRY_NOTE = (
+    "The customer's last message has no answer yet (an earlier attempt to reply failed): "
+    "answer it now."
+)
+
+
+@dataclass
+class SpeakPrompt:
+    """A built speak prompt: system text, the chat messages and the structured ``meta``."""
+
+    system: str
+    messages: list[ChatMessage]
+    meta: dict[str, Any]
+
+
+def _block(title: str, body: str) -> str:
+    return f"## {title}\n{body.strip()}"
+
+
+def _spec_meta(spec: FieldSpec) -> dict[str, Any]:
+    return spec.model_dump(mode="json", exclude_none=True)
+
+
+def history_messages(state: TurnState) -> list[ChatMessage]:
+    """The host's history (as trimmed by Load) plus this turn's message."""
+    out = [
+        ChatMessage(role="assistant" if e.role == "assistant" else "user", text=e.text)
+        for e in state.history
+        if e.role in ("user", "assistant")
+    ]
+    if state.request.message is not None:
+        out.append(ChatMessage(role="user", text=state.request.message))
+    return out
+
+
+def _instructions(state: TurnState, run: Run | None, items: list[Instruction]) -> list[str]:
+    return [i.text() for i in items if i.text() and state.holds(i.if_, run)]
+
+
+def build_speak(
+    state: TurnState,
+    run: Run | None,
+    flow: Flow | None,
+    step: TalkStep | None,
+    pending: list[str],
+    *,
+    retry: bool,
+    idle_prompt: str | None = None,
+) -> SpeakPrompt:
+    """The speak prompt for one talk step (or the idle speaker when ``run`` is None)."""
+    config = state.config
+    blocks: list[str] = []
+    identity = [f"You are {config.name}."]
+    if config.persona:
+        identity.append(f"Persona: {config.persona}")
+    if config.goal:
+        identity.append(f"Goal: {config.goal}")
+    blocks.append(_block("Identity", "\n".join(identity)))
+    if config.knowledge:
+        blocks.append(_block("Knowledge base", "\n\n".join(config.knowledge)))
+    if flow is not None:
+        about = flow.name or flow.id
+        if flow.description:
+            about += f": {flow.description}"
+        blocks.append(_block("Current flow", about))
+    if run is not None:
+        guideline = (step.prompt if step else None) or DEFAULT_GUIDELINE
+        blocks.append(_block("Guideline", guideline))
+    elif idle_prompt:
+        blocks.append(_block("Guideline", idle_prompt))
+    if pending:
+        lines = []
+        for name in pending:
+            spec = config.fields[name]
+            lines.append(f"- {name}: {spec.ask or spec.description or 'ask for it'}")
+        blocks.append(_block("Still needed (ask for these)", "\n".join(lines)))
+    known = {k: v for k, v in state.session.data.items() if is_known(state.session.data, k)}
+    if known:
+        facts = "\n".join(f"- {k}: {v}" for k, v in known.items())
+        blocks.append(_block("Known facts (settled, do not ask again)", facts))
+    rules = _instructions(state, run, list(config.instructions))
+    if flow is not None:
+        rules += _instructions(state, run, list(flow.instructions))
+    if step is not None:
+        step_items = [Instruction.model_validate(i) for i in step.instructions]
+        rules += _instructions(state, run, step_items)
+    if rules:
+        blocks.append(_block("Instructions", "\n".join(f"- {r}" for r in rules)))
+    message = state.request.message
+    history_ends_with_user = bool(state.history) and state.history[-1].role == "user"
+    if message is not None:
+        blocks.append(_block("Customer message", message))
+    elif retry and history_ends_with_user:
+        blocks.append(_block("Customer message", RETRY_NOTE))
+    else:
+        blocks.append(_block("Customer message", NO_MESSAGE_NOTE))
+    if state.sent:
+        sent = "\n".join(f"- {text}" for text in state.sent)
+        blocks.append(_block("Already sent this turn (do not repeat)", sent))
+    fields_note = (
+        f" and, for each of {', '.join(pending)}, the value the customer gave or null"
+        if pending
+        else ""
+    )
+    blocks.append(
+        _block(
+            "Response format",
+            f'Answer with one JSON object: "message" is your reply to the customer{fields_note}.',
+        )
+    )
+    meta = {
+        "agent_name": config.name,
+        "flow_id": flow.id if flow else None,
+        "step_id": step.id if step else None,
+        "prompt": (step.prompt if step else idle_prompt),
+        "pending": {n: _spec_meta(config.fields[n]) for n in pending},
+        "known": dict(known),
+        "message": message,
+        "already_sent": list(state.sent),
+        "retry": retry and message is None and history_ends_with_user,
+        "idle": run is None,
+    }
+    return SpeakPrompt(system="\n\n".join(blocks), messages=history_messages(state), meta=meta)
+
+
+def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
+    """The understand prompt: what to score, detect, answer and extract."""
+    config = state.config
+    blocks = [
+        _block(
+            "Task",
+            f"You read the customer's latest message for {config.name}. You do not reply. "
+            "Judge only what is asked below; answer null when the message says nothing about it.",
+        )
+    ]
+    if plan.flows:
+        lines = []
+        for flow_id, phrases in plan.flows.items():
+            flow = config.flow_map[flow_id]
+            about = f" — {flow.description}" if flow.description else ""
+            examples = f" (e.g. {'; '.join(phrases)})" if phrases else ""
+            lines.append(f"- {flow_id}: {flow.name or flow_id}{about}{examples}")
+        blocks.append(
+            _block("flows: score 0-100 how well the message fits each topic", "\n".join(lines))
+        )
+    if plan.mentions:
+        lines = [f"- {m}: {'; '.join(p)}" for m, p in plan.mentions.items()]
+        blocks.append(_block("mentions: true when the customer brings this up", "\n".join(lines)))
+    if plan.extract:
+        lines = [f"- {m}: {', '.join(p)}" for m, p in plan.extract.items()]
+        blocks.append(_block("extract: values the mention carries", "\n".join(lines)))
+    if plan.branches:
+        aliases = {full: alias for alias, full in plan.aliases().items()}
+        lines = [f"- {aliases[full]}: {q}" for full, q in plan.branches.items()]
+        blocks.append(_block("branches: answer each yes/no question", "\n".join(lines)))
+    if plan.fields:
+        lines = [
+            f"- {n} ({s.type}{', one of ' + str(s.enum) if s.enum else ''}): "
+            f"{s.description or s.ask or n}"
+            for n, s in plan.fields.items()
+        ]
+        blocks.append(_block("fields: values the message states", "\n".join(lines)))
+    blocks.append(_block("Customer message", state.request.message or ""))
+    blocks.append(
+        _block("Response format", "Answer with one JSON object with exactly the sections above.")
+    )
+    meta = {
+        "flows": {k: list(v) for k, v in plan.flows.items()},
+        "mentions": {k: list(v) for k, v in plan.mentions.items()},
+        "branches": {alias: plan.branches[full] for alias, full in plan.aliases().items()},
+        "fields": {n: _spec_meta(s) for n, s in plan.fields.items()},
+        "extract": {m: {p: _spec_meta(s) for p, s in ps.items()} for m, ps in plan.extract.items()},
+        "message": state.request.message,
+    }
+    return SpeakPrompt(system="\n\n".join(blocks), messages=history_messages(state), meta=meta)

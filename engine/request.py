@@ -1,0 +1,188 @@
+"""What goes into a turn and what comes out of it.
+
+``TurnRequest`` carries exactly one input kind (message, wake, event or start) plus what only the
+host knows (session, history, context, silenced). ``TurnResult`` is the plan the host executes
+after saving: messages to send, wakes to schedule, and a log of what happened.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from engine.clock import to_utc
+from engine.errors import TurnRequestError
+from engine.session import Session
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HistoryEntry(_Model):
+    """One entry of the host's transcript, oldest first."""
+
+    role: Literal["user", "assistant", "tool"]
+    text: str
+    at: datetime | None = None
+
+
+class Silenced(_Model):
+    """Nobody speaks this turn; ``understand`` keeps the understand call."""
+
+    reason: str
+    understand: bool = False
+
+
+class StartInput(_Model):
+    """A host start: run ``flow`` with ``input``; ``key`` identifies this start for replays."""
+
+    flow: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    key: str
+
+
+InputKind = Literal["message", "wake", "event", "start"]
+
+
+class TurnRequest(_Model):
+    """One turn's input. Exactly one of ``message``, ``wake``, ``event``, ``start``."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    session_id: str
+    message: str | None = None
+    id: str | None = None
+    at: datetime | None = None
+    wake: str | None = None
+    event: str | None = None
+    payload: dict[str, Any] = Field(default_factory=dict)
+    key: str | None = None
+    direction: Literal["inbound", "outbound"] = "inbound"
+    start: StartInput | None = None
+    session: Session | None = None
+    history: list[HistoryEntry] = Field(default_factory=list)
+    context: dict[str, Any] = Field(default_factory=dict)
+    silenced: Silenced | None = None
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _utc(cls, value: Any) -> Any:
+        return None if value is None else to_utc(value)
+
+    @field_validator("session", mode="before")
+    @classmethod
+    def _session(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            from engine.session import migrate_session
+
+            return migrate_session(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> TurnRequest:
+        given = [k for k in ("message", "wake", "event", "start") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"exactly one of message, wake, event, start; got {given or 'none'}")
+        if self.event is not None and not self.key:
+            raise ValueError("an event needs a key")
+        return self
+
+    @property
+    def kind(self) -> InputKind:
+        if self.message is not None:
+            return "message"
+        if self.wake is not None:
+            return "wake"
+        if self.event is not None:
+            return "event"
+        return "start"
+
+    @property
+    def input_id(self) -> str | None:
+        """The id recorded in ``session.inputs`` to drop replays."""
+        if self.message is not None:
+            return self.id
+        if self.wake is not None:
+            return None  # a replayed wake finds nothing waiting on it: stale-wake
+        if self.event is not None:
+            return f"event:{self.key}"
+        assert self.start is not None
+        return f"start:{self.start.key}"
+
+    @classmethod
+    def parse(cls, value: TurnRequest | dict[str, Any]) -> TurnRequest:
+        """Validate a dict (or pass a request through), raising ``TurnRequestError``."""
+        if isinstance(value, TurnRequest):
+            return value
+        try:
+            return cls.model_validate(value)
+        except ValidationError as exc:
+            sid = value.get("session_id") if isinstance(value, dict) else None
+            raise TurnRequestError(
+                f"invalid turn request: {exc.errors()[0]['msg']}",
+                session_id=sid if isinstance(sid, str) else None,
+            ) from None
+
+
+class Message(_Model):
+    """A message to send, in emission order. ``after_ms`` is an inline delay before it."""
+
+    kind: Literal["ai", "verbatim"]
+    text: str
+    key: str
+    after_ms: int = 0
+    run_id: str | None = None
+    step_id: str | None = None
+
+
+class ScheduleEntry(_Model):
+    """A wake to deliver at ``at``; ``replaces`` names the wake it supersedes."""
+
+    key: str
+    at: datetime
+    replaces: str | None = None
+
+
+class Outcome(_Model):
+    """One line of what happened, with the model calls it spent."""
+
+    code: str
+    run_id: str | None = None
+    flow_id: str | None = None
+    step_id: str | None = None
+    status: str | None = None
+    detail: str | None = None
+    llm_calls: int = 0
+
+
+class RunChange(_Model):
+    """A run that started or ended this turn, and why."""
+
+    run_id: str
+    flow_id: str
+    reason: str
+
+
+class Skip(_Model):
+    """A trigger that matched but did not start its flow."""
+
+    flow_id: str
+    code: str
+    detail: str | None = None
+
+
+class TurnResult(_Model):
+    """The turn's plan: save ``session``, then send ``messages`` and schedule ``schedule``."""
+
+    session: Session
+    changed: bool
+    messages: list[Message] = Field(default_factory=list)
+    schedule: list[ScheduleEntry] = Field(default_factory=list)
+    outcomes: list[Outcome] = Field(default_factory=list)
+    started: list[RunChange] = Field(default_factory=list)
+    ended: list[RunChange] = Field(default_factory=list)
+    skipped: list[Skip] = Field(default_factory=list)
+    llm_calls: int = 0

@@ -1,0 +1,236 @@
+"""``TurnState``: the working memory of one turn, passed from phase to phase.
+
+It holds the deep-copied session (the only session the phases write), the result lines as
+they accumulate, and the few facts one phase leaves for a later one (who holds the floor, who
+speaks, who already answered). It lives for one ``turn()`` call and is never returned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from engine.conditions import ConditionContext, holds
+from engine.config import Flow, Move, TalkStep
+from engine.request import HistoryEntry, Message, Outcome, RunChange, ScheduleEntry, Skip
+from engine.session import Claim, Run, Session
+
+if TYPE_CHECKING:
+    from engine.agent import AgentConfig
+    from engine.envelopes import Judgement
+    from engine.request import TurnRequest
+
+
+@dataclass
+class Speaker:
+    """The one talk step (or the idle speaker) that speaks this turn."""
+
+    run_id: str | None
+    step_id: str | None
+    question: str | None = None
+
+
+@dataclass
+class SpeakReply:
+    """What phase 6 got back: a message and field values, or a deferral."""
+
+    text: str | None
+    values: dict[str, Any] = field(default_factory=dict)
+    patches: list[dict[str, Any]] = field(default_factory=list)
+    calls: int = 0
+    deferred: str | None = None  # "retryable" | "fatal" when no message came back
+    error: str | None = None
+    skipped: bool = False
+
+
+@dataclass
+class TurnState:
+    """Everything one turn knows while it runs."""
+
+    config: AgentConfig
+    request: TurnRequest
+    now: datetime
+    session: Session
+    original: dict[str, Any]
+    history: list[HistoryEntry]
+    ignored: bool = False
+    done: bool = False
+    outcomes: list[Outcome] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+    schedule: list[ScheduleEntry] = field(default_factory=list)
+    started: list[RunChange] = field(default_factory=list)
+    ended: list[RunChange] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
+    llm_calls: int = 0
+    floor_taken: bool = False
+    floor_run_id: str | None = None
+    routed_run_id: str | None = None
+    judgement: Judgement | None = None
+    speaker: Speaker | None = None
+    reply: SpeakReply | None = None
+    answered_by: list[str] = field(default_factory=list)
+    sent: list[str] = field(default_factory=list)
+    steps_taken: dict[str, int] = field(default_factory=dict)
+    hops: dict[str, int] = field(default_factory=dict)
+    inline_after_ms: dict[str, int] = field(default_factory=dict)
+    retry_run_id: str | None = None
+    resuming_asker_id: str | None = None
+    woken_run_id: str | None = None
+    branch_judged: set[str] = field(default_factory=set)
+    moved_runs: set[str] = field(default_factory=set)
+    compaction_pending: Any = None
+    candidates: Any = None
+
+    # --- reading ------------------------------------------------------------------------------
+
+    @property
+    def kind(self) -> str:
+        return self.request.kind
+
+    @property
+    def is_message(self) -> bool:
+        return self.request.kind == "message"
+
+    def flow(self, flow_id: str) -> Flow | None:
+        return self.config.flow_map.get(flow_id)
+
+    def cond_ctx(
+        self, run: Run | None = None, input: dict[str, Any] | None = None
+    ) -> ConditionContext:
+        return ConditionContext(
+            data=self.session.data,
+            context=self.request.context,
+            input=input if input is not None else (run.input if run else {}),
+            now=self.now,
+            session_id=self.session.id,
+        )
+
+    def holds(
+        self, condition: Any, run: Run | None = None, input: dict[str, Any] | None = None
+    ) -> bool:
+        return holds(condition, self.cond_ctx(run, input), self.config.conditions)
+
+    def asking(self) -> list[Run]:
+        return [r for r in self.session.runs if r.status == "asking"]
+
+    def asker(self) -> Run | None:
+        askers = self.asking()
+        return askers[-1] if askers else None
+
+    def most_recently_suspended(self) -> Run | None:
+        suspended = [r for r in self.session.runs if r.status == "suspended"]
+        if not suspended:
+            return None
+        return max(suspended, key=lambda r: r.suspended_seq or 0)
+
+    def live(self, run_id: str) -> Run | None:
+        return self.session.run(run_id)
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def outcome(
+        self,
+        code: str,
+        run: Run | None = None,
+        *,
+        step_id: str | None = None,
+        detail: str | None = None,
+        llm_calls: int = 0,
+        status: str | None = None,
+    ) -> None:
+        self.outcomes.append(
+            Outcome(
+                code=code,
+                run_id=run.id if run else None,
+                flow_id=run.flow_id if run else None,
+                step_id=step_id if step_id is not None else (run.step_id if run else None),
+                status=status if status is not None else (run.status if run else None),
+                detail=detail,
+                llm_calls=llm_calls,
+            )
+        )
+
+    def skip(self, flow_id: str, code: str, detail: str | None = None) -> None:
+        self.skipped.append(Skip(flow_id=flow_id, code=code, detail=detail))
+
+    def end_run(
+        self, run: Run, reason: str, *, code: str | None = None, detail: str | None = None
+    ) -> None:
+        """Remove ``run`` from the session and log why (``code`` defaults to the reason)."""
+        if self.session.run(run.id) is None:
+            return
+        self.session.runs = [r for r in self.session.runs if r.id != run.id]
+        self.outcome(code or reason, run, detail=detail, status="ended")
+        self.ended.append(RunChange(run_id=run.id, flow_id=run.flow_id, reason=reason))
+        if self.floor_run_id == run.id:
+            self.floor_run_id = None
+
+    def suspend(self, run: Run) -> None:
+        run.status = "suspended"
+        run.suspended_seq = self.session.next_seq()
+
+    def claim(self, key: str) -> None:
+        claim = self.session.claims.get(key)
+        count = claim.count + 1 if claim else 1
+        self.session.claims[key] = Claim(at=self.now, count=count)
+
+    def new_run(
+        self,
+        flow: Flow,
+        *,
+        origin: str,
+        trigger: int | None,
+        input: dict[str, Any],
+        reason: str,
+        parent: Run | None = None,
+    ) -> Run:
+        """Append a running run at the flow's first step, claim the flow, apply clear_on_start."""
+        run = Run(
+            id=f"r{self.session.next_seq()}",
+            flow_id=flow.id,
+            status="running",
+            step_id=flow.steps[0].id,
+            input=dict(input),
+            started_at=self.now,
+            parent_run_id=parent.id if parent else None,
+            trigger=trigger,
+            origin=origin,
+        )
+        self.session.runs.append(run)
+        self.claim(f"flow:{flow.id}")
+        for name in flow.clear_on_start:
+            self.session.data.pop(name, None)
+            run.asked.pop(name, None)
+        self.started.append(RunChange(run_id=run.id, flow_id=flow.id, reason=reason))
+        self.outcome("started", run, detail=reason)
+        return run
+
+    def schedule_wake(self, key: str, at: datetime, replaces: str | None = None) -> None:
+        self.schedule.append(ScheduleEntry(key=key, at=at, replaces=replaces))
+
+    def send(self, run: Run | None, kind: str, text: str, key: str, step_id: str | None) -> None:
+        after = self.inline_after_ms.pop(run.id, 0) if run else 0
+        self.messages.append(
+            Message(
+                kind=kind,
+                text=text,
+                key=key,
+                after_ms=after,
+                run_id=run.id if run else None,
+                step_id=step_id,
+            )
+        )
+        self.sent.append(text)
+
+
+def talk_key(run: Run) -> str:
+    """The idempotency key of a run's current step visit."""
+    return f"{run.id}:{run.step_id}:{run.visit}"
+
+
+def is_talk(step: Any) -> bool:
+    return isinstance(step, TalkStep)
+
+
+MoveTarget = Move | None
