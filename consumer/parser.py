@@ -6,8 +6,8 @@ reason code (the DLQ ``error`` header) and a short detail (the ``detail`` header
 what was wrong, never the content: a malformed record may hold anything, including personal data.
 
 Checks, in this order: size (before decoding, so an oversized record is never loaded), UTF-8,
-JSON, a JSON object, ``session_id`` (a non-empty string of sane length), a record key that is
-either absent or the session id (partitioning by session is what keeps one writer per
+JSON, a JSON object, ``session_id`` (a non-empty string of sane length), a record key equal to
+the session id (partitioning by session is what keeps one writer per
 conversation), exactly one input kind, and the types of the fields that kind uses. The engine
 validates the rest; what it refuses is a fatal ``TurnRequestError`` handled by ``decisions``.
 """
@@ -104,7 +104,9 @@ def parse_record(
         return Rejected("missing-session-id", "session_id is missing or not a non-empty string")
     if len(session_id) > MAX_SESSION_ID_CHARS:
         return Rejected("missing-session-id", f"session_id longer than {MAX_SESSION_ID_CHARS}")
-    if key is not None and key != session_id.encode("utf-8"):
+    if key is None:
+        return Rejected("key-mismatch", "record has no key; key it by session_id")
+    if key != session_id.encode("utf-8"):
         return Rejected("key-mismatch", "record key is not the session_id")
 
     kinds = [k for k in INPUT_KINDS if body.get(k) is not None]
@@ -147,8 +149,8 @@ def _check_fields(kind: str, body: dict[str, Any]) -> str | None:
     elif kind == "event":
         if not isinstance(value, str) or not value:
             return "event must be a non-empty string name"
-        if body.get("key") is not None and not isinstance(body["key"], str):
-            return "event key must be a string"
+        if not isinstance(body.get("key"), str) or not body["key"]:
+            return "event key must be a non-empty string"
         if body.get("payload") is not None and not isinstance(body["payload"], dict):
             return "event payload must be an object"
         if body.get("direction") not in (None, "inbound", "outbound"):
@@ -156,8 +158,8 @@ def _check_fields(kind: str, body: dict[str, Any]) -> str | None:
     elif kind == "start":
         if not isinstance(value, dict) or not isinstance(value.get("flow"), str):
             return "start must be an object with a string flow"
-        if value.get("key") is not None and not isinstance(value["key"], str):
-            return "start key must be a string"
+        if not isinstance(value.get("key"), str) or not value["key"]:
+            return "start key must be a non-empty string"
         if value.get("input") is not None and not isinstance(value["input"], dict):
             return "start input must be an object"
     if body.get("context") is not None and not isinstance(body["context"], dict):
@@ -175,7 +177,7 @@ def _input_id(kind: str, body: dict[str, Any], source: str) -> str:
     elif kind == "wake":
         own = f"wake:{body['wake']}"
     elif kind == "event":
-        own = f"event:{body['key']}" if body.get("key") else None
+        own = f"event:{body['key']}"
     elif kind == "start":
-        own = f"start:{body['start']['key']}" if body["start"].get("key") else None
+        own = f"start:{body['start']['key']}"
     return str(own) if own else (source or "unknown")

@@ -125,6 +125,12 @@ class SessionQueues(Generic[P, T]):
             queue.extend(kept)
         return dropped
 
+    def discard_session(self, session_id: str) -> list[QueuedInput[P, T]]:
+        """Drop a session's queued inputs and mark it idle (its worker is gone)."""
+        dropped = list(self._queues.pop(session_id, ()))
+        self._active.discard(session_id)
+        return dropped
+
     def is_active(self, session_id: str) -> bool:
         return session_id in self._active
 

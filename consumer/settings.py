@@ -70,6 +70,13 @@ class Settings(BaseSettings):
     drain_timeout_ms: int = Field(
         10000, ge=0, description="On rebalance or SIGTERM, how long in-flight turns may finish."
     )
+    session_timeout_ms: int = Field(
+        10000, ge=1000, description="Kafka group session timeout: how fast a dead consumer's "
+        "partitions move."
+    )
+    heartbeat_interval_ms: int = Field(
+        1000, ge=100, description="Kafka group heartbeat interval."
+    )
     relay_interval_ms: int = Field(
         2000, ge=10, description="How often the outbox relay looks for unpublished rows."
     )
@@ -93,6 +100,10 @@ class Settings(BaseSettings):
     )
     kafka_sasl_password_file: Path | None = Field(
         None, description="File holding the SASL password."
+    )
+    kafka_idempotent_producer: bool = Field(
+        True, description="Idempotent producer (exactly-once per partition on retries). The "
+        "embedded broker lacks producer ids; `turnflow dev` turns it off there."
     )
     kafka_ssl_cafile: Path | None = Field(None, description="CA bundle for Kafka TLS.")
 

@@ -66,6 +66,8 @@ def test_each_input_kind_is_recognised(body: dict[str, object], kind: str, input
         (b'{"session_id": "s1", "message": 5}', "invalid-field"),
         (b'{"session_id": "s1", "event": "e", "payload": []}', "invalid-field"),
         (b'{"session_id": "s1", "start": {"key": "k"}}', "invalid-field"),
+        (b'{"session_id": "s1", "start": {"flow": "f"}}', "invalid-field"),
+        (b'{"session_id": "s1", "event": "paid"}', "invalid-field"),
         (b'{"session_id": "s1", "wake": "k", "context": "x"}', "invalid-field"),
     ],
 )
@@ -83,11 +85,14 @@ def test_oversized_record_is_refused_before_decoding() -> None:
     assert parsed.reason == "too-large"
 
 
-def test_key_must_match_the_session_id() -> None:
-    """A record keyed by another session is refused; an unkeyed record is accepted."""
+def test_key_must_be_the_session_id() -> None:
+    """A record keyed by another session, or not keyed, is refused: partitioning by session is
+    what keeps one writer per conversation."""
     body = {"session_id": "s1", "message": "oi"}
-    assert isinstance(parse(body, key=b"s2"), Rejected)
-    assert isinstance(parse(body, key=None), ParsedInput)
+    for key in (b"s2", None):
+        parsed = parse(body, key=key)
+        assert isinstance(parsed, Rejected)
+        assert parsed.reason == "key-mismatch"
 
 
 def test_detail_never_echoes_content() -> None:

@@ -1,0 +1,39 @@
+"""Loading the agent named by ``AGENT`` / ``--agent`` (``module:attribute``).
+
+The attribute may be an agent (anything with ``async turn(request)``) or a zero-argument callable
+returning one, so an example module can build its agent lazily. Failures raise
+``AgentImportError`` with a one-line reason the CLI prints.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from consumer.errors import AgentImportError
+
+__all__ = ["load_agent"]
+
+
+def load_agent(path: str) -> Any:
+    """Import ``module:attribute`` and return the agent it names."""
+    module_name, sep, attribute = path.partition(":")
+    if not sep or not module_name or not attribute:
+        raise AgentImportError(f"agent must be 'module:attribute', got {path!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise AgentImportError(
+            f"cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    target: Any = module
+    for name in attribute.split("."):
+        try:
+            target = getattr(target, name)
+        except AttributeError:
+            raise AgentImportError(f"{module_name!r} has no attribute {attribute!r}") from None
+    if not hasattr(target, "turn") and callable(target):
+        target = target()
+    if not callable(getattr(target, "turn", None)):
+        raise AgentImportError(f"{path!r} is not an agent (no turn method)")
+    return target

@@ -1,0 +1,87 @@
+"""``/metrics``, ``/healthz`` and ``/readyz`` on a small HTTP port.
+
+A deliberately tiny HTTP/1.0 server on asyncio streams (no web framework for three GET routes).
+``/healthz`` answers 200 while the event loop runs; ``/readyz`` answers 200 when the service's
+``ready()`` says so (connected and consuming) and 503 otherwise. Bodies carry metric samples
+and a word, never conversation content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from consumer.metrics import REGISTRY
+
+__all__ = ["HealthServer"]
+
+_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+
+
+class HealthServer:
+    """Serves the three endpoints on ``host:port`` until ``stop()``; port 0 picks a free one."""
+
+    def __init__(self, *, host: str, port: int, ready: Callable[[], bool]) -> None:
+        self._host = host
+        self._port = port
+        self._ready = ready
+        self._server: asyncio.Server | None = None
+
+    @property
+    def port(self) -> int:
+        if self._server is None or not self._server.sockets:
+            return self._port
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> HealthServer:
+        self._server = await asyncio.start_server(self._serve, self._host, self._port)
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request_line = await asyncio.wait_for(reader.readline(), timeout=5)
+            # Drain the headers; nothing in them matters here.
+            while True:
+                line = await asyncio.wait_for(reader.readline(), timeout=5)
+                if line in (b"\r\n", b"\n", b""):
+                    break
+            status, content_type, body = self.respond(request_line.decode("latin-1"))
+            head = (
+                f"HTTP/1.0 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
+            writer.write(head.encode("latin-1") + body)
+            await writer.drain()
+        except (TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    def respond(self, request_line: str) -> tuple[int, str, bytes]:
+        """Status, content type and body for one request line such as ``GET /readyz HTTP/1.1``."""
+        parts = request_line.split()
+        if len(parts) < 2:
+            return 405, "text/plain", b"bad request\n"
+        method, path = parts[0], parts[1].split("?", 1)[0]
+        if method not in ("GET", "HEAD"):
+            return 405, "text/plain", b"method not allowed\n"
+        if path == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY)
+        if path == "/healthz":
+            return 200, "text/plain", b"ok\n"
+        if path == "/readyz":
+            if self._ready():
+                return 200, "text/plain", b"ready\n"
+            return 503, "text/plain", b"not ready\n"
+        return 404, "text/plain", b"not found\n"

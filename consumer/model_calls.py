@@ -1,0 +1,48 @@
+"""Model-call metrics from the provider's hooks (the engine imports no metrics library).
+
+When the agent's provider exposes ``hooks`` (an ``engine.ProviderHooks``), each call is counted
+by call kind, timed by call kind and provider, and its tokens and failures counted. Providers
+without hooks (test doubles) are left alone. Hooking twice is harmless: a provider is marked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from consumer import metrics
+from engine import ProviderHooks
+from engine.providers.base import CallRecord
+
+__all__ = ["observe_model_calls", "record_model_call"]
+
+_MARK = "_turnflow_metrics_hooked"
+
+
+def record_model_call(record: CallRecord) -> None:
+    """Feed one call record into the consumer's metrics."""
+    call = record.schema_name
+    metrics.LLM_CALLS.labels(call=call).inc()
+    metrics.MODEL_CALL_DURATION.labels(call=call, provider=record.provider).observe(
+        record.duration_s
+    )
+    if not record.ok:
+        metrics.MODEL_ERRORS.labels(call=call, kind=record.error_kind or "retryable").inc()
+    if record.usage is not None:
+        if record.usage.input_tokens is not None:
+            metrics.MODEL_TOKENS.labels(call=call, direction="input").inc(record.usage.input_tokens)
+        if record.usage.output_tokens is not None:
+            metrics.MODEL_TOKENS.labels(call=call, direction="output").inc(
+                record.usage.output_tokens
+            )
+
+
+def observe_model_calls(agent: Any) -> bool:
+    """Attach ``record_model_call`` to the agent's provider hooks; True when attached."""
+    config = getattr(agent, "config", None)
+    provider = getattr(config, "provider", None) or getattr(agent, "provider", None)
+    hooks = getattr(provider, "hooks", None)
+    if not isinstance(hooks, ProviderHooks) or getattr(hooks, _MARK, False):
+        return False
+    hooks.add(record_model_call)
+    setattr(hooks, _MARK, True)
+    return True

@@ -1,0 +1,171 @@
+"""Publishing outbox rows to Kafka, and the relay that republishes rows a crash left behind.
+
+Rows are fetched through ``store.fetch_unpublished``, which locks them ``FOR UPDATE SKIP
+LOCKED`` and returns, per session, only a prefix of that session's unpublished rows: so any
+publisher — the consumer right after its save, another replica's relay, this one — sends a
+session's rows oldest first and no two publishers hold the same row. The rows are sent in id
+order on one idempotent producer (acks=all), all acks awaited, then marked published in the
+same transaction that locked them; a failure rolls the marks back and the rows stay for the
+next attempt.
+
+A consumer that lost its partition must not publish (its replies could land after the new
+owner's): ``flush_session`` takes a ``may_publish`` check and raises ``FencedPublishError``
+instead of sending. The relay is not tied to partitions; it only touches rows older than its
+grace period, which normally were left by a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from consumer import metrics
+from consumer.errors import FencedPublishError, PublishError
+from store import OutboxRow, Store
+
+__all__ = ["OutboxPublisher", "OutboxRelay", "encode_payload", "new_producer"]
+
+log = logging.getLogger("turnflow.outbox")
+
+
+def new_producer(
+    bootstrap_servers: str, *, idempotent: bool = True, **client_options: Any
+) -> AIOKafkaProducer:
+    """The producer every publisher uses: all in-sync replicas ack, idempotent, ordered.
+
+    ``idempotent=False`` is for brokers without producer ids (the embedded one); aiokafka keeps
+    one request in flight per partition either way, so order holds, and a retried send may
+    duplicate a record, which consumers dedupe by its ``key``.
+    """
+    return AIOKafkaProducer(
+        bootstrap_servers=bootstrap_servers,
+        acks="all",
+        enable_idempotence=idempotent,
+        linger_ms=2,
+        **client_options,
+    )
+
+
+def encode_payload(payload: dict[str, Any]) -> bytes:
+    """The wire form of an outbound value: compact UTF-8 JSON."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _always() -> bool:
+    return True
+
+
+class OutboxPublisher:
+    """Sends unpublished outbox rows and marks them published."""
+
+    def __init__(self, store: Store, producer: AIOKafkaProducer, *, batch_limit: int = 100):
+        self._store = store
+        self._producer = producer
+        self._batch_limit = batch_limit
+
+    async def flush_session(
+        self, session_id: str, *, may_publish: Callable[[], bool] = _always
+    ) -> list[int]:
+        """Publish the session's unpublished rows that no one else holds; their ids in order."""
+        published: list[int] = []
+        while True:
+            async with self._store.fetch_unpublished(
+                session_id=session_id, limit=self._batch_limit
+            ) as batch:
+                rows = batch.rows
+                if not rows:
+                    return published
+                if not may_publish():
+                    raise FencedPublishError(
+                        "partition no longer owned; leaving rows to the relay",
+                        session_id=session_id,
+                    )
+                await self.send(rows)
+                await batch.mark_published()
+            published.extend(row.id for row in rows)
+            if len(rows) < self._batch_limit:
+                return published
+
+    async def flush_older(self, *, older_than: timedelta) -> int:
+        """One relay pass: publish, per session, the prefix of rows older than ``older_than``."""
+        cutoff = datetime.now(UTC) - older_than
+        async with self._store.fetch_unpublished(limit=self._batch_limit) as batch:
+            chosen: list[OutboxRow] = []
+            young_sessions: set[str] = set()
+            for row in batch.rows:
+                # Rows come in id order; after a session's first young row, its later rows
+                # wait too, so what goes out stays a prefix of the session.
+                if row.session_id in young_sessions or row.created_at > cutoff:
+                    young_sessions.add(row.session_id)
+                    continue
+                chosen.append(row)
+            if not chosen:
+                return 0
+            await self.send(chosen)
+            await batch.mark_published([row.id for row in chosen])
+        return len(chosen)
+
+    async def send(self, rows: Sequence[OutboxRow]) -> None:
+        """Send rows in order and wait for every ack; ``PublishError`` when any fails."""
+        try:
+            acks = [
+                await self._producer.send(
+                    row.topic,
+                    encode_payload(row.payload),
+                    key=row.key.encode("utf-8") if row.key is not None else None,
+                )
+                for row in rows
+            ]
+            await asyncio.gather(*acks)
+        except KafkaError as exc:
+            raise PublishError(f"publish failed: {type(exc).__name__}") from exc
+        for row in rows:
+            metrics.OUTBOX_PUBLISHED.labels(topic=row.topic).inc()
+
+
+class OutboxRelay:
+    """Republishes rows committed but left unpublished, every ``interval_s``, until stopped."""
+
+    def __init__(
+        self, publisher: OutboxPublisher, store: Store, *, interval_s: float, grace_s: float
+    ) -> None:
+        self._publisher = publisher
+        self._store = store
+        self._interval_s = interval_s
+        self._grace = timedelta(seconds=grace_s)
+        self._stopping = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def run_once(self) -> int:
+        """One pass: publish what is old enough, refresh the backlog gauge; rows published."""
+        total = 0
+        while True:
+            sent = await self._publisher.flush_older(older_than=self._grace)
+            total += sent
+            if sent == 0:
+                break
+        metrics.OUTBOX_BACKLOG.set(await self._store.outbox_backlog())
+        if total:
+            log.info("relay published outbox rows", extra={"rows": total})
+        return total
+
+    async def run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                await self.run_once()
+            except Exception as exc:
+                # The relay is the safety net: it must outlive a database or broker blip.
+                log.warning("relay pass failed", extra={"error": type(exc).__name__})
+            try:
+                await asyncio.wait_for(self._stopping.wait(), timeout=self._interval_s)
+            except TimeoutError:
+                pass

@@ -1,0 +1,307 @@
+"""One input, start to finish: load → ``agent.turn`` → one save transaction → publish → mark.
+
+The save-then-send rule of the service: the session, the turn-log row (with the record's topic,
+partition and offset, unique) and the outbox rows commit together; only then are the rows
+published, and only after their acks does the caller release the offset. So a crash at any
+point loses nothing: an unsaved turn is replayed, a saved one is found in the turn log and only
+its outbox is flushed again.
+
+- A version conflict (another writer saved first) reloads and reruns, at most
+  ``max_version_conflicts`` times, then raises ``VersionConflictsExhausted`` for ``decisions``.
+- A record already in the turn log is skipped after re-flushing the session's unpublished rows,
+  because its replies may be among them.
+- Publishing goes through ``OutboxPublisher.flush_session``: a session's older unpublished rows
+  go first. If another publisher holds some of them, this waits briefly for them to clear and
+  otherwise leaves the rest to the relay (the rows are durable either way).
+
+Errors other than the conflict are raised unchanged: what to do with them is ``decisions``'s job.
+Nothing here logs message text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, Protocol
+
+from consumer import metrics
+from consumer.decisions import VersionConflictsExhausted
+from consumer.outbox import OutboxPublisher
+from consumer.parser import ParsedInput
+from store import (
+    AlreadyApplied,
+    OutboxEntry,
+    SaveRequest,
+    SourceRecord,
+    Store,
+    TurnRecord,
+    VersionConflict,
+)
+
+__all__ = ["OutboundTopics", "PipelineResult", "TurnAgent", "TurnPipeline", "TurnWork"]
+
+log = logging.getLogger("turnflow.pipeline")
+
+# How long a publish waits for rows of its session that another publisher holds.
+_HELD_ROWS_WAIT_S = 2.0
+_HELD_ROWS_POLL_S = 0.05
+
+
+class TurnAgent(Protocol):
+    """What the pipeline needs of an agent: ``engine.Agent`` or a test double."""
+
+    async def turn(self, request: dict[str, Any]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class OutboundTopics:
+    """Where replies and timers go."""
+
+    messages: str
+    schedule: str
+
+
+@dataclass(frozen=True)
+class TurnWork:
+    """A parsed input and where it came from."""
+
+    parsed: ParsedInput
+    source: SourceRecord
+    timestamp_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    """What happened to one input."""
+
+    status: Literal["applied", "skipped"]
+    version: int | None = None
+    messages: int = 0
+    schedule: int = 0
+    llm_calls: int = 0
+    conflicts: int = 0
+
+
+def _json(value: Any) -> Any:
+    """The JSON form of an engine value (pydantic model) or a plain dict from a double."""
+    dump = getattr(value, "model_dump", None)
+    return dump(mode="json") if callable(dump) else value
+
+
+def _field(value: Any, name: str, default: Any = None) -> Any:
+    if isinstance(value, dict):
+        return value.get(name, default)
+    return getattr(value, name, default)
+
+
+def _iso(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    return value
+
+
+class TurnPipeline:
+    """Runs inputs through the agent with the store and the outbox publisher."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        agent: TurnAgent,
+        publisher: OutboxPublisher,
+        topics: OutboundTopics,
+        history_limit: int = 50,
+        max_version_conflicts: int = 5,
+    ) -> None:
+        self._store = store
+        self._agent = agent
+        self._publisher = publisher
+        self._topics = topics
+        self._history_limit = history_limit
+        self._max_conflicts = max_version_conflicts
+
+    async def apply(
+        self, work: TurnWork, *, may_publish: Callable[[], bool] = lambda: True
+    ) -> PipelineResult:
+        """Apply one input exactly once (per source record) and publish what it produced."""
+        parsed, source = work.parsed, work.source
+        started = time.perf_counter()
+        if await self._store.is_applied(source.topic, source.partition, source.offset):
+            return await self._skip_replay(work, may_publish)
+
+        conflicts = 0
+        while True:
+            loaded = await self._store.load(parsed.session_id, history_limit=self._history_limit)
+            request = dict(parsed.request)
+            request["session"] = loaded.state
+            request["history"] = loaded.history
+            result = await self._agent.turn(request)
+            version = loaded.version + 1
+            try:
+                saved = await self._store.save_turn(
+                    self._save_request(work, loaded.version, version, result)
+                )
+            except VersionConflict:
+                conflicts += 1
+                metrics.VERSION_CONFLICTS.inc()
+                log.info(
+                    "version conflict; rerunning the turn",
+                    extra=self._ids(work) | {"conflicts": conflicts},
+                )
+                if conflicts > self._max_conflicts:
+                    raise VersionConflictsExhausted(
+                        session_id=parsed.session_id, attempts=conflicts
+                    ) from None
+                continue
+            except AlreadyApplied:
+                # A concurrent replay of this very record won the save: the same as a replay.
+                return await self._skip_replay(work, may_publish)
+            break
+
+        await self._publish(parsed.session_id, saved.outbox_ids, may_publish)
+        self._observe(work, result, started)
+        messages = list(_field(result, "messages", []) or [])
+        schedule = list(_field(result, "schedule", []) or [])
+        log.info(
+            "turn applied",
+            extra=self._ids(work)
+            | {
+                "version": saved.version,
+                "messages": len(messages),
+                "schedule": len(schedule),
+                "llm_calls": int(_field(result, "llm_calls", 0) or 0),
+            },
+        )
+        return PipelineResult(
+            status="applied",
+            version=saved.version,
+            messages=len(messages),
+            schedule=len(schedule),
+            llm_calls=int(_field(result, "llm_calls", 0) or 0),
+            conflicts=conflicts,
+        )
+
+    async def _skip_replay(
+        self, work: TurnWork, may_publish: Callable[[], bool]
+    ) -> PipelineResult:
+        await self._publisher.flush_session(work.parsed.session_id, may_publish=may_publish)
+        metrics.REPLAYS_SKIPPED.inc()
+        log.info("replay skipped; outbox re-flushed", extra=self._ids(work))
+        return PipelineResult(status="skipped")
+
+    def _save_request(
+        self, work: TurnWork, expected_version: int, version: int, result: Any
+    ) -> SaveRequest:
+        parsed = work.parsed
+        messages = [_json(m) for m in _field(result, "messages", []) or []]
+        schedule = [_json(s) for s in _field(result, "schedule", []) or []]
+        outbox = [
+            OutboxEntry(
+                topic=self._topics.messages,
+                key=parsed.session_id,
+                payload={
+                    "session_id": parsed.session_id,
+                    "key": m.get("key"),
+                    "kind": m.get("kind"),
+                    "text": m.get("text"),
+                    "after_ms": m.get("after_ms", 0),
+                    "run_id": m.get("run_id"),
+                    "step_id": m.get("step_id"),
+                    "input_id": parsed.input_id,
+                    "version": version,
+                },
+            )
+            for m in messages
+        ] + [
+            OutboxEntry(
+                topic=self._topics.schedule,
+                key=parsed.session_id,
+                payload={
+                    "session_id": parsed.session_id,
+                    "key": s.get("key"),
+                    "at": _iso(s.get("at")),
+                    "replaces": s.get("replaces"),
+                },
+            )
+            for s in schedule
+        ]
+        turn = TurnRecord(
+            input=dict(parsed.request),
+            messages=messages,
+            schedule=schedule,
+            outcomes=[_json(o) for o in _field(result, "outcomes", []) or []],
+            started=[_json(o) for o in _field(result, "started", []) or []],
+            ended=[_json(o) for o in _field(result, "ended", []) or []],
+            skipped=[_json(o) for o in _field(result, "skipped", []) or []],
+            llm_calls=int(_field(result, "llm_calls", 0) or 0),
+            source=work.source,
+        )
+        return SaveRequest(
+            session_id=parsed.session_id,
+            expected_version=expected_version,
+            state=_json(_field(result, "session")),
+            turn=turn,
+            outbox=outbox,
+        )
+
+    async def _publish(
+        self, session_id: str, own_ids: list[int], may_publish: Callable[[], bool]
+    ) -> None:
+        """Flush the session; wait a little when another publisher holds some of our rows."""
+        remaining = set(own_ids)
+        deadline = time.monotonic() + _HELD_ROWS_WAIT_S
+        while True:
+            published = await self._publisher.flush_session(session_id, may_publish=may_publish)
+            remaining.difference_update(published)
+            if not remaining:
+                return
+            if time.monotonic() > deadline:
+                log.warning(
+                    "outbox rows held by another publisher; leaving them to it",
+                    extra={"session_id": session_id, "rows": len(remaining)},
+                )
+                return
+            await asyncio.sleep(_HELD_ROWS_POLL_S)
+
+    def _observe(self, work: TurnWork, result: Any, started: float) -> None:
+        llm_calls = int(_field(result, "llm_calls", 0) or 0)
+        metrics.TURNS.labels(kind=work.parsed.kind).inc()
+        metrics.LLM_CALLS_PER_TURN.observe(llm_calls)
+        for outcome in _field(result, "outcomes", []) or []:
+            metrics.OUTCOMES.labels(code=str(_field(outcome, "code", "unknown"))).inc()
+        outcome = turn_outcome(result)
+        if outcome is not None:
+            metrics.TURN_OUTCOMES.labels(outcome=outcome).inc()
+        metrics.TURN_DURATION.observe(time.perf_counter() - started)
+        if work.timestamp_ms is not None and (_field(result, "messages", []) or []):
+            metrics.INPUT_TO_OUTBOUND.observe(max(0.0, time.time() - work.timestamp_ms / 1000))
+
+    @staticmethod
+    def _ids(work: TurnWork) -> dict[str, Any]:
+        return {
+            "session_id": work.parsed.session_id,
+            "input_id": work.parsed.input_id,
+            "kind": work.parsed.kind,
+            "partition": work.source.partition,
+            "offset": work.source.offset,
+        }
+
+
+def turn_outcome(result: Any) -> str | None:
+    """The dashboard's turn-level outcome (handoff, fallback, task_completed, answered, error),
+    or None for a turn that neither spoke nor failed (a silent wake, a duplicate)."""
+    codes = {str(_field(o, "code", "")) for o in _field(result, "outcomes", []) or []}
+    if any("handoff" in code for code in codes):
+        return "handoff"
+    if any("fallback" in code for code in codes):
+        return "fallback"
+    if any(str(_field(e, "reason", "")) in ("completed", "end", "done")
+           for e in _field(result, "ended", []) or []):
+        return "task_completed"
+    if any("error" in code or "failed" in code for code in codes):
+        return "error"
+    return "answered" if _field(result, "messages", []) else None

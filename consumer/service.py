@@ -1,0 +1,507 @@
+"""The consumer service: the aiokafka group loop around the pipeline.
+
+Fetched records are parsed; malformed ones go straight to the DLQ, valid ones join their
+session's queue. Each session with work has one worker task that takes its inputs strictly in
+offset order; workers of different sessions (even in one partition) run concurrently, at most
+``max_in_flight`` turns at a time. Offsets are committed per partition up to the watermark of
+``OffsetWatermarks`` after every fetch round, so a slow session holds back only its partition's
+commit, never other sessions' work. Fetching pauses when too many records wait.
+
+Ownership. Each assignment of a partition gets a fresh epoch; an input carries the epoch it was
+fetched under and may publish only while that epoch is current. On revoke (and on stop), the
+service stops taking work from those partitions, lets in-flight turns finish for up to
+``drain_timeout_ms``, commits what is done, then ends the epoch: a turn still running is not
+interrupted (cancelling a database write midway buys nothing), but it can no longer publish or
+commit. Its saved rows stay for the next owner (which replays the record, finds it applied and
+flushes the outbox) or for the relay. The same check stops a zombie that lost its partitions
+without noticing from publishing once the consumer learns of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
+from aiokafka.errors import KafkaError
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from consumer import metrics
+from consumer.decisions import (
+    Abandon,
+    Commit,
+    DeadLetter,
+    Retry,
+    RetryPolicy,
+    decide,
+)
+from consumer.health import HealthServer
+from consumer.model_calls import observe_model_calls
+from consumer.outbox import OutboxPublisher, OutboxRelay, new_producer
+from consumer.parser import Rejected, parse_record
+from consumer.partitions import OffsetWatermarks, QueuedInput, SessionQueues
+from consumer.pipeline import OutboundTopics, TurnAgent, TurnPipeline, TurnWork
+from consumer.settings import Settings
+from store import SourceRecord, Store
+
+__all__ = ["ConsumerService"]
+
+log = logging.getLogger("turnflow.consumer")
+
+_FETCH_TIMEOUT_MS = 100
+
+
+@dataclass(frozen=True)
+class _Input:
+    """A queued input: the pipeline's work, the raw record (for the DLQ), its epoch."""
+
+    work: TurnWork
+    record: ConsumerRecord[bytes, bytes]
+    epoch: int
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # untyped base class
+    def __init__(self, service: ConsumerService) -> None:
+        self._service = service
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self._service._on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._service._on_assigned(set(assigned))
+
+
+class ConsumerService:
+    """``turnflow consume``: run until ``stop()``; then drain, commit and close cleanly."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        agent: TurnAgent,
+        *,
+        store: Store | None = None,
+        run_relay: bool = True,
+        client_id: str = "turnflow-consumer",
+    ) -> None:
+        if not settings.kafka_bootstrap_servers:
+            raise ValueError("KAFKA_BOOTSTRAP_SERVERS is not set")
+        if store is None and not settings.database_url:
+            raise ValueError("DATABASE_URL is not set")
+        self._settings = settings
+        self._agent = agent
+        self._store = store
+        self._owns_store = store is None
+        self._run_relay = run_relay
+        self._client_id = client_id
+        self._policy = RetryPolicy(
+            max_retries=settings.max_retries,
+            backoff_s=settings.retry_backoff_ms / 1000,
+            backoff_max_s=settings.retry_backoff_max_ms / 1000,
+        )
+        self._marks: OffsetWatermarks[TopicPartition] = OffsetWatermarks()
+        self._queues: SessionQueues[TopicPartition, _Input] = SessionQueues()
+        self._slots = asyncio.Semaphore(settings.max_in_flight)
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._side_tasks: set[asyncio.Task[None]] = set()
+        self._epochs: dict[TopicPartition, int] = {}
+        self._epoch_counter = 0
+        self._committed: dict[TopicPartition, int] = {}
+        self._busy: Counter[TopicPartition] = Counter()
+        self._busy_changed = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._paused = False
+        self._ready = False
+        self._consumer: AIOKafkaConsumer | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._pipeline: TurnPipeline | None = None
+        self._relay: OutboxRelay | None = None
+        self._relay_task: asyncio.Task[None] | None = None
+        self._health: HealthServer | None = None
+        self.started = asyncio.Event()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the service to shut down (safe from a signal handler)."""
+        self._stopping.set()
+
+    def ready(self) -> bool:
+        return self._ready and not self._stopping.is_set()
+
+    @property
+    def health_port(self) -> int | None:
+        return self._health.port if self._health is not None else None
+
+    @property
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._epochs)
+
+    def committed_offsets(self) -> dict[TopicPartition, int]:
+        """The offsets this consumer committed for the partitions it owns now."""
+        return dict(self._committed)
+
+    async def run(self) -> None:
+        """Start, consume until ``stop()``, shut down cleanly."""
+        try:
+            await self._start()
+            self._ready = True
+            self.started.set()
+            log.info(
+                "consumer ready",
+                extra={"group_id": self._settings.group_id, "port": self.health_port},
+            )
+            await self._fetch_loop()
+        finally:
+            self._ready = False
+            await self._shutdown()
+
+    async def _start(self) -> None:
+        s = self._settings
+        bootstrap = s.kafka_bootstrap_servers
+        assert bootstrap is not None
+        options = s.kafka_client_options()
+        if s.metrics_port:
+            self._health = await HealthServer(
+                host=s.metrics_host, port=s.metrics_port, ready=self.ready
+            ).start()
+        if self._store is None:
+            assert s.database_url is not None
+            self._store = await Store.connect(s.database_url, pool_size=min(s.max_in_flight, 20))
+        self._producer = new_producer(
+            bootstrap,
+            idempotent=s.kafka_idempotent_producer,
+            client_id=self._client_id,
+            **options,
+        )
+        await self._producer.start()
+        publisher = OutboxPublisher(self._store, self._producer)
+        observe_model_calls(self._agent)
+        self._pipeline = TurnPipeline(
+            store=self._store,
+            agent=self._agent,
+            publisher=publisher,
+            topics=OutboundTopics(messages=s.messages_topic, schedule=s.schedule_topic),
+            history_limit=s.history_limit,
+            max_version_conflicts=s.max_version_conflicts,
+        )
+        if self._run_relay:
+            self._relay = OutboxRelay(
+                publisher,
+                self._store,
+                interval_s=s.relay_interval_ms / 1000,
+                grace_s=s.relay_grace_ms / 1000,
+            )
+            self._relay_task = asyncio.create_task(self._relay.run(), name="outbox-relay")
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=s.group_id,
+            client_id=self._client_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=max(s.max_record_bytes * 4, 1 << 20),
+            session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_interval_ms,
+            rebalance_timeout_ms=s.session_timeout_ms + s.drain_timeout_ms,
+            **options,
+        )
+        self._consumer.subscribe([s.inbound_topic], listener=_Rebalance(self))
+        await self._consumer.start()
+
+    async def _shutdown(self) -> None:
+        consumer = self._consumer
+        if consumer is not None:
+            owned = set(self._epochs)
+            if owned:
+                await self._release(owned, reason="shutdown")
+            with contextlib.suppress(KafkaError):
+                await consumer.stop()
+            self._consumer = None
+        # Work left running after the drain is fenced; stop it before closing the store.
+        await self._cancel(list(self._workers.values()) + list(self._side_tasks))
+        if self._relay is not None and self._relay_task is not None:
+            self._relay.stop()
+            await asyncio.gather(self._relay_task, return_exceptions=True)
+        if self._producer is not None:
+            with contextlib.suppress(KafkaError):
+                await self._producer.stop()
+            self._producer = None
+        if self._store is not None and self._owns_store:
+            await self._store.close()
+        if self._health is not None:
+            await self._health.stop()
+        log.info("consumer stopped")
+
+    # -- fetching ---------------------------------------------------------------------------
+
+    async def _fetch_loop(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        while not self._stopping.is_set():
+            self._apply_backpressure(consumer)
+            batches = await consumer.getmany(
+                timeout_ms=_FETCH_TIMEOUT_MS, max_records=self._settings.max_buffered_records
+            )
+            for tp, records in batches.items():
+                epoch = self._epochs.get(tp)
+                if epoch is None:
+                    continue  # revoked while the fetch was in the air
+                for record in records:
+                    self._accept(tp, record, epoch)
+            await self._commit(set(self._epochs))
+            self._observe_lag(consumer)
+
+    def _apply_backpressure(self, consumer: AIOKafkaConsumer) -> None:
+        pending = self._marks.pending_count()
+        limit = self._settings.max_buffered_records
+        owned = list(self._epochs)
+        if not self._paused and pending >= limit and owned:
+            consumer.pause(*owned)
+            self._paused = True
+        elif self._paused and pending < max(1, limit // 2):
+            consumer.resume(*consumer.assignment())
+            self._paused = False
+
+    def _accept(self, tp: TopicPartition, record: ConsumerRecord[bytes, bytes], epoch: int) -> None:
+        self._marks.track(tp, record.offset)
+        source = SourceRecord(tp.topic, tp.partition, record.offset)
+        parsed = parse_record(
+            record.key,
+            record.value,
+            max_bytes=self._settings.max_record_bytes,
+            source=f"{tp.topic}:{tp.partition}:{record.offset}",
+        )
+        if isinstance(parsed, Rejected):
+            log.warning(
+                "malformed record sent to the DLQ",
+                extra={"reason": parsed.reason, "partition": tp.partition,
+                       "offset": record.offset},
+            )
+            self._spawn_side(self._dead_letter_then_done(tp, record, epoch, parsed))
+            return
+        work = TurnWork(parsed=parsed, source=source, timestamp_ms=record.timestamp)
+        entry = QueuedInput(parsed.session_id, tp, record.offset, _Input(work, record, epoch))
+        if self._queues.enqueue(entry):
+            self._workers[parsed.session_id] = asyncio.create_task(
+                self._session_worker(parsed.session_id), name=f"session-{parsed.session_id}"
+            )
+
+    # -- work -------------------------------------------------------------------------------
+
+    def _owns(self, tp: TopicPartition, epoch: int) -> bool:
+        return self._epochs.get(tp) == epoch
+
+    async def _session_worker(self, session_id: str) -> None:
+        try:
+            while (entry := self._queues.take(session_id)) is not None:
+                await self._process(entry)
+        finally:
+            self._workers.pop(session_id, None)
+            if self._queues.is_active(session_id):
+                # Cancelled with inputs still queued: they were fenced; forget them so a later
+                # assignment starts this session afresh.
+                self._queues.discard_session(session_id)
+
+    async def _process(self, entry: QueuedInput[TopicPartition, _Input]) -> None:
+        tp, item = entry.partition, entry.item
+        work = item.work
+        ids = {"session_id": work.parsed.session_id, "input_id": work.parsed.input_id}
+        attempt = 1
+        while True:
+            if not self._owns(tp, item.epoch):
+                return
+            error: BaseException | None = None
+            async with self._slots, self._busy_on(tp):
+                metrics.IN_FLIGHT.inc()
+                try:
+                    assert self._pipeline is not None
+                    await self._pipeline.apply(
+                        work, may_publish=lambda: self._owns(tp, item.epoch)
+                    )
+                except Exception as exc:
+                    error = exc
+                finally:
+                    metrics.IN_FLIGHT.dec()
+            decision = decide(error, attempt=attempt, policy=self._policy)
+            if isinstance(decision, Commit):
+                self._done(tp, entry.offset, item.epoch)
+                return
+            if isinstance(decision, Abandon):
+                log.info("input abandoned", extra=ids | {"reason": decision.reason})
+                return
+            if isinstance(decision, DeadLetter):
+                log.warning(
+                    "input sent to the DLQ",
+                    extra=ids | {"reason": decision.reason, "attempt": attempt,
+                                 "error": type(error).__name__},
+                )
+                metrics.TURN_OUTCOMES.labels(outcome="error").inc()
+                await self._dead_letter_then_done(tp, item.record, item.epoch, decision)
+                return
+            assert isinstance(decision, Retry)
+            metrics.INPUT_RETRIES.inc()
+            log.warning(
+                "input failed; retrying this session after a delay",
+                extra=ids | {"reason": decision.reason, "attempt": attempt,
+                             "delay_s": decision.delay_s, "error": type(error).__name__},
+            )
+            if not await self._sleep(decision.delay_s):
+                return
+            attempt += 1
+
+    async def _dead_letter_then_done(
+        self,
+        tp: TopicPartition,
+        record: ConsumerRecord[bytes, bytes],
+        epoch: int,
+        why: Rejected | DeadLetter,
+    ) -> None:
+        """Send the original record to the DLQ (retrying the broker), then release its offset."""
+        attempt = 1
+        while self._owns(tp, epoch):
+            try:
+                async with self._busy_on(tp):
+                    await self._send_dead_letter(record, why.reason, why.detail)
+            except KafkaError as exc:
+                delay = self._policy.delay(attempt)
+                log.warning(
+                    "DLQ publish failed; retrying",
+                    extra={"error": type(exc).__name__, "delay_s": delay},
+                )
+                if not await self._sleep(delay):
+                    return
+                attempt += 1
+                continue
+            metrics.DLQ.labels(reason=why.reason).inc()
+            self._done(tp, record.offset, epoch)
+            return
+
+    async def _send_dead_letter(
+        self, record: ConsumerRecord[bytes, bytes], reason: str, detail: str
+    ) -> None:
+        assert self._producer is not None
+        headers = [
+            *list(record.headers or ()),
+            ("error", reason.encode()),
+            ("detail", detail.encode()),
+            ("source-topic", record.topic.encode()),
+            ("source-partition", str(record.partition).encode()),
+            ("source-offset", str(record.offset).encode()),
+        ]
+        await self._producer.send_and_wait(
+            self._settings.dlq_topic, record.value, key=record.key, headers=headers
+        )
+
+    def _done(self, tp: TopicPartition, offset: int, epoch: int) -> None:
+        if self._owns(tp, epoch):
+            self._marks.done(tp, offset)
+
+    async def _sleep(self, seconds: float) -> bool:
+        """Wait ``seconds``; False when the service is stopping (the caller gives up)."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+        except TimeoutError:
+            return True
+        return False
+
+    @contextlib.asynccontextmanager
+    async def _busy_on(self, tp: TopicPartition) -> Any:
+        self._busy[tp] += 1
+        try:
+            yield
+        finally:
+            self._busy[tp] -= 1
+            self._busy_changed.set()
+
+    def _spawn_side(self, coroutine: Any) -> None:
+        task = asyncio.create_task(coroutine)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    # -- offsets and ownership --------------------------------------------------------------
+
+    async def _commit(self, partitions: set[TopicPartition]) -> None:
+        consumer = self._consumer
+        if consumer is None:
+            return
+        offsets: dict[TopicPartition, int] = {}
+        for tp in partitions:
+            mark = self._marks.committable(tp)
+            if mark is not None and mark > self._committed.get(tp, -1):
+                offsets[tp] = mark
+        if not offsets:
+            return
+        try:
+            await consumer.commit(offsets)
+        except KafkaError as exc:
+            # A rebalance in progress refuses commits; the revoke path commits again.
+            log.warning("offset commit failed", extra={"error": type(exc).__name__})
+            return
+        self._committed.update(offsets)
+
+    def _observe_lag(self, consumer: AIOKafkaConsumer) -> None:
+        for tp in self._epochs:
+            end = consumer.highwater(tp)
+            mark = self._committed.get(tp)
+            if end is not None and mark is not None:
+                metrics.CONSUMER_LAG.labels(topic=tp.topic, partition=str(tp.partition)).set(
+                    max(0, end - mark)
+                )
+
+    def _on_assigned(self, assigned: set[TopicPartition]) -> None:
+        for tp in assigned:
+            self._epoch_counter += 1
+            self._epochs[tp] = self._epoch_counter
+            self._marks.forget([tp])
+            self._committed.pop(tp, None)
+        if self._paused and self._consumer is not None:
+            self._consumer.resume(*self._consumer.assignment())
+            self._paused = False
+        log.info(
+            "partitions assigned",
+            extra={"partitions": sorted(tp.partition for tp in assigned)},
+        )
+
+    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        owned = revoked & set(self._epochs)
+        if owned:
+            await self._release(owned, reason="revoked")
+
+    async def _release(self, partitions: set[TopicPartition], *, reason: str) -> None:
+        """Stop new work on the partitions, drain, commit what is done, end their epochs."""
+        self._queues.drop_partitions(partitions)
+        await self._drain(partitions, within_s=self._settings.drain_timeout_ms / 1000)
+        await self._commit(partitions)
+        abandoned = sum(self._busy[tp] for tp in partitions)
+        for tp in partitions:
+            self._epochs.pop(tp, None)
+            self._committed.pop(tp, None)
+            with contextlib.suppress(KeyError):
+                metrics.CONSUMER_LAG.remove(tp.topic, str(tp.partition))
+        self._marks.forget(partitions)
+        log.info(
+            "partitions released",
+            extra={"reason": reason, "partitions": sorted(tp.partition for tp in partitions),
+                   "abandoned": abandoned},
+        )
+
+    async def _drain(self, partitions: set[TopicPartition], *, within_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within_s
+        while any(self._busy[tp] for tp in partitions):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            self._busy_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._busy_changed.wait(), timeout=remaining)
+
+    @staticmethod
+    async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
