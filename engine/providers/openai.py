@@ -220,6 +220,10 @@ class OpenAIProvider:
         return self._api.base_url
 
     @property
+    def timeout(self) -> float:
+        return self._api.timeout
+
+    @property
     def description(self) -> str:
         """One line naming the provider, model and server; safe to log."""
         auth = "with an API key" if self._key else "without an API key"

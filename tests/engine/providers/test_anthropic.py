@@ -1,0 +1,265 @@
+"""AnthropicProvider: Messages API bodies, the forced envelope tool, parsing, errors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from engine.errors import ProviderError
+from engine.providers import AnthropicProvider
+from engine.providers.anthropic import NO_NEW_MESSAGE, messages_body, parse_message
+from engine.providers.base import (
+    CallRecord,
+    ChatMessage,
+    ModelRequest,
+    ProviderHooks,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+from tests.engine.providers.conftest import Canned, CannedServer
+
+KEY = "sk-ant-SECRET-abcdef987654"
+SCHEMA = {
+    "type": "object",
+    "properties": {"message": {"type": ["string", "null"]}},
+    "required": ["message"],
+    "additionalProperties": False,
+}
+LOOKUP = ToolSpec(name="lookup", description="Find an order",
+                  parameters={"type": "object", "properties": {"id": {"type": "string"}}})
+
+
+def request(*, schema: bool = True, tools: bool = False,
+            messages: list[ChatMessage] | None = None) -> ModelRequest:
+    return ModelRequest(
+        schema_name="speak",
+        system="You are Ana.",
+        messages=messages if messages is not None else [ChatMessage(role="user", text="oi")],
+        json_schema=SCHEMA if schema else {},
+        tools=[LOOKUP] if tools else [],
+    )
+
+
+def reply(*blocks: dict[str, Any], usage: dict[str, int] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"id": "msg_1", "type": "message", "role": "assistant",
+                            "content": list(blocks), "stop_reason": "end_turn"}
+    if usage is not None:
+        body["usage"] = usage
+    return body
+
+
+# --- request bodies ------------------------------------------------------------------------
+
+def test_body_forces_the_envelope_tool_when_there_are_no_tools() -> None:
+    """A schema with no tools: the envelope is the only tool and tool_choice forces it."""
+    body = messages_body(request(), model="claude-x", max_tokens=300)
+    assert body["system"] == "You are Ana."
+    assert body["max_tokens"] == 300 and body["model"] == "claude-x"
+    assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "oi"}]}]
+    assert body["tools"] == [{"name": "speak_envelope", "description": body["tools"][0][
+        "description"], "input_schema": SCHEMA}]
+    assert body["tool_choice"] == {"type": "tool", "name": "speak_envelope"}
+
+
+def test_body_with_tools_lets_the_model_choose_any_tool() -> None:
+    """A schema plus real tools: all are offered and tool_choice is "any"."""
+    body = messages_body(request(tools=True), model="m", max_tokens=10)
+    assert [t["name"] for t in body["tools"]] == ["lookup", "speak_envelope"]
+    assert body["tools"][0]["input_schema"] == LOOKUP.parameters
+    assert body["tool_choice"] == {"type": "any"}
+
+
+def test_body_without_schema_or_tools() -> None:
+    """No schema and no tools: neither tools nor tool_choice is sent."""
+    body = messages_body(request(schema=False), model="m", max_tokens=10)
+    assert "tools" not in body and "tool_choice" not in body
+
+
+def test_body_shapes_turns_for_the_messages_api() -> None:
+    """System entries fold into system; tool rounds become tool_use/tool_result blocks; the
+    conversation opens and ends on a user turn."""
+    body = messages_body(request(messages=[
+        ChatMessage(role="assistant", text="Olá! Como posso ajudar?"),
+        ChatMessage(role="system", text="Summary: the customer is Ana."),
+        ChatMessage(role="user", text="pedido 7?"),
+        ChatMessage(role="assistant", text="", tool_calls=[
+            ToolCall(id="t1", name="lookup", arguments={"id": "7"}),
+            ToolCall(id="t2", name="lookup", arguments={"id": "8"})]),
+        ChatMessage(role="tool", tool_call_id="t1", text="shipped"),
+        ChatMessage(role="tool", tool_call_id="t2", text=""),
+        ChatMessage(role="assistant", text="Enviado."),
+    ]), model="m", max_tokens=10)
+    assert body["system"] == "You are Ana.\n\nSummary: the customer is Ana."
+    assert [turn["role"] for turn in body["messages"]] == [
+        "user", "assistant", "user", "assistant", "user", "assistant", "user"]
+    assert body["messages"][0]["content"] == [{"type": "text", "text": NO_NEW_MESSAGE}]
+    assert body["messages"][3]["content"] == [
+        {"type": "tool_use", "id": "t1", "name": "lookup", "input": {"id": "7"}},
+        {"type": "tool_use", "id": "t2", "name": "lookup", "input": {"id": "8"}},
+    ]
+    assert body["messages"][4]["content"] == [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "shipped"},
+        {"type": "tool_result", "tool_use_id": "t2", "content": NO_NEW_MESSAGE},
+    ]
+    assert body["messages"][-1]["content"] == [{"type": "text", "text": NO_NEW_MESSAGE}]
+
+
+def test_body_with_no_messages_still_has_a_user_turn() -> None:
+    """A call with no conversation at all sends one placeholder user turn."""
+    body = messages_body(request(messages=[]), model="m", max_tokens=10)
+    assert body["messages"] == [{"role": "user",
+                                 "content": [{"type": "text", "text": NO_NEW_MESSAGE}]}]
+
+
+# --- parsing -------------------------------------------------------------------------------
+
+def test_parse_envelope_tool_into_json() -> None:
+    """The envelope tool's input is the JSON; it is not reported as a tool call."""
+    response = parse_message(reply(
+        {"type": "tool_use", "id": "toolu_1", "name": "speak_envelope",
+         "input": {"message": "Oi!"}}, usage={"input_tokens": 20, "output_tokens": 6},
+    ), envelope_tool="speak_envelope")
+    assert response.json == {"message": "Oi!"} and response.tool_calls == []
+    assert response.usage == Usage(input_tokens=20, output_tokens=6)
+
+
+def test_parse_real_tool_calls_and_text() -> None:
+    """Text blocks join into text; other tool_use blocks become ToolCall values."""
+    response = parse_message(reply(
+        {"type": "text", "text": "Let me check. "},
+        {"type": "tool_use", "id": "toolu_01A", "name": "lookup", "input": {"id": "7"}},
+        {"type": "tool_use", "name": "lookup", "input": "not an object"},
+    ), envelope_tool="speak_envelope")
+    assert response.text == "Let me check. " and response.json is None
+    assert response.tool_calls == [ToolCall(id="toolu_01A", name="lookup", arguments={"id": "7"}),
+                                   ToolCall(id="toolu_2", name="lookup", arguments={})]
+
+
+def test_parse_json_written_as_text() -> None:
+    """An envelope answered as plain JSON text is accepted when the tool was not called."""
+    response = parse_message(reply({"type": "text", "text": '{"message": "Oi"}'}),
+                             envelope_tool="speak_envelope")
+    assert response.json == {"message": "Oi"}
+    plain = parse_message(reply({"type": "text", "text": '{"message": "Oi"}'}),
+                          envelope_tool=None)
+    assert plain.json is None
+
+
+def test_parse_body_without_content_is_retryable() -> None:
+    """A 200 body with no content list is a retryable malformed response."""
+    with pytest.raises(ProviderError, match="no content list") as caught:
+        parse_message({"type": "message"}, envelope_tool=None)
+    assert caught.value.kind == "retryable"
+
+
+# --- against a real local server -----------------------------------------------------------
+
+async def test_round_trip_against_local_server(canned_server: CannedServer) -> None:
+    """The provider POSTs to /v1/messages with x-api-key and version, and returns the envelope."""
+    canned_server.queue(Canned(body=reply(
+        {"type": "tool_use", "id": "toolu_1", "name": "speak_envelope",
+         "input": {"message": "Olá!"}}, usage={"input_tokens": 11, "output_tokens": 4})))
+    records: list[CallRecord] = []
+    async with AnthropicProvider(KEY, model="claude-test", base_url=canned_server.url,
+                                 hooks=ProviderHooks([records.append])) as provider:
+        response = await provider.generate(request())
+    assert response.json == {"message": "Olá!"}
+    [received] = canned_server.received
+    assert received.path == "/v1/messages"
+    assert received.headers["x-api-key"] == KEY
+    assert received.headers["anthropic-version"] == "2023-06-01"
+    assert "authorization" not in received.headers
+    assert received.body["tool_choice"] == {"type": "tool", "name": "speak_envelope"}
+    assert [(r.provider, r.ok, r.usage) for r in records] == [
+        ("anthropic", True, Usage(input_tokens=11, output_tokens=4))]
+
+
+@pytest.mark.parametrize(
+    ("canned", "kind"),
+    [
+        (Canned(429, {"type": "error", "error": {"type": "rate_limit_error", "message": "x"}},
+                {"retry-after": "20"}), "retryable"),
+        (Canned(529, {"type": "error", "error": {"type": "overloaded_error", "message": "x"}}),
+         "retryable"),
+        (Canned(500, {"type": "error", "error": {"type": "api_error", "message": "x"}}),
+         "retryable"),
+        (Canned(400, {"type": "error", "error": {"type": "invalid_request_error",
+                                                 "message": "prompt is too long: 210000 tokens"}}),
+         "fatal"),
+        (Canned(401, {"type": "error", "error": {"type": "authentication_error",
+                                                 "message": "invalid x-api-key"}}), "fatal"),
+        (Canned(403, {"type": "error", "error": {"type": "permission_error", "message": "x"}}),
+         "fatal"),
+    ],
+)
+async def test_error_statuses_from_local_server(
+    canned_server: CannedServer, canned: Canned, kind: str
+) -> None:
+    """Anthropic error statuses map to their kinds; the API's error type is in the message."""
+    canned_server.queue(canned)
+    async with AnthropicProvider(KEY, base_url=canned_server.url) as provider:
+        with pytest.raises(ProviderError) as caught:
+            await provider.generate(request())
+    assert (caught.value.kind, caught.value.status) == (kind, canned.status)
+    assert canned.body["error"]["type"] in str(caught.value)
+    assert caught.value.retry_after == (20.0 if canned.status == 429 else None)
+    if canned.status == 400:
+        assert "context length exceeded" in str(caught.value)
+
+
+async def test_slow_server_hits_the_timeout(canned_server: CannedServer) -> None:
+    """A server slower than the timeout yields a retryable ProviderError."""
+    canned_server.queue(Canned(body=reply({"type": "text", "text": "late"}), delay_s=30))
+    async with AnthropicProvider(KEY, base_url=canned_server.url, timeout=0.2) as provider:
+        with pytest.raises(ProviderError, match=r"0\.2s") as caught:
+            await provider.generate(request())
+    assert caught.value.kind == "retryable"
+
+
+async def test_malformed_body_is_retryable() -> None:
+    """Through MockTransport: a 200 with an HTML body is retryable and says the body is bad."""
+    transport = httpx.MockTransport(lambda r: httpx.Response(200, text="<html>hi</html>"))
+    async with AnthropicProvider(KEY, transport=transport) as provider:
+        with pytest.raises(ProviderError, match="not a JSON object") as caught:
+            await provider.generate(request())
+    assert caught.value.kind == "retryable" and caught.value.status == 200
+
+
+async def test_key_from_env_and_never_shown() -> None:
+    """The key is read from ANTHROPIC_API_KEY and appears in no repr, description or error."""
+    sent: list[str] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        sent.append(r.headers["x-api-key"])
+        return httpx.Response(401, json={"type": "error", "error": {
+            "type": "authentication_error", "message": f"bad key {r.headers['x-api-key']}"}})
+
+    provider = AnthropicProvider(env={"ANTHROPIC_API_KEY": KEY},
+                                 transport=httpx.MockTransport(handler))
+    with pytest.raises(ProviderError) as caught:
+        await provider.generate(request())
+    await provider.aclose()
+    assert sent == [KEY]
+    shown = " ".join([repr(provider), provider.description, repr(vars(provider)),
+                      str(caught.value), repr(caught.value)])
+    assert KEY not in shown and "bad key ***" in shown
+
+
+async def test_tool_round_through_mock_transport() -> None:
+    """With real tools, a tool_use reply comes back as a ToolCall and the body offers both."""
+    bodies: list[dict[str, Any]] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(r.content))
+        return httpx.Response(200, json=reply(
+            {"type": "tool_use", "id": "toolu_9", "name": "lookup", "input": {"id": "9"}}))
+
+    async with AnthropicProvider(KEY, transport=httpx.MockTransport(handler)) as provider:
+        response = await provider.generate(request(tools=True))
+    assert response.tool_calls == [ToolCall(id="toolu_9", name="lookup", arguments={"id": "9"})]
+    assert response.json is None
+    assert bodies[0]["tool_choice"] == {"type": "any"}

@@ -1,0 +1,59 @@
+"""provider_from_env: which provider the environment names, described without the key."""
+
+from __future__ import annotations
+
+from engine.providers import (
+    AnthropicProvider,
+    OpenAIProvider,
+    ProviderHooks,
+    RuleProvider,
+    provider_from_env,
+)
+
+SECRET = "sk-env-SECRET-42"
+
+
+def test_openai_key_chooses_openai_with_model_and_url() -> None:
+    """An OpenAI key, base URL and model pick an OpenAIProvider configured with them."""
+    provider = provider_from_env({
+        "OPENAI_API_KEY": SECRET, "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1",
+        "TURNFLOW_MODEL": "llama3.1", "TURNFLOW_MODEL_TIMEOUT": "7.5",
+        "ANTHROPIC_API_KEY": "also-set",
+    })
+    assert isinstance(provider, OpenAIProvider)
+    assert (provider.model, provider.base_url) == ("llama3.1", "http://127.0.0.1:11434/v1")
+    assert provider.timeout == 7.5
+    assert provider.description == (
+        "OpenAI-compatible model llama3.1 at http://127.0.0.1:11434/v1 (with an API key)")
+    assert SECRET not in provider.description + repr(provider)
+
+
+def test_turnflow_key_alone_chooses_openai_defaults() -> None:
+    """TURNFLOW_MODEL_API_KEY alone gives the OpenAI defaults."""
+    provider = provider_from_env({"TURNFLOW_MODEL_API_KEY": SECRET})
+    assert isinstance(provider, OpenAIProvider)
+    assert provider.base_url == "https://api.openai.com/v1" and provider.model == "gpt-4o-mini"
+
+
+def test_base_url_alone_chooses_a_keyless_local_server() -> None:
+    """OPENAI_BASE_URL with no key is a local compatible server, used without a key."""
+    provider = provider_from_env({"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"})
+    assert isinstance(provider, OpenAIProvider)
+    assert provider.description.endswith("(without an API key)")
+
+
+def test_anthropic_key_chooses_anthropic() -> None:
+    """An Anthropic key alone picks the AnthropicProvider; a bad timeout falls back to 60 s."""
+    provider = provider_from_env({"ANTHROPIC_API_KEY": SECRET, "TURNFLOW_MODEL_TIMEOUT": "soon"})
+    assert isinstance(provider, AnthropicProvider)
+    assert provider.description.startswith("Anthropic model claude-")
+    assert provider.timeout == 60.0
+    assert SECRET not in provider.description + repr(provider)
+
+
+def test_nothing_set_chooses_the_rule_provider_with_hooks() -> None:
+    """With no model settings the offline RuleProvider is chosen, carrying the given hooks."""
+    hooks = ProviderHooks()
+    provider = provider_from_env({}, hooks=hooks)
+    assert isinstance(provider, RuleProvider) and provider.hooks is hooks
+    assert provider.description == "offline RuleProvider (a demo aid, not a model)"
