@@ -22,10 +22,11 @@ the sleep so rows stored by another replica are noticed even if that replica die
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,12 +35,15 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from consumer import metrics
+from consumer.health import HealthServer
 from consumer.schedule_intake import ScheduleIntake, TimerSink
-from store import Timer
+from consumer.settings import Settings
+from store import Store, Timer
 
 __all__ = [
     "FiringOptions",
     "Scheduler",
+    "SchedulerService",
     "TimerClaim",
     "TimerFiring",
     "TimerStore",
@@ -188,13 +192,17 @@ class Scheduler:
         """Both loops are running and their last round succeeded."""
         return self.started and self.intake.healthy and self.firing.healthy
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(
+        self, stop: asyncio.Event, *, on_started: Callable[[], None] | None = None
+    ) -> None:
+        """Start both clients, run both loops until ``stop`` is set, stop the clients."""
         await self._producer.start()
         try:
             await self.intake.start()
             try:
                 self.started = True
-                log.info("scheduler ready")
+                if on_started is not None:
+                    on_started()
                 await asyncio.gather(self.intake.run(stop), self.firing.run(stop))
             finally:
                 self.started = False
@@ -235,3 +243,86 @@ def build_scheduler(
         consumer=consumer, topic=schedule_topic, sink=store, on_stored=firing.poke
     )
     return Scheduler(intake=intake, firing=firing, producer=producer)
+
+
+class SchedulerService:
+    """``turnflow schedule``: run until ``stop()``, then close everything cleanly.
+
+    The schedule topic is consumed by the group ``{GROUP_ID}-scheduler``, so it never shares a
+    group with the consumer service. ``/readyz`` is 200 while both loops succeed.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: Store | None = None,
+        options: FiringOptions | None = None,
+    ) -> None:
+        if not settings.kafka_bootstrap_servers:
+            raise ValueError("KAFKA_BOOTSTRAP_SERVERS is not set")
+        if store is None and not settings.database_url:
+            raise ValueError("DATABASE_URL is not set")
+        self._settings = settings
+        self._store = store
+        self._owns_store = store is None
+        self._options = options
+        self._stopping = asyncio.Event()
+        self._scheduler: Scheduler | None = None
+        self._health: HealthServer | None = None
+        self.started = asyncio.Event()
+
+    @property
+    def group_id(self) -> str:
+        return f"{self._settings.group_id}-scheduler"
+
+    def stop(self) -> None:
+        """Ask the service to shut down (safe from a signal handler)."""
+        self._stopping.set()
+
+    def ready(self) -> bool:
+        scheduler = self._scheduler
+        return scheduler is not None and scheduler.ready and not self._stopping.is_set()
+
+    @property
+    def health_port(self) -> int | None:
+        return self._health.port if self._health is not None else None
+
+    def _announce(self) -> None:
+        self.started.set()
+        log.info("scheduler ready", extra={"group_id": self.group_id, "port": self.health_port})
+
+    async def run(self) -> None:
+        """Connect, fire and store until ``stop()``, then shut down."""
+        s = self._settings
+        assert s.kafka_bootstrap_servers is not None
+        try:
+            if s.metrics_port:
+                self._health = await HealthServer(
+                    host=s.metrics_host, port=s.metrics_port, ready=self.ready
+                ).start()
+            if self._store is None:
+                assert s.database_url is not None
+                self._store = await Store.connect(
+                    s.database_url,
+                    pool_size=4,
+                    max_overflow=2,
+                    application_name="turnflow-scheduler",
+                )
+            self._scheduler = build_scheduler(
+                self._store,
+                bootstrap_servers=s.kafka_bootstrap_servers,
+                schedule_topic=s.schedule_topic,
+                inbound_topic=s.inbound_topic,
+                group_id=self.group_id,
+                client_options=s.kafka_client_options(),
+                options=self._options,
+            )
+            await self._scheduler.run(self._stopping, on_started=self._announce)
+        finally:
+            if self._store is not None and self._owns_store:
+                with contextlib.suppress(Exception):
+                    await self._store.close()
+            if self._health is not None:
+                await self._health.stop()
+            log.info("scheduler stopped")
