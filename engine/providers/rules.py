@@ -11,7 +11,8 @@ property the schema names is present, ``null`` when the rules know nothing. It n
 - speak: the message asks the first field still pending (its ``ask``, turned into a question
   when it is an English "Ask ..." instruction), else thanks the customer when the message
   answered everything, else phrases the step prompt, else a polite default; pending fields are
-  extracted from the customer's message.
+  extracted from the customer's message. Stock replies follow the language (English,
+  Portuguese, Spanish) that the message, prompt and asks are written in.
 - compact: a short summary naming how many entries it covers and what the customer said.
 
 Same request, same response: no clock, no randomness, no state between calls.
@@ -30,6 +31,19 @@ from engine.providers.http import observed
 PROVIDER_NAME = "rules"
 POLITE_DEFAULT = "How can I help you?"
 THANKS = "Thank you, got it."
+_STOCK_REPLIES = {
+    "en": (THANKS, POLITE_DEFAULT),
+    "pt": ("Perfeito, anotado.", "Como posso ajudar?"),
+    "es": ("Perfecto, anotado.", "¿En qué puedo ayudarte?"),
+}
+_LANGUAGE_MARKERS = {
+    "en": frozenset("the an of to and is you your ask hi hello thanks please i want my "
+                    "what which could would".split()),
+    "pt": frozenset("o os as do da dos das nao voce seu sua com um uma pergunte peca oi ola "
+                    "obrigado obrigada quero sou eu tudo bem qual".split()),
+    "es": frozenset("el los las del usted con y pregunta preguntale pide hola gracias quiero "
+                    "soy yo cual".split()),
+}
 
 _STOPWORDS = frozenset(
     "a an the to of for in on at and or is are be i my me you your it this that do does "
@@ -55,6 +69,11 @@ _NUMBER = re.compile(r"(?<![\w.,])[-+]?\d+(?:[.,]\d+)*")
 _NAME_INTRO = re.compile(
     r"\b(?:my name is|i'?m called|call me|me llamo|mi nombre es|meu nome (?:é|e)|me chamo|"
     r"chamo-me)\s+([^\W\d_][\w'-]*(?:\s+[^\W\d_][\w'-]*){0,2})",
+    re.IGNORECASE,
+)
+# Weaker lead-ins, trusted only in a reply to the question that asked for the name.
+_ANSWER_INTRO = re.compile(
+    r"^(?:i'?m|i am|it'?s|this is|eu sou|sou|aqui (?:é|e)|soy|es)\s+(?:(?:o|a|el|la)\s+)?(.+)$",
     re.IGNORECASE,
 )
 _NAME_FIELD = re.compile(r"name|nome|nombre", re.IGNORECASE)
@@ -260,8 +279,21 @@ def direct_answer(spec: dict[str, Any], text: str) -> Any:
     reply = text.strip().strip(".!?;, ")
     if not reply or len(reply.split()) > 6 or read_yes_no(reply) is not None:
         return None
-    intro = _NAME_INTRO.search(reply)
+    intro = _NAME_INTRO.search(reply) or _ANSWER_INTRO.match(reply)
     return intro.group(1) if intro else reply
+
+
+def guess_language(texts: list[str]) -> str:
+    """"en", "pt" or "es", by counting marker words; English when nothing tips it."""
+    counts = dict.fromkeys(_LANGUAGE_MARKERS, 0)
+    for text in texts:
+        for word in words(text):
+            for language, markers in _LANGUAGE_MARKERS.items():
+                counts[language] += word in markers
+    best = max(counts.values())
+    if best == 0 or counts["en"] == best:
+        return "en"
+    return "pt" if counts["pt"] >= counts["es"] else "es"
 
 
 _EN_PRONOUNS = {"the customer's": "your", "the customer": "you", "their": "your",
@@ -464,19 +496,22 @@ class RuleProvider:
             if value is not None:
                 found[name] = value
         still_pending = [name for name in pending if name not in found]
+        texts = [message, str(meta.get("prompt") or "")]
+        texts += [str(_dict(spec).get("ask") or "") for spec in pending.values()]
+        thanks, polite = _STOCK_REPLIES[guess_language(texts)]
         if still_pending:
             first = _dict(pending[still_pending[0]])
             ask = first.get("ask") or first.get("description")
             default = f"Could you tell me your {still_pending[0]}?"
             text = ask_as_question(str(ask)) if ask else default
         elif pending:
-            text = THANKS
+            text = thanks
         elif meta.get("prompt"):
             text = ask_as_question(str(meta["prompt"]))
         else:
-            text = POLITE_DEFAULT
+            text = polite
         if text in (meta.get("already_sent") or []):
-            text = POLITE_DEFAULT if text != POLITE_DEFAULT else THANKS
+            text = polite if text != polite else thanks
         schema = request.json_schema
         if not _properties(schema):
             return ModelResponse(text=text)

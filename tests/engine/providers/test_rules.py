@@ -17,6 +17,7 @@ from engine.providers.rules import (
     ask_as_question,
     extract_value,
     flow_score,
+    guess_language,
     read_yes_no,
 )
 
@@ -283,6 +284,44 @@ def test_speak_reads_a_direct_answer_and_asks_the_next() -> None:
     envelope = RuleProvider().speak(request).json
     assert envelope == {"message": "Could you tell me your e-mail?", "name": "Ana", "email": None}
     assert valid(request, envelope)
+
+
+@pytest.mark.parametrize(
+    ("reply", "name"),
+    [("Sou a Júlia", "Júlia"), ("I'm Ana.", "Ana"), ("soy Pedro", "Pedro"), ("Ana", "Ana"),
+     ("sim", None), ("I would rather not say that right now", None)],
+)
+def test_speak_direct_answer_drops_the_lead_in(reply: str, name: str | None) -> None:
+    """A reply to the name question loses its "I'm"/"sou a" lead-in; yes/no or long is no name."""
+    history = [ChatMessage(role="assistant", text="Could you tell me your first name?")]
+    envelope = RuleProvider().speak(speak_request(reply, ["name"], history=history)).json
+    assert envelope is not None and envelope["name"] == name
+
+
+@pytest.mark.parametrize(
+    ("texts", "language"),
+    [(["Pergunte o nome da pessoa", "oi"], "pt"), (["Pregúntale el nombre", "hola"], "es"),
+     (["Ask for the customer's first name."], "en"), (["", "42"], "en")],
+)
+def test_guess_language(texts: list[str], language: str) -> None:
+    """Marker words pick the language of stock replies; nothing to go on means English."""
+    assert guess_language(texts) == language
+
+
+def test_stock_replies_follow_the_language() -> None:
+    """A Portuguese conversation gets Portuguese thanks and a Portuguese default."""
+    specs = {"periodo": {"type": "string", "enum": ["manhã", "tarde"],
+                         "ask": "Pergunte se prefere de manhã ou à tarde."}}
+    request = ModelRequest(
+        schema_name="speak", system="",
+        json_schema=obj({"message": {"type": ["string", "null"]},
+                         "periodo": field_schema(specs["periodo"])}),
+        meta={"prompt": None, "pending": specs, "message": "de manhã, por favor"},
+    )
+    assert RuleProvider().speak(request).json == {"message": "Perfeito, anotado.",
+                                                  "periodo": "manhã"}
+    idle = ModelRequest(schema_name="speak", system="", meta={"message": "olá, tudo bem?"})
+    assert RuleProvider().speak(idle).text == "Como posso ajudar?"
 
 
 def test_speak_does_not_take_a_greeting_as_a_name() -> None:
