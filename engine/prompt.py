@@ -118,7 +118,7 @@ def build_speak(
     if message is not None:
         blocks.append(_block("Customer message", message))
     elif retry and history_ends_with_user:
-        blocks.append(_block("Customer message", RETRY_NOTE))
+        blocks.append(_block("Customer message", f"{RETRY_NOTE}\n{state.history[-1].text}"))
     else:
         blocks.append(_block("Customer message", NO_MESSAGE_NOTE))
     if state.sent:

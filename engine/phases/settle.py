@@ -63,16 +63,14 @@ async def _apply_reply(state: TurnState) -> None:
         state.session.data.update(patch)
     run.retries = 0
     state.outcome("asked" if question else "spoke", run, llm_calls=reply.calls)
-    still = pending(state, run, step)
-    for name in still:
+    for name in pending(state, run, step):
         run.asked[name] = run.asked.get(name, 0) + 1
-    if still:
+    if pending(state, run, step):
         return
     for name in maxed(state, run, step):
         state.outcome("max-asks", run, detail=name)
     if run.stay_step_id == step.id:
-        run.visit += 1
-        return
+        return  # stays for the next message; that message's answer is the next visit
     run.status = "running"
     if take(state, run, flow, step, step.then):
         await walk(state, run, after_speak=True)

@@ -82,6 +82,8 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
     fields = pending(state, run_, talk) if run_ is not None and talk is not None else []
     retry = run_ is not None and state.retry_run_id == run_.id
     idle_prompt = config.idle.prompt if config.idle and run_ is None else None
+    if config.provider is not None:
+        await summarize(state)  # before the prompt is built, so the call sees the summary
     built = build_speak(state, run_, flow, talk, fields, retry=retry, idle_prompt=idle_prompt)
     tool_names = list(talk.tools) if talk else list(config.idle.tools if config.idle else [])
     tools = _tool_specs(state, tool_names) if config.max_tool_loops > 0 else []
@@ -92,7 +94,6 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
     if provider is None:
         reply.deferred, reply.error = "fatal", "the agent has no provider"
         return reply
-    await summarize(state)
     rounds = 0
     while True:
         offer = tools if rounds < config.max_tool_loops else []

@@ -157,17 +157,13 @@ def plan(state: TurnState) -> Candidates:
     extra_fields: dict[str, FieldSpec] = {}
     if floor is None and found.catch_all is not None:
         catch_flow = found.catch_all[0]
-        first = catch_flow.steps[0]
-        first_fields = (
-            set(first.collect) if isinstance(first, TalkStep) and not first.question else set()
-        )
-        for name in _collects(catch_flow):
-            if is_known(state.session.data, name):
-                continue
+        first = next((s for s in catch_flow.steps if isinstance(s, TalkStep)), None)
+        first_fields = set(first.collect) if first is not None and not first.question else set()
+        for name, spec in _anywhere(state, catch_flow).items():
             if name in first_fields:
-                extra_fields[name] = config.fields[name]
+                extra_fields[name] = spec
             else:
-                worth_fields[name] = config.fields[name]
+                worth_fields[name] = spec
     found.worth = bool(found.plan.flows or found.plan.mentions or found.plan.branches)
     found.worth = found.worth or bool(worth_fields)
     if found.worth:
