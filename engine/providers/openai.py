@@ -2,9 +2,10 @@
 LiteLLM, OpenRouter, ...), chosen by ``base_url``.
 
 A request with a ``json_schema`` asks for strict structured output
-(``response_format: {"type": "json_schema", ...}``) and the reply's content is decoded into
-``ModelResponse.json``; content that is not a JSON object leaves ``json`` None and the engine
-treats it as an empty judgement. Tools go out as ``{"type": "function"}`` entries and tool calls
+(``response_format: {"type": "json_schema", ...}``; ``json_mode="json_object"`` or ``"none"``
+for servers that lack it) and the reply's content is decoded into ``ModelResponse.json``;
+content that is not a JSON object leaves ``json`` None and the engine treats it as an empty
+judgement. Tools go out as ``{"type": "function"}`` entries and tool calls
 come back as ``ToolCall`` values; arguments that are not a JSON object become ``{}`` (logged,
 never raised) so one sloppy call cannot fail a turn.
 
@@ -18,7 +19,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -46,6 +47,9 @@ DEFAULT_MODEL = "gpt-4o-mini"
 API_KEY_ENV = ("TURNFLOW_MODEL_API_KEY", "OPENAI_API_KEY")
 PROVIDER_NAME = "openai"
 
+JsonMode = Literal["json_schema", "json_object", "none"]
+"""How a schema is asked for: strict JSON schema, any JSON object, or only by the prompt."""
+
 
 def _message_entry(message: ChatMessage) -> dict[str, Any]:
     if message.role == "tool":
@@ -70,6 +74,7 @@ def chat_completion_body(
     model: str,
     max_tokens: int | None = None,
     temperature: float | None = None,
+    json_mode: JsonMode = "json_schema",
 ) -> dict[str, Any]:
     """The JSON body of ``POST /chat/completions`` for one request."""
     messages: list[dict[str, Any]] = []
@@ -77,7 +82,9 @@ def chat_completion_body(
         messages.append({"role": "system", "content": request.system})
     messages.extend(_message_entry(message) for message in request.messages)
     body: dict[str, Any] = {"model": model, "messages": messages}
-    if request.json_schema:
+    if request.json_schema and json_mode == "json_object":
+        body["response_format"] = {"type": "json_object"}
+    elif request.json_schema and json_mode == "json_schema":
         body["response_format"] = {
             "type": "json_schema",
             "json_schema": {
@@ -186,6 +193,7 @@ class OpenAIProvider:
         timeout: float = 60.0,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        json_mode: JsonMode = "json_schema",
         hooks: ProviderHooks | None = None,
         clock: Clock | None = None,
         client: httpx.AsyncClient | None = None,
@@ -201,6 +209,7 @@ class OpenAIProvider:
         self.model = model
         self.max_tokens = max_tokens
         self.temperature = temperature
+        self.json_mode: JsonMode = json_mode
         self.hooks = hooks or ProviderHooks()
         self._timer = timer
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -245,7 +254,7 @@ class OpenAIProvider:
         async def call() -> ModelResponse:
             body = chat_completion_body(
                 request, model=self.model, max_tokens=self.max_tokens,
-                temperature=self.temperature,
+                temperature=self.temperature, json_mode=self.json_mode,
             )
             reply = await self._api.post("chat/completions", body)
             return parse_chat_completion(reply, wants_json=bool(request.json_schema))
@@ -256,4 +265,4 @@ class OpenAIProvider:
         )
 
 
-__all__ = ["OpenAIProvider", "chat_completion_body", "parse_chat_completion"]
+__all__ = ["JsonMode", "OpenAIProvider", "chat_completion_body", "parse_chat_completion"]

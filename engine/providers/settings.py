@@ -6,7 +6,9 @@
                                                   TURNFLOW_MODEL)
     nothing                                    -> RuleProvider, the offline demo aid
 
-``TURNFLOW_MODEL_TIMEOUT`` (seconds) applies to either HTTP provider. Every provider returned has
+``TURNFLOW_MODEL_TIMEOUT`` (seconds) applies to either HTTP provider; ``TURNFLOW_MODEL_JSON_MODE``
+(``json_schema`` by default, ``json_object`` or ``none``) to an OpenAI-compatible server that lacks
+strict JSON-schema output. Every provider returned has
 a ``description`` naming what was chosen, never the key, so a host can log it at start-up.
 """
 
@@ -33,6 +35,15 @@ def _timeout(environ: Mapping[str, str]) -> float:
     return value if value > 0 else 60.0
 
 
+def _json_mode(environ: Mapping[str, str]) -> openai.JsonMode:
+    raw = environ.get("TURNFLOW_MODEL_JSON_MODE", "").strip().lower()
+    if raw == "json_object":
+        return "json_object"
+    if raw == "none":
+        return "none"
+    return "json_schema"
+
+
 def provider_from_env(
     env: Mapping[str, str] | None = None, *, hooks: ProviderHooks | None = None
 ) -> ChosenProvider:
@@ -48,6 +59,7 @@ def provider_from_env(
             model=model or openai.DEFAULT_MODEL,
             base_url=openai_url or openai.DEFAULT_BASE_URL,
             timeout=_timeout(environ),
+            json_mode=_json_mode(environ),
             hooks=hooks,
         )
     anthropic_key = environ.get(anthropic.API_KEY_ENV) or None

@@ -80,6 +80,16 @@ def test_body_without_schema_or_tools_is_plain_chat() -> None:
     assert "response_format" not in body and "tools" not in body
 
 
+def test_body_json_modes_for_servers_without_json_schema() -> None:
+    """json_object asks for any JSON object; none leaves the schema to the prompt."""
+    as_object = chat_completion_body(speak_request(), model="m", json_mode="json_object")
+    by_prompt = chat_completion_body(speak_request(), model="m", json_mode="none")
+    assert as_object["response_format"] == {"type": "json_object"}
+    assert "response_format" not in by_prompt
+    assert parse_chat_completion(completion('{"message": "x", "nome": null}'),
+                                 wants_json=True).json == {"message": "x", "nome": None}
+
+
 def test_body_with_tools_sends_function_tools() -> None:
     """Tools go out as type function with name, description and parameters."""
     body = chat_completion_body(speak_request(tools=True), model="m1", max_tokens=50,

@@ -33,6 +33,16 @@ def test_turnflow_key_alone_chooses_openai_defaults() -> None:
     provider = provider_from_env({"TURNFLOW_MODEL_API_KEY": SECRET})
     assert isinstance(provider, OpenAIProvider)
     assert provider.base_url == "https://api.openai.com/v1" and provider.model == "gpt-4o-mini"
+    assert provider.json_mode == "json_schema"
+
+
+def test_json_mode_from_environment() -> None:
+    """TURNFLOW_MODEL_JSON_MODE picks json_object or none; anything else keeps json_schema."""
+    modes = [provider_from_env({"OPENAI_BASE_URL": "http://127.0.0.1:1/v1",
+                                "TURNFLOW_MODEL_JSON_MODE": raw})
+             for raw in ("json_object", "NONE", "bogus")]
+    assert [p.json_mode for p in modes if isinstance(p, OpenAIProvider)] == [
+        "json_object", "none", "json_schema"]
 
 
 def test_base_url_alone_chooses_a_keyless_local_server() -> None:
