@@ -18,16 +18,35 @@ answer.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
+import socket
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlsplit
+
+from pydantic import ValidationError
+
+from consumer.agents import load_agent
+from consumer.embedded_broker import EmbeddedBroker
+from consumer.errors import AgentImportError, ConsumerError, EmbeddedBrokerError
+from consumer.logs import JsonFormatter
+from consumer.scheduler import Scheduler, build_scheduler
+from consumer.service import ConsumerService
+from consumer.settings import Settings
+from consumer.topics import TopicSpec, ensure_topics
+from engine import FlowConfigurationError
+from store import EmbeddedPostgres, EmbeddedServerError, Store
+from store.migrate import upgrade_async
+from store.urls import plain_url
 
 __all__ = [
     "DEFAULT_AGENT",
@@ -36,8 +55,10 @@ __all__ = [
     "DevOptions",
     "ObservedAgent",
     "ObservedTurn",
+    "add_arguments",
     "format_outcomes",
     "main",
+    "options_from",
     "parse_chat_line",
     "run_dev",
 ]
@@ -171,6 +192,252 @@ def parse_chat_line(line: str) -> ChatLine:
     raise ValueError(f"unknown command {command}; {HELP}")
 
 
+# --- the chat: inputs out through inbound.turns, replies in from outbound.messages --------------
+
+
+class ReplyReader:
+    """Reads ``outbound.messages`` from its end and hands out this session's records by key.
+
+    Not a consumer group member: it assigns every partition itself and starts at the end, so it
+    commits nothing and never competes with a delivery worker.
+    """
+
+    def __init__(self, consumer: Any, topic: str, session_id: str) -> None:
+        self._consumer = consumer
+        self._topic = topic
+        self._session_id = session_id
+        self._records: dict[str, dict[str, Any]] = {}
+        self._arrived = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        from aiokafka import TopicPartition
+
+        await self._consumer.start()
+        await self._consumer.topics()  # loads metadata, so the partitions are known
+        partitions = self._consumer.partitions_for_topic(self._topic) or {0}
+        assigned = [TopicPartition(self._topic, p) for p in sorted(partitions)]
+        self._consumer.assign(assigned)
+        await self._consumer.seek_to_end(*assigned)
+        for partition in assigned:  # resolve the end offsets now, before any input is sent
+            await self._consumer.position(partition)
+        self._task = asyncio.create_task(self._read(), name="dev-replies")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._consumer.stop()
+
+    async def _read(self) -> None:
+        async for record in self._consumer:
+            try:
+                value = json.loads(record.value)
+            except (TypeError, ValueError):
+                continue
+            if not isinstance(value, dict) or value.get("session_id") != self._session_id:
+                continue
+            async with self._arrived:
+                self._records[str(value.get("key"))] = value
+                self._arrived.notify_all()
+
+    async def wait_for(self, key: str, within: float) -> dict[str, Any] | None:
+        """The published record with this key, or None when it did not come ``within`` s."""
+
+        async def arrived() -> dict[str, Any]:
+            async with self._arrived:
+                await self._arrived.wait_for(lambda: key in self._records)
+                return self._records[key]
+
+        try:
+            return await asyncio.wait_for(arrived(), within)
+        except TimeoutError:
+            return None
+
+
+class Chat:
+    """Sends the customer's lines, prints each turn's replies, outcomes and ``llm_calls``.
+
+    Turns are printed in the order the consumer ran them, including the ones nobody typed for
+    (a timer firing). A typed input is done when its turn has been printed.
+    """
+
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        agent_name: str,
+        producer: Any,
+        inbound_topic: str,
+        replies: ReplyReader,
+        out: TextIO,
+        reply_timeout: float,
+        echo: bool,
+    ) -> None:
+        self.session_id = session_id
+        self._agent_name = agent_name
+        self._producer = producer
+        self._inbound_topic = inbound_topic
+        self._replies = replies
+        self._out = out
+        self._reply_timeout = reply_timeout
+        self._echo = echo
+        self._turns: asyncio.Queue[ObservedTurn] = asyncio.Queue()
+        self._shown: dict[str, asyncio.Event] = {}
+        self._sent = 0
+        self.missing = 0  # inputs or replies that never showed up
+
+    def observe(self, turn: ObservedTurn) -> None:
+        """Called by ``ObservedAgent`` inside the consumer; only this session's turns count."""
+        if turn.request.get("session_id") == self.session_id:
+            self._turns.put_nowait(turn)
+
+    def say(self, line: str) -> None:
+        self._out.write(line + "\n")
+        self._out.flush()
+
+    async def display(self) -> None:
+        """Print every observed turn, in order, forever (cancelled on exit)."""
+        while True:
+            turn = await self._turns.get()
+            try:
+                await self._show(turn)
+            finally:
+                self._turns.task_done()
+
+    async def _show(self, turn: ObservedTurn) -> None:
+        request, result = turn.request, turn.result
+        if request.get("wake"):
+            self.say(f"  [timer fired: {request['wake']}]")
+        for message in _get(result, "messages", []) or []:
+            key = str(_get(message, "key"))
+            record = await self._replies.wait_for(key, self._reply_timeout)
+            if record is None:
+                self.missing += 1
+                self.say(f"  [reply {key} was not published within {self._reply_timeout:.0f}s]")
+                continue
+            after_ms = int(record.get("after_ms") or 0)
+            if after_ms:
+                await asyncio.sleep(after_ms / 1000)  # what a delivery worker would wait
+            pause = f" (after {after_ms} ms)" if after_ms else ""
+            self.say(f"{self._agent_name}> {record.get('text')}{pause}")
+        self.say(f"  [{format_outcomes(result)}]")
+        marker = request.get("id") or request.get("key")
+        if marker and str(marker) in self._shown:
+            self._shown[str(marker)].set()
+
+    async def send(self, line: ChatLine) -> None:
+        """Produce one input and wait until its turn has been printed (or time out)."""
+        self._sent += 1
+        if line.kind == "message":
+            input_id = f"{self.session_id}-m{self._sent}"
+            if self._echo:
+                self.say(f"you> {line.text}")
+            value: dict[str, Any] = {"session_id": self.session_id, "message": line.text,
+                                     "id": input_id}
+        else:
+            input_id = f"{self.session_id}-e{self._sent}"
+            self.say(f"  [event {line.event} sent]")
+            value = {"session_id": self.session_id, "event": line.event,
+                     "payload": line.payload, "key": input_id}
+        shown = self._shown[input_id] = asyncio.Event()
+        await self._producer.send_and_wait(
+            self._inbound_topic, key=self.session_id.encode(), value=json.dumps(value).encode()
+        )
+        try:
+            await asyncio.wait_for(shown.wait(), self._reply_timeout)
+        except TimeoutError:
+            self.missing += 1
+            self.say(f"  [no turn ran for this input within {self._reply_timeout:.0f}s; "
+                     "see .turnflow/dev.log]")
+        finally:
+            self._shown.pop(input_id, None)
+
+    async def settle(self) -> None:
+        """Wait until every turn already observed has been printed."""
+        await self._turns.join()
+
+    async def run(self, lines: AsyncIterator[str]) -> None:
+        async for raw in lines:
+            try:
+                line = parse_chat_line(raw)
+            except ValueError as exc:
+                self.say(f"  [{exc}]")
+                continue
+            if line.kind == "skip":
+                continue
+            if line.kind == "quit":
+                break
+            if line.kind == "wait":
+                self.say(f"  [waiting {line.seconds:g}s]")
+                await asyncio.sleep(line.seconds)
+                continue
+            await self.send(line)
+        await self.settle()
+
+
+# --- the consumer and the scheduler, in this process --------------------------------------------
+
+
+class DevServices:
+    """``turnflow consume`` and ``turnflow schedule`` as two tasks of this process."""
+
+    def __init__(self, settings: Settings, agent: Any) -> None:
+        self._settings = settings
+        self._agent = agent
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._store: Store | None = None
+        self.consumer: ConsumerService | None = None
+        self.scheduler: Scheduler | None = None
+
+    async def start(self, ready_within: float = 60.0) -> None:
+        s = self._settings
+        bootstrap = s.kafka_bootstrap_servers or ""
+        options = s.kafka_client_options()
+        self._store = await Store.connect(s.database_url or "", pool_size=5)
+        self.consumer = ConsumerService(s, self._agent, store=self._store)
+        self.scheduler = build_scheduler(
+            self._store,
+            bootstrap_servers=bootstrap,
+            schedule_topic=s.schedule_topic,
+            inbound_topic=s.inbound_topic,
+            group_id=f"{s.group_id}-scheduler",
+            client_options=options,
+        )
+        self._tasks = [
+            asyncio.create_task(self.consumer.run(), name="dev-consumer"),
+            asyncio.create_task(self.scheduler.run(self._stop), name="dev-scheduler"),
+        ]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ready_within
+        while not (self.consumer.started.is_set() and self.scheduler.started):
+            for task in self._tasks:
+                if task.done():
+                    error = task.exception()
+                    raise DevError(f"{task.get_name()[4:]} stopped during startup: "
+                                   f"{_first_line(error) if error else 'no reason given'}")
+            if loop.time() > deadline:
+                raise DevError(f"the consumer and scheduler were not ready within "
+                               f"{ready_within:.0f}s; see the dev log")
+            await asyncio.sleep(0.05)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self.consumer is not None:
+            self.consumer.stop()
+        for task in self._tasks:
+            try:
+                await asyncio.wait_for(asyncio.shield(task), 30)
+            except TimeoutError:
+                await _cancel(task)
+            except Exception:
+                logging.getLogger("turnflow.dev").exception("service ended with an error")
+        if self._store is not None:
+            await self._store.close()
+
+
 # --- options and entry point --------------------------------------------------------------------
 
 
@@ -186,6 +453,29 @@ class DevOptions:
     out: TextIO = field(default_factory=lambda: sys.stdout)
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``turnflow dev`` (shared by ``consumer.cli`` and ``python -m``)."""
+    parser.add_argument(
+        "--agent", metavar="MODULE:ATTR",
+        help=f"the agent to chat with (default: AGENT, else {DEFAULT_AGENT})",
+    )
+    parser.add_argument(
+        "--script", metavar="FILE", type=Path,
+        help="feed the lines of FILE instead of a terminal, then exit (/wait N waits N seconds)",
+    )
+    parser.add_argument("--session", metavar="ID", help="session id (default: a new one)")
+    parser.add_argument(
+        "--data-dir", metavar="DIR", type=Path, default=Path(".turnflow"),
+        help="where the embedded PostgreSQL keeps its data and the log goes (default .turnflow)",
+    )
+
+
+def options_from(args: argparse.Namespace) -> DevOptions:
+    return DevOptions(
+        agent=args.agent, script=args.script, session_id=args.session, data_dir=args.data_dir
+    )
+
+
 def main(options: DevOptions) -> int:
     """Run ``turnflow dev``; a startup failure prints one line to stderr and returns 1."""
     try:
@@ -198,16 +488,63 @@ def main(options: DevOptions) -> int:
 
 
 async def run_dev(options: DevOptions) -> int:
-    """Start everything, chat, stop everything; the exit status (0 when every turn answered)."""
-    raise NotImplementedError
+    """Start everything, chat, stop everything; 0 when every input got its turn and replies."""
+    settings = load_settings()
+    agent_path = options.agent or settings.agent or DEFAULT_AGENT
+    agent = load_dev_agent(agent_path)
+    lines = _read_script(options.script) if options.script is not None else None
+    if settings.metrics_port:
+        check_port_free(settings.metrics_host, settings.metrics_port, "METRICS_PORT")
+    options.data_dir.mkdir(parents=True, exist_ok=True)
+    _log_to_file(options.data_dir / "dev.log", settings.log_level)
+    out = options.out
+
+    def status(line: str) -> None:
+        out.write(line + "\n")
+        out.flush()
+
+    status("turnflow dev")
+    status(f"  agent     {agent_path} ({getattr(agent, 'name', '?')})")
+    status(f"  model     {describe_provider(getattr(agent, 'provider', None))}")
+    async with contextlib.AsyncExitStack() as stack:
+        database_url = await _database(settings, options.data_dir, stack, status)
+        bootstrap = await _broker(settings, stack, status)
+        # Its own consumer group, so a dev run pointed at a shared broker never takes
+        # partitions from a real consumer.
+        updates: dict[str, Any] = {
+            "database_url": database_url,
+            "kafka_bootstrap_servers": bootstrap,
+            "group_id": f"{settings.group_id}-dev",
+        }
+        if not settings.kafka_bootstrap_servers:
+            updates["kafka_idempotent_producer"] = False  # the embedded broker has no producer ids
+        settings = settings.model_copy(update=updates)
+        await _migrate(database_url)
+        await _create_topics(settings)
+        session_id = options.session_id or _new_session_id()
+        chat = await _open_chat(settings, session_id, getattr(agent, "name", "agent"), options,
+                                stack)
+        services = DevServices(settings, ObservedAgent(agent, chat.observe))
+        await services.start()
+        stack.push_async_callback(services.stop)
+        display = asyncio.create_task(chat.display(), name="dev-display")
+        stack.push_async_callback(_cancel, display)
+        if settings.metrics_port:
+            status(f"  metrics   http://127.0.0.1:{settings.metrics_port}/metrics")
+        status(f"  session   {session_id}   (logs: {options.data_dir / 'dev.log'})")
+        status(HELP if lines is None else f"Running {options.script}.")
+        source = _from_list(lines) if lines is not None else _terminal_lines()
+        await chat.run(source)
+    return 1 if chat.missing else 0
 
 
-async def _lines(options: DevOptions) -> AsyncIterator[str]:
-    """Script lines, or terminal lines read in a thread so the event loop keeps running."""
-    if options.script is not None:
-        for line in _read_script(options.script):
-            yield line
-        return
+async def _from_list(lines: Iterable[str]) -> AsyncIterator[str]:
+    for line in lines:
+        yield line
+
+
+async def _terminal_lines() -> AsyncIterator[str]:
+    """Terminal lines, read in a thread so timers keep printing while the user types."""
     loop = asyncio.get_running_loop()
     while True:
         line = await loop.run_in_executor(None, _prompt)
@@ -216,7 +553,7 @@ async def _lines(options: DevOptions) -> AsyncIterator[str]:
         yield line
 
 
-def _read_script(path: Path) -> Iterable[str]:
+def _read_script(path: Path) -> list[str]:
     try:
         return path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
@@ -234,4 +571,228 @@ def _new_session_id() -> str:
     return f"dev-{uuid.uuid4().hex[:8]}"
 
 
-_ = os  # used by the startup code below
+# --- startup, each failure one line -------------------------------------------------------------
+
+
+def load_settings() -> Settings:
+    """The settings from the environment; a bad value names its variable."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        variable = str(first["loc"][0]).upper() if first.get("loc") else "?"
+        raise DevError(f"environment variable {variable} is invalid: {first['msg']}") from None
+    except OSError as exc:  # a *_FILE setting naming a file that is not there
+        raise DevError(f"cannot read {exc.filename}: {exc.strerror}") from None
+
+
+def load_dev_agent(path: str) -> Any:
+    """Import the agent, with the working directory importable as uvicorn and pytest do.
+
+    A module that reads an unset environment variable at import (``os.environ["X"]``) is reported
+    as that missing variable; a configuration error keeps the engine's message, which names the
+    flow and the step.
+    """
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return load_agent(path)
+    except AgentImportError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, KeyError) and cause.args and str(cause.args[0]) not in os.environ:
+            raise DevError(
+                f"agent {path} needs the environment variable {cause.args[0]}, which is not set"
+            ) from None
+        if isinstance(cause, FlowConfigurationError):
+            raise DevError(f"agent {path} is invalid: {cause}") from None
+        raise DevError(f"agent {path}: {exc}") from None
+
+
+def check_port_free(host: str, port: int, setting: str) -> None:
+    """Refuse early, in one line, when another process holds a port this process must bind."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            raise DevError(
+                f"port {port} is in use ({setting}); stop the process using it "
+                f"or set {setting} to another port ({setting}=0 turns it off)"
+            ) from None
+
+
+def describe_provider(provider: Any) -> str:
+    """One safe line naming the model provider (providers describe themselves, never the key)."""
+    if provider is None:
+        return "none configured"
+    description = getattr(provider, "description", None)
+    return str(description) if description else type(provider).__name__
+
+
+def _log_to_file(path: Path, level: str) -> None:
+    """The service's JSON logs go to a file so the chat stays readable."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    for existing in list(root.handlers):
+        root.removeHandler(existing)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+
+
+def _host_port(url: str) -> str:
+    parsed = urlsplit(url)
+    return f"{parsed.hostname or '?'}:{parsed.port or 5432}"
+
+
+async def _database(
+    settings: Settings, data_dir: Path, stack: contextlib.AsyncExitStack,
+    status: Callable[[str], None],
+) -> str:
+    if settings.database_url:
+        await _probe_database(settings.database_url)
+        status(f"  postgres  {_host_port(settings.database_url)} (DATABASE_URL)")
+        return settings.database_url
+    server = EmbeddedPostgres(data_dir / "postgres")
+    reused = _server_running(data_dir / "postgres")
+    try:
+        url = await asyncio.to_thread(server.start)
+    except EmbeddedServerError as exc:
+        raise DevError(f"the embedded PostgreSQL did not start: {_first_line(exc)}") from None
+    if not reused:  # a server another dev run started is left to it
+        stack.callback(server.stop)
+    status(f"  postgres  embedded at {_host_port(url)} (data in {data_dir / 'postgres'})")
+    return url
+
+
+def _server_running(data_dir: Path) -> bool:
+    """Whether a PostgreSQL already runs on this data directory (its pid file names a live pid)."""
+    try:
+        pid = int((data_dir / "postmaster.pid").read_text().splitlines()[0])
+        os.kill(pid, 0)
+    except PermissionError:  # alive, owned by the server's own user
+        return True
+    except (OSError, ValueError, IndexError):
+        return False
+    return True
+
+
+async def _probe_database(url: str) -> None:
+    import asyncpg
+
+    try:
+        connection = await asyncpg.connect(plain_url(url), timeout=10)
+    except (OSError, TimeoutError, asyncpg.PostgresError, ValueError) as exc:
+        reason = _first_line(exc) or type(exc).__name__
+        raise DevError(
+            f"cannot reach PostgreSQL at {_host_port(url)} (DATABASE_URL): {reason}"
+        ) from None
+    await connection.close()
+
+
+async def _broker(
+    settings: Settings, stack: contextlib.AsyncExitStack, status: Callable[[str], None]
+) -> str:
+    if settings.kafka_bootstrap_servers:
+        await _probe_broker(settings)
+        status(f"  broker    {settings.kafka_bootstrap_servers} (KAFKA_BOOTSTRAP_SERVERS)")
+        return settings.kafka_bootstrap_servers
+    broker = EmbeddedBroker()
+    try:
+        await asyncio.to_thread(broker.start)
+    except EmbeddedBrokerError as exc:
+        raise DevError(f"the embedded broker did not start: {_first_line(exc)}") from None
+    stack.callback(broker.stop)
+    status(f"  broker    embedded at {broker.bootstrap_servers} (in memory)")
+    return broker.bootstrap_servers
+
+
+async def _probe_broker(settings: Settings) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.errors import KafkaError
+
+    servers = settings.kafka_bootstrap_servers or ""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=servers, request_timeout_ms=10000, **settings.kafka_client_options()
+    )
+    try:
+        await asyncio.wait_for(admin.start(), 15)
+    except (KafkaError, OSError, TimeoutError) as exc:
+        reason = _first_line(exc) or type(exc).__name__
+        raise DevError(
+            f"cannot reach the Kafka broker at {servers} (KAFKA_BOOTSTRAP_SERVERS): {reason}"
+        ) from None
+    finally:
+        with contextlib.suppress(Exception):
+            await admin.close()
+
+
+async def _migrate(url: str) -> None:
+    try:
+        await upgrade_async(url)
+    except Exception as exc:
+        raise DevError(f"migrating the database failed: {_first_line(exc)}") from None
+
+
+async def _create_topics(settings: Settings) -> None:
+    topics = [
+        TopicSpec(name, partitions=1)
+        for name in (settings.inbound_topic, settings.messages_topic, settings.schedule_topic,
+                     settings.dlq_topic)
+    ]
+    try:
+        await ensure_topics(
+            settings.kafka_bootstrap_servers or "", topics,
+            client_options=settings.kafka_client_options(),
+        )
+    except ConsumerError as exc:
+        raise DevError(f"creating topics failed: {_first_line(exc)}") from None
+
+
+async def _open_chat(
+    settings: Settings, session_id: str, agent_name: str, options: DevOptions,
+    stack: contextlib.AsyncExitStack,
+) -> Chat:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    client = settings.kafka_client_options()
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap_servers, acks="all", **client
+    )
+    await producer.start()
+    stack.push_async_callback(producer.stop)
+    replies = ReplyReader(
+        AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers,
+                         enable_auto_commit=False, **client),
+        settings.messages_topic,
+        session_id,
+    )
+    await replies.start()
+    stack.push_async_callback(replies.stop)
+    return Chat(
+        session_id=session_id,
+        agent_name=str(agent_name).lower(),
+        producer=producer,
+        inbound_topic=settings.inbound_topic,
+        replies=replies,
+        out=options.out,
+        reply_timeout=options.reply_timeout,
+        echo=options.script is not None,
+    )
+
+
+async def _cancel(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+if __name__ == "__main__":
+    _parser = argparse.ArgumentParser(prog="turnflow dev", description=__doc__.splitlines()[0])
+    add_arguments(_parser)
+    sys.exit(main(options_from(_parser.parse_args())))

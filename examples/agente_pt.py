@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from engine import Agent, ok, skipped
-from engine.providers import provider_from_env
+from engine import Agent, Clock, ok, skipped
+from engine.providers import Provider, provider_from_env
 
 SILENCIO_MS = int(os.environ.get("TURNFLOW_DEMO_SILENCE_MS", "5000"))
 
@@ -85,15 +85,22 @@ FLUXOS: list[dict[str, Any]] = [
     },
 ]
 
-agente = Agent(
-    name="Ana",
-    persona="Recepcionista simpática de uma clínica odontológica. Frases curtas.",
-    goal="Marcar avaliações e tirar dúvidas simples.",
-    knowledge="A Clínica Sorriso atende de segunda a sexta, das 8h às 18h.",
-    provider=provider_from_env(),
-    fields=CAMPOS,
-    flows=FLUXOS,
-    actions={"reservar": reservar},
-)
 
-__all__ = ["RESERVAS", "agente"]
+def build_agent(provider: Provider | None = None, clock: Clock | None = None) -> Agent:
+    """O agente; os testes passam o provedor offline e um relógio falso."""
+    return Agent(
+        name="Ana",
+        persona="Recepcionista simpática de uma clínica odontológica. Frases curtas.",
+        goal="Marcar avaliações e tirar dúvidas simples.",
+        knowledge="A Clínica Sorriso atende de segunda a sexta, das 8h às 18h.",
+        provider=provider if provider is not None else provider_from_env(),
+        clock=clock,
+        fields=CAMPOS,
+        flows=FLUXOS,
+        actions={"reservar": reservar},
+    )
+
+
+agente = build_agent()
+
+__all__ = ["RESERVAS", "agente", "build_agent"]

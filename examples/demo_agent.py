@@ -23,8 +23,8 @@ import hashlib
 import os
 from typing import Any
 
-from engine import Agent, failed, ok
-from engine.providers import provider_from_env
+from engine import Agent, Clock, failed, ok
+from engine.providers import Provider, provider_from_env
 
 SILENCE_MS = int(os.environ.get("TURNFLOW_DEMO_SILENCE_MS", "5000"))
 """Quiet time before the nudge; short so the demo shows a timer firing on its own."""
@@ -59,14 +59,20 @@ FIELDS: dict[str, dict[str, Any]] = {
     "service": {
         "type": "string",
         "enum": SERVICES,
-        "ask": "Ask which service the bike needs: tune-up, flat-tire or brakes.",
+        "ask": "Which service does the bike need: a tune-up, a flat-tire fix or brakes?",
     },
     "day": {
         "type": "string",
         "enum": DAYS,
-        "ask": "Ask which day, Monday to Saturday, suits them.",
+        "ask": "Which day suits you, Monday to Saturday?",
     },
-    "confirmed": {"type": "boolean", "ask": "Ask them to confirm the booking (yes or no)."},
+    # Read from any message by the understand call, so the confirm step's branch can judge the
+    # answer in code before anything is said.
+    "confirmed": {
+        "type": "boolean",
+        "ask": "Ask them to confirm the booking (yes or no).",
+        "extract": "anywhere",
+    },
     "booking_ref": {"type": "string", "description": "Set by the booking action."},
 }
 
@@ -81,7 +87,9 @@ FLOWS: list[dict[str, Any]] = [
             {"id": "hello", "say": "Hi! I'm Ana from Spoke & Chain bike repair.", "once": True},
             {"id": "ask_name", "collect": ["name"], "prompt": "Ask for their name, warmly."},
             # a move to another flow: the welcome hands over to the booking.
-            {"id": "offer", "say": "Nice to meet you, {{name}}. Let's book your repair.",
+            {"id": "offer",
+             "say": "Nice to meet you, {{name}}. What does your bike need (a tune-up, a "
+             "flat-tire fix or brakes), and which day suits you?",
              "then": {"flow": "booking"}},
         ],
     },
@@ -99,14 +107,17 @@ FLOWS: list[dict[str, Any]] = [
             },
             # if: a brakes job needs a note before the summary.
             {"id": "brakes?", "if": {"equals": {"service": "brakes"}}, "then": "brakes_note",
-             "else": "confirm"},
+             "else": {"step": "summary", "clear": ["confirmed"]}},
             {"id": "brakes_note",
-             "say": "Brake jobs take about two hours; please bring the bike in the morning."},
+             "say": "Brake jobs take about two hours; please bring the bike in the morning.",
+             "then": {"step": "summary", "clear": ["confirmed"]}},
+            {"id": "summary", "say": "So: {{service}} on {{day}}. Shall I book it?"},
             {
                 "id": "confirm",
                 "collect": ["confirmed"],
-                "prompt": "Read back the booking ({{service}} on {{day}}) and ask to confirm.",
-                # branch: a "no" starts the booking over with the answers cleared.
+                "prompt": "Ask them to confirm the booking.",
+                # branch: a "no" starts the booking over with the answers cleared; a "yes"
+                # leaves nothing pending, so the step is done without a speak call.
                 "branches": [
                     {
                         "if": {"equals": {"confirmed": False}},
@@ -160,17 +171,23 @@ FLOWS: list[dict[str, Any]] = [
     },
 ]
 
-agent = Agent(
-    name="Ana",
-    persona="Friendly front desk of a small bike-repair shop. Short, plain sentences.",
-    goal="Book repairs and answer simple questions about the shop.",
-    knowledge="Spoke & Chain repairs bikes: tune-ups, flat tires and brakes. "
-    "Open Monday to Saturday, 9:00 to 18:00.",
-    provider=provider_from_env(),
-    fields=FIELDS,
-    flows=FLOWS,
-    actions={"book_repair": book_repair},
-    events={"paid": {}},
-)
+def build_agent(provider: Provider | None = None, clock: Clock | None = None) -> Agent:
+    """The demo agent; tests pass the offline provider and a fake clock."""
+    return Agent(
+        name="Ana",
+        persona="Friendly front desk of a small bike-repair shop. Short, plain sentences.",
+        goal="Book repairs and answer simple questions about the shop.",
+        knowledge="Spoke & Chain repairs bikes: tune-ups, flat tires and brakes. "
+        "Open Monday to Saturday, 9:00 to 18:00.",
+        provider=provider if provider is not None else provider_from_env(),
+        clock=clock,
+        fields=FIELDS,
+        flows=FLOWS,
+        actions={"book_repair": book_repair},
+        events={"paid": {}},
+    )
 
-__all__ = ["BOOKINGS", "agent"]
+
+agent = build_agent()
+
+__all__ = ["BOOKINGS", "agent", "build_agent"]
