@@ -13,6 +13,7 @@ turn, and a conversation that would open or end on the assistant gets a short us
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -53,28 +54,36 @@ def envelope_tool_name(request: ModelRequest) -> str:
     return f"{request.schema_name}_envelope"
 
 
-def _blocks(message: ChatMessage) -> list[dict[str, Any]]:
+def _blocks(message: ChatMessage, *, tool_blocks: bool) -> list[dict[str, Any]]:
+    # The API refuses tool_use/tool_result blocks in a request that defines no tools, so a
+    # call without tools replays earlier tool rounds as text.
     if message.role == "tool":
+        if not tool_blocks:
+            return [{"type": "text", "text": f"[tool result] {message.text}"}]
         return [{"type": "tool_result", "tool_use_id": message.tool_call_id or "",
                  "content": message.text or NO_NEW_MESSAGE}]
     blocks: list[dict[str, Any]] = []
     if message.text:
         blocks.append({"type": "text", "text": message.text})
     if message.role == "assistant":
-        blocks.extend(
-            {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
-            for call in message.tool_calls
-        )
+        for call in message.tool_calls:
+            if tool_blocks:
+                blocks.append(
+                    {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+                )
+            else:
+                arguments = json.dumps(call.arguments, ensure_ascii=False)
+                blocks.append({"type": "text", "text": f"[called {call.name}({arguments})]"})
     return blocks
 
 
-def _turns(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+def _turns(messages: list[ChatMessage], *, tool_blocks: bool = True) -> list[dict[str, Any]]:
     turns: list[dict[str, Any]] = []
     for message in messages:
         if message.role == "system":
             continue  # folded into the top-level system prompt
         role = "assistant" if message.role == "assistant" else "user"
-        blocks = _blocks(message)
+        blocks = _blocks(message, tool_blocks=tool_blocks)
         if not blocks:
             continue
         if turns and turns[-1]["role"] == role:
@@ -96,7 +105,8 @@ def messages_body(request: ModelRequest, *, model: str, max_tokens: int) -> dict
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": max_tokens,
-        "messages": _turns(request.messages),
+        "messages": _turns(request.messages,
+                           tool_blocks=bool(request.tools or request.json_schema)),
     }
     if system_parts:
         body["system"] = "\n\n".join(system_parts)

@@ -108,6 +108,22 @@ def test_body_shapes_turns_for_the_messages_api() -> None:
     assert body["messages"][-1]["content"] == [{"type": "text", "text": NO_NEW_MESSAGE}]
 
 
+def test_body_without_tools_replays_tool_rounds_as_text() -> None:
+    """A call that defines no tools sends earlier tool rounds as text, which the API accepts."""
+    body = messages_body(request(schema=False, messages=[
+        ChatMessage(role="user", text="pedido 7?"),
+        ChatMessage(role="assistant", tool_calls=[ToolCall(id="t1", name="lookup",
+                                                           arguments={"id": "7"})]),
+        ChatMessage(role="tool", tool_call_id="t1", text="enviado"),
+    ]), model="m", max_tokens=10)
+    assert "tools" not in body
+    called = '[called lookup({"id": "7"})]'
+    assert body["messages"][1:] == [
+        {"role": "assistant", "content": [{"type": "text", "text": called}]},
+        {"role": "user", "content": [{"type": "text", "text": "[tool result] enviado"}]},
+    ]
+
+
 def test_body_with_no_messages_still_has_a_user_turn() -> None:
     """A call with no conversation at all sends one placeholder user turn."""
     body = messages_body(request(messages=[]), model="m", max_tokens=10)
