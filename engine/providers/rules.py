@@ -9,10 +9,10 @@ property the schema names is present, ``null`` when the rules know nothing. It n
   for some of its words); a mention is present when one of its phrases is; a branch reads the
   message as yes or no; fields are extracted with one pattern per type.
 - speak: the message asks the first field still pending (its ``ask``, turned into a question
-  when it is an English "Ask ..." instruction), else thanks the customer when the message
-  answered everything, else phrases the step prompt, else a polite default; pending fields are
-  extracted from the customer's message. Stock replies follow the language (English,
-  Portuguese, Spanish) that the message, prompt and asks are written in.
+  when it is an "Ask ..." / "Pergunte ..." / "Pregunta ..." instruction), else thanks the
+  customer when the message answered everything, else phrases the step prompt, else a polite
+  default; pending fields are extracted from the customer's message. Stock replies follow the
+  language (English, Portuguese, Spanish) that the message, prompt and asks are written in.
 - compact: a short summary naming how many entries it covers and what the customer said.
 
 Same request, same response: no clock, no randomness, no state between calls.
