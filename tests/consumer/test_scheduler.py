@@ -451,3 +451,70 @@ async def test_stop_ends_a_sleeping_loop() -> None:
     async with asyncio.timeout(30):
         await loop
     assert loop.done() and loop.exception() is None
+
+
+@dataclass
+class HeldAcksProducer:
+    """Records sends in order; acks resolve only when the test releases them."""
+
+    sent: list[str] = field(default_factory=list)
+    acks: list[asyncio.Future[Any]] = field(default_factory=list)
+
+    async def send(self, topic: str, value: bytes, *, key: bytes) -> asyncio.Future[Any]:
+        self.sent.append(json.loads(value)["wake"])
+        ack: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.acks.append(ack)
+        return ack
+
+
+async def test_pipeline_claims_the_next_batch_before_the_first_is_acked() -> None:
+    """With pipeline=2 a second batch is claimed and sent while the first awaits its acks."""
+    store = FakeTimerStore()
+    await store.upsert_timers(
+        [timer("s", f"k{i}", T0 - timedelta(seconds=10 - i)) for i in range(5)]
+    )
+    producer = HeldAcksProducer()
+    firing = TimerFiring(
+        store=store,
+        producer=producer,
+        topic="inbound.turns",
+        options=FiringOptions(batch_size=2, pipeline=2),
+    )
+    fired = asyncio.create_task(firing.fire_due())
+    await eventually(lambda: len(producer.sent) == 4)
+    # Two batches out, none acknowledged: nothing deleted, the third batch not yet claimed.
+    assert producer.sent == ["k0", "k1", "k2", "k3"]
+    assert len(store.rows) == 5
+    for ack in producer.acks:
+        ack.set_result(None)
+    await eventually(lambda: len(producer.sent) == 5)
+    producer.acks[-1].set_result(None)
+    async with asyncio.timeout(30):
+        assert await fired == 5
+    assert producer.sent == ["k0", "k1", "k2", "k3", "k4"]
+    assert store.rows == {}
+
+
+async def test_pipeline_failure_keeps_failed_rows_and_finishes_the_others() -> None:
+    """A batch whose ack fails keeps its rows; a batch already sent still completes; it raises."""
+    store = FakeTimerStore()
+    await store.upsert_timers(
+        [timer("s", f"k{i}", T0 - timedelta(seconds=10 - i)) for i in range(4)]
+    )
+    producer = HeldAcksProducer()
+    firing = TimerFiring(
+        store=store,
+        producer=producer,
+        topic="inbound.turns",
+        options=FiringOptions(batch_size=2, pipeline=2),
+    )
+    fired = asyncio.create_task(firing.fire_due())
+    await eventually(lambda: len(producer.sent) == 4)
+    producer.acks[0].set_exception(ConnectionError("broker down"))
+    for ack in producer.acks[1:]:
+        ack.set_result(None)
+    with pytest.raises(ConnectionError):
+        async with asyncio.timeout(30):
+            await fired
+    assert sorted(store.rows) == ["k0", "k1"]
+    assert store.locked == set()
