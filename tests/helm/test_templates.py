@@ -353,3 +353,13 @@ def test_notes_name_the_release_the_secrets_and_the_replica_cap() -> None:
     assert "DATABASE_URL from turnflow-database/DATABASE_URL" in notes
     assert "KEDA, 1 to 6 replicas" in notes
     assert "{{" not in notes
+
+
+def test_consumer_grace_period_outlasts_its_drain_timeout() -> None:
+    """Kubernetes waits longer after SIGTERM than the consumer's drain timeout, so in-flight
+    turns finish and offsets commit before the pod is killed."""
+    chart = render_chart()
+    spec = chart.one("Deployment", "-consumer")["spec"]["template"]["spec"]
+    data = chart.one("ConfigMap", "turnflow")["data"]
+    drain_ms = int(data.get("DRAIN_TIMEOUT_MS", Settings.model_fields["drain_timeout_ms"].default))
+    assert spec["terminationGracePeriodSeconds"] * 1000 > drain_ms
