@@ -290,6 +290,23 @@ async def test_key_never_in_repr_or_errors(canned_server: CannedServer) -> None:
     assert "Incorrect API key provided: ***" in str(caught.value)
 
 
+async def test_key_never_in_logs(canned_server: CannedServer,
+                                  caplog: pytest.LogCaptureFixture) -> None:
+    """With every logger at DEBUG (httpx and httpcore included), no record carries the key."""
+    caplog.set_level(logging.DEBUG)
+    canned_server.queue(
+        Canned(body=completion(None, tool_calls=[
+            {"id": "x", "type": "function", "function": {"name": "lookup", "arguments": "{"}}])),
+        Canned(401, {"error": {"message": f"bad key {KEY}"}}),
+    )
+    async with OpenAIProvider(KEY, base_url=canned_server.url) as provider:
+        await provider.generate(speak_request(tools=True))
+        with pytest.raises(ProviderError):
+            await provider.generate(speak_request())
+    assert len(caplog.records) > 3  # the HTTP stack did log the calls
+    assert all(KEY not in record.getMessage() for record in caplog.records)
+
+
 def test_key_that_cannot_be_a_header_is_rejected_without_echo() -> None:
     """A key with a line break inside is refused at construction, and the error omits it."""
     with pytest.raises(ValueError, match="cannot be sent") as caught:
