@@ -35,6 +35,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 from consumer import metrics
 from consumer.health import HealthServer
@@ -243,19 +244,20 @@ class Scheduler:
         self, stop: asyncio.Event, *, on_started: Callable[[], None] | None = None
     ) -> None:
         """Start both clients, run both loops until ``stop`` is set, stop the clients."""
-        await self._producer.start()
         try:
+            await self._producer.start()
             await self.intake.start()
-            try:
-                self.started = True
-                if on_started is not None:
-                    on_started()
-                await asyncio.gather(self.intake.run(stop), self.firing.run(stop))
-            finally:
-                self.started = False
-                await self.intake.stop()
+            self.started = True
+            if on_started is not None:
+                on_started()
+            await asyncio.gather(self.intake.run(stop), self.firing.run(stop))
         finally:
-            await self._producer.stop()
+            self.started = False
+            # Stopped even when starting failed: a client left unclosed leaks its connections.
+            with contextlib.suppress(KafkaError):
+                await self.intake.stop()
+            with contextlib.suppress(KafkaError):
+                await self._producer.stop()
 
 
 def build_scheduler(
