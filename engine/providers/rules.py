@@ -484,6 +484,10 @@ class RuleProvider:
     def speak(self, request: ModelRequest) -> ModelResponse:
         meta = request.meta
         message = str(meta.get("message") or "")
+        if not message and meta.get("retry"):
+            # A retry answers the customer message the failed call left unanswered.
+            said = [m.text for m in request.messages if m.role == "user"]
+            message = said[-1] if said else ""
         pending = _dict(meta.get("pending"))
         asked_before = any(m.role == "assistant" for m in request.messages)
         found: dict[str, Any] = {}

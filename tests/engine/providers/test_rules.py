@@ -324,6 +324,16 @@ def test_stock_replies_follow_the_language() -> None:
     assert RuleProvider().speak(idle).text == "Como posso ajudar?"
 
 
+def test_speak_retry_reads_the_unanswered_message() -> None:
+    """On a retry with no new message, fields are read from the last customer message."""
+    history = [ChatMessage(role="user", text="brakes, please")]
+    request = speak_request(None, ["service"], history=history)
+    retry = request.model_copy(update={"meta": {**request.meta, "retry": True}})
+    assert RuleProvider().speak(request).json == {
+        "message": "Could you tell me your service?", "service": None}
+    assert RuleProvider().speak(retry).json == {"message": THANKS, "service": "brakes"}
+
+
 def test_speak_does_not_take_a_greeting_as_a_name() -> None:
     """Without a prior question, a plain string field is not read from the message."""
     envelope = RuleProvider().speak(speak_request("boa tarde", ["name"])).json
