@@ -1,0 +1,124 @@
+"""A timer's whole trip: consumer → outbound.schedule → scheduler → inbound.turns → consumer.
+
+The agent greets, waits on a short timer, and when the timer fires (``no-reply``) runs its next
+steps and says one more line. Nothing but the scheduler turns that timer into the wake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+import asyncpg
+import pytest
+
+from consumer.scheduler import FiringOptions, build_scheduler
+from engine import Agent, ok
+from store import Store
+from tests.fixtures.broker import TopicFactory
+from tests.integration.harness import (
+    INBOUND,
+    MESSAGES,
+    SCHEDULE,
+    OutboundReader,
+    load_when,
+    make_settings,
+    produce,
+    running_consumer,
+    service_topics,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def nudging_agent() -> Agent:
+    """Says hello, parks on a 1.5 s timer, and on ``no-reply`` marks the session and nudges.
+
+    The step after the wait is a ``do``, so the wait is a real timer, not an inline delay.
+    """
+
+    async def mark(ctx: Any) -> Any:
+        return ok(data={"nudged": True})
+
+    return Agent(
+        name="Lembrete",
+        fields={"nudged": {"type": "boolean"}},
+        actions={"mark": mark},
+        flows=[{
+            "id": "greet",
+            "on": [{"message": []}],
+            "steps": [
+                {"id": "hello", "say": "Olá!"},
+                {"id": "w", "wait": {"ms": 1500}, "then": "mark", "else": "end"},
+                {"id": "mark", "do": "mark"},
+                {"id": "nudge", "say": "Ainda está aí?"},
+            ],
+        }],
+    )
+
+
+async def turn_outcomes(
+    database_url: str, session_id: str
+) -> list[tuple[dict[str, Any], list[str]]]:
+    """Each logged turn of the session: its input and its outcome codes, in order."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        rows = await connection.fetch(
+            "SELECT input, outcomes FROM turns WHERE session_id = $1 ORDER BY version",
+            session_id,
+        )
+    finally:
+        await connection.close()
+    return [
+        (json.loads(r["input"]), [o["code"] for o in json.loads(r["outcomes"])]) for r in rows
+    ]
+
+
+async def test_timer_wait_resumes_through_the_scheduler(
+    store: Store, kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
+    kafka_is_embedded: bool,
+) -> None:
+    """A timer wait fires via the scheduler: `no-reply`, the next steps run, and the nudge is
+    published on outbound.messages after the greeting."""
+    topics = await service_topics(kafka_topics)
+    session_id = f"nudge-{uuid.uuid4().hex[:8]}"
+    settings = make_settings(kafka_bootstrap, database_url, topics, embedded=kafka_is_embedded)
+    scheduler = build_scheduler(
+        store,
+        bootstrap_servers=kafka_bootstrap,
+        schedule_topic=topics[SCHEDULE],
+        inbound_topic=topics[INBOUND],
+        group_id=f"{settings.group_id}-scheduler",
+        options=FiringOptions(max_idle=1.0),
+    )
+    stop = asyncio.Event()
+    scheduling = asyncio.create_task(scheduler.run(stop))
+    try:
+        async with running_consumer(settings, nudging_agent()):
+            await produce(kafka_bootstrap, topics[INBOUND], [
+                {"session_id": session_id, "message": "oi", "id": "m1"},
+            ])
+            async with OutboundReader(kafka_bootstrap, topics[MESSAGES]) as replies:
+                values = await replies.until(lambda v: len(v) >= 2, within=60)
+            loaded = await load_when(
+                database_url, session_id, lambda s: s.version >= 2, within=30
+            )
+    finally:
+        stop.set()
+        async with asyncio.timeout(30):
+            await scheduling
+
+    assert [(v["session_id"], v["text"]) for v in values] == [
+        (session_id, "Olá!"), (session_id, "Ainda está aí?"),
+    ]
+    turns = await turn_outcomes(database_url, session_id)
+    assert len(turns) == 2
+    wake_input, wake_codes = turns[1]
+    assert set(wake_input) == {"session_id", "wake"}
+    assert "no-reply" in wake_codes
+    assert loaded.state is not None
+    assert loaded.state["data"]["nudged"] is True
+    assert loaded.state["runs"] == []
+    assert await store.timers_pending() == 0
