@@ -1,13 +1,14 @@
 """``helm lint`` through the Helm Go library that the PyPI package ``helm-sdkpy`` ships.
 
-No helm command-line binary can be installed here, but ``helm-sdkpy`` carries Helm's own Go
-code as a shared library with a lint entry point: it renders every template with the chart's
-values, checks the values against ``values.schema.json`` and parses the output, as the real
-``helm lint`` does. (It has no client-only render, so ``helm template`` output comes from
-``chart_render`` instead.) The package declares Python >= 3.12 only for its Python wrapper, which
-these tests do not import: the Makefile installs it with ``--ignore-requires-python --no-deps``
-and the library is called through ctypes, in a child process so the Go runtime never shares
-the test process.
+No helm command-line binary can be installed from the registries this project uses, but
+``helm-sdkpy`` carries Helm's own Go code as a shared library with a lint entry point: it renders
+every template with the chart's values, checks them against ``values.schema.json`` and parses the
+output, as ``helm lint`` does. It has no client-only render, so ``helm template`` output comes
+from ``chart_render`` instead, which ``test_renderer_matches_helm`` holds to Helm's output.
+
+The package declares Python >= 3.12 only for its Python wrapper, which these tests do not
+import: the Makefile installs it with ``--ignore-requires-python --no-deps``, and the library is
+called through ctypes in a child process, so the Go runtime never shares the test process.
 """
 
 from __future__ import annotations
