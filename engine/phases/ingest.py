@@ -108,7 +108,7 @@ def _silence_wake(state: TurnState, key: str) -> None:
     still_silent = (
         spoke_at is not None
         and str(ms(spoke_at)) == stamp
-        and (session.last_user_at is None or session.last_user_at < spoke_at)
+        and (session.last_user_at is None or session.last_user_at <= spoke_at)
     )
     if not still_silent:
         state.outcome("stale-wake", detail=key)

@@ -63,10 +63,11 @@ async def _apply_reply(state: TurnState) -> None:
         state.session.data.update(patch)
     run.retries = 0
     state.outcome("asked" if question else "spoke", run, llm_calls=reply.calls)
-    for name in pending(state, run, step):
+    still = pending(state, run, step)
+    for name in still:
         run.asked[name] = run.asked.get(name, 0) + 1
-    if pending(state, run, step):
-        return
+    if still:
+        return  # the answer to this ask (the last one included) is the next message
     for name in maxed(state, run, step):
         state.outcome("max-asks", run, detail=name)
     if run.stay_step_id == step.id:
@@ -109,7 +110,7 @@ def _defer(state: TurnState, run: Run, kind: str, error: str | None, calls: int)
 def _silence_wakes(state: TurnState) -> None:
     session = state.session
     spoke_at = session.last_assistant_at
-    if spoke_at is None or (session.last_user_at is not None and session.last_user_at >= spoke_at):
+    if spoke_at is None or (session.last_user_at is not None and session.last_user_at > spoke_at):
         return
     for flow in state.config.flows:
         trigger = next((t for t in flow.on if isinstance(t, SilenceTrigger)), None)
