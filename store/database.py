@@ -23,10 +23,8 @@ from store.records import (
     LoadedSession,
     SavedTurn,
     SaveRequest,
-    Timer,
-    TimerEntry,
 )
-from store.timers import ClaimedTimers
+from store.timers import ClaimedTimers, TimerLike
 from store.urls import async_url
 
 _SOURCE_INDEX = "uq_turns_source"
@@ -182,7 +180,7 @@ class Store:
 
     # -- timers -----------------------------------------------------------------------------
 
-    async def upsert_timers(self, entries: Iterable[TimerEntry]) -> None:
+    async def upsert_timers(self, entries: Iterable[TimerLike]) -> None:
         """Set timers in order, each `replaces` deleting its key first; one transaction."""
         deleted, upserts = timers.fold(entries)
         if not deleted and not upserts:
@@ -212,8 +210,10 @@ class Store:
             connection = await connection.execution_options(isolation_level="READ COMMITTED")
             async with connection.begin():
                 result = await connection.execute(text(timers.CLAIM_DUE), {"limit": limit})
-                claimed = [Timer(key=r.key, session_id=r.session_id, at=r.at) for r in result]
-                yield ClaimedTimers(connection, claimed)
+                db_now, claimed = timers.claimed(result.all())
+                yield ClaimedTimers(connection, db_now, claimed)
+
+    claim_due_timers = claim_due
 
     async def next_due_in(self) -> float | None:
         """Seconds until the earliest timer by the database clock (0 if overdue), or None."""

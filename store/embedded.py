@@ -87,6 +87,10 @@ class EmbeddedPostgres:
             return
         self._run("pg_ctl", ["-D", str(self.data_dir), "-w", "-m", "fast", "stop"])
 
+    def is_running(self) -> bool:
+        """Whether a server is live on this data directory."""
+        return self._running_port() is not None
+
     def _running_port(self) -> int | None:
         """The port of a live server on this data directory, from its postmaster.pid."""
         pid_file = self.data_dir / "postmaster.pid"
@@ -113,6 +117,8 @@ class EmbeddedPostgres:
         )
 
         entry = ensure_user_exists(_SERVER_USER)
+        if entry is None:
+            raise EmbeddedServerError(f"could not create the system user {_SERVER_USER!r}")
         ensure_prefix_permissions(self.data_dir)
         ensure_prefix_permissions(self._bin)
         readable = 0o044

@@ -13,6 +13,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
@@ -28,6 +29,11 @@ def _config(url: str) -> Config:
     config.set_main_option("script_location", str(_MIGRATIONS_DIR))
     config.attributes["url"] = url
     return config
+
+
+def head() -> str | None:
+    """The newest revision the shipped migrations define."""
+    return ScriptDirectory(str(_MIGRATIONS_DIR)).get_current_head()
 
 
 def upgrade(url: str, revision: str = "head") -> None:

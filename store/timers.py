@@ -11,13 +11,14 @@ and a claimer that dies releases them for the next one.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import jsoncodec
-from store.records import Timer, TimerEntry
+from store.records import Timer
 
 UPSERT = """
 WITH gone AS (
@@ -32,11 +33,16 @@ ON CONFLICT (key) DO UPDATE SET session_id = EXCLUDED.session_id, at = EXCLUDED.
 DELETE = "DELETE FROM timers WHERE key = ANY(CAST(:keys AS text[]))"
 
 CLAIM_DUE = """
-SELECT key, session_id, at FROM timers
-WHERE at <= now()
-ORDER BY at, key
-LIMIT :limit
-FOR UPDATE SKIP LOCKED
+WITH due AS (
+    SELECT key, session_id, at FROM timers
+    WHERE at <= now()
+    ORDER BY at, key
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+SELECT now() AS db_now, due.key, due.session_id, due.at
+FROM (SELECT 1) AS one LEFT JOIN due ON true
+ORDER BY due.at, due.key
 """
 
 NEXT_DUE_IN = "SELECT EXTRACT(EPOCH FROM (min(at) - clock_timestamp())) FROM timers"
@@ -44,9 +50,9 @@ NEXT_DUE_IN = "SELECT EXTRACT(EPOCH FROM (min(at) - clock_timestamp())) FROM tim
 PENDING = "SELECT count(*) FROM timers"
 
 
-def fold(entries: Iterable[TimerEntry]) -> tuple[list[str], list[TimerEntry]]:
+def fold(entries: Iterable[TimerLike]) -> tuple[list[str], list[TimerLike]]:
     """Reduce an ordered batch to (keys to delete, entries to upsert), disjoint by key."""
-    upserts: dict[str, TimerEntry] = {}
+    upserts: dict[str, TimerLike] = {}
     deleted: set[str] = set()
     for entry in entries:
         if entry.at.tzinfo is None:
@@ -59,7 +65,7 @@ def fold(entries: Iterable[TimerEntry]) -> tuple[list[str], list[TimerEntry]]:
     return sorted(deleted), list(upserts.values())
 
 
-def upsert_parameters(deleted: list[str], upserts: list[TimerEntry]) -> dict[str, Any]:
+def upsert_parameters(deleted: list[str], upserts: list[TimerLike]) -> dict[str, Any]:
     """Bind parameters for `UPSERT`."""
     return {
         "deleted": deleted,
@@ -69,11 +75,36 @@ def upsert_parameters(deleted: list[str], upserts: list[TimerEntry]) -> dict[str
     }
 
 
-class ClaimedTimers:
-    """Due timers locked for one claimer; valid inside `async with store.claim_due(...)`."""
+class TimerLike(Protocol):
+    """What `upsert_timers` reads of an entry (`TimerEntry` or any look-alike)."""
 
-    def __init__(self, connection: AsyncConnection, timers: list[Timer]) -> None:
+    @property
+    def key(self) -> str: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def at(self) -> datetime: ...
+    @property
+    def replaces(self) -> str | None: ...
+
+
+def claimed(rows: Sequence[Any]) -> tuple[datetime, list[Timer]]:
+    """Decode `CLAIM_DUE` rows: the database's `now()` and the claimed timers."""
+    db_now: datetime = rows[0].db_now
+    return db_now, [
+        Timer(key=r.key, session_id=r.session_id, at=r.at) for r in rows if r.key is not None
+    ]
+
+
+class ClaimedTimers:
+    """Due timers locked for one claimer; valid inside `async with store.claim_due(...)`.
+
+    `db_now` is the database clock the claim compared with (for fire-delay metrics).
+    """
+
+    def __init__(self, connection: AsyncConnection, db_now: datetime, timers: list[Timer]) -> None:
         self._connection = connection
+        self.db_now = db_now
         self.timers = timers
 
     async def delete(self, keys: Sequence[str] | None = None) -> int:

@@ -1,0 +1,109 @@
+"""The alembic migrations: up to head, down to base, and up again, on a scratch database."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+from store import migrate
+from store.schema import TABLE_NAMES
+
+T = TypeVar("T")
+
+
+def _off_loop(function: Callable[..., T], *args: Any) -> T:
+    """Alembic's env calls asyncio.run, so run it away from any test loop."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(function, *args).result()
+
+
+def _tables(url: str) -> set[str]:
+    async def read() -> set[str]:
+        connection = await asyncpg.connect(url)
+        try:
+            rows = await connection.fetch(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+            )
+            return {r["tablename"] for r in rows}
+        finally:
+            await connection.close()
+
+    return _off_loop(asyncio.run, read())
+
+
+def _admin(url: str, sql: str) -> None:
+    async def run() -> None:
+        connection = await asyncpg.connect(url)
+        try:
+            await connection.execute(sql)
+        finally:
+            await connection.close()
+
+    _off_loop(asyncio.run, run())
+
+
+@pytest.fixture
+def scratch_url(database_url: str) -> Iterator[str]:
+    """An empty database beside the session's, dropped after the test."""
+    name = f"turnflow_m_{uuid.uuid4().hex[:12]}"
+    _admin(database_url, f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(database_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        _admin(database_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_migrations_go_up_down_and_up_again(scratch_url: str) -> None:
+    """Upgrade creates every table, downgrade to base removes them all, upgrade restores them."""
+    head = migrate.head()
+    assert _off_loop(migrate.current, scratch_url) is None
+
+    _off_loop(migrate.upgrade, scratch_url)
+    assert _off_loop(migrate.current, scratch_url) == head
+    assert set(TABLE_NAMES) <= _tables(scratch_url)
+
+    _off_loop(migrate.downgrade, scratch_url, "base")
+    assert _off_loop(migrate.current, scratch_url) is None
+    assert not set(TABLE_NAMES) & _tables(scratch_url)
+
+    _off_loop(migrate.upgrade, scratch_url)
+    assert _off_loop(migrate.current, scratch_url) == head
+    assert set(TABLE_NAMES) <= _tables(scratch_url)
+
+
+async def test_upgrade_async_works_inside_an_event_loop(scratch_url: str) -> None:
+    """Async callers can migrate without blocking or nesting event loops."""
+    await migrate.upgrade_async(scratch_url)
+    assert set(TABLE_NAMES) <= await asyncio.to_thread(_tables, scratch_url)
+    await migrate.downgrade_async(scratch_url)
+    assert not set(TABLE_NAMES) & await asyncio.to_thread(_tables, scratch_url)
+
+
+def test_the_migrated_schema_matches_the_store_metadata(database_url: str) -> None:
+    """Alembic's autogenerate finds no difference between the migrations and store.schema."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy.ext.asyncio import create_async_engine
+    from sqlalchemy.pool import NullPool
+
+    from store.schema import metadata
+    from store.urls import async_url
+
+    async def diff() -> list[object]:
+        engine = create_async_engine(async_url(database_url), poolclass=NullPool)
+        try:
+            async with engine.connect() as connection:
+                return await connection.run_sync(
+                    lambda sync: compare_metadata(MigrationContext.configure(sync), metadata)
+                )
+        finally:
+            await engine.dispose()
+
+    assert _off_loop(asyncio.run, diff()) == []

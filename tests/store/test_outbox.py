@@ -1,0 +1,85 @@
+"""Fetching and publishing outbox rows: locking, order, and marks that commit with the batch."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from store import Store
+from tests.store.builders import save_request
+
+
+async def _payloads(store: Store, **fetch: object) -> list[tuple[str, int, int]]:
+    async with store.fetch_unpublished(**fetch) as batch:  # type: ignore[arg-type]
+        return [(r.session_id, r.payload["version"], r.payload["n"]) for r in batch.rows]
+
+
+async def test_fetch_returns_unpublished_rows_oldest_first(store: Store) -> None:
+    """Rows come back in write order across sessions, with topic, key and payload."""
+    await store.save_turn(save_request("s1", 0, outbox=2))
+    await store.save_turn(save_request("s2", 0, outbox=1))
+    await store.save_turn(save_request("s1", 1, outbox=1))
+    assert await _payloads(store) == [("s1", 1, 0), ("s1", 1, 1), ("s2", 1, 0), ("s1", 2, 0)]
+    async with store.fetch_unpublished(limit=1) as batch:
+        (row,) = batch.rows
+    assert (row.topic, row.key) == ("outbound.messages", "s1")
+
+
+async def test_fetch_for_one_session_returns_only_its_rows(store: Store) -> None:
+    """`session_id=` restricts the fetch to that session's rows."""
+    await store.save_turn(save_request("s1", 0, outbox=2))
+    await store.save_turn(save_request("s2", 0, outbox=2))
+    assert {s for s, _, _ in await _payloads(store, session_id="s2")} == {"s2"}
+
+
+async def test_marked_rows_are_not_fetched_again(store: Store) -> None:
+    """Rows marked published inside the batch leave the backlog when the batch commits."""
+    await store.save_turn(save_request("s1", 0, outbox=3))
+    assert await store.outbox_backlog() == 3
+    async with store.fetch_unpublished(limit=2) as batch:
+        assert await batch.mark_published() == 2
+    assert await store.outbox_backlog() == 1
+    assert await _payloads(store) == [("s1", 1, 2)]
+
+
+async def test_a_failed_publish_leaves_rows_unpublished(store: Store) -> None:
+    """When the publishing block raises, its marks roll back and the rows are fetched again."""
+    await store.save_turn(save_request("s1", 0, outbox=2))
+    with pytest.raises(RuntimeError):
+        async with store.fetch_unpublished() as batch:
+            await batch.mark_published()
+            raise RuntimeError("broker went away")
+    assert await store.outbox_backlog() == 2
+
+
+async def test_mark_published_by_id(store: Store) -> None:
+    """`mark_published(ids)` marks exactly those rows, once."""
+    saved = await store.save_turn(save_request("s1", 0, outbox=3))
+    assert await store.mark_published(saved.outbox_ids[:2]) == 2
+    assert await store.mark_published(saved.outbox_ids[:2]) == 0
+    assert await store.outbox_backlog() == 1
+
+
+async def test_two_publishers_never_hold_the_same_row(store: Store) -> None:
+    """A second publisher skips the rows the first has locked instead of waiting for them."""
+    for n in range(4):
+        await store.save_turn(save_request(f"s{n}", 0, outbox=1))
+    async with store.fetch_unpublished(limit=2) as first:
+        second_rows = await asyncio.wait_for(_payloads(store), timeout=10)
+        first_sessions = {r.session_id for r in first.rows}
+    assert first_sessions == {"s0", "s1"}
+    assert {s for s, _, _ in second_rows} == {"s2", "s3"}
+
+
+async def test_a_session_newer_rows_wait_while_its_older_rows_are_held(store: Store) -> None:
+    """A publisher never gets a session's row while an older row of it is held by another."""
+    await store.save_turn(save_request("s1", 0, outbox=2))
+    await store.save_turn(save_request("s2", 0, outbox=1))
+    await store.save_turn(save_request("s1", 1, outbox=1))
+    async with store.fetch_unpublished(limit=1) as first:
+        assert [r.payload["n"] for r in first.rows] == [0]
+        assert await _payloads(store) == [("s2", 1, 0)]
+        assert await _payloads(store, session_id="s1") == []
+        await first.mark_published()
+    assert await _payloads(store, session_id="s1") == [("s1", 1, 1), ("s1", 2, 0)]
