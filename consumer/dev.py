@@ -29,6 +29,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -60,6 +61,7 @@ __all__ = [
     "main",
     "options_from",
     "parse_chat_line",
+    "run",
     "run_dev",
 ]
 
@@ -120,7 +122,8 @@ def _get(value: Any, name: str, default: Any = None) -> Any:
 
 
 def format_outcomes(result: Any) -> str:
-    """The per-turn footer: ``llm_calls`` and one short item per outcome line."""
+    """The per-turn footer: ``llm_calls`` and one short item per outcome line (runs starting and
+    ending are outcome lines too)."""
     items = []
     for outcome in _get(result, "outcomes", []) or []:
         where = "/".join(str(p) for p in (_get(outcome, "flow_id"), _get(outcome, "step_id")) if p)
@@ -128,11 +131,6 @@ def format_outcomes(result: Any) -> str:
         detail = _get(outcome, "detail")
         item = f"{where} {what}" if where else str(what)
         items.append(f"{item} ({detail})" if detail else item)
-    for started in _get(result, "started", []) or []:
-        items.append(f"started {_get(started, 'flow_id')}")
-    for ended in _get(result, "ended", []) or []:
-        reason = _get(ended, "reason")
-        items.append(f"ended {_get(ended, 'flow_id')}" + (f" ({reason})" if reason else ""))
     summary = "; ".join(items) if items else "nothing to report"
     return f"llm_calls={_get(result, 'llm_calls', 0)} | {summary}"
 
@@ -334,8 +332,10 @@ class Chat:
             input_id = f"{self.session_id}-m{self._sent}"
             if self._echo:
                 self.say(f"you> {line.text}")
+            # ``at`` is when the line was typed, as a channel reports it; the turn runs a moment
+            # later, so the reply is after it and the silence clock starts from the reply.
             value: dict[str, Any] = {"session_id": self.session_id, "message": line.text,
-                                     "id": input_id}
+                                     "id": input_id, "at": datetime.now(UTC).isoformat()}
         else:
             input_id = f"{self.session_id}-e{self._sent}"
             self.say(f"  [event {line.event} sent]")
@@ -476,6 +476,11 @@ def options_from(args: argparse.Namespace) -> DevOptions:
     )
 
 
+def run(args: argparse.Namespace) -> int:
+    """``turnflow dev`` (the entry ``consumer.cli`` calls)."""
+    return main(options_from(args))
+
+
 def main(options: DevOptions) -> int:
     """Run ``turnflow dev``; a startup failure prints one line to stderr and returns 1."""
     try:
@@ -505,7 +510,7 @@ async def run_dev(options: DevOptions) -> int:
 
     status("turnflow dev")
     status(f"  agent     {agent_path} ({getattr(agent, 'name', '?')})")
-    status(f"  model     {describe_provider(getattr(agent, 'provider', None))}")
+    status(f"  model     {describe_provider(_provider_of(agent))}")
     async with contextlib.AsyncExitStack() as stack:
         database_url = await _database(settings, options.data_dir, stack, status)
         bootstrap = await _broker(settings, stack, status)
@@ -621,6 +626,11 @@ def check_port_free(host: str, port: int, setting: str) -> None:
             ) from None
 
 
+def _provider_of(agent: Any) -> Any:
+    config = getattr(agent, "config", None)
+    return getattr(config, "provider", None) or getattr(agent, "provider", None)
+
+
 def describe_provider(provider: Any) -> str:
     """One safe line naming the model provider (providers describe themselves, never the key)."""
     if provider is None:
@@ -709,7 +719,7 @@ async def _broker(
 
 async def _probe_broker(settings: Settings) -> None:
     from aiokafka.admin import AIOKafkaAdminClient
-    from aiokafka.errors import KafkaError
+    from aiokafka.errors import KafkaConnectionError, KafkaError
 
     servers = settings.kafka_bootstrap_servers or ""
     admin = AIOKafkaAdminClient(
@@ -717,8 +727,13 @@ async def _probe_broker(settings: Settings) -> None:
     )
     try:
         await asyncio.wait_for(admin.start(), 15)
-    except (KafkaError, OSError, TimeoutError) as exc:
-        reason = _first_line(exc) or type(exc).__name__
+    except (KafkaConnectionError, TimeoutError):
+        raise DevError(
+            f"cannot reach the Kafka broker at {servers} (KAFKA_BOOTSTRAP_SERVERS): "
+            "no broker answered"
+        ) from None
+    except (KafkaError, OSError) as exc:
+        reason = _first_line(exc)
         raise DevError(
             f"cannot reach the Kafka broker at {servers} (KAFKA_BOOTSTRAP_SERVERS): {reason}"
         ) from None
@@ -795,4 +810,4 @@ def _first_line(exc: BaseException) -> str:
 if __name__ == "__main__":
     _parser = argparse.ArgumentParser(prog="turnflow dev", description=__doc__.splitlines()[0])
     add_arguments(_parser)
-    sys.exit(main(options_from(_parser.parse_args())))
+    sys.exit(run(_parser.parse_args()))

@@ -67,12 +67,9 @@ def test_footer_lists_llm_calls_and_outcomes() -> None:
             {"flow_id": "booking", "step_id": "breath", "code": "inline-delay",
              "detail": "1500ms"},
         ],
-        "started": [{"flow_id": "booking", "run_id": "r1", "reason": "message"}],
-        "ended": [{"flow_id": "welcome", "run_id": "r0", "reason": "completed"}],
     }
     assert format_outcomes(result) == (
-        "llm_calls=2 | booking/what asking; booking/breath inline-delay (1500ms); "
-        "started booking; ended welcome (completed)"
+        "llm_calls=2 | booking/what asking; booking/breath inline-delay (1500ms)"
     )
 
 
