@@ -270,3 +270,23 @@ async def test_compaction_without_summarize_never_calls_the_model() -> None:
     result = await agent.turn(message(history=long_history(30, 100)))
     assert result.llm_calls == 1
     assert kinds(provider) == ["speak"]
+
+
+async def test_a_catch_all_whose_if_fails_does_not_make_the_lone_flow_scored() -> None:
+    """Exactly one eligible message flow, nobody on the floor, no catch-all that passes, idle: 'silent', nothing else to judge: it starts without scoring."""  # noqa: E501  # the seed sentence, quoted whole
+    provider = MockProvider([])
+    agent = build(
+        provider,
+        idle="silent",
+        flows=[
+            phrase_flow("vendas", ["quero comprar"], [say("oferta", "Temos planos!")]),
+            {
+                "id": "geral",
+                "on": [{"message": [], "if": {"known": "nome"}}],
+                "steps": [say("geral", "Olá de novo!")],
+            },
+        ],
+    )
+    result = await agent.turn(message("bom dia"))
+    assert result.llm_calls == 0
+    assert started(result) == ["vendas"]

@@ -128,3 +128,21 @@ async def test_a_turn_without_model_calls_spends_nothing_on_compaction() -> None
     result = await agent.turn(message("oi", "m1", history=history(30, 100)))
     assert result.llm_calls == 0
     assert [m.text for m in result.messages] == ["Olá!"]
+
+
+async def test_tool_chatter_is_dropped_and_long_entries_are_trimmed() -> None:
+    """Code layers first (drop tool chatter, keep the last keep_last entries, trim long entries)."""
+    provider = MockProvider([speak_reply()])
+    agent = build(provider, keep_last=40, max_chars=24000, summarize=True)
+    entries = [
+        {"role": "user", "text": "LONG_X " + "y" * 20000},
+        {"role": "tool", "text": "TOOL_CHATTER_X"},
+        {"role": "assistant", "text": "SHORT_X"},
+    ]
+    result = await agent.turn(message("oi", "m1", history=entries))
+    assert result.llm_calls == 1
+    texts = [m.text for m in provider.calls[0].messages]
+    assert not any("TOOL_CHATTER_X" in t for t in texts)
+    (long_entry,) = [t for t in texts if t.startswith("LONG_X")]
+    assert len(long_entry) < 20000
+    assert "SHORT_X" in texts

@@ -8,7 +8,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from engine import Agent, FakeClock, MockProvider, ModelResponse, ProviderError, ToolCall
-from engine.prompt import NO_MESSAGE_NOTE, RETRY_NOTE
+from engine.prompt import DEFAULT_GUIDELINE, NO_MESSAGE_NOTE, RETRY_NOTE
 
 FIELDS: dict[str, Any] = {
     "nome": {"type": "string", "ask": "Pergunte o nome."},
@@ -449,3 +449,37 @@ async def test_any_other_wake_speaks_first_even_after_a_customer_message() -> No
     assert spoken.meta.get("retry") is False
     assert NO_MESSAGE_NOTE in spoken.system
     assert RETRY_NOTE not in spoken.system
+
+
+async def test_unset_idle_speaker_answers_with_no_guideline_of_its_own() -> None:
+    """Left unset, it answers with no guideline of its own."""
+    provider = MockProvider([{"message": "Olá!"}])
+    agent = build(provider, flows=[])
+    result = await agent.turn(message("bom dia", "m7"))
+    assert [(m.kind, m.key) for m in result.messages] == [("ai", "idle:m7")]
+    assert DEFAULT_GUIDELINE not in provider.calls[0].system
+
+
+async def test_speak_values_are_validated_like_decide() -> None:
+    """Envelope values are validated and written like phase 4."""
+    provider = MockProvider(
+        [{"message": "Qual o seu e-mail?", "nome": "Maria", "email": "não sei"}]
+    )
+    agent = build(provider, flows=[catch_all([{"id": "dados", "collect": ["nome", "email"]}])])
+    result = await agent.turn(message())
+    assert result.session.data == {"nome": "Maria"}
+    assert "bad-value" in codes(result)
+    assert result.session.runs[0].asked == {"email": 1}
+
+
+async def test_any_other_provider_exception_is_retryable() -> None:
+    """A provider failure or an empty message returns deferred instead of throwing."""
+    clock = FakeClock("2026-01-05T09:00:00Z")
+    provider = MockProvider([RuntimeError("connection reset")])
+    agent = build(provider, clock, flows=[catch_all([{"id": "nome", "collect": ["nome"]}])])
+    result = await agent.turn(message())
+    assert result.llm_calls == 1
+    (entry,) = result.schedule
+    assert entry.at == clock.now() + timedelta(minutes=1)
+    (run,) = result.session.runs
+    assert run.status == "waiting"

@@ -328,3 +328,53 @@ async def test_catch_all_fixed_question_fields_do_count() -> None:
     assert result.llm_calls == 1
     assert [c.schema_name for c in provider.calls] == ["understand"]
     assert [(m.kind, m.text) for m in result.messages] == [("verbatim", "De qual empresa?")]
+
+
+async def test_mentions_exclude_flows_whose_repeat_blocks_a_start() -> None:
+    """Mentions: every mention flow with a non-empty list whose repeat allows a start."""
+    provider = MockProvider(
+        [{"mentions": {"promo": True, "preco": False}}, {"mentions": {"preco": True}}]
+    )
+    agent = build(
+        provider,
+        idle="silent",
+        flows=[
+            {
+                "id": "promo",
+                "on": [{"mention": ["promoção"]}],
+                "repeat": "once",
+                "steps": [say("a", "Temos promoção!")],
+            },
+            {"id": "preco", "on": [{"mention": ["preço"]}], "steps": [say("b", "Custa 10.")]},
+        ],
+    )
+    first = await agent.turn(message("tem promoção?"))
+    assert section_properties(provider.calls[0].json_schema, "mentions") == {"promo", "preco"}
+    assert [s.flow_id for s in first.started] == ["promo"]
+    second = await agent.turn(message("e o preço?", "m2", session=first.session))
+    assert second.llm_calls == 1
+    assert section_properties(provider.calls[1].json_schema, "mentions") == {"preco"}
+    assert [m.text for m in second.messages] == ["Custa 10."]
+
+
+async def test_understand_sees_the_message_and_the_history() -> None:
+    """The understand call reads the customer's message (and the history before it)."""
+    provider = MockProvider([{"flows": {"vendas": 0, "suporte": 90}}])
+    agent = build(
+        provider,
+        idle="silent",
+        flows=[
+            phrase_flow("vendas", ["quero comprar"], [say("a", "Planos!")]),
+            phrase_flow("suporte", ["problema"], [say("b", "Suporte!")]),
+        ],
+    )
+    history = [{"role": "user", "text": "HISTORY_X"}, {"role": "assistant", "text": "Oi!"}]
+    await agent.turn(message("MESSAGE_X", history=history))
+    (call,) = provider.calls
+    assert [(m.role, m.text) for m in call.messages] == [
+        ("user", "HISTORY_X"),
+        ("assistant", "Oi!"),
+        ("user", "MESSAGE_X"),
+    ]
+    assert "MESSAGE_X" in call.system
+    assert call.tools == []
