@@ -1,0 +1,97 @@
+"""The README and docs/ match the code: settings, metrics, names, links and commands."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import engine
+from consumer import metrics
+from consumer.settings import Settings, env_table
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+OURS = [README, ROOT / "examples" / "README.md", *(
+    ROOT / "docs" / name for name in ("concepts.md", "agents.md", "production.md", "operating.md")
+)]
+
+# Variables the docs may name that are not service settings: the model provider's and the
+# demo agent's, read outside consumer/settings.py.
+OTHER_ENV = {
+    "OPENAI_API_KEY", "TURNFLOW_MODEL_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL", "TURNFLOW_MODEL", "TURNFLOW_MODEL_TIMEOUT", "TURNFLOW_DEMO_SILENCE_MS",
+    "TURNFLOW_DEMO_PAYMENT_WAIT_MS", "TURNFLOW_REQUIRE_SERVERS", "KAFKA_SASL_PASSWORD_FILE",
+}
+
+
+def _text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def test_readme_first_screen_has_the_two_commands() -> None:
+    """A newcomer sees `make run` and `make test` in the README's first 25 lines."""
+    first_screen = "\n".join(_text(README).splitlines()[:25])
+    assert "make run" in first_screen and "make test" in first_screen
+
+
+@pytest.mark.parametrize("path", [README, ROOT / "docs" / "production.md"], ids=lambda p: p.name)
+def test_env_table_is_the_settings_table(path: Path) -> None:
+    """The configuration table is exactly what ``env_table()`` renders from the settings."""
+    assert env_table() in _text(path)
+
+
+def test_every_setting_is_documented() -> None:
+    """Each settings field appears, as its environment variable, in the README."""
+    readme = _text(README)
+    missing = [name.upper() for name in Settings.model_fields if f"`{name.upper()}`" not in readme]
+    assert missing == []
+
+
+@pytest.mark.parametrize("path", OURS, ids=lambda p: p.name)
+def test_environment_variables_named_exist(path: Path) -> None:
+    """Every upper-case variable a page names in backticks is a setting or a known extra."""
+    settings = {name.upper() for name in Settings.model_fields}
+    defaults = {str(field.default) for field in Settings.model_fields.values()}
+    named = set(re.findall(r"`([A-Z][A-Z0-9_]{2,})(?:=[^`]*)?`", _text(path)))
+    assert named - settings - defaults - OTHER_ENV == set()
+
+
+@pytest.mark.parametrize("path", OURS, ids=lambda p: p.name)
+def test_metric_names_exist(path: Path) -> None:
+    """Every ``turnflow_*`` metric a page names is exported by consumer/metrics.py."""
+    named = set(re.findall(r"\bturnflow_[a-z_]+", _text(path)))
+    assert named - metrics.exported_names() == set()
+
+
+@pytest.mark.parametrize("path", OURS, ids=lambda p: p.name)
+def test_engine_names_exist(path: Path) -> None:
+    """Every ``engine.X`` and every name imported ``from engine`` on a page exists there."""
+    text = _text(path)
+    dotted = set(re.findall(r"\bengine\.([A-Za-z_]+)\b", text))
+    imported = {
+        name.strip()
+        for group in re.findall(r"from engine import ([A-Za-z_, ]+)", text)
+        for name in group.split(",")
+    }
+    modules = {"config", "providers", "phases"}
+    assert (dotted - modules) | imported <= set(engine.__all__)
+
+
+@pytest.mark.parametrize("path", OURS, ids=lambda p: p.name)
+def test_local_links_resolve(path: Path) -> None:
+    """Relative Markdown links point at files that exist."""
+    targets = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", _text(path))
+    broken = [t for t in targets if not (path.parent / t).exists()]
+    assert broken == []
+
+
+@pytest.mark.parametrize("path", OURS, ids=lambda p: p.name)
+def test_turnflow_commands_exist(path: Path) -> None:
+    """Every ``turnflow <command>`` a page names is a command of the CLI or a planned one."""
+    from consumer.cli import COMMANDS
+
+    named = set(re.findall(r"`turnflow ([a-z]+)", _text(path)))
+    assert named <= set(COMMANDS) | {"dev", "schedule", "bench"}
