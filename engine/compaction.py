@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import ProviderError
+from engine.errors import MockExhausted
 from engine.providers.base import ChatMessage, ModelRequest
 from engine.request import HistoryEntry
 from engine.state import TurnState
@@ -104,7 +104,9 @@ async def summarize(state: TurnState) -> None:
     state.llm_calls += 1
     try:
         response = await state.config.provider.generate(request)
-    except (ProviderError, Exception):  # a failed summary leaves the code layers' history
+    except MockExhausted:
+        raise  # a scripted test spent one call too many: fail loudly
+    except Exception:  # a failed summary (ProviderError or other) leaves the code layers' history
         state.outcome("compaction-failed")
         return
     summary = (response.json or {}).get("summary") if response.json else None

@@ -18,7 +18,7 @@ from engine.collect import pending
 from engine.compaction import summarize
 from engine.config import TalkStep, Tool
 from engine.envelopes import parse_speak, speak_schema
-from engine.errors import ProviderError
+from engine.errors import MockExhausted, ProviderError
 from engine.prompt import build_speak
 from engine.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolSpec
 from engine.session import Run
@@ -109,6 +109,8 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
         state.llm_calls += 1
         try:
             response = await provider.generate(request)
+        except MockExhausted:
+            raise  # a scripted test spent one call too many: fail loudly, never defer
         except ProviderError as exc:
             reply.deferred, reply.error = exc.kind, str(exc)
             return reply

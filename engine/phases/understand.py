@@ -15,7 +15,7 @@ from engine.collect import pending
 from engine.compaction import summarize
 from engine.config import FieldSpec, Flow, MentionTrigger, MessageTrigger, TalkStep
 from engine.envelopes import Judgement, UnderstandPlan, parse_understand, understand_schema
-from engine.errors import ProviderError
+from engine.errors import MockExhausted, ProviderError
 from engine.prompt import build_understand
 from engine.providers.base import ModelRequest
 from engine.session import Run
@@ -62,7 +62,7 @@ async def run(state: TurnState) -> None:
     state.llm_calls += 1
     try:
         response = await provider.generate(request)
-    except ProviderError:
+    except (ProviderError, MockExhausted):
         raise
     except Exception as exc:  # any other provider failure is retryable, and still raised here
         raise ProviderError(f"understand call failed: {exc}", kind="retryable") from exc

@@ -173,7 +173,7 @@ async def test_event_wait_timeout_means_no_event() -> None:
             {"id": "late", "say": "Não vi o agendamento.", "then": "end"},
         ],
     }
-    agent, _, _ = code_only_agent([flow], events={"booked": {}})
+    agent, _, _ = code_only_agent([flow], events={"booked": {}}, idle="silent")
     first = await agent.turn({"session_id": "s1", "message": "oi"})
     woke = await agent.turn(
         {"session_id": "s1", "wake": first.schedule[0].key, "session": saved(first)}
@@ -254,7 +254,7 @@ async def test_event_wait_takes_then() -> None:
             {"id": "late", "say": "Não vi.", "then": "end"},
         ],
     }
-    agent, _, _ = code_only_agent([flow], events={"booked": {}, "other": {}})
+    agent, _, _ = code_only_agent([flow], events={"booked": {}, "other": {}}, idle="silent")
     first = await agent.turn({"session_id": "s1", "message": "oi"})
     other = await agent.turn(
         {

@@ -1,0 +1,63 @@
+"""TurnRequest validation and Session migration (engine/request.py, engine/session.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from engine import Session, TurnRequest, TurnRequestError, migrate_session
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"session_id": "s1"},
+        {"session_id": "s1", "message": "oi", "wake": "k"},
+        {"session_id": "s1", "event": "paid"},
+        {"session_id": "s1", "message": "oi", "surprise": 1},
+        {"message": "oi"},
+    ],
+)
+def test_exactly_one_valid_input_kind(raw: dict[str, object]) -> None:
+    """Exactly one input kind: message, wake, event (with a key) or start."""
+    with pytest.raises(TurnRequestError) as caught:
+        TurnRequest.parse(raw)
+    assert caught.value.session_id == raw.get("session_id")
+
+
+def test_input_ids_per_kind() -> None:
+    """Messages are remembered by id, events and starts by key; wakes are not remembered."""
+    assert TurnRequest.parse({"session_id": "s", "message": "x", "id": "m1"}).input_id == "m1"
+    assert TurnRequest.parse({"session_id": "s", "message": "x"}).input_id is None
+    assert TurnRequest.parse({"session_id": "s", "wake": "k"}).input_id is None
+    event = TurnRequest.parse({"session_id": "s", "event": "e", "key": "k1"})
+    assert (event.kind, event.input_id) == ("event", "event:k1")
+    start = TurnRequest.parse({"session_id": "s", "start": {"flow": "f", "key": "k2"}})
+    assert (start.kind, start.input_id) == ("start", "start:k2")
+    parsed = TurnRequest.parse({"session_id": "s", "message": "x", "at": "2026-01-05T09:00:00"})
+    assert parsed.at == datetime(2026, 1, 5, 9, tzinfo=UTC)
+    assert TurnRequest.parse(parsed) is parsed
+
+
+def test_v4_dump_round_trips_and_older_shapes_upgrade() -> None:
+    """Session.model_dump(mode="json") round-trips through migrate_session exactly."""
+    session = Session(id="s1", data={"n": 1.5, "b": True}, inputs=["a"])
+    dump = session.model_dump(mode="json")
+    assert migrate_session(dump).model_dump(mode="json") == dump
+    copy = migrate_session(session)
+    assert copy == session and copy is not session
+    legacy = migrate_session(
+        {
+            "id": "s1",
+            "claims": {
+                "promo": {"at": "2026-01-01T00:00:00Z", "count": 2},
+                "say:f/x": {"at": "2026-01-01T00:00:00Z"},
+            },
+            "runs": [{"id": "r1", "flowId": "f", "stepId": "a", "status": "done"}],
+            "inputs": [str(i) for i in range(60)],
+        }
+    )
+    assert legacy.claims["flow:promo"].count == 2 and "say:f/x" in legacy.claims
+    assert legacy.runs[0].status == "asking" and legacy.runs[0].visit == 1
+    assert len(legacy.inputs) == 50 and legacy.inputs[0] == "10"
