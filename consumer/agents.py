@@ -32,8 +32,13 @@ def load_agent(path: str) -> Any:
             target = getattr(target, name)
         except AttributeError:
             raise AgentImportError(f"{module_name!r} has no attribute {attribute!r}") from None
-    if not hasattr(target, "turn") and callable(target):
-        target = target()
+    if isinstance(target, type) or (not hasattr(target, "turn") and callable(target)):
+        try:
+            target = target()
+        except Exception as exc:
+            raise AgentImportError(
+                f"building the agent {path!r} failed: {type(exc).__name__}: {exc}"
+            ) from exc
     if not callable(getattr(target, "turn", None)):
         raise AgentImportError(f"{path!r} is not an agent (no turn method)")
     return target

@@ -3,26 +3,27 @@
 ``running_consumer`` runs a ``ConsumerService`` in this event loop on per-test topics and group,
 and always stops it (a stop that does not finish in time fails the test). ``produce`` writes
 ``inbound.turns`` records keyed by session id; ``OutboundReader`` reads a topic from the start
-without a group. ``CountingAgent`` is a small deterministic agent whose replies number the
-inputs it has applied to a session ("3:hello"), so a lost, reordered or doubly applied input
-shows up in the reply text itself.
+without a group. ``counting_agent()`` is a code-first engine agent whose replies number the
+inputs applied to a session ("3:hello"), so a lost, reordered or doubly applied input shows up
+in the reply text itself.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from consumer.service import ConsumerService
 from consumer.settings import Settings
+from engine import Agent, ModelRequest, ModelResponse, ok
+from engine.providers.rules import RuleProvider
+from store import Store
 from tests.fixtures.broker import TopicFactory
 
 INBOUND = "inbound.turns"
@@ -31,53 +32,97 @@ SCHEDULE = "outbound.schedule"
 DLQ = "inbound.turns.dlq"
 
 
-class CountingAgent:
-    """Replies ``"<n>:<label>"`` where n counts the inputs applied to the session so far.
+class SlowProvider:
+    """The offline rule provider behind a delay read from the session's ``delay_ms`` field:
+    a slow model for some sessions, a fast one for others."""
 
-    ``latency(session_id, label)`` gives seconds to sleep inside the turn (a slow model).
-    Every applied turn also schedules one timer. A message id seen before is answered with
-    nothing, as the engine's input ring does. ``calls`` lists (session, label) per call.
+    def __init__(self) -> None:
+        self._inner = RuleProvider()
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        known = request.meta.get("known") or {}
+        delay_ms = known.get("delay_ms") or 0
+        if delay_ms:
+            await asyncio.sleep(delay_ms / 1000)
+        return await self._inner.generate(request)
+
+
+def counting_agent() -> Agent:
+    """A real engine agent whose replies number the inputs applied to the session.
+
+    Every message runs: ``count`` (data ``n`` += 1, ``last`` and ``delay_ms`` from the input's
+    context), a verbatim ``"<n>:<label>"``, one model call (slow when ``delay_ms`` is set), then
+    a one-hour wait, which puts a timer on ``outbound.schedule``; the next message answers the
+    wait and loops. A lost, reordered or doubly applied input shows in the verbatim texts.
     """
 
-    def __init__(self, latency: Callable[[str, str], float] | None = None) -> None:
-        self._latency = latency or (lambda _s, _l: 0.0)
-        self.calls: list[tuple[str, str]] = []
+    async def count(ctx: Any) -> Any:
+        return ok(data={
+            "n": int(ctx.data.get("n") or 0) + 1,
+            "last": str(ctx.context.get("label", "")),
+            "delay_ms": int(ctx.context.get("delay_ms", 0)),
+        })
 
-    async def turn(self, request: dict[str, Any]) -> dict[str, Any]:
-        session_id = request["session_id"]
-        label = str(
-            request.get("message") or request.get("wake") or request.get("event") or "start"
-        )
-        self.calls.append((session_id, label))
-        delay = self._latency(session_id, label)
-        if delay:
-            await asyncio.sleep(delay)
-        state = copy.deepcopy(request.get("session")) or {"id": session_id, "data": {}}
-        ids = state["data"].setdefault("ids", [])
-        if request.get("id") is not None:
-            # Like the engine's ring of input ids: a message id seen before is a duplicate.
-            if request["id"] in ids:
-                return {"session": state, "changed": False, "messages": [], "schedule": [],
-                        "outcomes": [{"code": "duplicate-input"}], "llm_calls": 0}
-            ids.append(request["id"])
-        seen = state["data"].setdefault("seen", [])
-        seen.append(label)
-        n = len(seen)
-        return {
-            "session": state,
-            "changed": True,
-            "messages": [
-                {"kind": "verbatim", "text": f"{n}:{label}", "key": f"{session_id}:m{n}",
-                 "after_ms": 0, "run_id": "r1", "step_id": "s1"}
+    return Agent(
+        name="Contadora",
+        provider=SlowProvider(),
+        fields={
+            "n": {"type": "integer"},
+            "last": {"type": "string"},
+            "delay_ms": {"type": "integer"},
+        },
+        actions={"count": count},
+        flows=[{
+            "id": "count",
+            "on": [{"message": []}],
+            "steps": [
+                {"id": "c", "do": "count"},
+                {"id": "say", "say": "{{n}}:{{last}}"},
+                {"id": "think", "prompt": "Comente a mensagem."},
+                {"id": "w", "wait": {"ms": 3_600_000}, "then": "end", "else": "c"},
             ],
-            "schedule": [
-                {"key": f"{session_id}:t{n}",
-                 "at": datetime(2030, 1, 1, tzinfo=UTC) + timedelta(minutes=n),
-                 "replaces": f"{session_id}:t{n - 1}" if n > 1 else None}
-            ],
-            "outcomes": [{"code": "test-applied"}],
-            "llm_calls": 0,
-        }
+        }],
+    )
+
+
+class RecordingAgent:
+    """Wraps an agent and records the (session id, input id) of every turn it is asked for."""
+
+    def __init__(self, agent: Any) -> None:
+        self._agent = agent
+        self.calls: list[tuple[str, str | None]] = []
+
+    @property
+    def config(self) -> Any:
+        return self._agent.config
+
+    async def turn(self, request: dict[str, Any]) -> Any:
+        self.calls.append((request["session_id"], request.get("id")))
+        return await self._agent.turn(request)
+
+
+def message(session_id: str, label: str, *, delay_ms: int = 0) -> dict[str, Any]:
+    """An inbound message record whose label the counting agent echoes."""
+    return {
+        "session_id": session_id,
+        "message": label,
+        "id": f"{session_id}/{label}",
+        "context": {"label": label, "delay_ms": delay_ms},
+    }
+
+
+def verbatim_texts(values: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The counting agent's ``"<n>:<label>"`` replies per session, deduplicated by session and
+    ``key`` (as delivery workers do; engine keys are unique within a session), in topic order."""
+    out: dict[str, list[str]] = {}
+    seen: set[tuple[str, str]] = set()
+    for value in values:
+        identity = (value["session_id"], value["key"])
+        if value["kind"] != "verbatim" or identity in seen:
+            continue
+        seen.add(identity)
+        out.setdefault(value["session_id"], []).append(value["text"])
+    return out
 
 
 async def service_topics(kafka_topics: TopicFactory, partitions: int = 3) -> dict[str, str]:
@@ -197,12 +242,6 @@ class OutboundReader:
         return self.values
 
 
-def texts_by_session(values: list[dict[str, Any]]) -> dict[str, list[str]]:
-    """Reply texts per session, in topic order."""
-    out: dict[str, list[str]] = {}
-    for value in values:
-        out.setdefault(value["session_id"], []).append(value["text"])
-    return out
 
 
 async def wait_until(condition: Callable[[], bool], *, within: float = 30.0) -> None:
@@ -212,3 +251,19 @@ async def wait_until(condition: Callable[[], bool], *, within: float = 30.0) -> 
             if condition():
                 return
             await asyncio.sleep(0.05)
+
+
+async def load_when(
+    database_url: str, session_id: str, done: Callable[[Any], bool], *, within: float = 30.0
+) -> Any:
+    """The session as stored, once ``done(loaded)`` holds (polling the store)."""
+    store = await Store.connect(database_url, pool_size=1, max_overflow=0)
+    try:
+        async with asyncio.timeout(within):
+            while True:
+                loaded = await store.load(session_id)
+                if done(loaded):
+                    return loaded
+                await asyncio.sleep(0.1)
+    finally:
+        await store.close()

@@ -1,0 +1,61 @@
+"""The ``turnflow`` command line: one subcommand per module, registered in ``COMMANDS``.
+
+A command module provides ``add_arguments(parser)`` and ``run(args) -> int`` (the exit code).
+Only the chosen command's module is imported, so ``turnflow migrate`` never loads aiokafka and a
+broken optional command cannot break the others. Adding a command is one line here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["COMMANDS", "Command", "build_parser", "main"]
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: the module implementing it and its one-line help."""
+
+    module: str
+    help: str
+
+
+COMMANDS: dict[str, Command] = {
+    "consume": Command("consumer.commands.consume", "run the consumer service"),
+    "relay": Command("consumer.commands.relay", "run the outbox relay alone"),
+    "migrate": Command("consumer.commands.migrate", "migrate the database to the latest schema"),
+    "topics": Command("consumer.commands.topics", "create the topics (idempotent)"),
+    "schedule": Command("consumer.commands.schedule", "run the scheduler service"),
+    # "dev":      embedded servers, consumer and scheduler, and a terminal chat
+    # "bench":    the end-to-end load benchmark
+}
+
+
+def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``chosen``'s module is imported to add its options."""
+    parser = argparse.ArgumentParser(
+        prog="turnflow", description="turnflow: conversation turns from Kafka, saved in Postgres."
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, command in COMMANDS.items():
+        sub = subparsers.add_parser(name, help=command.help, description=command.help)
+        if name == chosen:
+            importlib.import_module(command.module).add_arguments(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((a for a in arguments if not a.startswith("-")), None)
+    args = build_parser(chosen if chosen in COMMANDS else None).parse_args(arguments)
+    module = importlib.import_module(COMMANDS[args.command].module)
+    code: int = module.run(args)
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover - the console script calls main()
+    sys.exit(main())

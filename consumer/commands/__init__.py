@@ -1,0 +1,1 @@
+"""One module per ``turnflow`` subcommand, each with ``add_arguments(parser)`` and ``run(args)``."""

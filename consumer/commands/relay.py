@@ -1,0 +1,72 @@
+"""``turnflow relay``: the outbox relay alone, republishing rows left unpublished."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from consumer.commands.running import EXIT_CONFIG, fail, run_service
+from consumer.health import HealthServer
+from consumer.logs import configure_logging
+from consumer.outbox import OutboxPublisher, OutboxRelay, new_producer
+from consumer.settings import Settings
+from store import Store
+
+__all__ = ["add_arguments", "run"]
+
+log = logging.getLogger("turnflow.relay")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--grace-ms", type=int, default=None,
+        help="leave rows younger than this to their consumer (default: $RELAY_GRACE_MS)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = Settings()
+    configure_logging(settings.log_level)
+    if not settings.kafka_bootstrap_servers or not settings.database_url:
+        return fail("DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS must be set", EXIT_CONFIG)
+    grace_ms = args.grace_ms if args.grace_ms is not None else settings.relay_grace_ms
+    stopping = asyncio.Event()
+
+    async def serve() -> None:
+        assert settings.database_url is not None and settings.kafka_bootstrap_servers
+        ready = False
+        health = None
+        if settings.metrics_port:
+            health = await HealthServer(
+                host=settings.metrics_host, port=settings.metrics_port, ready=lambda: ready
+            ).start()
+        store = await Store.connect(settings.database_url, pool_size=2)
+        producer = new_producer(
+            settings.kafka_bootstrap_servers,
+            idempotent=settings.kafka_idempotent_producer,
+            client_id="turnflow-relay",
+            **settings.kafka_client_options(),
+        )
+        try:
+            await producer.start()
+            relay = OutboxRelay(
+                OutboxPublisher(store, producer),
+                store,
+                interval_s=settings.relay_interval_ms / 1000,
+                grace_s=grace_ms / 1000,
+            )
+            task = asyncio.create_task(relay.run())
+            ready = True
+            log.info("relay ready")
+            await stopping.wait()
+            relay.stop()
+            await task
+        finally:
+            await producer.stop()
+            await store.close()
+            if health is not None:
+                await health.stop()
+            log.info("relay stopped")
+
+    return run_service(serve, stopping.set)

@@ -1,0 +1,53 @@
+"""Running a long-lived service until SIGTERM or SIGINT, with one-line failures.
+
+Every long-running command logs one line when ready (the service does), turns SIGTERM and
+SIGINT into a clean stop (exit 0), and turns an unreachable server or a bad agent into one line
+on stderr and a non-zero exit — never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+
+from aiokafka.errors import KafkaConnectionError, KafkaError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+from consumer.errors import AgentImportError, ConsumerError
+
+__all__ = ["EXIT_CONFIG", "EXIT_UNREACHABLE", "fail", "run_service"]
+
+EXIT_UNREACHABLE = 1
+EXIT_CONFIG = 2
+
+
+def fail(message: str, code: int) -> int:
+    """Print a one-line reason to stderr and return the exit code."""
+    print(f"turnflow: {message}", file=sys.stderr)
+    return code
+
+
+def run_service(run: Callable[[], Awaitable[None]], stop: Callable[[], None]) -> int:
+    """Run ``run()`` until it returns; SIGTERM/SIGINT call ``stop()``. Returns the exit code."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop)
+        await run()
+
+    try:
+        asyncio.run(main())
+    except AgentImportError as exc:
+        return fail(str(exc), EXIT_CONFIG)
+    except (KafkaConnectionError, OSError) as exc:
+        return fail(f"a server is unreachable: {type(exc).__name__}: {exc}", EXIT_UNREACHABLE)
+    except (OperationalError, InterfaceError, DBAPIError) as exc:
+        return fail(f"PostgreSQL is unreachable: {type(exc.orig).__name__}", EXIT_UNREACHABLE)
+    except KafkaError as exc:
+        return fail(f"Kafka failed: {type(exc).__name__}", EXIT_UNREACHABLE)
+    except ConsumerError as exc:
+        return fail(str(exc), EXIT_UNREACHABLE)
+    return 0
