@@ -146,3 +146,34 @@ async def test_tool_chatter_is_dropped_and_long_entries_are_trimmed() -> None:
     (long_entry,) = [t for t in texts if t.startswith("LONG_X")]
     assert len(long_entry) < 20000
     assert "SHORT_X" in texts
+
+
+async def test_compaction_runs_once_in_a_turn_with_both_calls() -> None:
+    """At most two model calls per turn plus one compaction call: the history is trimmed once per turn, before either call sees it."""  # noqa: E501  # the seed sentence, quoted whole
+    provider = MockProvider(
+        [summary_reply(), {"flows": {"vendas": 90, "suporte": 0}}, speak_reply()]
+    )
+    agent = Agent(
+        name="Ana",
+        provider=provider,
+        clock=FakeClock("2026-01-05T09:00:00Z"),
+        fields=FIELDS,
+        flows=[
+            {
+                "id": "vendas",
+                "on": [{"message": ["quero comprar"]}],
+                "steps": [{"id": "nome", "collect": ["nome"]}],
+            },
+            {
+                "id": "suporte",
+                "on": [{"message": ["problema"]}],
+                "steps": [{"id": "s", "say": "Ok"}],
+            },
+        ],
+        compaction={"keep_last": 10, "max_chars": 500, "summarize": True},
+    )
+    result = await agent.turn(message("quero comprar", "m1", history=history(30, 100)))
+    assert result.llm_calls == 3
+    assert [c.schema_name for c in provider.calls] == ["compact", "understand", "speak"]
+    assert SUMMARY in seen_by(provider.calls[1])
+    assert SUMMARY in seen_by(provider.calls[2])

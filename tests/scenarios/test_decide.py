@@ -370,3 +370,19 @@ async def test_first_true_if_branch_of_the_asker_is_taken() -> None:
     assert second.llm_calls == 1
     assert "branch" in codes(second)
     assert [m.text for m in second.messages] == ["Plano pro, ótimo!"]
+
+
+async def test_mention_runs_start_before_the_routed_run() -> None:
+    """Mention runs start in flow order; then the routed run starts or resumes and holds the floor."""  # noqa: E501  # the seed sentence, quoted whole
+    provider = MockProvider([{"flows": {"vendas": 90, "suporte": 0}, "mentions": {"preco": True}}])
+    agent = build(
+        provider,
+        idle="silent",
+        flows=[
+            *TWO_FLOWS,
+            {"id": "preco", "on": [{"mention": ["preço"]}], "steps": [say("p", "Custa 10.")]},
+        ],
+    )
+    result = await agent.turn(message("quero comprar, qual o preço?"))
+    assert result.llm_calls == 1
+    assert started(result) == ["preco", "vendas"]

@@ -137,6 +137,7 @@ async def test_tool_rounds_end_with_one_call_without_tools() -> None:
     assert len(log) == 2
     assert any(m.role == "tool" for m in provider.calls[1].messages)
     assert [m.text for m in result.messages] == ["Achei o seu cadastro!"]
+    assert [o.llm_calls for o in result.outcomes if o.step_id == "nome" and o.llm_calls] == [3]
     # Field values merge across rounds, last one wins; tool data patches are written as given.
     assert result.session.data["nome"] == "Mariana"
     assert result.session.data["cliente_id"] == "42"
@@ -483,3 +484,21 @@ async def test_any_other_provider_exception_is_retryable() -> None:
     assert entry.at == clock.now() + timedelta(minutes=1)
     (run,) = result.session.runs
     assert run.status == "waiting"
+
+
+async def test_idle_speaker_may_use_its_tools() -> None:
+    """The idle speaker: idle on the agent, a prompt (with the tools it may call)."""
+    log: list[Any] = []
+    call = ToolCall(id="t1", name="lookup", arguments={"email": "m@acme.com"})
+    provider = MockProvider([ModelResponse(tool_calls=[call]), {"message": "Encontrei a ACME."}])
+    agent = build(
+        provider,
+        tools=lookup_tool(log),
+        idle={"prompt": "Ajude com o cadastro.", "tools": ["lookup"]},
+        flows=[],
+    )
+    result = await agent.turn(message("sou m@acme.com", "m9"))
+    assert result.llm_calls == 2
+    assert [[t.name for t in c.tools] for c in provider.calls] == [["lookup"], ["lookup"]]
+    assert log == [{"email": "m@acme.com"}]
+    assert [(m.key, m.text) for m in result.messages] == [("idle:m9", "Encontrei a ACME.")]
