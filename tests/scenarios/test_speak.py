@@ -502,3 +502,38 @@ async def test_idle_speaker_may_use_its_tools() -> None:
     assert [[t.name for t in c.tools] for c in provider.calls] == [["lookup"], ["lookup"]]
     assert log == [{"email": "m@acme.com"}]
     assert [(m.key, m.text) for m in result.messages] == [("idle:m9", "Encontrei a ACME.")]
+
+
+async def test_a_talk_step_reached_after_the_reply_waits_for_the_next_message() -> None:
+    """Nothing pending: the run takes then and keeps moving this turn, except that a talk step reached now waits for the next message."""  # noqa: E501  # the seed sentence, quoted whole
+    provider = MockProvider(
+        [
+            {"message": "Prazer, Maria!", "nome": "Maria"},
+            {"message": "Qual o seu e-mail?", "email": "m@acme.com"},
+        ]
+    )
+    agent = build(
+        provider,
+        flows=[
+            catch_all(
+                [
+                    {"id": "nome", "collect": ["nome"]},
+                    {"id": "ola", "say": "Anotado."},
+                    {"id": "email", "collect": ["email"]},
+                ]
+            )
+        ],
+    )
+    first = await agent.turn(message("sou a Maria"))
+    assert first.llm_calls == 1
+    assert [(m.kind, m.text) for m in first.messages] == [
+        ("ai", "Prazer, Maria!"),
+        ("verbatim", "Anotado."),
+    ]
+    (run,) = first.session.runs
+    assert (run.step_id, run.status) == ("email", "asking")
+    assert run.asked.get("email", 0) == 0
+    second = await agent.turn(message("m@acme.com", "m2", session=first.session))
+    assert second.llm_calls == 1
+    assert second.session.data["email"] == "m@acme.com"
+    assert second.session.runs == []
