@@ -172,6 +172,7 @@ async def run_scenario(
     url: str,
     bootstrap: str,
     replicas: int,
+    options: FiringOptions,
     make_due: Callable[[datetime], list[tuple[str, datetime]]],
     patience: float,
 ) -> tuple[WakeCollector, list[tuple[str, datetime]]]:
@@ -187,7 +188,7 @@ async def run_scenario(
             schedule_topic=names["schedule"],
             inbound_topic=names["inbound"],
             group_id=f"bench-{uuid.uuid4().hex[:8]}",
-            options=FiringOptions(),
+            options=options,
         )
         for store in stores
     ]
@@ -221,7 +222,11 @@ async def main(args: argparse.Namespace) -> int:
     async with AsyncExitStack() as stack:
         bootstrap = bench_broker(stack)
         url = await stack.enter_async_context(bench_database(stack))
-        print(f"scheduler bench: replicas={args.replicas} broker={bootstrap}")
+        options = FiringOptions(batch_size=args.batch_size, pipeline=args.pipeline)
+        print(
+            f"scheduler bench: replicas={args.replicas} batch={options.batch_size} "
+            f"pipeline={options.pipeline} broker={bootstrap}"
+        )
 
         # burst: every timer due at one instant, `lead` seconds after the entries are written.
         def burst(now: datetime) -> list[tuple[str, datetime]]:
@@ -229,7 +234,8 @@ async def main(args: argparse.Namespace) -> int:
             return [(f"burst-{i}", at) for i in range(args.timers)]
 
         collector, due = await run_scenario(
-            url=url, bootstrap=bootstrap, replicas=args.replicas, make_due=burst, patience=300
+            url=url, bootstrap=bootstrap, replicas=args.replicas, options=options, make_due=burst,
+            patience=300,
         )
         delays = [collector.stamps[k] - at.timestamp() for k, at in due if k in collector.stamps]
         fired = len(delays)
@@ -252,7 +258,7 @@ async def main(args: argparse.Namespace) -> int:
             ]
 
         collector, due = await run_scenario(
-            url=url, bootstrap=bootstrap, replicas=args.replicas, make_due=trickle,
+            url=url, bootstrap=bootstrap, replicas=args.replicas, options=options, make_due=trickle,
             patience=args.lead + args.trickle_span + 60,
         )
         trickle_delays = [
@@ -272,6 +278,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--timers", type=int, default=10_000, help="burst size")
     parser.add_argument("--replicas", type=int, default=1, help="schedulers on one table")
+    parser.add_argument("--batch-size", type=int, default=FiringOptions.batch_size)
+    parser.add_argument("--pipeline", type=int, default=FiringOptions.pipeline)
     parser.add_argument("--trickle", type=int, default=200, help="timers spread over time")
     parser.add_argument("--trickle-span", type=float, default=10.0, help="seconds")
     parser.add_argument("--lead", type=float, default=3.0, help="seconds from store to due")
@@ -279,8 +287,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def _check(args: argparse.Namespace) -> None:
-    if args.timers < 1 or args.replicas < 1 or args.trickle < 1:
-        raise SystemExit("--timers, --replicas and --trickle must be positive")
+    if min(args.timers, args.replicas, args.trickle, args.batch_size, args.pipeline) < 1:
+        raise SystemExit("counts and sizes must be positive")
 
 
 if __name__ == "__main__":

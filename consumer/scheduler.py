@@ -9,9 +9,11 @@ Two loops share one process. ``ScheduleIntake`` (``consumer.schedule_intake``) s
    every ack;
 3. delete the rows and commit.
 
-Up to ``FiringOptions.pipeline`` batches await their acks at once; each claims only after the
-previous one handed all its records to the producer, which keeps wakes in due order per
-partition. Replicas skip each other's locked rows, so in the normal path a timer fires once. A crash
+Up to ``FiringOptions.pipeline`` batches are in flight at once: the next one claims while the
+previous one sends and awaits its acks, but sends only after the previous one has handed all
+its records to the producer, which keeps wakes in due order per partition.
+
+Replicas skip each other's locked rows, so in the normal path a timer fires once. A crash
 between the ack and the commit fires it again on restart; the engine answers that second wake
 with ``stale-wake``. Nothing ever deletes a row whose wake was not acknowledged, so a timer is
 never lost.
@@ -85,9 +87,8 @@ def wake_record(timer: Timer) -> tuple[bytes, bytes]:
 class FiringOptions:
     """How the firing loop batches and sleeps (seconds).
 
-    ``pipeline`` batches may wait for their acks at once: the next batch is claimed as soon as
-    the previous one has handed every record to the producer, so database round trips overlap
-    with the broker's, and wakes still leave in due order per partition.
+    ``pipeline`` batches may be in flight at once, so database round trips overlap with the
+    broker's; wakes still leave in due order per partition (see ``TimerFiring.fire_due``).
     """
 
     batch_size: int = 1000
@@ -153,18 +154,25 @@ class TimerFiring:
     async def fire_due(self) -> int:
         """Fire batches until one comes back short; returns how many timers fired.
 
-        A failed batch stops new claims; the batches already sent still finish (their rows
-        are deleted only on their own acks), then the first error is raised.
+        The next batch is claimed as soon as the previous one's claim returns, but sends only
+        after the previous one has handed all its records to the producer, so wakes leave in
+        due order. A failed batch stops new claims; batches already claimed still finish
+        (their rows are deleted only on their own acks), then the first error is raised.
         """
         loop = asyncio.get_running_loop()
         batches: list[asyncio.Task[int]] = []
+        previous_sent: asyncio.Future[None] | None = None
         try:
             while True:
-                handed_over: asyncio.Future[int] = loop.create_future()
-                batch = asyncio.create_task(self.fire_batch(handed_over))
+                claimed: asyncio.Future[int] = loop.create_future()
+                sent: asyncio.Future[None] = loop.create_future()
+                batch = asyncio.create_task(
+                    self.fire_batch(claimed=claimed, after=previous_sent, sent=sent)
+                )
                 batches.append(batch)
-                await asyncio.wait([batch, handed_over], return_when=asyncio.FIRST_COMPLETED)
-                if not handed_over.done() or handed_over.result() < self._options.batch_size:
+                previous_sent = sent
+                await asyncio.wait([batch, claimed], return_when=asyncio.FIRST_COMPLETED)
+                if not claimed.done() or claimed.result() < self._options.batch_size:
                     break
                 in_flight = [b for b in batches if not b.done()]
                 if len(in_flight) >= self._options.pipeline:
@@ -180,26 +188,42 @@ class TimerFiring:
             fired += outcome
         return fired
 
-    async def fire_batch(self, handed_over: asyncio.Future[int] | None = None) -> int:
+    async def fire_batch(
+        self,
+        *,
+        claimed: asyncio.Future[int] | None = None,
+        after: asyncio.Future[None] | None = None,
+        sent: asyncio.Future[None] | None = None,
+    ) -> int:
         """Claim up to ``batch_size`` due rows, produce their wakes, delete them; return count.
 
-        ``handed_over`` resolves to the number claimed once every record is with the producer.
+        ``claimed`` resolves to the number of rows claimed; sending waits for ``after`` (the
+        previous batch's ``sent``); ``sent`` resolves once every record is with the producer,
+        or once this batch gave up, so a failure never stalls the batch behind it.
         """
-        async with self._store.claim_due(self._options.batch_size) as claim:
-            timers = list(claim.timers)
-            claimed_at = time.monotonic()
-            acks = []
-            for timer in timers:
-                key, value = wake_record(timer)
-                acks.append(await self._producer.send(self._topic, value, key=key))
-            if handed_over is not None:
-                handed_over.set_result(len(timers))
-            if not timers:
-                return 0
-            # Every ack before any delete: a row is gone only once its wake is durable.
-            await asyncio.gather(*acks)
-            await claim.delete()
-            lateness = [(claim.db_now - t.at).total_seconds() for t in timers]
+        try:
+            async with self._store.claim_due(self._options.batch_size) as claim:
+                timers = list(claim.timers)
+                if claimed is not None:
+                    claimed.set_result(len(timers))
+                if not timers:
+                    return 0
+                claimed_at = time.monotonic()
+                if after is not None:
+                    await after
+                acks = []
+                for timer in timers:
+                    key, value = wake_record(timer)
+                    acks.append(await self._producer.send(self._topic, value, key=key))
+                if sent is not None:
+                    sent.set_result(None)
+                # Every ack before any delete: a row is gone only once its wake is durable.
+                await asyncio.gather(*acks)
+                await claim.delete()
+                lateness = [(claim.db_now - t.at).total_seconds() for t in timers]
+        finally:
+            if sent is not None and not sent.done():
+                sent.set_result(None)
         # Fire delay = how late the timer was at claim (database clock) + the time to ack.
         spent = time.monotonic() - claimed_at
         for late in lateness:

@@ -485,6 +485,7 @@ async def test_pipeline_claims_the_next_batch_before_the_first_is_acked() -> Non
     # Two batches out, none acknowledged: nothing deleted, the third batch not yet claimed.
     assert producer.sent == ["k0", "k1", "k2", "k3"]
     assert len(store.rows) == 5
+    assert store.locked == {"k0", "k1", "k2", "k3"}
     for ack in producer.acks:
         ack.set_result(None)
     await eventually(lambda: len(producer.sent) == 5)
@@ -516,5 +517,35 @@ async def test_pipeline_failure_keeps_failed_rows_and_finishes_the_others() -> N
     with pytest.raises(ConnectionError):
         async with asyncio.timeout(30):
             await fired
+    assert sorted(store.rows) == ["k0", "k1"]
+    assert store.locked == set()
+
+
+async def test_a_batch_failing_to_send_does_not_stall_the_next() -> None:
+    """When a batch's send raises, the batch claimed behind it still sends and completes."""
+    both_claimed = asyncio.Event()
+
+    @dataclass
+    class RefusingProducer(FakeProducer):
+        async def send(self, topic: str, value: bytes, *, key: bytes) -> asyncio.Future[Any]:
+            if json.loads(value)["wake"] == "k0":
+                await both_claimed.wait()
+                raise ConnectionError("not connected")
+            return await super().send(topic, value, key=key)
+
+    store = FakeTimerStore()
+    await store.upsert_timers(
+        [timer("s", f"k{i}", T0 - timedelta(seconds=10 - i)) for i in range(4)]
+    )
+    producer = RefusingProducer()
+    firing = make_firing(store, producer, batch_size=2, pipeline=2)
+    fired = asyncio.create_task(firing.fire_due())
+    await eventually(lambda: len(store.locked) == 4)
+    assert producer.sent == []
+    both_claimed.set()
+    with pytest.raises(ConnectionError):
+        async with asyncio.timeout(30):
+            await fired
+    assert [json.loads(v)["wake"] for _, _, v in producer.sent] == ["k2", "k3"]
     assert sorted(store.rows) == ["k0", "k1"]
     assert store.locked == set()
