@@ -41,6 +41,7 @@ from aiokafka.errors import KafkaError
 
 from consumer import metrics
 from consumer.health import HealthServer
+from consumer.outbox import new_producer
 from consumer.schedule_intake import ScheduleIntake, TimerSink
 from consumer.settings import Settings
 from store import Store, Timer
@@ -292,16 +293,19 @@ def build_scheduler(
     inbound_topic: str,
     group_id: str,
     client_options: Mapping[str, Any] | None = None,
+    consumer_options: Mapping[str, Any] | None = None,
+    idempotent: bool = False,
     options: FiringOptions | None = None,
 ) -> Scheduler:
     """Wire intake and firing to Kafka clients; ``group_id`` is the schedule topic's group.
 
     Replicas share ``group_id``, so each schedule entry is stored by one of them; firing needs
-    no group, since row locks keep replicas apart.
+    no group, since row locks keep replicas apart. ``idempotent`` (off by default: the embedded
+    broker has no producer ids) stops a retried send from writing a wake twice.
     """
     kafka = dict(client_options or {})
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap_servers, acks="all", client_id="turnflow-scheduler", **kafka
+    producer = new_producer(
+        bootstrap_servers, idempotent=idempotent, client_id="turnflow-scheduler", **kafka
     )
     firing = TimerFiring(store=store, producer=producer, topic=inbound_topic, options=options)
     consumer = AIOKafkaConsumer(
@@ -310,6 +314,7 @@ def build_scheduler(
         client_id="turnflow-scheduler",
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        **dict(consumer_options or {}),
         **kafka,
     )
     intake = ScheduleIntake(
@@ -389,6 +394,11 @@ class SchedulerService:
                 inbound_topic=s.inbound_topic,
                 group_id=self.group_id,
                 client_options=s.kafka_client_options(),
+                consumer_options={
+                    "session_timeout_ms": s.session_timeout_ms,
+                    "heartbeat_interval_ms": s.heartbeat_interval_ms,
+                },
+                idempotent=s.kafka_idempotent_producer,
                 options=self._options,
             )
             await self._scheduler.run(self._stopping, on_started=self._announce)

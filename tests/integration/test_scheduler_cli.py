@@ -36,7 +36,8 @@ async def read_until(stream: asyncio.StreamReader, needle: str, seen: list[str])
 
 
 async def test_schedule_command_serves_fires_and_exits_zero_on_sigterm(
-    store: Store, database_url: str, kafka_bootstrap: str, kafka_topics: TopicFactory
+    store: Store, database_url: str, kafka_bootstrap: str, kafka_topics: TopicFactory,
+    kafka_is_embedded: bool,
 ) -> None:
     """The command logs ready, answers /healthz and /readyz, fires a wake, and exits 0."""
     topics = await kafka_topics("outbound.schedule", "inbound.turns", partitions=2)
@@ -50,6 +51,8 @@ async def test_schedule_command_serves_fires_and_exits_zero_on_sigterm(
         "GROUP_ID": f"cli-{uuid.uuid4().hex[:8]}",
         "METRICS_HOST": "127.0.0.1",
         "METRICS_PORT": str(port),
+        # The embedded broker has no producer ids, so no idempotent producer there.
+        "KAFKA_IDEMPOTENT_PRODUCER": "false" if kafka_is_embedded else "true",
     }
     process = await asyncio.create_subprocess_exec(
         TURNFLOW, "schedule", "--max-idle", "1",
