@@ -26,6 +26,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
+from sqlalchemy.engine import make_url
 
 from consumer.agents import load_agent
 from consumer.embedded_broker import EmbeddedBroker
@@ -285,6 +287,7 @@ class Chat:
         self._shown: dict[str, asyncio.Event] = {}
         self._sent = 0
         self.missing = 0  # inputs or replies that never showed up
+        self.prompt: TerminalLines | None = None
 
     def observe(self, turn: ObservedTurn) -> None:
         """Called by ``ObservedAgent`` inside the consumer; only this session's turns count."""
@@ -292,7 +295,11 @@ class Chat:
             self._turns.put_nowait(turn)
 
     def say(self, line: str) -> None:
-        self._out.write(line + "\n")
+        if self.prompt is not None and self.prompt.at_prompt:
+            # A timer fired while the user sits at the prompt: print above it, then redraw it.
+            self._out.write(f"\r\033[K{line}\n{self.prompt.PROMPT}")
+        else:
+            self._out.write(line + "\n")
         self._out.flush()
 
     async def display(self) -> None:
@@ -451,6 +458,7 @@ class DevOptions:
     data_dir: Path = Path(".turnflow")
     reply_timeout: float = 60.0
     out: TextIO = field(default_factory=lambda: sys.stdout)
+    interactive: bool = field(default_factory=lambda: sys.stdin.isatty())
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -500,6 +508,8 @@ async def run_dev(options: DevOptions) -> int:
     lines = _read_script(options.script) if options.script is not None else None
     if settings.metrics_port:
         check_port_free(settings.metrics_host, settings.metrics_port, "METRICS_PORT")
+    if lines is None and not options.interactive:
+        lines = sys.stdin.read().splitlines()  # piped in: the same as --script
     options.data_dir.mkdir(parents=True, exist_ok=True)
     _log_to_file(options.data_dir / "dev.log", settings.log_level)
     out = options.out
@@ -511,6 +521,7 @@ async def run_dev(options: DevOptions) -> int:
     status("turnflow dev")
     status(f"  agent     {agent_path} ({getattr(agent, 'name', '?')})")
     status(f"  model     {describe_provider(_provider_of(agent))}")
+    own_database, own_broker = settings.database_url, settings.kafka_bootstrap_servers
     async with contextlib.AsyncExitStack() as stack:
         database_url = await _database(settings, options.data_dir, stack, status)
         bootstrap = await _broker(settings, stack, status)
@@ -521,10 +532,12 @@ async def run_dev(options: DevOptions) -> int:
             "kafka_bootstrap_servers": bootstrap,
             "group_id": f"{settings.group_id}-dev",
         }
-        if not settings.kafka_bootstrap_servers:
+        if not own_broker:
             updates["kafka_idempotent_producer"] = False  # the embedded broker has no producer ids
         settings = settings.model_copy(update=updates)
         await _migrate(database_url)
+        if own_database and not own_broker:
+            await _refuse_stale_turn_log(database_url, settings.inbound_topic)
         await _create_topics(settings)
         session_id = options.session_id or _new_session_id()
         chat = await _open_chat(settings, session_id, getattr(agent, "name", "agent"), options,
@@ -537,9 +550,13 @@ async def run_dev(options: DevOptions) -> int:
         if settings.metrics_port:
             status(f"  metrics   http://127.0.0.1:{settings.metrics_port}/metrics")
         status(f"  session   {session_id}   (logs: {options.data_dir / 'dev.log'})")
-        status(HELP if lines is None else f"Running {options.script}.")
-        source = _from_list(lines) if lines is not None else _terminal_lines()
-        await chat.run(source)
+        status(HELP if lines is None else f"Running {options.script or 'standard input'}.")
+        if lines is None:
+            terminal = TerminalLines()
+            chat.prompt = terminal
+            await chat.run(aiter(terminal))
+        else:
+            await chat.run(_from_list(lines))
     return 1 if chat.missing else 0
 
 
@@ -548,14 +565,36 @@ async def _from_list(lines: Iterable[str]) -> AsyncIterator[str]:
         yield line
 
 
-async def _terminal_lines() -> AsyncIterator[str]:
-    """Terminal lines, read in a thread so timers keep printing while the user types."""
-    loop = asyncio.get_running_loop()
-    while True:
-        line = await loop.run_in_executor(None, _prompt)
-        if line is None:
-            return
-        yield line
+class TerminalLines:
+    """Lines typed at the terminal, read by a daemon thread so that timers keep printing while
+    the user types, and Ctrl-C never waits for a blocked ``input()``."""
+
+    PROMPT = "you> "
+
+    def __init__(self) -> None:
+        self.at_prompt = False
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        loop = asyncio.get_running_loop()
+        threading.Thread(target=self._read, args=(loop,), name="dev-stdin", daemon=True).start()
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        while (line := await self._queue.get()) is not None:
+            yield line
+
+    def _read(self, loop: asyncio.AbstractEventLoop) -> None:
+        while True:
+            self.at_prompt = True
+            try:
+                line: str | None = input(self.PROMPT)
+            except (EOFError, KeyboardInterrupt):
+                line = None
+            self.at_prompt = False
+            loop.call_soon_threadsafe(self._queue.put_nowait, line)
+            if line is None:
+                return
 
 
 def _read_script(path: Path) -> list[str]:
@@ -563,13 +602,6 @@ def _read_script(path: Path) -> list[str]:
         return path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise DevError(f"cannot read script {path}: {exc.strerror or exc}") from None
-
-
-def _prompt() -> str | None:
-    try:
-        return input("you> ")
-    except EOFError:
-        return None
 
 
 def _new_session_id() -> str:
@@ -671,8 +703,44 @@ async def _database(
         raise DevError(f"the embedded PostgreSQL did not start: {_first_line(exc)}") from None
     if not reused:  # a server another dev run started is left to it
         stack.callback(server.stop)
-    status(f"  postgres  embedded at {_host_port(url)} (data in {data_dir / 'postgres'})")
-    return url
+    # A fresh database per run: the embedded broker starts empty, so a turn log kept from an
+    # earlier run would take the new run's offsets for replays and skip them.
+    database = await _fresh_database(url)
+    stack.push_async_callback(_drop_database, url, database)
+    status(f"  postgres  embedded at {_host_port(url)}, database {database} "
+           f"(data in {data_dir / 'postgres'})")
+    return make_url(url).set(database=database).render_as_string(hide_password=False)
+
+
+async def _fresh_database(admin_url: str) -> str:
+    """Create this run's database; drop those of earlier runs that nobody is connected to."""
+    import asyncpg
+
+    name = f"turnflow_dev_{uuid.uuid4().hex[:8]}"
+    connection = await asyncpg.connect(plain_url(admin_url), timeout=10)
+    try:
+        leftovers = await connection.fetch(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'turnflow\\_dev\\_%' "
+            "AND datname NOT IN (SELECT datname FROM pg_stat_activity WHERE datname IS NOT NULL)"
+        )
+        for row in leftovers:
+            with contextlib.suppress(asyncpg.PostgresError):
+                await connection.execute(f'DROP DATABASE IF EXISTS "{row["datname"]}"')
+        await connection.execute(f'CREATE DATABASE "{name}"')  # name is ours: hex only
+    finally:
+        await connection.close()
+    return name
+
+
+async def _drop_database(admin_url: str, name: str) -> None:
+    import asyncpg
+
+    with contextlib.suppress(OSError, asyncpg.PostgresError):
+        connection = await asyncpg.connect(plain_url(admin_url), timeout=10)
+        try:
+            await connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await connection.close()
 
 
 def _server_running(data_dir: Path) -> bool:
@@ -742,6 +810,21 @@ async def _probe_broker(settings: Settings) -> None:
             await admin.close()
 
 
+async def _refuse_stale_turn_log(url: str, inbound_topic: str) -> None:
+    """The embedded broker numbers offsets from 0 each run; a turn log that already holds offset
+    0 of the inbound topic would skip this run's inputs as replays."""
+    store = await Store.connect(url, pool_size=1)
+    try:
+        stale = await store.is_applied(inbound_topic, 0, 0)
+    finally:
+        await store.close()
+    if stale:
+        raise DevError(
+            "the database at DATABASE_URL already holds turns read from another broker; with "
+            "the embedded broker, point DATABASE_URL at an empty database or unset it"
+        )
+
+
 async def _migrate(url: str) -> None:
     try:
         await upgrade_async(url)
@@ -792,7 +875,7 @@ async def _open_chat(
         replies=replies,
         out=options.out,
         reply_timeout=options.reply_timeout,
-        echo=options.script is not None,
+        echo=options.script is not None or not options.interactive,
     )
 
 

@@ -37,6 +37,7 @@ def run_dev(
         [sys.executable, "-m", "consumer.dev", *args],
         cwd=cwd,
         env={**base, "METRICS_PORT": "0", **(env or {})},
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=timeout,
