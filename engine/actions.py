@@ -86,15 +86,33 @@ def read_result(value: Any) -> ActionResult:
     return failed(f"unreadable action result {value!r}")
 
 
-async def call_handler(handler: Any, *args: Any) -> Any:
-    """Call a sync or async handler with as many of ``args`` as it takes."""
+_ARITY: dict[int, tuple[Any, int | None]] = {}
+
+
+def _arity(handler: Any) -> int | None:
+    """How many positional arguments ``handler`` takes (None: any number).
+
+    Cached per handler: handlers live on the agent, so the signature is read once, not on
+    every call. The handler itself is kept next to its arity so a recycled id never matches.
+    """
+    cached = _ARITY.get(id(handler))
+    if cached is not None and cached[0] is handler:
+        return cached[1]
     try:
         params = inspect.signature(handler).parameters.values()
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         varargs = any(p.kind is p.VAR_POSITIONAL for p in params)
-        count = len(args) if varargs else min(len(positional), len(args))
+        arity: int | None = None if varargs else len(positional)
     except (TypeError, ValueError):  # builtins without a signature take everything
-        count = len(args)
+        arity = None
+    _ARITY[id(handler)] = (handler, arity)
+    return arity
+
+
+async def call_handler(handler: Any, *args: Any) -> Any:
+    """Call a sync or async handler with as many of ``args`` as it takes."""
+    arity = _arity(handler)
+    count = len(args) if arity is None else min(arity, len(args))
     value = handler(*args[:count])
     if inspect.isawaitable(value):
         value = await value

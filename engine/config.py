@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     ValidationError,
     field_validator,
@@ -247,17 +248,21 @@ class Flow(_Model):
     on_end: Literal["end", "stay"] = "end"
     instructions: list[Instruction] = Field(default_factory=list)
 
+    _positions: dict[str, int] = PrivateAttr(default_factory=dict)
+
+    def model_post_init(self, context: Any, /) -> None:
+        # First occurrence wins, as a scan would; duplicates are rejected by the agent anyway.
+        for i, step in enumerate(self.steps):
+            self._positions.setdefault(step.id, i)
+
     def step(self, step_id: str) -> AnyStep | None:
-        for step in self.steps:
-            if step.id == step_id:
-                return step
-        return None
+        """The step with this id, or None."""
+        i = self._positions.get(step_id)
+        return None if i is None else self.steps[i]
 
     def index(self, step_id: str) -> int:
-        for i, step in enumerate(self.steps):
-            if step.id == step_id:
-                return i
-        return -1
+        """The step's position in ``steps``, or -1."""
+        return self._positions.get(step_id, -1)
 
 
 class Action(_Model):

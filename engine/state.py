@@ -52,7 +52,7 @@ class TurnState:
     request: TurnRequest
     now: datetime
     session: Session
-    original: dict[str, Any]
+    original: Session
     history: list[HistoryEntry]
     ignored: bool = False
     done: bool = False

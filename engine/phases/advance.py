@@ -90,13 +90,15 @@ def apply_branches(state: TurnState, run: Run, judged: dict[str, bool] | None) -
 
 
 async def _queue(state: TurnState) -> None:
-    seen: set[str] = set()
-    while True:
-        pending_runs = [r for r in state.session.runs if r.id not in seen]
-        if not pending_runs:
-            return
-        current = pending_runs[0]
-        seen.add(current.id)
+    order = [r.id for r in state.session.runs]
+    seen = set(order)
+    minted = state.session.seq
+    index = 0
+    while index < len(order):
+        current = state.live(order[index])
+        index += 1
+        if current is None:
+            continue
         if current.status in ("waiting", "suspended"):
             continue
         if current.status == "asking":
@@ -105,6 +107,12 @@ async def _queue(state: TurnState) -> None:
             current.visit += 1  # a new answer to a new message gets its own key
         state.moved_runs.add(current.id)
         await walk(state, current)
+        if state.session.seq != minted:  # runs started by this walk join the queue
+            minted = state.session.seq
+            for r in state.session.runs:
+                if r.id not in seen:
+                    seen.add(r.id)
+                    order.append(r.id)
 
 
 def _premise_holds(state: TurnState, run: Run, flow: Flow) -> bool:

@@ -17,7 +17,7 @@ def run(state: TurnState) -> TurnResult:
     if state.ignored:
         changed = False
     else:
-        same = session.model_dump(mode="json") == state.original
+        same = session == state.original
         changed = not (
             same
             and not state.messages

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from engine.clock import to_utc
 from engine.compaction import trim
 from engine.request import TurnRequest
-from engine.session import fresh_session
+from engine.session import Session, fresh_session
 from engine.state import TurnState
 
 if TYPE_CHECKING:
@@ -23,11 +23,13 @@ async def run(config: AgentConfig, request: TurnRequest) -> TurnState:
     """Build the turn's working state."""
     now = to_utc(config.clock.now())
     if request.session is not None:
-        original = request.session.model_dump(mode="json")
-        session = request.session.model_copy(deep=True)
+        original = request.session
+        # A dump/validate round trip through pydantic-core is the deep copy: every container
+        # is rebuilt, and it costs a fraction of copy.deepcopy on a large session.
+        session = Session.model_validate(request.session.model_dump())
     else:
+        original = fresh_session(request.session_id)
         session = fresh_session(request.session_id)
-        original = session.model_dump(mode="json")
     history = [entry.model_copy() for entry in request.history]
     state = TurnState(
         config=config,
