@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -28,6 +28,12 @@ from store.timers import ClaimedTimers, TimerLike
 from store.urls import async_url
 
 _SOURCE_INDEX = "uq_turns_source"
+_PING = text("SELECT 1")
+_VERSION = text("SELECT version FROM sessions WHERE id = :session_id")
+_APPLIED = text(
+    "SELECT EXISTS (SELECT 1 FROM turns WHERE source_topic = :topic"
+    " AND source_partition = :partition AND source_offset = :offset)"
+)
 
 
 class Store:
@@ -63,7 +69,7 @@ class Store:
         )
         try:
             async with engine.connect() as connection:
-                await connection.execute(text("SELECT 1"))
+                await connection.execute(_PING)
         except BaseException:
             await engine.dispose()
             raise
@@ -73,9 +79,9 @@ class Store:
         """Close every pooled connection."""
         await self._engine.dispose()
 
-    async def _scalar(self, sql: str, parameters: dict[str, Any] | None = None) -> Any:
+    async def _scalar(self, sql: TextClause, parameters: dict[str, Any] | None = None) -> Any:
         async with self._engine.connect() as connection:
-            result = await connection.execute(text(sql), parameters or {})
+            result = await connection.execute(sql, parameters or {})
             return result.scalar()
 
     # -- sessions and the turn log ----------------------------------------------------------
@@ -84,7 +90,7 @@ class Store:
         """The session's state and version (None/0 when new) and its last history entries."""
         async with self._engine.connect() as connection:
             result = await connection.execute(
-                text(history.LOAD), {"session_id": session_id, "history_limit": history_limit}
+                history.LOAD, {"session_id": session_id, "history_limit": history_limit}
             )
             row = result.one()
         if row.version is None:
@@ -102,7 +108,7 @@ class Store:
         `AlreadyApplied` when the turn's source record is already in the log; either way
         nothing was written.
         """
-        statement = text(saving.save_statement(request))
+        statement = saving.save_statement(request)
         parameters = saving.save_parameters(request)
         try:
             async with self._engine.connect() as connection:
@@ -127,10 +133,7 @@ class Store:
             raise AlreadyApplied(
                 topic=source.topic, partition=source.partition, offset=source.offset
             )
-        found = await self._scalar(
-            "SELECT version FROM sessions WHERE id = :session_id",
-            {"session_id": request.session_id},
-        )
+        found = await self._scalar(_VERSION, {"session_id": request.session_id})
         raise VersionConflict(
             session_id=request.session_id,
             expected=request.expected_version,
@@ -140,9 +143,7 @@ class Store:
     async def is_applied(self, topic: str, partition: int, offset: int) -> bool:
         """Whether the record at topic/partition/offset is already in the turn log."""
         found = await self._scalar(
-            "SELECT EXISTS (SELECT 1 FROM turns WHERE source_topic = :topic"
-            " AND source_partition = :partition AND source_offset = :offset)",
-            {"topic": topic, "partition": partition, "offset": offset},
+            _APPLIED, {"topic": topic, "partition": partition, "offset": offset}
         )
         return bool(found)
 
@@ -162,7 +163,7 @@ class Store:
             connection = await connection.execution_options(isolation_level="READ COMMITTED")
             async with connection.begin():
                 result = await connection.execute(
-                    text(outbox.FETCH_UNPUBLISHED), {"session_id": session_id, "limit": limit}
+                    outbox.FETCH_UNPUBLISHED, {"session_id": session_id, "limit": limit}
                 )
                 yield OutboxBatch(connection, outbox.outbox_rows(result.all()))
 
@@ -171,7 +172,7 @@ class Store:
         if not ids:
             return 0
         async with self._engine.connect() as connection:
-            result = await connection.execute(text(outbox.MARK_PUBLISHED), {"ids": list(ids)})
+            result = await connection.execute(outbox.MARK_PUBLISHED, {"ids": list(ids)})
             return int(result.rowcount)
 
     async def outbox_backlog(self) -> int:
@@ -187,7 +188,7 @@ class Store:
             return
         async with self._engine.connect() as connection:
             await connection.execute(
-                text(timers.UPSERT), timers.upsert_parameters(deleted, upserts)
+                timers.UPSERT, timers.upsert_parameters(deleted, upserts)
             )
 
     async def delete_timers(self, keys: Sequence[str]) -> int:
@@ -195,7 +196,7 @@ class Store:
         if not keys:
             return 0
         async with self._engine.connect() as connection:
-            result = await connection.execute(text(timers.DELETE), {"keys": list(keys)})
+            result = await connection.execute(timers.DELETE, {"keys": list(keys)})
             return int(result.rowcount)
 
     @asynccontextmanager
@@ -209,7 +210,7 @@ class Store:
         async with self._engine.connect() as connection:
             connection = await connection.execution_options(isolation_level="READ COMMITTED")
             async with connection.begin():
-                result = await connection.execute(text(timers.CLAIM_DUE), {"limit": limit})
+                result = await connection.execute(timers.CLAIM_DUE, {"limit": limit})
                 db_now, claimed = timers.claimed(result.all())
                 yield ClaimedTimers(connection, db_now, claimed)
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import text
+
 from store import jsoncodec
 
-LOAD = """
+LOAD = text("""
 SELECT s.version, s.state, (
     SELECT coalesce(jsonb_agg(h.entry ORDER BY h.version, h.ord), '[]'::jsonb)
     FROM (
@@ -45,7 +47,7 @@ SELECT s.version, s.state, (
 ) AS history
 FROM (SELECT 1) AS one
 LEFT JOIN sessions AS s ON s.id = :session_id
-"""
+""")
 
 
 def _parse_at(value: Any) -> Any:

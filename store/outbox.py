@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from store import jsoncodec
 from store.records import OutboxRow
 
-FETCH_UNPUBLISHED = """
+FETCH_UNPUBLISHED = text("""
 WITH locked AS (
     SELECT id, session_id, topic, key, payload, created_at
     FROM outbox
@@ -39,14 +39,14 @@ WHERE NOT EXISTS (
       AND o.id NOT IN (SELECT id FROM locked)
 )
 ORDER BY l.id
-"""
+""")
 
-MARK_PUBLISHED = """
+MARK_PUBLISHED = text("""
 UPDATE outbox SET published_at = now()
 WHERE id = ANY(CAST(:ids AS bigint[])) AND published_at IS NULL
-"""
+""")
 
-BACKLOG = "SELECT count(*) FROM outbox WHERE published_at IS NULL"
+BACKLOG = text("SELECT count(*) FROM outbox WHERE published_at IS NULL")
 
 
 def outbox_rows(rows: Sequence[Any]) -> list[OutboxRow]:
@@ -76,5 +76,5 @@ class OutboxBatch:
         chosen = [row.id for row in self.rows] if ids is None else list(ids)
         if not chosen:
             return 0
-        result = await self._connection.execute(text(MARK_PUBLISHED), {"ids": chosen})
+        result = await self._connection.execute(MARK_PUBLISHED, {"ids": chosen})
         return int(result.rowcount)

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from store import jsoncodec
 from store.records import Timer
 
-UPSERT = """
+UPSERT = text("""
 WITH gone AS (
     DELETE FROM timers WHERE key = ANY(CAST(:deleted AS text[]))
 )
@@ -28,11 +28,11 @@ INSERT INTO timers (key, session_id, at)
 SELECT e.key, e.session_id, e.at
 FROM jsonb_to_recordset(CAST(:entries AS jsonb)) AS e(key text, session_id text, at timestamptz)
 ON CONFLICT (key) DO UPDATE SET session_id = EXCLUDED.session_id, at = EXCLUDED.at
-"""
+""")
 
-DELETE = "DELETE FROM timers WHERE key = ANY(CAST(:keys AS text[]))"
+DELETE = text("DELETE FROM timers WHERE key = ANY(CAST(:keys AS text[]))")
 
-CLAIM_DUE = """
+CLAIM_DUE = text("""
 WITH due AS (
     SELECT key, session_id, at FROM timers
     WHERE at <= now()
@@ -43,11 +43,11 @@ WITH due AS (
 SELECT now() AS db_now, due.key, due.session_id, due.at
 FROM (SELECT 1) AS one LEFT JOIN due ON true
 ORDER BY due.at, due.key
-"""
+""")
 
-NEXT_DUE_IN = "SELECT EXTRACT(EPOCH FROM (min(at) - clock_timestamp())) FROM timers"
+NEXT_DUE_IN = text("SELECT EXTRACT(EPOCH FROM (min(at) - clock_timestamp())) FROM timers")
 
-PENDING = "SELECT count(*) FROM timers"
+PENDING = text("SELECT count(*) FROM timers")
 
 
 def fold(entries: Iterable[TimerLike]) -> tuple[list[str], list[TimerLike]]:
@@ -112,5 +112,5 @@ class ClaimedTimers:
         chosen = [t.key for t in self.timers] if keys is None else list(keys)
         if not chosen:
             return 0
-        result = await self._connection.execute(text(DELETE), {"keys": chosen})
+        result = await self._connection.execute(DELETE, {"keys": chosen})
         return int(result.rowcount)
