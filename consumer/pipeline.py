@@ -46,6 +46,8 @@ __all__ = ["OutboundTopics", "PipelineResult", "TurnAgent", "TurnPipeline", "Tur
 
 log = logging.getLogger("turnflow.pipeline")
 
+_TURN_OUTCOMES = ("answered", "task_completed", "handoff", "fallback", "error")
+
 # How long a publish waits for rows of its session that another publisher holds.
 _HELD_ROWS_WAIT_S = 2.0
 _HELD_ROWS_POLL_S = 0.05
@@ -293,14 +295,17 @@ class TurnPipeline:
 
 def turn_outcome(result: Any) -> str | None:
     """The dashboard's turn-level outcome (handoff, fallback, task_completed, answered, error),
-    or None for a turn that neither spoke nor failed (a silent wake, a duplicate)."""
+    or None for a turn that neither spoke nor failed (a silent wake, a duplicate). A result that
+    states its own ``outcome`` (agents with lifecycle rules) is taken at its word."""
+    stated = _field(result, "outcome")
+    if isinstance(stated, str) and stated in _TURN_OUTCOMES:
+        return stated
     codes = {str(_field(o, "code", "")) for o in _field(result, "outcomes", []) or []}
     if any("handoff" in code for code in codes):
         return "handoff"
     if any("fallback" in code for code in codes):
         return "fallback"
-    if any(str(_field(e, "reason", "")) in ("completed", "end", "done")
-           for e in _field(result, "ended", []) or []):
+    if any(str(_field(e, "reason", "")) == "completed" for e in _field(result, "ended", []) or []):
         return "task_completed"
     if any("error" in code or "failed" in code for code in codes):
         return "error"

@@ -1,0 +1,243 @@
+"""The one-input pipeline against an in-memory store and producer: save, then send."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from consumer import metrics
+from consumer.decisions import VersionConflictsExhausted
+from consumer.errors import FencedPublishError
+from consumer.outbox import OutboxPublisher
+from consumer.parser import ParsedInput, parse_record
+from consumer.pipeline import OutboundTopics, TurnPipeline, TurnWork, turn_outcome
+from store import (
+    AlreadyApplied,
+    LoadedSession,
+    OutboxRow,
+    SavedTurn,
+    SaveRequest,
+    SourceRecord,
+    VersionConflict,
+)
+
+TOPICS = OutboundTopics(messages="out.m", schedule="out.s")
+
+
+class FakeBatch:
+    def __init__(self, store: FakeStore, rows: list[OutboxRow]) -> None:
+        self._store = store
+        self.rows = rows
+
+    async def mark_published(self, ids: list[int] | None = None) -> int:
+        chosen = [r.id for r in self.rows] if ids is None else list(ids)
+        self._store.published.update(chosen)
+        return len(chosen)
+
+
+class FakeStore:
+    """Sessions, a turn log keyed by source, and an outbox, in memory."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, tuple[dict[str, Any], int]] = {}
+        self.applied: set[tuple[str, int, int]] = set()
+        self.rows: list[OutboxRow] = []
+        self.published: set[int] = set()
+        self.saves: list[SaveRequest] = []
+        self.rival_writes = 0  # saves another writer sneaks in before ours
+
+    async def load(self, session_id: str, *, history_limit: int = 20) -> LoadedSession:
+        state, version = self.sessions.get(session_id, (None, 0))
+        return LoadedSession(state=state, version=version, history=[])
+
+    async def is_applied(self, topic: str, partition: int, offset: int) -> bool:
+        return (topic, partition, offset) in self.applied
+
+    async def save_turn(self, request: SaveRequest) -> SavedTurn:
+        if self.rival_writes:
+            self.rival_writes -= 1
+            state, version = self.sessions.get(request.session_id, ({}, 0))
+            self.sessions[request.session_id] = (state, version + 1)
+        source = request.turn.source
+        assert source is not None
+        if (source.topic, source.partition, source.offset) in self.applied:
+            raise AlreadyApplied(topic=source.topic, partition=source.partition,
+                                 offset=source.offset)
+        _, version = self.sessions.get(request.session_id, (None, 0))
+        if version != request.expected_version:
+            raise VersionConflict(session_id=request.session_id,
+                                  expected=request.expected_version, found=version)
+        self.saves.append(request)
+        self.applied.add((source.topic, source.partition, source.offset))
+        self.sessions[request.session_id] = (request.state, version + 1)
+        ids = [self.add_row(request.session_id, e.topic, e.payload) for e in request.outbox]
+        return SavedTurn(version=version + 1, outbox_ids=ids)
+
+    def add_row(self, session_id: str, topic: str, payload: dict[str, Any]) -> int:
+        row_id = len(self.rows) + 1
+        self.rows.append(OutboxRow(row_id, session_id, topic, session_id, payload,
+                                   datetime.now(UTC)))
+        return row_id
+
+    @asynccontextmanager
+    async def fetch_unpublished(
+        self, *, session_id: str | None = None, limit: int = 100
+    ) -> AsyncIterator[FakeBatch]:
+        rows = [r for r in self.rows if r.id not in self.published
+                and (session_id is None or r.session_id == session_id)][:limit]
+        yield FakeBatch(self, rows)
+
+    async def outbox_backlog(self) -> int:
+        return len(self.rows) - len(self.published)
+
+
+class FakeProducer:
+    """Records what was sent, in order; every send is acknowledged at once."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None, bytes]] = []
+
+    async def send(self, topic: str, value: bytes, key: bytes | None = None) -> Any:
+        self.sent.append((topic, key, value))
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future.set_result(None)
+        return future
+
+
+class FakeAgent:
+    """Replies ``"<n>:<message>"`` and schedules one wake; counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def turn(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.calls += 1
+        state = dict(request["session"] or {"id": request["session_id"], "n": 0})
+        state["n"] = state["n"] + 1
+        return {
+            "session": state,
+            "messages": [{"kind": "ai", "text": f"{state['n']}:{request['message']}",
+                          "key": f"k{state['n']}", "after_ms": 0, "run_id": "r1",
+                          "step_id": "s1"}],
+            "schedule": [{"key": f"w{state['n']}",
+                          "at": datetime(2030, 1, 1, tzinfo=UTC), "replaces": None}],
+            "outcomes": [{"code": "spoke"}],
+            "llm_calls": 1,
+        }
+
+
+def work(text: str, offset: int, session_id: str = "s1") -> TurnWork:
+    raw = f'{{"session_id": "{session_id}", "message": "{text}", "id": "{text}"}}'.encode()
+    parsed = parse_record(session_id.encode(), raw, max_bytes=1000)
+    assert isinstance(parsed, ParsedInput)
+    return TurnWork(parsed=parsed, source=SourceRecord("in", 0, offset))
+
+
+def pipeline(store: FakeStore, agent: FakeAgent, producer: FakeProducer,
+             max_conflicts: int = 2) -> TurnPipeline:
+    publisher = OutboxPublisher(store, producer)  # type: ignore[arg-type]
+    return TurnPipeline(store=store, agent=agent, publisher=publisher,  # type: ignore[arg-type]
+                        topics=TOPICS, max_version_conflicts=max_conflicts)
+
+
+def sent_values(producer: FakeProducer) -> list[tuple[str, str]]:
+    import json
+
+    return [(topic, json.loads(value).get("text") or json.loads(value)["key"])
+            for topic, _key, value in producer.sent]
+
+
+async def test_turn_is_saved_with_its_source_then_published() -> None:
+    """One input saves the session, its turn with the record's source and its outbox rows,
+    then publishes reply and timer in that order with the wire fields of the spec."""
+    store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
+    result = await pipeline(store, agent, producer).apply(work("oi", 7))
+    assert result.status == "applied" and result.version == 1
+    saved = store.saves[0]
+    assert saved.turn.source == SourceRecord("in", 0, 7)
+    assert saved.turn.input == {"session_id": "s1", "message": "oi", "id": "oi"}
+    import json
+
+    reply = json.loads(producer.sent[0][2])
+    assert reply == {"session_id": "s1", "key": "k1", "kind": "ai", "text": "1:oi",
+                     "after_ms": 0, "run_id": "r1", "step_id": "s1", "input_id": "oi",
+                     "version": 1}
+    timer = json.loads(producer.sent[1][2])
+    assert timer == {"session_id": "s1", "key": "w1", "at": "2030-01-01T00:00:00Z",
+                     "replaces": None}
+    assert producer.sent[0][1] == b"s1"
+    assert store.published == {1, 2}
+
+
+async def test_version_conflict_reloads_and_reruns() -> None:
+    """Losing the version race once reruns the turn on the reloaded session and counts it."""
+    store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
+    store.rival_writes = 1
+    before = metrics.VERSION_CONFLICTS._value.get()
+    result = await pipeline(store, agent, producer).apply(work("oi", 1))
+    assert agent.calls == 2
+    assert result.conflicts == 1 and result.version == 2
+    assert metrics.VERSION_CONFLICTS._value.get() == before + 1
+
+
+async def test_version_conflicts_are_bounded() -> None:
+    """A session that keeps moving under the turn gives up after the configured reruns."""
+    store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
+    store.rival_writes = 10
+    with pytest.raises(VersionConflictsExhausted):
+        await pipeline(store, agent, producer, max_conflicts=2).apply(work("oi", 1))
+    assert agent.calls == 3
+    assert producer.sent == []
+
+
+async def test_replay_is_skipped_after_flushing_the_session_outbox() -> None:
+    """A record already in the turn log does not reach the agent; the session's rows left
+    unpublished by a crash go out instead."""
+    store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
+    await pipeline(store, agent, producer).apply(work("oi", 1))
+    store.add_row("s1", "out.m", {"text": "left by a crash"})
+    producer.sent.clear()
+    result = await pipeline(store, agent, producer).apply(work("oi", 1))
+    assert result.status == "skipped"
+    assert agent.calls == 1
+    assert sent_values(producer) == [("out.m", "left by a crash")]
+
+
+async def test_older_unpublished_rows_go_first() -> None:
+    """Publishing a session's new rows sends its older unpublished rows before them."""
+    store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
+    store.add_row("s1", "out.m", {"text": "older"})
+    store.add_row("s2", "out.m", {"text": "other session"})
+    await pipeline(store, agent, producer).apply(work("oi", 1))
+    assert sent_values(producer) == [("out.m", "older"), ("out.m", "1:oi"), ("out.s", "w1")]
+
+
+async def test_fenced_consumer_saves_but_does_not_publish() -> None:
+    """When the partition is no longer ours the turn stays saved and unpublished."""
+    store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
+    with pytest.raises(FencedPublishError):
+        await pipeline(store, agent, producer).apply(work("oi", 1), may_publish=lambda: False)
+    assert producer.sent == []
+    assert await store.outbox_backlog() == 2
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        ({"messages": [{"text": "x"}], "outcomes": [{"code": "spoke"}]}, "answered"),
+        ({"messages": [], "outcomes": [{"code": "handoff"}]}, "handoff"),
+        ({"messages": [{}], "outcomes": [{"code": "fallback-sent"}]}, "fallback"),
+        ({"messages": [], "ended": [{"reason": "completed"}]}, "task_completed"),
+        ({"messages": [], "outcomes": [{"code": "action-failed"}]}, "error"),
+        ({"messages": [], "outcomes": [{"code": "duplicate-input"}]}, None),
+        ({"messages": [{}], "outcome": "handoff"}, "handoff"),
+    ],
+)
+def test_turn_outcome_labels(result: dict[str, Any], expected: str | None) -> None:
+    """The dashboard's turn outcome is derived from the result's outcomes, ends and messages."""
+    assert turn_outcome(result) == expected
