@@ -16,6 +16,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -23,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import CommitFailedError, KafkaError
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from consumer import metrics
 from consumer.errors import ScheduleRecordError
@@ -160,9 +161,12 @@ class ScheduleIntake:
             try:
                 await self._sink.upsert_timers(entries)
             except Exception:
-                # Not stored: rewind so the same records are fetched again, in order.
+                # Not stored: rewind so the same records are fetched again, in order. A
+                # partition revoked meanwhile cannot be rewound; its new owner starts from the
+                # last commit anyway.
                 for partition in fetched:
-                    self._consumer.seek(partition, fetched[partition][0].offset)
+                    with contextlib.suppress(IllegalStateError):
+                        self._consumer.seek(partition, fetched[partition][0].offset)
                 raise
             for entry in entries:
                 action = "replace" if entry.replaces else "upsert"

@@ -129,7 +129,7 @@ class TimerFiring:
             # Cleared before looking, so a poke that lands while we look cuts the sleep short.
             self._poke.clear()
             try:
-                sleep_for = await self.step()
+                sleep_for = await self.step(stop)
                 self.healthy = True
             except asyncio.CancelledError:
                 raise
@@ -140,9 +140,9 @@ class TimerFiring:
             if sleep_for > 0:
                 await self._sleep(stop, sleep_for)
 
-    async def step(self) -> float:
+    async def step(self, stop: asyncio.Event | None = None) -> float:
         """Fire every due timer now, then return how long to sleep before looking again."""
-        fired = await self.fire_due()
+        fired = await self.fire_due(stop)
         # count(*) is a scan; the gauge need not be fresher than this.
         if fired or time.monotonic() - self._pending_at >= self._options.pending_refresh:
             metrics.TIMERS_PENDING.set(await self._store.timers_pending())
@@ -152,8 +152,8 @@ class TimerFiring:
             return self._options.max_idle
         return min(max(due_in, self._options.min_sleep), self._options.max_idle)
 
-    async def fire_due(self) -> int:
-        """Fire batches until one comes back short; returns how many timers fired.
+    async def fire_due(self, stop: asyncio.Event | None = None) -> int:
+        """Fire batches until one comes back short or ``stop`` is set; returns how many fired.
 
         The next batch is claimed as soon as the previous one's claim returns, but sends only
         after the previous one has handed all its records to the producer, so wakes leave in
@@ -175,6 +175,8 @@ class TimerFiring:
                 await asyncio.wait([batch, claimed], return_when=asyncio.FIRST_COMPLETED)
                 if not claimed.done() or claimed.result() < self._options.batch_size:
                     break
+                if stop is not None and stop.is_set():
+                    break  # a long backlog must not hold up a shutdown; the rest stays stored
                 in_flight = [b for b in batches if not b.done()]
                 if len(in_flight) >= self._options.pipeline:
                     await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)

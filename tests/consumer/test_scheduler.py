@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
+from aiokafka.errors import IllegalStateError
 
 from consumer import metrics
 from consumer.errors import ScheduleRecordError
@@ -549,3 +550,35 @@ async def test_a_batch_failing_to_send_does_not_stall_the_next() -> None:
     assert [json.loads(v)["wake"] for _, _, v in producer.sent] == ["k2", "k3"]
     assert sorted(store.rows) == ["k0", "k1"]
     assert store.locked == set()
+
+
+async def test_stop_ends_a_backlog_drain_between_batches() -> None:
+    """With `stop` set, draining ends after the batches in flight; the rest stays stored."""
+    store = FakeTimerStore()
+    await store.upsert_timers(
+        [timer("s", f"k{i}", T0 - timedelta(seconds=100 - i)) for i in range(10)]
+    )
+    stop = asyncio.Event()
+    stop.set()
+    fired = await make_firing(store, FakeProducer(), batch_size=2, pipeline=1).fire_due(stop)
+    assert fired == 2
+    assert sorted(store.rows) == [f"k{i}" for i in range(2, 10)]
+
+
+async def test_intake_rewinds_every_partition_even_after_losing_one() -> None:
+    """A partition that can no longer be rewound does not stop the others from rewinding."""
+
+    @dataclass
+    class RevokedConsumer(FakeConsumer):
+        def seek(self, partition: TopicPartition, offset: int) -> None:
+            if partition == P0:
+                raise IllegalStateError("partition not assigned")
+            super().seek(partition, offset)
+
+    consumer = RevokedConsumer(
+        batches=[{P0: [FakeRecord(4, entry("a"))], P1: [FakeRecord(9, entry("c"))]}]
+    )
+    with pytest.raises(ConnectionError):
+        await make_intake(consumer, FakeTimerStore(fail_upsert=True), []).step()
+    assert consumer.seeks == [(P1, 9)]
+    assert consumer.committed == []
