@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from engine.clock import Clock, SystemClock
 from engine.conditions import check
@@ -42,6 +42,8 @@ from engine.phases import advance, decide, finish, ingest, load, settle, speak, 
 from engine.providers.base import Provider
 from engine.request import TurnRequest, TurnResult
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class AgentConfig:
@@ -67,6 +69,11 @@ class AgentConfig:
     max_tool_loops: int
     business_hours: BusinessHours | None
     catch_alls: tuple[str, ...] = field(default=())
+    # Per-kind trigger indexes, so a turn does not scan every flow's triggers: (flow, index,
+    # trigger) for the first trigger of each kind per flow, in flow order.
+    message_triggers: tuple[tuple[Flow, int, MessageTrigger], ...] = field(default=())
+    mention_triggers: tuple[tuple[Flow, int, MentionTrigger], ...] = field(default=())
+    silence_triggers: tuple[tuple[Flow, int, SilenceTrigger], ...] = field(default=())
 
 
 def _fail(message: str, flow: Flow | None = None, step_id: str | None = None) -> None:
@@ -143,6 +150,9 @@ class Agent:
             compaction=parse_model(CompactionConfig, compaction) if compaction else None,
             max_tool_loops=max_tool_loops,
             business_hours=parse_model(BusinessHours, business_hours) if business_hours else None,
+            message_triggers=_first_triggers(parsed_flows, MessageTrigger),
+            mention_triggers=_first_triggers(parsed_flows, MentionTrigger),
+            silence_triggers=_first_triggers(parsed_flows, SilenceTrigger),
             catch_alls=tuple(
                 f.id
                 for f in parsed_flows
@@ -181,6 +191,16 @@ class Agent:
         await speak.run(state)  # 6 Speak
         await settle.run(state)  # 7 Settle
         return finish.run(state)  # 8 Return
+
+
+def _first_triggers(flows: tuple[Flow, ...], kind: type[T]) -> tuple[tuple[Flow, int, T], ...]:
+    out = []
+    for flow in flows:
+        for index, trigger in enumerate(flow.on):
+            if isinstance(trigger, kind):
+                out.append((flow, index, trigger))
+                break
+    return tuple(out)
 
 
 # --- construction checks -----------------------------------------------------------------------

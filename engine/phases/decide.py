@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from engine.collect import write_fields
-from engine.config import Flow, MentionTrigger
+from engine.config import Flow
 from engine.envelopes import Judgement
 from engine.phases.advance import apply_branches
 from engine.phases.understand import Candidates
@@ -97,22 +97,18 @@ def _start_routed(state: TurnState, flow: Flow, index: int) -> None:
 
 
 def _mentions(state: TurnState, judgement: Judgement) -> None:
-    for flow in state.config.flows:
-        for index, trigger in enumerate(flow.on):
-            if not isinstance(trigger, MentionTrigger):
-                continue
-            if trigger.mention and judgement.mentions.get(flow.id) is not True:
-                break
-            values = judgement.extract.get(flow.id, {})
-            run_input = {}
-            for param, value in values.items():
-                try:
-                    run_input[param] = coerce(param, trigger.extract.get(param), value)
-                except BadValue as bad:
-                    state.outcome(bad.code, detail=bad.detail)
-            code = blocked(state, flow, trigger.if_, input=run_input)
-            if code:
-                state.skip(flow.id, code)
-                break
-            state.new_run(flow, origin="mention", trigger=index, input=run_input, reason="mention")
-            break
+    for flow, index, trigger in state.config.mention_triggers:
+        if trigger.mention and judgement.mentions.get(flow.id) is not True:
+            continue
+        values = judgement.extract.get(flow.id, {})
+        run_input = {}
+        for param, value in values.items():
+            try:
+                run_input[param] = coerce(param, trigger.extract.get(param), value)
+            except BadValue as bad:
+                state.outcome(bad.code, detail=bad.detail)
+        code = blocked(state, flow, trigger.if_, input=run_input)
+        if code:
+            state.skip(flow.id, code)
+            continue
+        state.new_run(flow, origin="mention", trigger=index, input=run_input, reason="mention")

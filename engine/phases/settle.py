@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from engine.collect import maxed, pending, write_fields
-from engine.config import SilenceTrigger, TalkStep
+from engine.config import TalkStep
 from engine.moves import take
 from engine.phases.advance import walk
 from engine.session import Run, Waiting
@@ -112,10 +112,7 @@ def _silence_wakes(state: TurnState) -> None:
     spoke_at = session.last_assistant_at
     if spoke_at is None or (session.last_user_at is not None and session.last_user_at > spoke_at):
         return
-    for flow in state.config.flows:
-        trigger = next((t for t in flow.on if isinstance(t, SilenceTrigger)), None)
-        if trigger is None:
-            continue
+    for flow, _, trigger in state.config.silence_triggers:
         key = f"silence:{flow.id}:{session.id}:{ms(spoke_at)}"
         previous = session.silence_wakes.get(flow.id)
         if previous == key:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from engine.collect import pending
 from engine.compaction import summarize
-from engine.config import FieldSpec, Flow, MentionTrigger, MessageTrigger, TalkStep
+from engine.config import FieldSpec, Flow, MessageTrigger, TalkStep
 from engine.envelopes import Judgement, UnderstandPlan, parse_understand, understand_schema
 from engine.errors import MockExhausted, ProviderError
 from engine.prompt import build_understand
@@ -101,30 +101,23 @@ def plan(state: TurnState) -> Candidates:
     found.floor = floor
     floor_flow = state.flow(floor.flow_id) if floor else None
     if not state.floor_taken:
-        for flow in config.flows:
-            for index, trigger in enumerate(flow.on):
-                if not isinstance(trigger, MessageTrigger):
-                    continue
-                if floor_flow is not None and flow.id == floor_flow.id:
-                    break
-                if trigger.message and state.holds(trigger.if_) and not repeat_blocked(state, flow):
+        for flow, index, trigger in config.message_triggers:
+            if floor_flow is not None and flow.id == floor_flow.id:
+                continue
+            if trigger.message:
+                if state.holds(trigger.if_) and not repeat_blocked(state, flow):
                     found.eligible.append((flow, index))
-                    break
-                if (
-                    not trigger.message
-                    and found.catch_all is None
-                    and blocked(state, flow, trigger.if_, allow_live=True) is None
-                ):
-                    found.catch_all = (flow, index)
+            elif (
+                found.catch_all is None
+                and blocked(state, flow, trigger.if_, allow_live=True) is None
+            ):
+                found.catch_all = (flow, index)
     mentions_to_judge: dict[str, list[str]] = {}
-    for flow in config.flows:
-        for trigger in flow.on:
-            if isinstance(trigger, MentionTrigger) and trigger.mention:
-                if repeat_blocked(state, flow) is None:
-                    mentions_to_judge[flow.id] = list(trigger.mention)
-                    if trigger.extract:
-                        found.plan.extract[flow.id] = dict(trigger.extract)
-                break
+    for flow, _, mention in config.mention_triggers:
+        if mention.mention and repeat_blocked(state, flow) is None:
+            mentions_to_judge[flow.id] = list(mention.mention)
+            if mention.extract:
+                found.plan.extract[flow.id] = dict(mention.extract)
     found.plan.mentions = mentions_to_judge
     lone_ok = (
         floor is None
