@@ -30,7 +30,7 @@ COMMANDS: dict[str, Command] = {
     "migrate": Command("consumer.commands.migrate", "migrate the database to the latest schema"),
     "topics": Command("consumer.commands.topics", "create the topics (idempotent)"),
     "schedule": Command("consumer.commands.schedule", "run the scheduler service"),
-    # "dev":      embedded servers, consumer and scheduler, and a terminal chat
+    "dev": Command("consumer.dev", "embedded servers, consumer and scheduler, and a terminal chat"),
     # "bench":    the end-to-end load benchmark
 }
 

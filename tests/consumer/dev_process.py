@@ -34,7 +34,7 @@ def run_dev(
     base.pop("DATABASE_URL", None)
     base.pop("KAFKA_BOOTSTRAP_SERVERS", None)
     completed = subprocess.run(
-        [sys.executable, "-m", "consumer.dev", *args],
+        [sys.executable, "-m", "consumer.cli", "dev", *args],
         cwd=cwd,
         env={**base, "METRICS_PORT": "0", **(env or {})},
         stdin=subprocess.DEVNULL,
