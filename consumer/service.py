@@ -233,7 +233,8 @@ class ConsumerService:
             await self._store.close()
         if self._health is not None:
             await self._health.stop()
-        log.info("consumer stopped")
+        if self.started.is_set():
+            log.info("consumer stopped")
 
     # -- fetching ---------------------------------------------------------------------------
 

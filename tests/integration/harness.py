@@ -106,7 +106,7 @@ def message(session_id: str, label: str, *, delay_ms: int = 0) -> dict[str, Any]
     return {
         "session_id": session_id,
         "message": label,
-        "id": f"{session_id}/{label}",
+        "id": f"wamid.{uuid.uuid4().hex[:12]}",
         "context": {"label": label, "delay_ms": delay_ms},
     }
 

@@ -1,0 +1,100 @@
+"""Settings from the env, JSON logs without content, and the health endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from consumer.health import HealthServer
+from consumer.logs import JsonFormatter
+from consumer.settings import Settings, env_table
+
+
+def test_settings_read_the_documented_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upper-case env variables fill the fields of the same name."""
+    monkeypatch.setenv("MAX_IN_FLIGHT", "7")
+    monkeypatch.setenv("INBOUND_TOPIC", "in.x")
+    monkeypatch.setenv("KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("KAFKA_SASL_USERNAME", "svc")
+    monkeypatch.setenv("KAFKA_SASL_PASSWORD", "hunter2")
+    settings = Settings()
+    assert (settings.max_in_flight, settings.inbound_topic) == (7, "in.x")
+    options = settings.kafka_client_options()
+    assert options["security_protocol"] == "SASL_SSL"
+    assert options["sasl_plain_password"] == "hunter2"
+    assert "ssl_context" in options
+
+
+def test_secrets_never_show_in_reprs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SASL password does not appear in the settings' repr or str."""
+    monkeypatch.setenv("KAFKA_SASL_PASSWORD", "hunter2")
+    settings = Settings()
+    assert "hunter2" not in repr(settings) and "hunter2" not in str(settings)
+
+
+def test_password_may_come_from_a_mounted_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """KAFKA_SASL_PASSWORD_FILE supplies the password when the variable itself is unset."""
+    secret = tmp_path / "password"
+    secret.write_text("from-file\n")
+    monkeypatch.delenv("KAFKA_SASL_PASSWORD", raising=False)
+    monkeypatch.setenv("KAFKA_SASL_PASSWORD_FILE", str(secret))
+    settings = Settings()
+    assert settings.kafka_sasl_password is not None
+    assert settings.kafka_sasl_password.get_secret_value() == "from-file"
+
+
+def test_env_table_documents_every_setting() -> None:
+    """The README table has one row per setting, by its environment variable name."""
+    table = env_table()
+    for name in Settings.model_fields:
+        assert f"`{name.upper()}`" in table
+
+
+def log_line(**extra: object) -> dict[str, object]:
+    record = logging.LogRecord("turnflow.test", logging.INFO, __file__, 1, "turn applied",
+                               None, None)
+    record.__dict__.update(extra)
+    return json.loads(JsonFormatter().format(record))  # type: ignore[no-any-return]
+
+
+def test_json_logs_carry_ids_and_drop_content() -> None:
+    """Session and input ids are written; message text or secrets passed as extras are not."""
+    line = log_line(session_id="s1", input_id="m1", text="meu cartão 4111", password="x")
+    assert line["session_id"] == "s1" and line["input_id"] == "m1"
+    assert "4111" not in json.dumps(line) and "password" not in line
+    assert line["message"] == "turn applied" and line["level"] == "INFO"
+
+
+def test_health_routes() -> None:
+    """/healthz is always ok, /readyz follows readiness, /metrics exposes turnflow metrics."""
+    ready = {"value": False}
+    server = HealthServer(host="127.0.0.1", port=0, ready=lambda: ready["value"])
+    assert server.respond("GET /healthz HTTP/1.1")[0] == 200
+    assert server.respond("GET /readyz HTTP/1.1")[0] == 503
+    ready["value"] = True
+    assert server.respond("GET /readyz HTTP/1.1")[0] == 200
+    status, _ctype, body = server.respond("GET /metrics HTTP/1.1")
+    assert status == 200 and b"turnflow_turns_total" in body
+    assert server.respond("GET /nope HTTP/1.1")[0] == 404
+    assert server.respond("POST /healthz HTTP/1.1")[0] == 405
+
+
+async def test_health_server_answers_over_http() -> None:
+    """The server answers a real HTTP request on its port."""
+    server = await HealthServer(host="127.0.0.1", port=0, ready=lambda: True).start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        response = await reader.read()
+        writer.close()
+        await writer.wait_closed()
+    finally:
+        await server.stop()
+    assert response.startswith(b"HTTP/1.0 200") and response.endswith(b"ready\n")

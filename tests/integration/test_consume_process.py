@@ -1,0 +1,102 @@
+"""``turnflow topics``, ``migrate`` and ``consume`` as processes, the way operators run them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from consumer.embedded_broker import free_port
+from tests.integration.harness import (
+    OutboundReader,
+    message,
+    produce,
+    verbatim_texts,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+
+TURNFLOW = str(Path(sys.executable).with_name("turnflow"))
+REPO = Path(__file__).resolve().parents[2]
+
+
+async def run(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        TURNFLOW, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_consume_process_serves_then_exits_zero_on_sigterm(
+    kafka_bootstrap: str, database_url: str, kafka_is_embedded: bool
+) -> None:
+    """Topics and migrations are idempotent commands; ``consume`` logs one ready line, answers
+    /readyz and /metrics, turns a message into a reply, keeps message text out of its logs,
+    and exits 0 after SIGTERM."""
+    suffix = uuid.uuid4().hex[:8]
+    port = free_port()
+    env = dict(os.environ)
+    env.update({
+        "PYTHONPATH": str(REPO),  # the agent lives in the test tree
+        "DATABASE_URL": database_url,
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "INBOUND_TOPIC": f"inbound.turns.proc.{suffix}",
+        "MESSAGES_TOPIC": f"outbound.messages.proc.{suffix}",
+        "SCHEDULE_TOPIC": f"outbound.schedule.proc.{suffix}",
+        "DLQ_TOPIC": f"inbound.turns.dlq.proc.{suffix}",
+        "TOPIC_PARTITIONS": "2",
+        "GROUP_ID": f"proc-{suffix}",
+        "METRICS_PORT": str(port),
+        "METRICS_HOST": "127.0.0.1",
+        "HEARTBEAT_INTERVAL_MS": "500",
+        "SESSION_TIMEOUT_MS": "6000",
+        "KAFKA_IDEMPOTENT_PRODUCER": "false" if kafka_is_embedded else "true",
+    })
+    for args in (["topics"], ["topics"], ["migrate"]):
+        code, _out, err = await run(args, env)
+        assert code == 0, err
+
+    process = await asyncio.create_subprocess_exec(
+        TURNFLOW, "consume", "--agent", "tests.integration.harness:counting_agent",
+        env=env, stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    logs: list[str] = []
+    try:
+        async with asyncio.timeout(30):
+            while not any('"consumer ready"' in line for line in logs):
+                line = (await process.stderr.readline()).decode()
+                assert line, f"consume exited early: {logs}"
+                logs.append(line)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            assert (await client.get("/readyz")).status_code == 200
+            metrics = (await client.get("/metrics")).text
+            assert "turnflow_in_flight_sessions" in metrics
+
+        sid = f"proc-{suffix}"
+        await produce(kafka_bootstrap, env["INBOUND_TOPIC"], [message(sid, "segredo do cliente")])
+        async with OutboundReader(kafka_bootstrap, env["MESSAGES_TOPIC"]) as replies:
+            values = await replies.until(lambda v: sid in verbatim_texts(v))
+        assert verbatim_texts(values)[sid] == ["1:segredo do cliente"]
+        process.send_signal(signal.SIGTERM)
+        rest = await asyncio.wait_for(process.stderr.read(), timeout=30)
+        logs.extend(rest.decode().splitlines())
+        assert await asyncio.wait_for(process.wait(), timeout=30) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+    parsed = [json.loads(line) for line in logs if line.strip().startswith("{")]
+    assert any(p["message"] == "turn applied" and p.get("session_id") == sid for p in parsed)
+    assert any(p["message"] == "consumer stopped" for p in parsed)
+    assert not any("segredo" in line for line in logs)
