@@ -1,0 +1,56 @@
+"""Reading model replies: JSON in ``json`` or in text, aliases mapped back, junk ignored."""
+
+from __future__ import annotations
+
+from engine import FieldSpec, ModelResponse
+from engine.envelopes import UnderstandPlan, parse_speak, parse_understand, reply_json
+
+PLAN = UnderstandPlan(
+    flows={"vendas": ["comprar"]},
+    mentions={"preco": ["preço"]},
+    extract={"preco": {"qtd": FieldSpec(type="integer")}},
+    branches={"r1/t/0": "quer humano?", "r1/t/1": "quer cancelar?"},
+    fields={"nome": FieldSpec()},
+)
+
+
+def test_json_is_read_from_text_when_not_parsed() -> None:
+    """A reply's JSON may arrive as text, fenced or surrounded by prose."""
+    fenced = ModelResponse(text='Here:\n```json\n{"message": "Oi", "nome": "Ana"}\n```')
+    assert reply_json(fenced) == {"message": "Oi", "nome": "Ana"}
+    assert reply_json(ModelResponse(text="no json here")) is None
+    assert reply_json(ModelResponse(text="{not json}")) is None
+    assert reply_json(ModelResponse(text="[1, 2]")) is None
+
+
+def test_branch_aliases_map_back_and_junk_is_ignored() -> None:
+    """Branch keys travel as short aliases (q1, q2); they are mapped back to
+    ${runId}/${stepId}/${index} when the reply is parsed."""
+    reply = ModelResponse(
+        json={
+            "flows": {"vendas": 140, "ghost": 90, "x": "high"},
+            "mentions": {"preco": True, "ghost": True},
+            "extract": {"preco": {"qtd": 2, "extra": 1}, "ghost": {}},
+            "branches": {"q1": False, "q2": True, "q9": True},
+            "fields": {"nome": "Ana", "vazio": None},
+        }
+    )
+    judged = parse_understand(reply, PLAN)
+    assert judged.flows == {"vendas": 100}
+    assert judged.mentions == {"preco": True}
+    assert judged.extract == {"preco": {"qtd": 2}}
+    assert judged.branches == {"r1/t/0": False, "r1/t/1": True}
+    assert judged.fields == {"nome": "Ana"}
+    assert parse_understand(ModelResponse(text="sorry"), PLAN).usable is False
+    assert parse_understand(ModelResponse(json={"flows": [1]}), PLAN).flows == {}
+
+
+def test_speak_reply_message_and_values() -> None:
+    """The envelope is { message, ...pending fields }; a plain-text reply is the message."""
+    assert parse_speak(ModelResponse(json={"message": " Oi ", "nome": None, "idade": 3})) == (
+        "Oi",
+        {"idade": 3},
+    )
+    assert parse_speak(ModelResponse(text="Só texto")) == ("Só texto", {})
+    assert parse_speak(ModelResponse(json={"message": "  "})) == (None, {})
+    assert parse_speak(ModelResponse(text="")) == (None, {})
