@@ -1,0 +1,103 @@
+"""Model failures: a retryable one backs off that session only, then succeeds or dead-letters;
+a fatal one dead-letters at once."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from consumer import metrics
+from engine import Agent, ModelRequest, ModelResponse, ProviderError
+from engine.providers.rules import RuleProvider
+from tests.fixtures.broker import TopicFactory
+from tests.integration.harness import (
+    DLQ,
+    INBOUND,
+    MESSAGES,
+    OutboundReader,
+    make_settings,
+    produce,
+    running_consumer,
+    service_topics,
+)
+from tests.integration.test_consumer_dlq import read_dlq
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+
+
+class FailingProvider:
+    """The rule provider, except understand calls whose message names a failure:
+    ``transient`` fails twice then works, ``always`` keeps failing (retryable), ``fatal``
+    fails fatally."""
+
+    def __init__(self) -> None:
+        self._inner = RuleProvider()
+        self.failures: Counter[str] = Counter()
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        text = str(request.meta.get("message") or "")
+        if request.schema_name == "understand":
+            if "fatal" in text:
+                self.failures[text] += 1
+                raise ProviderError("refused", kind="fatal", status=400)
+            if "always" in text or ("transient" in text and self.failures[text] < 2):
+                self.failures[text] += 1
+                raise ProviderError("overloaded", kind="retryable", status=503)
+        return await self._inner.generate(request)
+
+
+def failing_agent(provider: FailingProvider) -> Agent:
+    return Agent(
+        name="Eco",
+        provider=provider,
+        flows=[
+            {"id": "pizza", "on": [{"message": ["quero pizza"]}],
+             "steps": [{"id": "p", "say": "pizza"}]},
+            {"id": "eco", "on": [{"message": []}], "steps": [{"id": "e", "say": "eco"}]},
+        ],
+    )
+
+
+def record(session_id: str, text: str) -> dict[str, Any]:
+    return {"session_id": session_id, "message": text, "id": f"wamid.{uuid.uuid4().hex[:10]}"}
+
+
+async def test_model_failures_retry_per_session_then_dead_letter(
+    kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
+    kafka_is_embedded: bool,
+) -> None:
+    """In one partition: a transient failure is retried with backoff and then answered, while
+    a healthy session behind it is answered first; a session that keeps failing goes to the
+    DLQ as retries-exhausted and a fatal failure goes there at once."""
+    topics = await service_topics(kafka_topics, partitions=1)
+    tag = uuid.uuid4().hex[:6]
+    transient, healthy, always, fatal = (f"{n}-{tag}" for n in
+                                         ("transient", "healthy", "always", "fatal"))
+    provider = FailingProvider()
+    settings = make_settings(kafka_bootstrap, database_url, topics, embedded=kafka_is_embedded,
+                             max_retries=2, retry_backoff_ms=400, retry_backoff_max_ms=1000)
+    retries_before = metrics.INPUT_RETRIES._value.get()
+    async with running_consumer(settings, failing_agent(provider)):
+        await produce(kafka_bootstrap, topics[INBOUND], [
+            record(transient, "transient oi"),
+            record(always, "always oi"),
+            record(fatal, "fatal oi"),
+            record(healthy, "oi"),
+        ])
+        async with OutboundReader(kafka_bootstrap, topics[MESSAGES]) as replies:
+            values = await replies.until(
+                lambda v: {transient, healthy} <= {x["session_id"] for x in v}, within=30
+            )
+        dead = await read_dlq(kafka_bootstrap, topics[DLQ], 2)
+
+    order = [v["session_id"] for v in values]
+    assert order.index(healthy) < order.index(transient)
+    assert provider.failures["transient oi"] == 2
+    assert provider.failures["always oi"] == 3  # the first attempt and two retries
+    assert provider.failures["fatal oi"] == 1
+    reasons = {r.key.decode(): dict(r.headers)["error"] for r in dead}  # type: ignore[attr-defined]
+    assert reasons == {always: b"retries-exhausted", fatal: b"provider-fatal"}
+    assert metrics.INPUT_RETRIES._value.get() - retries_before == 4
