@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    CheckConstraint,
     Column,
+    Computed,
     DateTime,
     Identity,
     Index,
@@ -25,7 +27,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
 
 metadata = MetaData()
 
@@ -97,4 +99,22 @@ timers = Table(
 )
 Index("ix_timers_at", timers.c.at)
 
-TABLE_NAMES = ("sessions", "turns", "outbox", "timers")
+# The agent's knowledge, cut into excerpts, for full-text search (store/knowledge.py).
+knowledge_excerpts = Table(
+    "knowledge_excerpts",
+    metadata,
+    Column("agent", Text, primary_key=True),
+    Column("document_id", Text, primary_key=True),
+    Column("position", Integer, primary_key=True),
+    Column("source", Text, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("title", Text, nullable=False),
+    Column("url", Text),
+    Column("text", Text, nullable=False),
+    Column("search", Text, nullable=False),
+    Column("tsv", TSVECTOR, Computed("to_tsvector('simple', search)", persisted=True)),
+    CheckConstraint("type IN ('faq', 'kb')", name="ck_knowledge_excerpts_type"),
+)
+Index("ix_knowledge_excerpts_tsv", knowledge_excerpts.c.tsv, postgresql_using="gin")
+
+TABLE_NAMES = ("sessions", "turns", "outbox", "timers", "knowledge_excerpts")
