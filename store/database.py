@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import TextClause, text
@@ -74,6 +75,11 @@ class Store:
             await engine.dispose()
             raise
         return cls(engine)
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The pooled SQLAlchemy engine (autocommit), for health checks and instrumentation."""
+        return self._engine
 
     async def close(self) -> None:
         """Close every pooled connection."""
@@ -162,9 +168,12 @@ class Store:
         async with self._engine.connect() as connection:
             connection = await connection.execution_options(isolation_level="READ COMMITTED")
             async with connection.begin():
-                result = await connection.execute(
-                    outbox.FETCH_UNPUBLISHED, {"session_id": session_id, "limit": limit}
-                )
+                parameters: dict[str, Any] = {"limit": limit}
+                statement = outbox.FETCH_UNPUBLISHED
+                if session_id is not None:
+                    statement = outbox.FETCH_SESSION_UNPUBLISHED
+                    parameters["session_id"] = session_id
+                result = await connection.execute(statement, parameters)
                 yield OutboxBatch(connection, outbox.outbox_rows(result.all()))
 
     async def mark_published(self, ids: Sequence[int]) -> int:
@@ -178,6 +187,17 @@ class Store:
     async def outbox_backlog(self) -> int:
         """How many outbox rows are waiting to be published."""
         return int(await self._scalar(outbox.BACKLOG))
+
+    async def delete_published(self, *, older_than: timedelta) -> int:
+        """Drop rows published more than `older_than` ago (database clock); returns how many.
+
+        Published rows only serve audits of delivery; the turn log keeps what was said.
+        """
+        async with self._engine.connect() as connection:
+            result = await connection.execute(
+                outbox.DELETE_PUBLISHED, {"older_than_s": older_than.total_seconds()}
+            )
+            return int(result.rowcount)
 
     # -- timers -----------------------------------------------------------------------------
 

@@ -19,12 +19,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from store import jsoncodec
 from store.records import OutboxRow
 
-FETCH_UNPUBLISHED = text("""
+_FETCH = """
 WITH locked AS (
     SELECT id, session_id, topic, key, payload, created_at
     FROM outbox
-    WHERE published_at IS NULL
-      AND (CAST(:session_id AS text) IS NULL OR session_id = CAST(:session_id AS text))
+    WHERE published_at IS NULL {session_filter}
     ORDER BY id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
@@ -39,7 +38,12 @@ WHERE NOT EXISTS (
       AND o.id NOT IN (SELECT id FROM locked)
 )
 ORDER BY l.id
-""")
+"""
+
+# Two statements rather than one with an optional filter, so each keeps its own index plan:
+# a session's flush must not scan the whole backlog once the server switches to a generic plan.
+FETCH_UNPUBLISHED = text(_FETCH.format(session_filter=""))
+FETCH_SESSION_UNPUBLISHED = text(_FETCH.format(session_filter="AND session_id = :session_id"))
 
 MARK_PUBLISHED = text("""
 UPDATE outbox SET published_at = now()
@@ -47,6 +51,11 @@ WHERE id = ANY(CAST(:ids AS bigint[])) AND published_at IS NULL
 """)
 
 BACKLOG = text("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+
+DELETE_PUBLISHED = text("""
+DELETE FROM outbox
+WHERE published_at < now() - make_interval(secs => :older_than_s)
+""")
 
 
 def outbox_rows(rows: Sequence[Any]) -> list[OutboxRow]:

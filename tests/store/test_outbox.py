@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
+import asyncpg
 import pytest
 
 from store import Store
@@ -83,3 +85,23 @@ async def test_a_session_newer_rows_wait_while_its_older_rows_are_held(store: St
         assert await _payloads(store, session_id="s1") == []
         await first.mark_published()
     assert await _payloads(store, session_id="s1") == [("s1", 1, 1), ("s1", 2, 0)]
+
+
+async def test_delete_published_drops_only_old_published_rows(
+    store: Store, database_url: str
+) -> None:
+    """Published rows older than the cut-off go; recent and unpublished rows stay."""
+    saved = await store.save_turn(save_request("s1", 0, outbox=3))
+    old, recent, _ = saved.outbox_ids
+    await store.mark_published([old, recent])
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(
+            "UPDATE outbox SET published_at = now() - interval '2 days' WHERE id = $1", old
+        )
+        assert await store.delete_published(older_than=timedelta(days=1)) == 1
+        remaining = [r["id"] for r in await connection.fetch("SELECT id FROM outbox ORDER BY id")]
+    finally:
+        await connection.close()
+    assert remaining == saved.outbox_ids[1:]
+    assert await store.outbox_backlog() == 1

@@ -1,0 +1,60 @@
+"""How many round trips the per-turn calls cost: the save and the load are one statement each,
+outside any explicit transaction (autocommit), so one round trip each on a warm pool."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
+
+from store import Store
+from tests.store.builders import save_request
+
+
+@pytest.fixture
+def sent(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Statements the store executes, plus "BEGIN" for each driver transaction it opens."""
+    log: list[str] = []
+
+    def on_statement(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        log.append(statement)
+
+    start = AsyncAdapt_asyncpg_connection._start_transaction
+
+    async def start_transaction(self: Any) -> Any:
+        if self.isolation_level != "autocommit":  # the adapter sends BEGIN only then
+            log.append("BEGIN")
+        return await start(self)
+
+    monkeypatch.setattr(AsyncAdapt_asyncpg_connection, "_start_transaction", start_transaction)
+    engine = store.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", on_statement)
+    yield log
+    event.remove(engine, "before_cursor_execute", on_statement)
+
+
+async def test_a_save_is_one_statement_without_a_transaction(store: Store, sent: list[str]) -> None:
+    """Creating and then updating a session each send one statement and open no transaction."""
+    await store.save_turn(save_request("s1", 0, replies=["a"], outbox=2))
+    await store.save_turn(save_request("s1", 1, replies=["b"], outbox=2))
+    assert len(sent) == 2
+    assert all("INSERT INTO outbox" in sql and "INSERT INTO turns" in sql for sql in sent)
+
+
+async def test_a_load_is_one_statement(store: Store, sent: list[str]) -> None:
+    """Loading a session with its history sends a single statement."""
+    await store.save_turn(save_request("s1", 0, replies=["a"]))
+    sent.clear()
+    loaded = await store.load("s1")
+    assert len(sent) == 1
+    assert loaded.version == 1 and len(loaded.history) == 2
+
+
+async def test_a_claim_holds_a_transaction(store: Store, sent: list[str]) -> None:
+    """Claiming timers does open a transaction: the instrument sees transactions when they exist."""
+    async with store.claim_due(10) as batch:
+        await batch.delete()
+    assert "BEGIN" in sent
