@@ -97,6 +97,8 @@ def _hand_off(state: TurnState, run: Run, move: FlowMove) -> bool:
         parent=run,
     )
     state.hops[child.id] = hops
+    # The child continues the parent: the parent's say does not silence the child's own talk.
+    state.answered_by = [child.id if rid == run.id else rid for rid in state.answered_by]
     if was_floor:
         state.floor_run_id = child.id
         if state.routed_run_id == run.id:

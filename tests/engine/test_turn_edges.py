@@ -284,3 +284,78 @@ async def test_unusable_compaction_summary_keeps_the_code_layers() -> None:
         assert result.llm_calls == 2 and "compaction" not in result.session.metadata
         spoken = "\n".join(m.text for m in provider.calls[1].messages)
         assert "E19" in spoken and "E00" not in spoken
+
+
+async def test_a_stay_run_reaching_its_end_waits_behind_another_asker() -> None:
+    """A run that reaches the end of an onEnd: 'stay' flow goes back to the last talk step it
+    took; when another run is asking, it waits suspended behind it."""
+    flows = [
+        {"id": "a", "steps": [{"id": "q", "collect": ["nome"]}]},
+        {
+            "id": "b",
+            "on_end": "stay",
+            "steps": [
+                {"id": "t", "prompt": "Tire dúvidas."},
+                {"id": "w", "wait": {"ms": 60_000}},
+                {"id": "s", "say": "Ainda posso ajudar."},
+            ],
+        },
+    ]
+    agent = build(MockProvider([]), flows=flows)
+    stored = session(
+        run("r1", "a", "q", "asking"),
+        run(
+            "r2",
+            "b",
+            "w",
+            "waiting",
+            last_talk_step_id="t",
+            waiting={"key": "r2:w:3", "kind": "timer", "at": START},
+        ),
+    )
+    result = await agent.turn({"session_id": "s1", "wake": "r2:w:3", "session": stored})
+    assert [m.text for m in result.messages] == ["Ainda posso ajudar."]
+    runs = {r.id: (r.status, r.step_id, r.stay_step_id) for r in result.session.runs}
+    assert runs == {"r1": ("asking", "q", None), "r2": ("suspended", "t", "t")}
+    assert result.llm_calls == 0
+
+
+async def test_a_hand_off_child_holds_the_floor_and_speaks() -> None:
+    """A child started by then: { flow } joins the queue; the parent's say does not silence the
+    child's talk, and the child holds the floor the parent held."""
+    flows = [
+        {
+            "id": "x",
+            "on": [{"message": []}],
+            "steps": [{"id": "s", "say": "Olá!", "then": {"flow": "y"}}],
+        },
+        {"id": "y", "steps": [{"id": "t", "collect": ["nome"]}]},
+    ]
+    provider = MockProvider([{"message": "Como você se chama?", "nome": None}])
+    result = await build(provider, flows=flows).turn(message())
+    assert [m.text for m in result.messages] == ["Olá!", "Como você se chama?"]
+    (child,) = result.session.runs
+    assert (child.flow_id, child.status, child.parent_run_id) == ("y", "asking", "r1")
+    assert result.llm_calls == 1
+
+
+async def test_inline_delay_looks_at_the_then_target() -> None:
+    """Ten seconds or less, when the next step is a say or a talk step: the next step is the
+    wait's then."""
+    flows = [
+        {
+            "id": "f",
+            "steps": [
+                {"id": "w1", "wait": {"ms": 1000}, "then": "s"},
+                {"id": "x", "do": "noop"},
+                {"id": "s", "say": "depois", "then": {"step": "w2"}},
+                {"id": "w2", "wait": {"ms": 2000}, "then": {"step": "s2", "clear": []}},
+                {"id": "s2", "say": "fim", "then": "w3"},
+                {"id": "w3", "wait": {"ms": 500}, "then": "end"},
+            ],
+        }
+    ]
+    agent = build(MockProvider([]), flows=flows, actions={"noop": lambda ctx: None})
+    result = await agent.turn({"session_id": "s1", "start": {"flow": "f", "key": "k"}})
+    assert [(m.text, m.after_ms) for m in result.messages] == [("depois", 1000), ("fim", 2000)]
+    assert len(result.schedule) == 1 and result.llm_calls == 0
