@@ -593,7 +593,7 @@ class TerminalLines:
                 line = None
             self.at_prompt = False
             loop.call_soon_threadsafe(self._queue.put_nowait, line)
-            if line is None:
+            if line is None or line.strip() in ("/quit", "/exit"):
                 return
 
 

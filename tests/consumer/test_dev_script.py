@@ -24,7 +24,7 @@ my name is Sam
 I need the brakes fixed on saturday
 yes
 /event paid {"amount": 45}
-/wait 5
+/wait 8
 """
 
 
@@ -39,7 +39,7 @@ def _env(database_url: str, kafka_bootstrap: str, scope: str) -> dict[str, str]:
         "SCHEDULE_TOPIC": unique_topic_name("outbound.schedule", scope),
         "DLQ_TOPIC": unique_topic_name("inbound.turns.dlq", scope),
         "GROUP_ID": unique_topic_name("dev", scope),
-        "TURNFLOW_DEMO_SILENCE_MS": "2000",
+        "TURNFLOW_DEMO_SILENCE_MS": "4000",  # well above the 1.5 s pause before an input
     }
 
 
