@@ -3,11 +3,15 @@
 The store sends JSON as text and casts it in SQL (`CAST(:x AS jsonb)`), so one encoder decides
 how non-JSON Python values are written: datetimes and dates as ISO 8601, UUIDs and Decimals as
 strings (no float rounding), pydantic models in their JSON mode, sets and tuples as lists.
+
+PostgreSQL's jsonb cannot hold U+0000, and one NUL in a customer's message must not make a
+session unsavable, so NULs are written as U+FFFD (the replacement character).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any
@@ -27,9 +31,17 @@ def _default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+# `\u0000` preceded by an even number of backslashes is an escaped NUL; after an odd number
+# it is the text "\u0000" itself, which must stay as it is.
+_ESCAPED_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+
+
 def dumps(value: Any) -> str:
     """Encode `value` for a jsonb parameter."""
-    return json.dumps(value, default=_default, ensure_ascii=False, separators=(",", ":"))
+    encoded = json.dumps(value, default=_default, ensure_ascii=False, separators=(",", ":"))
+    if "\\u0000" in encoded:
+        encoded = _ESCAPED_NUL.sub(lambda m: m.group(1) + "\\ufffd", encoded)
+    return encoded
 
 
 def loads(value: Any) -> Any:

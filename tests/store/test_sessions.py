@@ -135,3 +135,12 @@ async def test_sessions_do_not_share_history(store: Store) -> None:
     await store.save_turn(save_request("s1", 0, message="from s1", replies=["to s1"]))
     await store.save_turn(save_request("s2", 0, message="from s2", replies=["to s2"]))
     assert [h["text"] for h in (await store.load("s2")).history] == ["from s2", "to s2"]
+
+
+async def test_nul_characters_are_saved_as_replacement_characters(store: Store) -> None:
+    """jsonb cannot hold U+0000: NULs become U+FFFD, while the text "\\u0000" stays verbatim."""
+    state = {"nul": "a\x00b", "literal": "a\\u0000b", "key\x00": ["\x00"]}
+    await store.save_turn(save_request("s1", 0, state=state, message="oi\x00"))
+    loaded = await store.load("s1")
+    assert loaded.state == {"nul": "a\ufffdb", "literal": "a\\u0000b", "key\ufffd": ["\ufffd"]}
+    assert loaded.history[0]["text"] == "oi\ufffd"
