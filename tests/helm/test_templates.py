@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from consumer.cli import COMMANDS
 from consumer.settings import Settings
 from engine.providers import anthropic, openai
 from tests.helm.chart_render import CHART_DIR, RenderedChart, render_chart
@@ -363,3 +364,10 @@ def test_consumer_grace_period_outlasts_its_drain_timeout() -> None:
     data = chart.one("ConfigMap", "turnflow")["data"]
     drain_ms = int(data.get("DRAIN_TIMEOUT_MS", Settings.model_fields["drain_timeout_ms"].default))
     assert spec["terminationGracePeriodSeconds"] * 1000 > drain_ms
+
+
+def test_every_container_runs_a_turnflow_command() -> None:
+    """Each container's args name a subcommand of the `turnflow` console script."""
+    args = {c["name"]: c["args"] for c in _containers(render_chart())}
+    assert args == {"consumer": ["consume"], "scheduler": ["schedule"], "migrate": ["migrate"]}
+    assert all(a[0] in COMMANDS for a in args.values())
