@@ -191,3 +191,23 @@ def test_every_saved_session_round_trips(sequence: list[tuple[dict[str, Any], in
         assert migrate_session(copy.deepcopy(dump)).model_dump(mode="json") == dump
 
     run(sequence, check)
+
+
+@PROPERTY
+@given(steps)
+def test_the_same_inputs_replay_to_the_same_results(
+    sequence: list[tuple[dict[str, Any], int]],
+) -> None:
+    """Code behaves the same on a replay; ids derive from the session, never uuid or random."""
+    seen: list[list[dict[str, Any]]] = []
+    for _ in range(2):
+        results: list[dict[str, Any]] = []
+
+        def check(
+            request: Any, before: Any, result: TurnResult, stored: Any, out: Any = results
+        ) -> None:
+            out.append(result.model_dump(mode="json"))
+
+        run(sequence, check)
+        seen.append(results)
+    assert seen[0] == seen[1]
