@@ -468,14 +468,33 @@ class ConsumerService:
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         owned = revoked & set(self._epochs)
-        if owned:
+        if not owned:
+            return
+        if self._membership_lost():
+            # The group already gave these partitions away: fence at once, no drain, no commit.
+            await self._release(owned, reason="lost", drain=False)
+        else:
             await self._release(owned, reason="revoked")
 
-    async def _release(self, partitions: set[TopicPartition], *, reason: str) -> None:
+    def _membership_lost(self) -> bool:
+        """True when the group coordinator no longer knows this member (a session timeout).
+
+        aiokafka resets the member's generation to -1 when a heartbeat, join or sync is
+        answered with an unknown member or an illegal generation; it exposes no public flag,
+        hence the attribute read. Any other shape reads as "not lost" (the safe drain path
+        still fences at its end).
+        """
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        return getattr(coordinator, "generation", None) == -1
+
+    async def _release(
+        self, partitions: set[TopicPartition], *, reason: str, drain: bool = True
+    ) -> None:
         """Stop new work on the partitions, drain, commit what is done, end their epochs."""
         self._queues.drop_partitions(partitions)
-        await self._drain(partitions, within_s=self._settings.drain_timeout_ms / 1000)
-        await self._commit(partitions)
+        if drain:
+            await self._drain(partitions, within_s=self._settings.drain_timeout_ms / 1000)
+            await self._commit(partitions)
         abandoned = sum(self._busy[tp] for tp in partitions)
         for tp in partitions:
             self._epochs.pop(tp, None)
