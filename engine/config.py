@@ -271,6 +271,12 @@ class Action(_Model):
     handler: Callable[..., Any]
     params: dict[str, Any] = Field(default_factory=dict)
 
+    def __init__(self, handler: Callable[..., Any] | None = None, /, **data: Any) -> None:
+        # engine.md writes ``Action(handler, params={...})``: the handler may come positionally.
+        if handler is not None:
+            data["handler"] = handler
+        super().__init__(**data)
+
 
 class Tool(_Model):
     """A tool the model may call in a speak call."""
