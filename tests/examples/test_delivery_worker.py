@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 from pathlib import Path
 from typing import Any
 
-from examples.delivery_worker import DeliveredKeys, DeliveryWorker
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from examples.delivery_worker import DeliveredKeys, DeliveryWorker, run
 
 
 class _Clock:
@@ -103,3 +109,37 @@ async def test_a_failed_delivery_is_not_remembered() -> None:
         pass
     assert await worker.handle(_message("k1", "Hi!")) is True
     assert calls == ["k1", "k1"]
+
+
+@pytest.mark.integration
+async def test_reads_the_topic_and_delivers_each_key_once(
+    kafka_bootstrap: str, kafka_topics: Any
+) -> None:
+    """Against a broker: a republished record (same key) is read twice and delivered once."""
+    topic = (await kafka_topics("outbound.messages"))["outbound.messages"]
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+    try:
+        for key, text in (("k1", "Hi!"), ("k1", "Hi!"), ("k2", "Bye.")):
+            await producer.send_and_wait(
+                topic, key=b"s1", value=json.dumps(_message(key, text)).encode()
+            )
+    finally:
+        await producer.stop()
+    sent: list[str] = []
+    both = asyncio.Event()
+
+    async def deliver(value: dict[str, Any]) -> None:
+        sent.append(value["text"])
+        if len(sent) == 2:
+            both.set()
+
+    worker = DeliveryWorker(deliver, DeliveredKeys())
+    task = asyncio.create_task(run(kafka_bootstrap, topic, f"{topic}.group", worker))
+    try:
+        await asyncio.wait_for(both.wait(), timeout=60)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert sent == ["Hi!", "Bye."]
