@@ -63,14 +63,23 @@ def trim(state: TurnState) -> None:
     if not config.summarize:
         return
     stored = state.session.metadata.get("compaction")
-    previous = stored.get("summary") if isinstance(stored, dict) else None
-    covered = int(stored.get("covers", 0)) if isinstance(stored, dict) else 0
-    uncovered = [
-        e
-        for pos, e in enumerate(state.request.history[:first])
-        if pos >= covered and e.role != "tool"
-    ]
-    if isinstance(previous, str) and covered <= first and _chars(uncovered) <= config.max_chars:
+    stored = stored if isinstance(stored, dict) else {}
+    previous = stored.get("summary")
+    covered = int(stored.get("covers", 0))
+    covered_at = stored.get("covers_at")
+    if isinstance(covered_at, str):
+        # Hosts often pass a window of the transcript, so positions shift between turns; the
+        # time of the last summarized entry says what the summary covers when entries have one.
+        uncovered = [e for e in dropped if e.at is None or e.at.isoformat() > covered_at]
+        still_valid = True
+    else:
+        uncovered = [
+            e
+            for pos, e in enumerate(state.request.history[:first])
+            if pos >= covered and e.role != "tool"
+        ]
+        still_valid = covered <= first
+    if isinstance(previous, str) and still_valid and _chars(uncovered) <= config.max_chars:
         state.history = [_summary_entry(previous), *uncovered, *kept]
         return
     state.compaction_pending = PendingSummary(dropped=dropped, covers=first, previous=previous)
@@ -113,5 +122,10 @@ async def summarize(state: TurnState) -> None:
     text = summary if isinstance(summary, str) and summary.strip() else response.text.strip()
     if not text:
         return
-    state.session.metadata["compaction"] = {"summary": text, "covers": pending.covers}
+    last = pending.dropped[-1].at if pending.dropped else None
+    state.session.metadata["compaction"] = {
+        "summary": text,
+        "covers": pending.covers,
+        "covers_at": last.isoformat() if last is not None else None,
+    }
     state.history = [_summary_entry(text), *state.history]
