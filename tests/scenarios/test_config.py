@@ -53,7 +53,7 @@ def test_unknown_action_and_with_keys() -> None:
     """every ... action ... a flow names; the with of each do step against the action's
     parameters."""
     rejects([flow([{"id": "d", "do": "notify"}])], step_id="d")
-    action = Action(handler=lambda ctx: None, params={"to": "string"})
+    action = Action(lambda ctx: None, params={"to": "string"})
     rejects(
         [flow([{"id": "d", "do": "notify", "with": {"channel": "x"}}])],
         step_id="d",
