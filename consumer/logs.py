@@ -15,6 +15,8 @@ from typing import Any
 
 __all__ = ["SAFE_FIELDS", "JsonFormatter", "configure_logging"]
 
+_HANDLER_NAME = "turnflow-json"
+
 SAFE_FIELDS = frozenset(
     {
         "session_id", "input_id", "kind", "topic", "partition", "offset", "version",
@@ -47,10 +49,20 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_logging(level: str = "INFO") -> None:
-    """Send every ``turnflow.*`` log to stderr as JSON lines."""
+    """Send ``turnflow.*`` logs at ``level`` and other libraries' warnings to stderr as JSON
+    lines (library records carry no extras, so only their message text is written)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
-    root = logging.getLogger("turnflow")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
+    handler.set_name(_HANDLER_NAME)
+    ours = logging.getLogger("turnflow")
+    ours.setLevel(level.upper())
+    ours.propagate = False
+    root = logging.getLogger()
+    # Replace only a handler installed here before (calling twice must not double lines);
+    # handlers others installed (a test runner's capture) stay.
+    for logger in (ours, root):
+        for old in [h for h in logger.handlers if h.get_name() == _HANDLER_NAME]:
+            logger.removeHandler(old)
+        logger.addHandler(handler)
+    if root.level == logging.NOTSET or root.level > logging.WARNING:
+        root.setLevel(logging.WARNING)

@@ -43,7 +43,7 @@ def run_service(run: Callable[[], Awaitable[None]], stop: Callable[[], None]) ->
     except AgentImportError as exc:
         return fail(str(exc), EXIT_CONFIG)
     except (KafkaConnectionError, OSError) as exc:
-        return fail(f"a server is unreachable: {type(exc).__name__}: {exc}", EXIT_UNREACHABLE)
+        return fail(f"a server is unreachable: {_describe(exc)}", EXIT_UNREACHABLE)
     except (OperationalError, InterfaceError, DBAPIError) as exc:
         return fail(f"PostgreSQL is unreachable: {type(exc.orig).__name__}", EXIT_UNREACHABLE)
     except KafkaError as exc:
@@ -51,3 +51,9 @@ def run_service(run: Callable[[], Awaitable[None]], stop: Callable[[], None]) ->
     except ConsumerError as exc:
         return fail(str(exc), EXIT_UNREACHABLE)
     return 0
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` without repeating the type when the message already starts with it."""
+    name, text = type(exc).__name__, str(exc)
+    return text if text.startswith(name) else f"{name}: {text}"

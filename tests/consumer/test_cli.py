@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+
 import pytest
 
 from consumer import cli
@@ -12,10 +15,17 @@ ENV = ("AGENT", "DATABASE_URL", "KAFKA_BOOTSTRAP_SERVERS", "METRICS_PORT")
 
 
 @pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("METRICS_PORT", "0")
+    loggers = [logging.getLogger(), logging.getLogger("turnflow")]
+    saved = [(lg, list(lg.handlers), lg.level, lg.propagate) for lg in loggers]
+    yield
+    for logger, handlers, level, propagate in saved:
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def test_help_lists_every_registered_command(capsys: pytest.CaptureFixture[str]) -> None:

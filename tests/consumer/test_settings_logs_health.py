@@ -98,3 +98,23 @@ async def test_health_server_answers_over_http() -> None:
     finally:
         await server.stop()
     assert response.startswith(b"HTTP/1.0 200") and response.endswith(b"ready\n")
+
+
+def test_configure_logging_twice_keeps_one_handler() -> None:
+    """Configuring logs again replaces its own handler instead of doubling every line."""
+    from consumer.logs import configure_logging
+
+    loggers = [logging.getLogger(), logging.getLogger("turnflow")]
+    saved = [(lg, list(lg.handlers), lg.level, lg.propagate) for lg in loggers]
+    try:
+        configure_logging("DEBUG")
+        configure_logging("INFO")
+        for logger in loggers:
+            ours = [h for h in logger.handlers if h.get_name() == "turnflow-json"]
+            assert len(ours) == 1
+        assert logging.getLogger("turnflow").level == logging.INFO
+    finally:
+        for logger, handlers, level, propagate in saved:
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+            logger.propagate = propagate
