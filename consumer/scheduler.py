@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -41,7 +40,7 @@ from aiokafka.errors import KafkaError
 
 from consumer import metrics
 from consumer.health import HealthServer
-from consumer.outbox import new_producer
+from consumer.outbox import encode_payload, new_producer
 from consumer.schedule_intake import ScheduleIntake, TimerSink
 from consumer.settings import Settings
 from store import Store, Timer
@@ -80,8 +79,8 @@ class TimerStore(TimerSink, Protocol):
 
 def wake_record(timer: Timer) -> tuple[bytes, bytes]:
     """The ``inbound.turns`` key and value that wake ``timer``'s session."""
-    value = json.dumps({"session_id": timer.session_id, "wake": timer.key}, separators=(",", ":"))
-    return timer.session_id.encode(), value.encode()
+    value = encode_payload({"session_id": timer.session_id, "wake": timer.key})
+    return timer.session_id.encode(), value
 
 
 @dataclass(frozen=True)

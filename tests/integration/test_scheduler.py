@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from consumer.scheduler import FiringOptions, Scheduler, build_scheduler
+from consumer.scheduler import FiringOptions, Scheduler, TimerStore, build_scheduler
 from store import Store, TimerEntry
 from tests.fixtures.broker import TopicFactory
 
@@ -39,7 +39,7 @@ def group_id() -> str:
 
 @asynccontextmanager
 async def running(
-    store: Store, bootstrap: str, topics: dict[str, str], group_id: str
+    store: TimerStore, bootstrap: str, topics: dict[str, str], group_id: str
 ) -> AsyncIterator[Scheduler]:
     """A scheduler running in this loop until the block ends; it must stop cleanly."""
     scheduler = build_scheduler(
@@ -252,3 +252,60 @@ async def test_stop_exits_cleanly_and_leaves_later_timers_stored(
                 await asyncio.sleep(0.05)
     assert not scheduler.ready
     assert await store.timers_pending() == 1
+
+
+class FailingStore:
+    """The real store, whose ``upsert_timers`` fails (as a lost connection would) until
+    ``recover()``."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._down = True
+        self.failures = 0
+
+    def recover(self) -> None:
+        self._down = False
+
+    async def upsert_timers(self, entries: Any) -> None:
+        if self._down:
+            self.failures += 1
+            raise ConnectionResetError("connection to PostgreSQL lost")
+        await self._store.upsert_timers(entries)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+async def committed_offsets(bootstrap: str, group_id: str, topic: str) -> dict[int, int]:
+    """The group's committed offset per partition (partitions without one are left out)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id)
+    await consumer.start()
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        found = {p: await consumer.committed(TopicPartition(topic, p)) for p in partitions}
+    finally:
+        await consumer.stop()
+    return {p: offset for p, offset in found.items() if offset is not None and offset >= 0}
+
+
+async def test_intake_commits_offsets_only_after_storing(
+    store: Store, kafka_bootstrap: str, topics: dict[str, str], group_id: str
+) -> None:
+    """While the database write fails no offset is committed; once it works the batch is read
+    again, stored, committed, and its timer fires."""
+    failing = FailingStore(store)
+    await produce_entries(kafka_bootstrap, topics[SCHEDULE], [
+        {"session_id": "s-6", "key": "after-retry", "at": soon(-1)},
+    ])
+    async with running(failing, kafka_bootstrap, topics, group_id), \
+            WakeReader(kafka_bootstrap, topics[INBOUND]) as reader:
+        async with asyncio.timeout(60):
+            # A plain counter on a test double; two failures mean one retry already happened.
+            while failing.failures < 2:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        assert await committed_offsets(kafka_bootstrap, group_id, topics[SCHEDULE]) == {}
+        failing.recover()
+        await reader.until("after-retry")
+    assert reader.woken() == ["after-retry"]
+    committed = await committed_offsets(kafka_bootstrap, group_id, topics[SCHEDULE])
+    assert sum(committed.values()) == 1
