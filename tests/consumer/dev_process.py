@@ -8,6 +8,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.fixtures.broker import unique_topic_name
+
 REPO = Path(__file__).resolve().parents[2]
 
 # A developer's model keys must not turn the offline tests into paid, flaky ones.
@@ -26,17 +28,20 @@ class DevRun:
         return [line for line in self.stderr.splitlines() if line.strip()]
 
 
+def clean_env() -> dict[str, str]:
+    """This process's environment without model keys or server addresses."""
+    drop = {*_MODEL_ENV, "DATABASE_URL", "KAFKA_BOOTSTRAP_SERVERS"}
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
 def run_dev(
     *args: str, env: dict[str, str] | None = None, cwd: Path = REPO, timeout: float = 240
 ) -> DevRun:
     """``turnflow dev ARGS`` with the test's environment on top of a clean one."""
-    base = {k: v for k, v in os.environ.items() if k not in _MODEL_ENV}
-    base.pop("DATABASE_URL", None)
-    base.pop("KAFKA_BOOTSTRAP_SERVERS", None)
     completed = subprocess.run(
         [sys.executable, "-m", "consumer.cli", "dev", *args],
         cwd=cwd,
-        env={**base, "METRICS_PORT": "0", **(env or {})},
+        env={**clean_env(), "METRICS_PORT": "0", **(env or {})},
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -44,3 +49,19 @@ def run_dev(
         check=False,
     )
     return DevRun(completed.returncode, completed.stdout, completed.stderr)
+
+
+def server_env(database_url: str, kafka_bootstrap: str, scope: str) -> dict[str, str]:
+    """The servers under test, with topics and group unique to ``scope``."""
+    return {
+        "DATABASE_URL": database_url,
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        # The test broker may be the embedded one, which has no producer ids.
+        "KAFKA_IDEMPOTENT_PRODUCER": "false",
+        "INBOUND_TOPIC": unique_topic_name("inbound.turns", scope),
+        "MESSAGES_TOPIC": unique_topic_name("outbound.messages", scope),
+        "SCHEDULE_TOPIC": unique_topic_name("outbound.schedule", scope),
+        "DLQ_TOPIC": unique_topic_name("inbound.turns.dlq", scope),
+        "GROUP_ID": unique_topic_name("dev", scope),
+        "TURNFLOW_DEMO_SILENCE_MS": "4000",  # well above the 1.5 s pause before an input
+    }

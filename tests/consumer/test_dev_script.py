@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.consumer.dev_process import DevRun, run_dev
-from tests.fixtures.broker import unique_topic_name
+from tests.consumer.dev_process import DevRun, run_dev, server_env
 
 pytestmark = pytest.mark.integration
 
@@ -26,21 +25,6 @@ yes
 /event paid {"amount": 45}
 /wait 8
 """
-
-
-def _env(database_url: str, kafka_bootstrap: str, scope: str) -> dict[str, str]:
-    return {
-        "DATABASE_URL": database_url,
-        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        # The test broker may be the embedded one, which has no producer ids.
-        "KAFKA_IDEMPOTENT_PRODUCER": "false",
-        "INBOUND_TOPIC": unique_topic_name("inbound.turns", scope),
-        "MESSAGES_TOPIC": unique_topic_name("outbound.messages", scope),
-        "SCHEDULE_TOPIC": unique_topic_name("outbound.schedule", scope),
-        "DLQ_TOPIC": unique_topic_name("inbound.turns.dlq", scope),
-        "GROUP_ID": unique_topic_name("dev", scope),
-        "TURNFLOW_DEMO_SILENCE_MS": "4000",  # well above the 1.5 s pause before an input
-    }
 
 
 def _replies(run: DevRun) -> list[str]:
@@ -57,7 +41,7 @@ def demo_run(
     script = folder / "demo.chat"
     script.write_text(SCRIPT)
     return run_dev("--script", str(script), "--data-dir", str(folder),
-                   env=_env(database_url, kafka_bootstrap, "demo"))
+                   env=server_env(database_url, kafka_bootstrap, "demo"))
 
 
 def test_the_script_runs_to_the_end(demo_run: DevRun) -> None:
@@ -122,7 +106,7 @@ def test_the_portuguese_agent_by_flag(
     script = tmp_path / "pt.chat"
     script.write_text("oi\nmeu nome é Joana\n")
     run = run_dev("--agent", "examples.agente_pt:agente", "--script", str(script),
-                  "--data-dir", str(tmp_path), env=_env(database_url, kafka_bootstrap, "pt"))
+                  "--data-dir", str(tmp_path), env=server_env(database_url, kafka_bootstrap, "pt"))
     assert run.code == 0, run.stdout + run.stderr
     assert _replies(run)[0] == "Olá! Aqui é a Ana, da Clínica Sorriso."
     assert "Prazer, Joana! Vamos marcar sua avaliação." in _replies(run)
