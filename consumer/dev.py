@@ -40,7 +40,7 @@ from sqlalchemy.engine import make_url
 
 from consumer.agents import load_agent
 from consumer.embedded_broker import EmbeddedBroker
-from consumer.errors import AgentImportError, ConsumerError, EmbeddedBrokerError
+from consumer.errors import AgentImportError, ConsumerError, DevError, EmbeddedBrokerError
 from consumer.logs import JsonFormatter
 from consumer.scheduler import Scheduler, build_scheduler
 from consumer.service import ConsumerService
@@ -68,10 +68,6 @@ __all__ = [
 ]
 
 DEFAULT_AGENT = "examples.demo_agent:agent"
-
-
-class DevError(Exception):
-    """A startup failure explained in one line; ``turnflow dev`` prints it and exits 1."""
 
 
 # --- the agent the consumer runs, observed ------------------------------------------------------

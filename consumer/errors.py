@@ -5,6 +5,7 @@
     ├── TopicSetupError                topics could not be created or never became ready
     ├── AgentImportError               ``AGENT`` / ``--agent`` does not name an importable Agent
     ├── ServerUnreachableError         PostgreSQL or Kafka did not answer at startup
+    ├── DevError                       ``turnflow dev`` cannot start; the message is its one line
     ├── PublishError                   an outbox row was not acknowledged by the broker
     │   └── FencedPublishError         this replica lost the partition; it must not publish
     └── ScheduleRecordError            an ``outbound.schedule`` record is not a valid entry
@@ -18,6 +19,7 @@ from __future__ import annotations
 __all__ = [
     "AgentImportError",
     "ConsumerError",
+    "DevError",
     "EmbeddedBrokerError",
     "FencedPublishError",
     "PublishError",
@@ -52,6 +54,10 @@ class AgentImportError(ConsumerError):
 
 class ServerUnreachableError(ConsumerError):
     """A server the service needs did not answer at startup."""
+
+
+class DevError(ConsumerError):
+    """``turnflow dev`` cannot start: a port, a variable, the agent or a server; one line."""
 
 
 class PublishError(ConsumerError):
