@@ -75,6 +75,13 @@ async def _apply_reply(state: TurnState) -> None:
     run.status = "running"
     if take(state, run, flow, step, step.then):
         await walk(state, run, after_speak=True)
+    # A hand-off on the way starts a child that has not moved yet: it moves now, under the same
+    # rule (a talk step it reaches waits for the next message), so no run is left "running".
+    while True:
+        child = next((r for r in state.session.runs if r.status == "running"), None)
+        if child is None:
+            return
+        await walk(state, child, after_speak=True)
 
 
 def _idle(state: TurnState) -> None:

@@ -359,3 +359,26 @@ async def test_inline_delay_looks_at_the_then_target() -> None:
     result = await agent.turn({"session_id": "s1", "start": {"flow": "f", "key": "k"}})
     assert [(m.text, m.after_ms) for m in result.messages] == [("depois", 1000), ("fim", 2000)]
     assert len(result.schedule) == 1 and result.llm_calls == 0
+
+
+async def test_a_hand_off_after_the_reply_moves_the_child_this_turn() -> None:
+    """Nothing pending: the run takes then and keeps moving this turn; a child it hands off to
+    moves too, and a talk step it reaches waits for the next message."""
+    flows = [
+        {
+            "id": "x",
+            "on": [{"message": []}],
+            "steps": [
+                {"id": "n", "collect": ["nome"]},
+                {"id": "s", "say": "Prazer, {{nome}}!", "then": {"flow": "y"}},
+            ],
+        },
+        {"id": "y", "steps": [{"id": "t", "collect": ["idade"]}]},
+    ]
+    provider = MockProvider([{"message": "Anotado.", "nome": "Bia"}])
+    stored = session(run("r1", "x", "n", "asking"))
+    result = await build(provider, flows=flows).turn(message("Bia", session=stored))
+    assert [m.text for m in result.messages] == ["Anotado.", "Prazer, Bia!"]
+    (child,) = result.session.runs
+    assert (child.flow_id, child.step_id, child.status) == ("y", "t", "asking")
+    assert result.llm_calls == 1

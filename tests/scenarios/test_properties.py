@@ -106,6 +106,7 @@ def run(sequence: list[tuple[dict[str, Any], int]], check: Any) -> None:
             result = await agent.turn(request)
             check(request, before, result, stored)
             assert result.llm_calls == 0
+            assert all(r.status != "running" for r in result.session.runs)
             wakes.extend(entry.key for entry in result.schedule)
             stored = result.session.model_dump(mode="json")
 
