@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
@@ -121,4 +123,83 @@ async def test_timer_wait_resumes_through_the_scheduler(
     assert loaded.state is not None
     assert loaded.state["data"]["nudged"] is True
     assert loaded.state["runs"] == []
+    assert await store.timers_pending() == 0
+
+
+class CrashBeforeDeleteStore:
+    """The real store, except that the first claim that fires something "crashes" after its
+    wakes are acknowledged and before its rows are deleted (the transaction rolls back)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.crashes = 0
+
+    @asynccontextmanager
+    async def claim_due(self, limit: int) -> AsyncIterator[Any]:
+        async with self._store.claim_due(limit) as claim:
+            if claim.timers and not self.crashes:
+                self.crashes += 1
+                yield _NoDelete(claim)
+            else:
+                yield claim
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+class _NoDelete:
+    def __init__(self, claim: Any) -> None:
+        self.timers = claim.timers
+        self.db_now = claim.db_now
+
+    async def delete(self) -> int:
+        raise ConnectionResetError("the scheduler died before deleting")
+
+
+async def test_a_wake_fired_twice_is_harmless(
+    store: Store, kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
+    kafka_is_embedded: bool,
+) -> None:
+    """A crash between the ack and the delete fires the timer again; the second wake is a
+    `stale-wake` and the customer still gets one nudge."""
+    topics = await service_topics(kafka_topics)
+    session_id = f"twice-{uuid.uuid4().hex[:8]}"
+    settings = make_settings(kafka_bootstrap, database_url, topics, embedded=kafka_is_embedded)
+    crashing = CrashBeforeDeleteStore(store)
+    scheduler = build_scheduler(
+        crashing,
+        bootstrap_servers=kafka_bootstrap,
+        schedule_topic=topics[SCHEDULE],
+        inbound_topic=topics[INBOUND],
+        group_id=f"{settings.group_id}-scheduler",
+        options=FiringOptions(max_idle=1.0, retry_delay=0.2),
+    )
+    stop = asyncio.Event()
+    scheduling = asyncio.create_task(scheduler.run(stop))
+    try:
+        async with running_consumer(settings, nudging_agent()):
+            await produce(kafka_bootstrap, topics[INBOUND], [
+                {"session_id": session_id, "message": "oi", "id": "m1"},
+            ])
+            async with OutboundReader(kafka_bootstrap, topics[INBOUND]) as inbound:
+                wakes = await inbound.until(
+                    lambda v: sum("wake" in x for x in v) >= 2, within=60
+                )
+            async with OutboundReader(kafka_bootstrap, topics[MESSAGES]) as replies:
+                values = await replies.until(lambda v: len(v) >= 2, within=60)
+                # Both wakes are on the topic; give the second one time to be applied.
+                values = await replies.settle(3.0)
+    finally:
+        stop.set()
+        async with asyncio.timeout(30):
+            await scheduling
+
+    assert crashing.crashes == 1
+    fired = [w["wake"] for w in wakes if "wake" in w]
+    assert len(fired) == 2 and fired[0] == fired[1]
+    turns = await turn_outcomes(database_url, session_id)
+    assert [codes for _, codes in turns][1:] == [
+        ["no-reply", "action-ok", "said", "completed"], ["stale-wake"],
+    ]
+    assert [v["text"] for v in values] == ["Olá!", "Ainda está aí?"]
     assert await store.timers_pending() == 0
