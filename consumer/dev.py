@@ -284,6 +284,7 @@ class Chat:
         self._sent = 0
         self.missing = 0  # inputs or replies that never showed up
         self.prompt: TerminalLines | None = None
+        self.log_path: Path = Path(".turnflow") / "dev.log"
 
     def observe(self, turn: ObservedTurn) -> None:
         """Called by ``ObservedAgent`` inside the consumer; only this session's turns count."""
@@ -353,7 +354,7 @@ class Chat:
         except TimeoutError:
             self.missing += 1
             self.say(f"  [no turn ran for this input within {self._reply_timeout:.0f}s; "
-                     "see .turnflow/dev.log]")
+                     f"see {self.log_path}]")
         finally:
             self._shown.pop(input_id, None)
 
@@ -863,7 +864,7 @@ async def _open_chat(
     )
     await replies.start()
     stack.push_async_callback(replies.stop)
-    return Chat(
+    chat = Chat(
         session_id=session_id,
         agent_name=str(agent_name).lower(),
         producer=producer,
@@ -873,6 +874,8 @@ async def _open_chat(
         reply_timeout=options.reply_timeout,
         echo=options.script is not None or not options.interactive,
     )
+    chat.log_path = options.data_dir / "dev.log"
+    return chat
 
 
 async def _cancel(task: asyncio.Task[Any]) -> None:

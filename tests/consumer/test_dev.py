@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
+import json
+from collections.abc import AsyncIterator
+
 import pytest
 
-from consumer.dev import ChatLine, ObservedAgent, ObservedTurn, format_outcomes, parse_chat_line
+from consumer.dev import (
+    Chat,
+    ChatLine,
+    ObservedAgent,
+    ObservedTurn,
+    format_outcomes,
+    parse_chat_line,
+)
 
 
 def test_plain_line_is_a_message() -> None:
@@ -103,3 +115,108 @@ async def test_a_failing_observer_never_fails_the_turn() -> None:
 
     result = await ObservedAgent(_Agent(), broken).turn({"session_id": "s1", "message": "x"})
     assert result["llm_calls"] == 1
+
+
+class _Replies:
+    """Stands in for ``ReplyReader``: records published so far, by key."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, dict[str, object]] = {}
+
+    async def wait_for(self, key: str, within: float) -> dict[str, object] | None:
+        return self.records.get(key)
+
+
+class _Pipe:
+    """Stands in for the broker and the consumer: a produced input runs a scripted turn."""
+
+    def __init__(self, replies: _Replies, results: list[dict[str, object]]) -> None:
+        self.replies = replies
+        self.results = results
+        self.chat: Chat | None = None
+        self.sent: list[dict[str, object]] = []
+
+    async def send_and_wait(self, topic: str, *, key: bytes, value: bytes) -> None:
+        request = json.loads(value)
+        self.sent.append(request)
+        result = self.results.pop(0)
+        for message in result.get("messages", []):  # type: ignore[attr-defined]
+            if message.get("published", True):
+                self.replies.records[message["key"]] = {**message, "after_ms": 0}
+        assert self.chat is not None
+        self.chat.observe(ObservedTurn(request, result))
+
+
+def _chat(results: list[dict[str, object]]) -> tuple[Chat, _Pipe, io.StringIO]:
+    out = io.StringIO()
+    replies = _Replies()
+    pipe = _Pipe(replies, results)
+    chat = Chat(session_id="s1", agent_name="ana", producer=pipe, inbound_topic="in",
+                replies=replies, out=out, reply_timeout=0.2, echo=True)  # type: ignore[arg-type]
+    pipe.chat = chat
+    return chat, pipe, out
+
+
+async def _script(*lines: str) -> AsyncIterator[str]:
+    for line in lines:
+        yield line
+
+
+async def test_chat_prints_replies_then_the_footer() -> None:
+    """A typed line goes out as a message input; its replies and footer are printed in order."""
+    chat, pipe, out = _chat([{"llm_calls": 1, "messages": [{"key": "k1", "text": "Hello!"}],
+                              "outcomes": [{"flow_id": "f", "step_id": "s", "code": "said"}]}])
+    display = asyncio.create_task(chat.display())
+    await chat.run(_script("hi", "/quit", "never sent"))
+    display.cancel()
+    assert out.getvalue().splitlines() == ["you> hi", "ana> Hello!", "  [llm_calls=1 | f/s said]"]
+    assert [(r["session_id"], r["message"], r["id"]) for r in pipe.sent] == [("s1", "hi", "s1-m1")]
+    assert chat.missing == 0
+
+
+async def test_chat_sends_events_with_a_key() -> None:
+    """``/event`` goes out as an event input with its payload and an idempotency key."""
+    chat, pipe, out = _chat([{"llm_calls": 0, "messages": [], "outcomes": []}])
+    display = asyncio.create_task(chat.display())
+    await chat.run(_script('/event paid {"amount": 45}'))
+    display.cancel()
+    assert pipe.sent == [{"session_id": "s1", "event": "paid", "payload": {"amount": 45},
+                          "key": "s1-e1"}]
+    assert "  [event paid sent]" in out.getvalue()
+
+
+async def test_chat_shows_turns_nobody_typed() -> None:
+    """A wake turn the consumer ran on its own is printed as a timer firing, with its reply."""
+    chat, _, out = _chat([])
+    display = asyncio.create_task(chat.display())
+    chat._replies.records["n1"] = {"key": "n1", "text": "Still there?", "after_ms": 0}
+    chat.observe(ObservedTurn({"session_id": "s1", "wake": "silence:nudge:s1:1"},
+                              {"llm_calls": 0, "messages": [{"key": "n1"}], "outcomes": []}))
+    chat.observe(ObservedTurn({"session_id": "other", "wake": "x"}, {"llm_calls": 0}))
+    await chat.settle()
+    display.cancel()
+    assert out.getvalue().splitlines()[:2] == [
+        "  [timer fired: silence:nudge:s1:1]", "ana> Still there?"
+    ]
+    assert "other" not in out.getvalue()
+
+
+async def test_a_reply_that_never_arrives_is_reported() -> None:
+    """A reply the turn produced but the topic never delivered is named and counted."""
+    chat, _, out = _chat([{"llm_calls": 1, "outcomes": [],
+                           "messages": [{"key": "lost", "text": "x", "published": False}]}])
+    display = asyncio.create_task(chat.display())
+    await chat.run(_script("hi"))
+    display.cancel()
+    assert "  [reply lost was not published within 0s]" in out.getvalue()
+    assert chat.missing == 1
+
+
+async def test_a_bad_command_is_explained_and_the_chat_goes_on() -> None:
+    """A malformed command prints why and sends nothing; later lines still run."""
+    chat, pipe, out = _chat([{"llm_calls": 0, "messages": [], "outcomes": []}])
+    display = asyncio.create_task(chat.display())
+    await chat.run(_script("/wait soon", "hi"))
+    display.cancel()
+    assert "  [/wait needs a number of seconds, got 'soon']" in out.getvalue()
+    assert len(pipe.sent) == 1
