@@ -64,6 +64,15 @@ class _Input:
     epoch: int
 
 
+def _log_crash(task: asyncio.Task[None]) -> None:
+    """A worker that died of a bug holds its partition's commit back (the lag shows it)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error(
+            "session worker crashed; its input stays uncommitted until the partition moves",
+            extra={"error": type(task.exception()).__name__},
+        )
+
+
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # untyped base class
     def __init__(self, service: ConsumerService) -> None:
         self._service = service
@@ -286,9 +295,11 @@ class ConsumerService:
         work = TurnWork(parsed=parsed, source=source, timestamp_ms=record.timestamp)
         entry = QueuedInput(parsed.session_id, tp, record.offset, _Input(work, record, epoch))
         if self._queues.enqueue(entry):
-            self._workers[parsed.session_id] = asyncio.create_task(
+            worker = asyncio.create_task(
                 self._session_worker(parsed.session_id), name=f"session-{parsed.session_id}"
             )
+            worker.add_done_callback(_log_crash)
+            self._workers[parsed.session_id] = worker
 
     # -- work -------------------------------------------------------------------------------
 
@@ -366,7 +377,9 @@ class ConsumerService:
             try:
                 async with self._busy_on(tp):
                     await self._send_dead_letter(record, why.reason, why.detail)
-            except KafkaError as exc:
+            except Exception as exc:
+                # Only the broker can fail here; whatever it raised, the record must not be
+                # released unless it reached the DLQ.
                 delay = self._policy.delay(attempt)
                 log.warning(
                     "DLQ publish failed; retrying",
@@ -421,6 +434,7 @@ class ConsumerService:
         task = asyncio.create_task(coroutine)
         self._side_tasks.add(task)
         task.add_done_callback(self._side_tasks.discard)
+        task.add_done_callback(_log_crash)
 
     # -- offsets and ownership --------------------------------------------------------------
 
