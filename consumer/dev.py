@@ -46,7 +46,7 @@ from consumer.scheduler import Scheduler, build_scheduler
 from consumer.service import ConsumerService
 from consumer.settings import Settings
 from consumer.topics import TopicSpec, ensure_topics
-from engine import FlowConfigurationError
+from engine import FlowConfigurationError, ProviderError, TurnRequestError
 from store import EmbeddedPostgres, EmbeddedServerError, Store
 from store.migrate import upgrade_async
 from store.urls import plain_url
@@ -88,13 +88,25 @@ class ObservedAgent:
     fails a turn.
     """
 
-    def __init__(self, agent: Any, on_turn: Callable[[ObservedTurn], None]) -> None:
+    def __init__(
+        self,
+        agent: Any,
+        on_turn: Callable[[ObservedTurn], None],
+        on_error: Callable[[dict[str, Any], BaseException], None] | None = None,
+    ) -> None:
         self._agent = agent
         self._on_turn = on_turn
+        self._on_error = on_error
 
     async def turn(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        result = await self._agent.turn(request, *args, **kwargs)
-        with contextlib.suppress(Exception):  # observing must never break a turn
+        try:
+            result = await self._agent.turn(request, *args, **kwargs)
+        except Exception as exc:
+            if self._on_error is not None:
+                with contextlib.suppress(Exception):  # observing must never break a turn
+                    self._on_error(_as_dict(request), exc)
+            raise
+        with contextlib.suppress(Exception):
             self._on_turn(ObservedTurn(_as_dict(request), result))
         return result
 
@@ -290,6 +302,20 @@ class Chat:
         """Called by ``ObservedAgent`` inside the consumer; only this session's turns count."""
         if turn.request.get("session_id") == self.session_id:
             self._turns.put_nowait(turn)
+
+    def failed(self, request: dict[str, Any], error: BaseException) -> None:
+        """A turn raised (the consumer retries it or dead-letters it): say so now, and stop
+        waiting for an input that retrying cannot help."""
+        if request.get("session_id") != self.session_id:
+            return
+        self.say(f"  [the turn failed: {type(error).__name__}: {_first_line(error)}]")
+        hopeless = isinstance(error, TurnRequestError) or (
+            isinstance(error, ProviderError) and error.kind == "fatal"
+        )
+        marker = request.get("id") or request.get("key")
+        if hopeless and marker and str(marker) in self._shown:
+            self.missing += 1
+            self._shown[str(marker)].set()
 
     def say(self, line: str) -> None:
         if self.prompt is not None and self.prompt.at_prompt:
@@ -539,7 +565,7 @@ async def run_dev(options: DevOptions) -> int:
         session_id = options.session_id or _new_session_id()
         chat = await _open_chat(settings, session_id, getattr(agent, "name", "agent"), options,
                                 stack)
-        services = DevServices(settings, ObservedAgent(agent, chat.observe))
+        services = DevServices(settings, ObservedAgent(agent, chat.observe, chat.failed))
         await services.start()
         stack.push_async_callback(services.stop)
         display = asyncio.create_task(chat.display(), name="dev-display")

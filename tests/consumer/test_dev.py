@@ -17,6 +17,7 @@ from consumer.dev import (
     format_outcomes,
     parse_chat_line,
 )
+from engine import ProviderError
 
 
 def test_plain_line_is_a_message() -> None:
@@ -220,3 +221,46 @@ async def test_a_bad_command_is_explained_and_the_chat_goes_on() -> None:
     display.cancel()
     assert "  [/wait needs a number of seconds, got 'soon']" in out.getvalue()
     assert len(pipe.sent) == 1
+
+
+class _FailingAgent:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def turn(self, request: dict[str, object]) -> None:
+        raise self.error
+
+
+async def test_observed_agent_reports_a_failure_and_reraises() -> None:
+    """A turn that raises is reported with its request, and the consumer still sees the error."""
+    failures: list[tuple[dict[str, object], BaseException]] = []
+    error = ProviderError("HTTP 401", kind="fatal", status=401)
+    observed = ObservedAgent(_FailingAgent(error), lambda _: None,
+                             lambda request, exc: failures.append((request, exc)))
+    with pytest.raises(ProviderError):
+        await observed.turn({"session_id": "s1", "message": "hi", "id": "m1"})
+    assert failures == [({"session_id": "s1", "message": "hi", "id": "m1"}, error)]
+
+
+class _FailingPipe(_Pipe):
+    """The consumer's turn raises instead of answering."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(_Replies(), [])
+        self.error = error
+
+    async def send_and_wait(self, topic: str, *, key: bytes, value: bytes) -> None:
+        assert self.chat is not None
+        self.chat.failed(json.loads(value), self.error)
+
+
+async def test_a_fatal_model_error_ends_the_wait_at_once() -> None:
+    """A rejected key cannot pass with retries: the chat says so and moves on without waiting."""
+    out = io.StringIO()
+    pipe = _FailingPipe(ProviderError("HTTP 401 from the model API", kind="fatal", status=401))
+    chat = Chat(session_id="s1", agent_name="ana", producer=pipe, inbound_topic="in",
+                replies=_Replies(), out=out, reply_timeout=3600, echo=True)  # type: ignore[arg-type]
+    pipe.chat = chat
+    await asyncio.wait_for(chat.run(_script("hi")), timeout=30)
+    assert "  [the turn failed: ProviderError: HTTP 401 from the model API]" in out.getvalue()
+    assert chat.missing == 1
