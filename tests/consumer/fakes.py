@@ -1,0 +1,101 @@
+"""In-memory doubles of the store and the producer for consumer unit tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from store import (
+    AlreadyApplied,
+    LoadedSession,
+    OutboxRow,
+    SavedTurn,
+    SaveRequest,
+    VersionConflict,
+)
+
+
+class FakeBatch:
+    def __init__(self, store: FakeStore, rows: list[OutboxRow]) -> None:
+        self._store = store
+        self.rows = rows
+
+    async def mark_published(self, ids: list[int] | None = None) -> int:
+        chosen = [r.id for r in self.rows] if ids is None else list(ids)
+        self._store.published.update(chosen)
+        return len(chosen)
+
+
+class FakeStore:
+    """Sessions, a turn log keyed by source, and an outbox, in memory."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, tuple[dict[str, Any], int]] = {}
+        self.applied: set[tuple[str, int, int]] = set()
+        self.rows: list[OutboxRow] = []
+        self.published: set[int] = set()
+        self.saves: list[SaveRequest] = []
+        self.rival_writes = 0  # saves another writer sneaks in before ours
+
+    async def load(self, session_id: str, *, history_limit: int = 20) -> LoadedSession:
+        state, version = self.sessions.get(session_id, (None, 0))
+        return LoadedSession(state=state, version=version, history=[])
+
+    async def is_applied(self, topic: str, partition: int, offset: int) -> bool:
+        return (topic, partition, offset) in self.applied
+
+    async def save_turn(self, request: SaveRequest) -> SavedTurn:
+        if self.rival_writes:
+            self.rival_writes -= 1
+            state, version = self.sessions.get(request.session_id, ({}, 0))
+            self.sessions[request.session_id] = (state, version + 1)
+        source = request.turn.source
+        assert source is not None
+        if (source.topic, source.partition, source.offset) in self.applied:
+            raise AlreadyApplied(topic=source.topic, partition=source.partition,
+                                 offset=source.offset)
+        _, version = self.sessions.get(request.session_id, (None, 0))
+        if version != request.expected_version:
+            raise VersionConflict(session_id=request.session_id,
+                                  expected=request.expected_version, found=version)
+        self.saves.append(request)
+        self.applied.add((source.topic, source.partition, source.offset))
+        self.sessions[request.session_id] = (request.state, version + 1)
+        ids = [self.add_row(request.session_id, e.topic, e.payload) for e in request.outbox]
+        return SavedTurn(version=version + 1, outbox_ids=ids)
+
+    def add_row(
+        self, session_id: str, topic: str, payload: dict[str, Any],
+        created_at: datetime | None = None,
+    ) -> int:
+        row_id = len(self.rows) + 1
+        self.rows.append(OutboxRow(row_id, session_id, topic, session_id, payload,
+                                   created_at or datetime.now(UTC)))
+        return row_id
+
+    @asynccontextmanager
+    async def fetch_unpublished(
+        self, *, session_id: str | None = None, limit: int = 100
+    ) -> AsyncIterator[FakeBatch]:
+        rows = [r for r in self.rows if r.id not in self.published
+                and (session_id is None or r.session_id == session_id)][:limit]
+        yield FakeBatch(self, rows)
+
+    async def outbox_backlog(self) -> int:
+        return len(self.rows) - len(self.published)
+
+
+class FakeProducer:
+    """Records what was sent, in order; every send is acknowledged at once."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None, bytes]] = []
+
+    async def send(self, topic: str, value: bytes, key: bytes | None = None) -> Any:
+        self.sent.append((topic, key, value))
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future.set_result(None)
+        return future
