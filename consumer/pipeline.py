@@ -100,6 +100,11 @@ def _field(value: Any, name: str, default: Any = None) -> Any:
     return getattr(value, name, default)
 
 
+def _message_extras(message: dict[str, Any]) -> dict[str, Any]:
+    """A hand-off's notice and a reply's sources, only on the records that carry them."""
+    return {k: message[k] for k in ("handoff", "provenance") if message.get(k)}
+
+
 def _iso(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat().replace("+00:00", "Z")
@@ -215,6 +220,7 @@ class TurnPipeline:
                     "step_id": m.get("step_id"),
                     "input_id": parsed.input_id,
                     "version": version,
+                    **_message_extras(m),
                 },
             )
             for m in messages
@@ -297,6 +303,10 @@ def turn_outcome(result: Any) -> str | None:
     """The dashboard's turn-level outcome (handoff, fallback, task_completed, answered, error),
     or None for a turn that neither spoke nor failed (a silent wake, a duplicate). A result that
     states its own ``outcome`` (agents with lifecycle rules) is taken at its word."""
+    if hasattr(result, "turn_outcome") or (isinstance(result, dict) and "turn_outcome" in result):
+        # An engine result states its turn outcome (None: the turn said nothing).
+        declared = _field(result, "turn_outcome")
+        return declared if isinstance(declared, str) and declared in _TURN_OUTCOMES else None
     stated = _field(result, "outcome")
     if isinstance(stated, str) and stated in _TURN_OUTCOMES:
         return stated

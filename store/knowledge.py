@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
 
 from engine.knowledge import KnowledgeHit, excerpts, fold, words
 from engine.lifecycle import KnowledgeDocument
@@ -58,11 +59,16 @@ class PostgresKnowledgeIndex:
         self._owns_engine = owns_engine
 
     @classmethod
-    async def connect(cls, url: str, *, agent: str, pool_size: int = 2) -> PostgresKnowledgeIndex:
-        """A small pool of its own on ``url`` (plain ``postgresql://`` works)."""
-        engine = create_async_engine(
-            async_url(url), isolation_level="AUTOCOMMIT", pool_size=pool_size, max_overflow=2
+    async def connect(
+        cls, url: str, *, agent: str, pool_size: int = 2, pooled: bool = True
+    ) -> PostgresKnowledgeIndex:
+        """A small pool of its own on ``url`` (plain ``postgresql://`` works). ``pooled=False``
+        opens a connection per search and holds none between them, so the index needs no
+        closing (how the consumer uses it)."""
+        options: dict[str, Any] = (
+            {"pool_size": pool_size, "max_overflow": 2} if pooled else {"poolclass": NullPool}
         )
+        engine = create_async_engine(async_url(url), isolation_level="AUTOCOMMIT", **options)
         return cls(engine, agent=agent, owns_engine=True)
 
     async def close(self) -> None:
