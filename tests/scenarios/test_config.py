@@ -111,3 +111,40 @@ def test_agent_is_immutable() -> None:
     agent = build([flow([{"id": "a", "say": "x"}])])
     with pytest.raises(AttributeError):
         agent.name = "Bia"  # type: ignore[misc]  # the point of the test
+
+
+def test_more_shape_checks() -> None:
+    """The constructor checks the configuration before any turn runs (shapes the seeds imply)."""
+    rejects([flow([{"id": "end", "say": "x"}])], step_id="end")
+    rejects([flow([{"id": "t", "prompt": "p", "branches": [{"then": "end"}]}])], step_id="t")
+    rejects(
+        [
+            flow(
+                [
+                    {
+                        "id": "t",
+                        "prompt": "p",
+                        "branches": [{"when": "q?", "if": {"known": "nome"}, "then": "end"}],
+                    }
+                ]
+            )
+        ],
+        step_id="t",
+    )
+    rejects([flow([{"id": "a", "say": "x", "then": {"step": "zz"}}])], step_id="a")
+    rejects([flow([{"id": "a", "say": "x", "then": {"step": "a", "clear": ["zz"]}}])], step_id="a")
+    with pytest.raises(FlowConfigurationError):
+        build([], fields={"plano": {"type": "string", "enum": []}})
+    with pytest.raises(FlowConfigurationError):
+        build([], max_tool_loops=-1)
+    with pytest.raises(FlowConfigurationError):
+        build([], instructions=[{"must": "x", "if": {"nope": 1}}])
+
+
+def test_idle_and_knowledge_forms() -> None:
+    """idle: None | "silent" | "a prompt" | {"prompt", "tools"}; knowledge: str or list[str]."""
+    silent = build([], idle="silent", knowledge="K")
+    assert silent.config.idle_silent and silent.config.knowledge == ("K",)
+    prompted = build([], idle="Responda curto.", knowledge=["A", "B"])
+    assert prompted.config.idle is not None and prompted.config.idle.prompt == "Responda curto."
+    assert prompted.config.knowledge == ("A", "B") and prompted.name == "Ana"
