@@ -31,7 +31,10 @@ class DevRun:
 def clean_env() -> dict[str, str]:
     """This process's environment without model keys or server addresses."""
     drop = {*_MODEL_ENV, "DATABASE_URL", "KAFKA_BOOTSTRAP_SERVERS"}
-    return {k: v for k, v in os.environ.items() if k not in drop}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    # The checkout under test, even when the child runs elsewhere (an agent in a temp dir).
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
 
 
 def run_dev(
