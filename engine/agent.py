@@ -68,7 +68,6 @@ class AgentConfig:
     compaction: CompactionConfig | None
     max_tool_loops: int
     business_hours: BusinessHours | None
-    catch_alls: tuple[str, ...] = field(default=())
     # Per-kind trigger indexes, so a turn does not scan every flow's triggers: (flow, index,
     # trigger) for the first trigger of each kind per flow, in flow order.
     message_triggers: tuple[tuple[Flow, int, MessageTrigger], ...] = field(default=())
@@ -153,11 +152,6 @@ class Agent:
             message_triggers=_first_triggers(parsed_flows, MessageTrigger),
             mention_triggers=_first_triggers(parsed_flows, MentionTrigger),
             silence_triggers=_first_triggers(parsed_flows, SilenceTrigger),
-            catch_alls=tuple(
-                f.id
-                for f in parsed_flows
-                if any(isinstance(t, MessageTrigger) and not t.message for t in f.on)
-            ),
         )
         _validate(config)
         object.__setattr__(self, "_config", config)

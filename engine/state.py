@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from engine.conditions import ConditionContext, holds
-from engine.config import Flow, Move, TalkStep
+from engine.config import Flow
 from engine.request import HistoryEntry, Message, Outcome, RunChange, ScheduleEntry, Skip
 from engine.session import Claim, Run, Session
 
@@ -75,9 +75,6 @@ class TurnState:
     hops: dict[str, int] = field(default_factory=dict)
     inline_after_ms: dict[str, int] = field(default_factory=dict)
     retry_run_id: str | None = None
-    resuming_asker_id: str | None = None
-    woken_run_id: str | None = None
-    branch_judged: set[str] = field(default_factory=set)
     moved_runs: set[str] = field(default_factory=set)
     compaction_pending: Any = None
     candidates: Any = None
@@ -227,10 +224,3 @@ class TurnState:
 def talk_key(run: Run) -> str:
     """The idempotency key of a run's current step visit."""
     return f"{run.id}:{run.step_id}:{run.visit}"
-
-
-def is_talk(step: Any) -> bool:
-    return isinstance(step, TalkStep)
-
-
-MoveTarget = Move | None

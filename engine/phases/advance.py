@@ -60,7 +60,6 @@ def answered(state: TurnState) -> bool:
 def _resume(state: TurnState, run: Run) -> None:
     run.status = "asking"
     run.suspended_seq = None
-    state.resuming_asker_id = run.id
     state.outcome("resumed", run)
     if state.is_message:
         apply_branches(state, run, None)

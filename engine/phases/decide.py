@@ -46,7 +46,6 @@ def run(state: TurnState) -> None:
     write_fields(state, judgement.fields)
     if asker is not None and asker.status == "asking":
         apply_branches(state, asker, judgement.branches)
-        state.branch_judged.add(asker.id)
 
 
 def _best(found: Candidates, judgement: Judgement) -> tuple[tuple[Flow, int] | None, int]:

@@ -78,7 +78,6 @@ def _wake(state: TurnState) -> None:
         return
     kind = run.waiting.kind
     run.status, run.waiting = "running", None
-    state.woken_run_id = run.id
     _take_floor(state, run)
     flow = state.flow(run.flow_id)
     step = flow.step(run.step_id) if flow else None
