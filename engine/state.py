@@ -18,7 +18,9 @@ from engine.session import Claim, Run, Session
 
 if TYPE_CHECKING:
     from engine.agent import AgentConfig
+    from engine.compaction import PendingSummary
     from engine.envelopes import Judgement
+    from engine.phases.understand import Candidates
     from engine.request import TurnRequest
 
 
@@ -76,8 +78,8 @@ class TurnState:
     inline_after_ms: dict[str, int] = field(default_factory=dict)
     retry_run_id: str | None = None
     moved_runs: set[str] = field(default_factory=set)
-    compaction_pending: Any = None
-    candidates: Any = None
+    compaction_pending: PendingSummary | None = None
+    candidates: Candidates | None = None
 
     # --- reading ------------------------------------------------------------------------------
 
