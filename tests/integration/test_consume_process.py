@@ -14,6 +14,8 @@ import httpx
 import pytest
 
 from consumer.embedded_broker import free_port
+from consumer.topics import TopicSpec, ensure_topics
+from store import OutboxEntry, SaveRequest, SourceRecord, Store, TurnRecord
 from tests.integration.harness import (
     OutboundReader,
     message,
@@ -100,3 +102,46 @@ async def test_consume_process_serves_then_exits_zero_on_sigterm(
     assert any(p["message"] == "turn applied" and p.get("session_id") == sid for p in parsed)
     assert any(p["message"] == "consumer stopped" for p in parsed)
     assert not any("segredo" in line for line in logs)
+
+
+async def test_relay_process_republishes_and_exits_zero_on_sigterm(
+    kafka_bootstrap: str, database_url: str, kafka_is_embedded: bool
+) -> None:
+    """``turnflow relay`` publishes a row a dead consumer left unpublished, then exits 0 on
+    SIGTERM."""
+    suffix = uuid.uuid4().hex[:8]
+    topic = f"outbound.messages.relay.{suffix}"
+    await ensure_topics(kafka_bootstrap, [TopicSpec(topic, 1)])
+    sid = f"relayproc-{suffix}"
+    store = await Store.connect(database_url, pool_size=1)
+    try:
+        await store.save_turn(SaveRequest(
+            session_id=sid, expected_version=0, state={"id": sid, "v": 4, "data": {}},
+            turn=TurnRecord(input={"session_id": sid, "wake": "k"},
+                            source=SourceRecord(f"in.{suffix}", 0, 0)),
+            outbox=[OutboxEntry(topic=topic, key=sid, payload={"session_id": sid,
+                                                               "text": "left behind"})],
+        ))
+    finally:
+        await store.close()
+    env = dict(os.environ)
+    env.update({
+        "DATABASE_URL": database_url,
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "METRICS_PORT": "0",
+        "RELAY_INTERVAL_MS": "200",
+        "KAFKA_IDEMPOTENT_PRODUCER": "false" if kafka_is_embedded else "true",
+    })
+    process = await asyncio.create_subprocess_exec(
+        TURNFLOW, "relay", "--grace-ms", "0", env=env, stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with OutboundReader(kafka_bootstrap, topic) as replies:
+            values = await replies.until(lambda v: any(x["session_id"] == sid for x in v))
+        assert [v["text"] for v in values if v["session_id"] == sid] == ["left behind"]
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), timeout=30) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
