@@ -55,8 +55,10 @@ def history_messages(state: TurnState) -> list[ChatMessage]:
         for e in state.history
         if e.role in ("user", "assistant")
     ]
-    if state.request.message is not None:
-        out.append(ChatMessage(role="user", text=state.request.message))
+    message = state.request.message
+    already_there = bool(out) and out[-1].role == "user" and out[-1].text == message
+    if message is not None and not already_there:  # a host may log the message before the turn
+        out.append(ChatMessage(role="user", text=message))
     return out
 
 

@@ -382,3 +382,15 @@ async def test_a_hand_off_after_the_reply_moves_the_child_this_turn() -> None:
     (child,) = result.session.runs
     assert (child.flow_id, child.step_id, child.status) == ("y", "t", "asking")
     assert result.llm_calls == 1
+
+
+async def test_the_message_is_not_sent_twice_when_the_history_already_ends_with_it() -> None:
+    """messages: history + the turn's message (a host that logs first is not sent it twice)."""
+    flows = [{"id": "f", "on": [{"message": []}], "steps": [{"id": "t", "prompt": "p"}]}]
+    provider = MockProvider([{"message": "Oi!"}, {"message": "Oi de novo!"}])
+    agent = build(provider, flows=flows)
+    await agent.turn(message("olá", history=[{"role": "user", "text": "olá"}]))
+    await agent.turn(message("olá", history=[{"role": "assistant", "text": "olá"}]))
+    first, second = provider.calls
+    assert [(m.role, m.text) for m in first.messages] == [("user", "olá")]
+    assert [(m.role, m.text) for m in second.messages] == [("assistant", "olá"), ("user", "olá")]
