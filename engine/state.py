@@ -43,6 +43,7 @@ class SpeakReply:
     calls: int = 0
     deferred: str | None = None  # "retryable" | "fatal" when no message came back
     error: str | None = None
+    retry_after_s: float | None = None  # the server's hint, when it gave one
     skipped: bool = False
 
 

@@ -18,7 +18,7 @@ from engine.moves import take
 from engine.phases.advance import walk
 from engine.session import Run, Waiting
 from engine.starts import repeat_blocked
-from engine.state import TurnState, talk_key
+from engine.state import SpeakReply, TurnState, talk_key
 from engine.values import ms
 
 RETRY_LADDER_MS = (60_000, 300_000, 900_000, 3_600_000, 21_600_000)
@@ -54,7 +54,7 @@ async def _apply_reply(state: TurnState) -> None:
     if run is None or flow is None or not isinstance(step, TalkStep):
         return
     if reply.text is None:
-        _defer(state, run, reply.deferred or "retryable", reply.error, reply.calls)
+        _defer(state, run, reply, reply.calls)
         return
     question = speaker.question is not None
     state.send(run, "verbatim" if question else "ai", reply.text, talk_key(run), step.id)
@@ -100,12 +100,16 @@ def _idle(state: TurnState) -> None:
     state.outcome("idle", step_id="idle", llm_calls=reply.calls, status="idle")
 
 
-def _defer(state: TurnState, run: Run, kind: str, error: str | None, calls: int) -> None:
-    if kind == "fatal" or run.retries >= len(RETRY_LADDER_MS):
+def _defer(state: TurnState, run: Run, reply: SpeakReply, calls: int) -> None:
+    error = reply.error
+    if reply.deferred == "fatal" or run.retries >= len(RETRY_LADDER_MS):
         state.outcome("deferred", run, detail=error, llm_calls=calls)
         state.end_run(run, "failed", detail=error)
         return
-    at = state.now + timedelta(milliseconds=RETRY_LADDER_MS[run.retries])
+    # The ladder's step, or later when the server asked for more time (a 429's Retry-After):
+    # a retry that is sure to be refused again would only burn a rung.
+    delay_ms = max(RETRY_LADDER_MS[run.retries], int((reply.retry_after_s or 0) * 1000))
+    at = state.now + timedelta(milliseconds=delay_ms)
     key = f"{talk_key(run)}:retry:{ms(at)}"
     run.retries += 1
     run.status = "waiting"

@@ -113,6 +113,7 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
             raise  # a scripted test spent one call too many: fail loudly, never defer
         except ProviderError as exc:
             reply.deferred, reply.error = exc.kind, str(exc)
+            reply.retry_after_s = exc.retry_after
             return reply
         except Exception as exc:  # anything else a provider raises is retryable
             reply.deferred, reply.error = "retryable", f"{type(exc).__name__}: {exc}"

@@ -394,3 +394,15 @@ async def test_the_message_is_not_sent_twice_when_the_history_already_ends_with_
     first, second = provider.calls
     assert [(m.role, m.text) for m in first.messages] == [("user", "olá")]
     assert [(m.role, m.text) for m in second.messages] == [("assistant", "olá"), ("user", "olá")]
+
+
+async def test_a_retry_after_hint_longer_than_the_rung_is_respected() -> None:
+    """A failure a wait can fix re-parks the talk step: +1m, or later when the server asked."""
+    flows = [{"id": "f", "on": [{"message": []}], "steps": [{"id": "t", "collect": ["nome"]}]}]
+    slow = MockProvider([ProviderError("429", kind="retryable", retry_after=600)])
+    result = await build(slow, flows=flows).turn(message())
+    (entry,) = result.schedule
+    assert (entry.at - FakeClock(START).now()).total_seconds() == 600
+    quick = MockProvider([ProviderError("429", kind="retryable", retry_after=5)])
+    (early,) = (await build(quick, flows=flows).turn(message())).schedule
+    assert (early.at - FakeClock(START).now()).total_seconds() == 60
