@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
-from consumer import metrics
+from consumer import crash, metrics
 from consumer.decisions import VersionConflictsExhausted
 from consumer.outbox import OutboxPublisher
 from consumer.parser import ParsedInput
@@ -143,10 +143,12 @@ class TurnPipeline:
         conflicts = 0
         while True:
             loaded = await self._store.load(parsed.session_id, history_limit=self._history_limit)
+            crash.reached("after_load")
             request = dict(parsed.request)
             request["session"] = loaded.state
             request["history"] = loaded.history
             result = await self._agent.turn(request)
+            crash.reached("after_turn")
             version = loaded.version + 1
             try:
                 saved = await self._store.save_turn(
@@ -169,7 +171,9 @@ class TurnPipeline:
                 return await self._skip_replay(work, may_publish)
             break
 
+        crash.reached("after_save")
         await self._publish(parsed.session_id, saved.outbox_ids, may_publish)
+        crash.reached("after_publish")
         self._observe(work, result, started)
         messages = list(_field(result, "messages", []) or [])
         schedule = list(_field(result, "schedule", []) or [])

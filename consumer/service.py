@@ -30,7 +30,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from consumer import metrics
+from consumer import crash, metrics
 from consumer.decisions import (
     Abandon,
     Commit,
@@ -449,6 +449,7 @@ class ConsumerService:
                 offsets[tp] = mark
         if not offsets:
             return
+        crash.reached("before_commit")
         try:
             await consumer.commit(offsets)
         except KafkaError as exc:

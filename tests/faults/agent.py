@@ -1,0 +1,75 @@
+"""The agent the fault tests run in a real ``turnflow consume`` process.
+
+A code-only engine agent (no model) whose replies number the inputs applied to a session:
+``count`` adds one to ``n``, the reply says ``"<n>:<label>"`` verbatim, and the run waits an
+hour, which writes a timer to ``outbound.schedule``. A lost, doubled or reordered input shows in
+the reply texts. Around it, per input, the input's ``context`` may ask for:
+
+- ``delay_ms``: sleep before the turn (a slow model for this session);
+- ``poison``: raise ``PoisonInputError`` every time (an input no retry can fix).
+
+``AGENT=tests.faults.agent:fault_agent``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from engine import Agent, ok
+
+__all__ = ["FaultAgent", "PoisonInputError", "counting_agent", "fault_agent"]
+
+
+class PoisonInputError(RuntimeError):
+    """Raised for an input marked ``poison``: it fails on every attempt."""
+
+
+def counting_agent() -> Agent:
+    """A code-only agent whose verbatim replies are ``"<inputs applied>:<label>"``."""
+
+    async def count(ctx: Any) -> Any:
+        return ok(data={
+            "n": int(ctx.data.get("n") or 0) + 1,
+            "last": str(ctx.context.get("label", "")),
+        })
+
+    return Agent(
+        name="Contadora",
+        fields={"n": {"type": "integer"}, "last": {"type": "string"}},
+        actions={"count": count},
+        flows=[{
+            "id": "count",
+            "on": [{"message": []}],
+            "steps": [
+                {"id": "c", "do": "count"},
+                {"id": "say", "say": "{{n}}:{{last}}"},
+                {"id": "w", "wait": {"ms": 3_600_000}, "then": "end", "else": "c"},
+            ],
+        }],
+    )
+
+
+class FaultAgent:
+    """The counting agent behind the per-input ``delay_ms`` and ``poison`` switches."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+
+    @property
+    def config(self) -> Any:
+        return self._agent.config
+
+    async def turn(self, request: dict[str, Any]) -> Any:
+        context = request.get("context") or {}
+        if context.get("poison"):
+            raise PoisonInputError("this input always fails")
+        delay_ms = int(context.get("delay_ms") or 0)
+        if delay_ms:
+            await asyncio.sleep(delay_ms / 1000)
+        return await self._agent.turn(request)
+
+
+def fault_agent() -> FaultAgent:
+    """What ``--agent tests.faults.agent:fault_agent`` loads."""
+    return FaultAgent(counting_agent())
