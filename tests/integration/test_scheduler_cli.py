@@ -1,4 +1,5 @@
-"""``turnflow schedule`` as a process: ready line, health endpoints, a wake, SIGTERM exit 0."""
+"""``turnflow schedule`` as a process: ready line, health endpoints, a wake, SIGTERM exit 0,
+and a SIGKILL in the middle of a burst that loses no timer."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from consumer.embedded_broker import free_port
-from store import Store
+from store import Store, TimerEntry
 from tests.fixtures.broker import TopicFactory
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -110,3 +111,103 @@ async def test_schedule_command_serves_fires_and_exits_zero_on_sigterm(
     assert code == 0, stderr
     assert any("scheduler stopped" in line for line in stderr)
     assert await store.timers_pending() == 0
+
+
+def process_env(
+    database_url: str, bootstrap: str, topics: dict[str, str], group_id: str, embedded: bool
+) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "SCHEDULE_TOPIC": topics["outbound.schedule"],
+        "INBOUND_TOPIC": topics["inbound.turns"],
+        "GROUP_ID": group_id,
+        "METRICS_PORT": "0",
+        "KAFKA_IDEMPOTENT_PRODUCER": "false" if embedded else "true",
+        # A killed member holds its partitions until its session times out; keep that short.
+        "SESSION_TIMEOUT_MS": "3000",
+        "HEARTBEAT_INTERVAL_MS": "500",
+    }
+
+
+async def start_ready(env: dict[str, str], *args: str) -> tuple[asyncio.subprocess.Process,
+                                                                 asyncio.Task[None]]:
+    """Start ``turnflow schedule``, wait for its ready line, then keep draining its stderr."""
+    process = await asyncio.create_subprocess_exec(
+        TURNFLOW, "schedule", *args,
+        env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    stream = process.stderr
+    seen: list[str] = []
+    async with asyncio.timeout(60):
+        await read_until(stream, "scheduler ready", seen)
+
+    async def drain() -> None:
+        while await stream.readline():
+            pass
+
+    return process, asyncio.create_task(drain())
+
+
+async def test_sigkill_mid_burst_loses_no_timer(
+    store: Store, database_url: str, kafka_bootstrap: str, kafka_topics: TopicFactory,
+    kafka_is_embedded: bool,
+) -> None:
+    """A scheduler killed while firing a burst leaves its claimed rows to the next one: every
+    timer fires, and only the batches in flight at the kill may fire twice."""
+    topics = await kafka_topics("outbound.schedule", "inbound.turns", partitions=2)
+    env = process_env(
+        database_url, kafka_bootstrap, topics, f"kill-{uuid.uuid4().hex[:8]}", kafka_is_embedded
+    )
+    batch = ("--batch-size", "20")
+    count = 2000
+    keys = {f"burst-{i}" for i in range(count)}
+    process, draining = await start_ready(env, *batch)
+    try:
+        due = datetime.now(UTC) + timedelta(seconds=0.5)
+        await store.upsert_timers([
+            TimerEntry(key=f"burst-{i}", session_id=f"s-{i % 40}", at=due) for i in range(count)
+        ])
+        reader = AIOKafkaConsumer(
+            topics["inbound.turns"], bootstrap_servers=kafka_bootstrap,
+            group_id=None, auto_offset_reset="earliest",
+        )
+        await reader.start()
+        try:
+            async with asyncio.timeout(60):
+                first = await reader.getone()
+            process.kill()
+            await process.wait()
+            left = await store.timers_pending()
+            assert left > 0, "the kill must land before the burst is done"
+
+            second, second_draining = await start_ready(env, *batch)
+            try:
+                async with asyncio.timeout(60):
+                    while await store.timers_pending():  # noqa: ASYNC110 - the table is the signal
+                        await asyncio.sleep(0.1)
+            finally:
+                second.send_signal(signal.SIGTERM)
+                async with asyncio.timeout(30):
+                    assert await second.wait() == 0
+                await second_draining
+
+            assert first.value is not None
+            fired = [json.loads(first.value)["wake"]]
+            async with asyncio.timeout(60):
+                while len(set(fired)) < count:
+                    for records in (await reader.getmany(timeout_ms=500)).values():
+                        fired.extend(json.loads(r.value)["wake"] for r in records)
+        finally:
+            await reader.stop()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        await draining
+    assert set(fired) == keys
+    # Rows claimed by the killed process whose wakes were already out fire again.
+    assert len(fired) - count <= 2 * 20
