@@ -97,6 +97,8 @@ class FiringOptions:
     min_sleep: float = 0.005
     retry_delay: float = 1.0
     pending_refresh: float = 1.0
+    contended_sleep: float = 0.01
+    contended_max: float = 1.0
 
 
 class TimerFiring:
@@ -116,6 +118,7 @@ class TimerFiring:
         self._options = options or FiringOptions()
         self._poke = asyncio.Event()
         self._pending_at = -float("inf")
+        self._contended = 0.0
         self.healthy = False
 
     def poke(self) -> None:
@@ -147,9 +150,18 @@ class TimerFiring:
             metrics.TIMERS_PENDING.set(await self._store.timers_pending())
             self._pending_at = time.monotonic()
         due_in = await self._store.next_due_in()
+        options = self._options
+        if due_in is not None and due_in <= 0 and not fired:
+            # Due rows we could not claim are locked by another replica, which fires them.
+            # Back off instead of spinning, but look again soon: its locks die with it.
+            self._contended = min(
+                max(self._contended * 2, options.contended_sleep), options.contended_max
+            )
+            return self._contended
+        self._contended = 0.0
         if due_in is None:
-            return self._options.max_idle
-        return min(max(due_in, self._options.min_sleep), self._options.max_idle)
+            return options.max_idle
+        return min(max(due_in, options.min_sleep), options.max_idle)
 
     async def fire_due(self, stop: asyncio.Event | None = None) -> int:
         """Fire batches until one comes back short or ``stop`` is set; returns how many fired.

@@ -366,15 +366,24 @@ async def test_step_caps_sleep_at_max_idle() -> None:
     assert await firing.step() == 4
 
 
-async def test_step_never_returns_a_zero_or_negative_sleep() -> None:
-    """A timer the database calls due-in-the-past still yields the minimum sleep, not a spin."""
-
-    class LateStore(FakeTimerStore):
-        async def next_due_in(self) -> float | None:
-            return -0.5
-
-    sleep_for = await make_firing(LateStore(), FakeProducer(), min_sleep=0.01).step()
-    assert sleep_for == 0.01
+async def test_step_backs_off_while_another_replica_holds_the_due_rows() -> None:
+    """Due rows locked elsewhere give growing sleeps up to a cap, not a spin; once they are
+    free again they fire and the back-off resets."""
+    store = FakeTimerStore()
+    await store.upsert_timers([timer("s", "held", T0 - timedelta(seconds=1))])
+    store.locked.add("held")
+    producer = FakeProducer()
+    firing = make_firing(store, producer, contended_sleep=0.01, contended_max=0.05)
+    sleeps = [await firing.step() for _ in range(5)]
+    assert sleeps == [0.01, 0.02, 0.04, 0.05, 0.05]
+    assert producer.sent == []
+    store.locked.clear()
+    await store.upsert_timers([timer("s", "later", T0 + timedelta(seconds=3))])
+    assert await firing.step() == 3.0
+    assert [k for _, k, _ in producer.sent] == [b"s"]
+    store.locked.add("later")
+    store.now = T0 + timedelta(seconds=4)
+    assert await firing.step() == 0.01
 
 
 async def test_step_publishes_metrics() -> None:
