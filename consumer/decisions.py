@@ -10,7 +10,8 @@ The one place where failures are classified, so the rules read in one screen:
 - a retryable model failure, a version race lost too often, or an unexpected exception →
   ``Retry`` with exponential backoff (the server's ``retry_after`` when larger), then
   ``DeadLetter`` past ``max_retries``;
-- infrastructure (PostgreSQL or Kafka unreachable) → ``Retry`` with capped backoff and no limit:
+- infrastructure (PostgreSQL or Kafka unreachable, or a database connection lost mid-statement)
+  → ``Retry`` with capped backoff and no limit:
   an outage must not dead-letter customers' inputs, and the held offset makes the lag visible.
 
 Pure: no I/O, no clock; the attempt number comes in, the delay goes out.
@@ -21,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aiokafka.errors import KafkaError
-from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from consumer.errors import FencedPublishError, PublishError
@@ -119,9 +120,16 @@ def decide(error: BaseException | None, *, attempt: int, policy: RetryPolicy) ->
         )
     if isinstance(error, VersionConflictsExhausted):
         return _bounded_retry("version-conflicts", attempt, policy)
-    if isinstance(error, _INFRASTRUCTURE):
+    if isinstance(error, _INFRASTRUCTURE) or _connection_lost(error):
         return Retry(policy.delay(attempt), "infrastructure")
     return _bounded_retry("turn-failed", attempt, policy)
+
+
+def _connection_lost(error: BaseException) -> bool:
+    """A database error raised because the connection broke under the statement (a server
+    restart, ``pg_terminate_backend``, a network cut). asyncpg reports these under several
+    generic classes, but SQLAlchemy flags every one ``connection_invalidated``."""
+    return isinstance(error, DBAPIError) and error.connection_invalidated
 
 
 def _bounded_retry(

@@ -100,6 +100,8 @@ class Ledger:
         self._topics = (messages_topic, schedule_topic)
         self.messages: list[dict[str, Any]] = []
         self.schedule: list[dict[str, Any]] = []
+        # (session, key) -> broker timestamp (ms) of the reply's first copy.
+        self.sent_at: dict[tuple[str, str], int] = {}
 
     async def read(
         self,
@@ -112,6 +114,7 @@ class Ledger:
         ``settle`` seconds more for late duplicates."""
         self.messages.clear()
         self.schedule.clear()
+        self.sent_at.clear()
         consumer = AIOKafkaConsumer(
             *self._topics, bootstrap_servers=self._bootstrap, group_id=None,
             auto_offset_reset="earliest", enable_auto_commit=False,
@@ -133,8 +136,15 @@ class Ledger:
         batches = await consumer.getmany(timeout_ms=100)
         # Per-session order holds within a partition; keep each partition's order.
         for tp, records in sorted(batches.items(), key=lambda item: item[0].partition):
-            target = self.messages if tp.topic == self._topics[0] else self.schedule
-            target.extend(json.loads(r.value) for r in records)
+            is_reply = tp.topic == self._topics[0]
+            for record in records:
+                value = json.loads(record.value)
+                if is_reply:
+                    self.messages.append(value)
+                    identity = (value["session_id"], value["key"])
+                    self.sent_at.setdefault(identity, record.timestamp)
+                else:
+                    self.schedule.append(value)
 
     def texts(self, session_id: str) -> list[str]:
         """The session's reply texts, first copies only, in topic order."""
