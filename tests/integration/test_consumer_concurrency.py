@@ -76,3 +76,26 @@ async def test_per_session_order_under_random_model_latency(
     texts = verbatim_texts(values)
     for sid in sessions:
         assert texts[sid] == [f"{n + 1}:m{n}" for n in range(6)], sid
+
+
+async def test_fetching_pauses_and_resumes_under_back_pressure(
+    kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
+    kafka_is_embedded: bool,
+) -> None:
+    """With room for only four buffered records, forty inputs are still all answered in
+    order: fetching pauses while the buffer is full and resumes as it drains."""
+    topics = await service_topics(kafka_topics, partitions=2)
+    sessions = [f"bp{i}-{uuid.uuid4().hex[:6]}" for i in range(4)]
+    inputs = [message(sid, f"m{n}", delay_ms=20) for n in range(10) for sid in sessions]
+    settings = make_settings(kafka_bootstrap, database_url, topics, embedded=kafka_is_embedded,
+                             max_buffered_records=4, max_in_flight=2)
+    async with running_consumer(settings, counting_agent()):
+        await produce(kafka_bootstrap, topics[INBOUND], inputs)
+        async with OutboundReader(kafka_bootstrap, topics[MESSAGES]) as replies:
+            values = await replies.until(
+                lambda v: sum(len(t) for t in verbatim_texts(v).values()) >= len(inputs),
+                within=60,
+            )
+    texts = verbatim_texts(values)
+    for sid in sessions:
+        assert texts[sid] == [f"{n + 1}:m{n}" for n in range(10)], sid
