@@ -1,0 +1,560 @@
+"""End-to-end benchmark: one ``turnflow consume`` process, real PostgreSQL and broker.
+
+For each simulated model latency (0, 200, 1,000 ms per call) and partition count (1, 8), on
+fresh topics and a fresh consumer group, over 1,000 sessions:
+
+1. backlog: the inputs wait on ``inbound.turns`` before the consumer starts; turns/s is the
+   count over the time from the first reply to the last (all on ``outbound.messages``);
+2. paced: inputs arrive at 70% of that rate for a few seconds; input-to-outbound latency is the
+   reply record's timestamp minus its input record's timestamp (both set by the producers when
+   they send, on this machine), p50/p95/p99 over every input of the phase.
+
+The latency runs are compared with the bound ``MAX_IN_FLIGHT / (calls per turn x latency)``;
+the 0 ms run with the store benchmark's save transaction (``store_bench._saves_per_second``, same
+database, same run, as many clients as the consumer's pool). Finally one more 0 ms run under
+pyinstrument says where the consumer's time goes (engine, serialization, database, broker).
+
+    python bench/e2e_bench.py [--quick] [--latencies 0,200,1000] [--partitions 1,8]
+    turnflow bench [same options]
+
+Servers: ``DATABASE_URL`` (a scratch database is created there and dropped), else an embedded
+PostgreSQL; ``KAFKA_BOOTSTRAP_SERVERS``, else the embedded broker. Load goes to those servers
+only, and every phase ends after a bounded time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+if str(BENCH_DIR) not in sys.path:  # store_bench, and this module as the consumer's agent
+    sys.path.insert(0, str(BENCH_DIR))
+
+LATENCY_ENV = "BENCH_MODEL_LATENCY_MS"
+PACED_LOAD = 0.7  # offered rate of the paced phase, as a share of the backlog rate
+
+
+# -- the agent the consumer process runs --------------------------------------------------------
+
+
+class LatencyProvider:
+    """The offline rule provider behind a fixed delay per call: a model with a known latency."""
+
+    def __init__(self, latency_s: float) -> None:
+        from engine.providers.rules import RuleProvider
+
+        self._inner = RuleProvider()
+        self._latency_s = latency_s
+        self.calls = 0
+
+    async def generate(self, request: Any) -> Any:
+        self.calls += 1
+        if self._latency_s:
+            await asyncio.sleep(self._latency_s)
+        return await self._inner.generate(request)
+
+
+def bench_agent(latency_ms: float | None = None) -> Any:
+    """A message turn with one model call: count (code), a model-phrased reply, a one-hour
+    wait (a timer on ``outbound.schedule``) — the save writes a reply and a timer, the shape
+    the store benchmark saves. Latency from ``BENCH_MODEL_LATENCY_MS`` unless given."""
+    from engine import Agent, ok
+
+    if latency_ms is None:
+        latency_ms = float(os.environ.get(LATENCY_ENV, "0"))
+
+    async def count(ctx: Any) -> Any:
+        return ok(data={"n": int(ctx.data.get("n") or 0) + 1})
+
+    return Agent(
+        name="Bancada",
+        provider=LatencyProvider(latency_ms / 1000),
+        fields={"n": {"type": "integer"}},
+        actions={"count": count},
+        flows=[{
+            "id": "talk",
+            "on": [{"message": []}],
+            "steps": [
+                {"id": "c", "do": "count"},
+                {"id": "reply", "prompt": "Responda em uma frase."},
+                {"id": "w", "wait": {"ms": 3_600_000}, "then": "end", "else": "c"},
+            ],
+        }],
+    )
+
+
+async def calls_per_turn() -> float:
+    """Model calls one bench turn spends, measured on the agent itself."""
+    agent = bench_agent(0)
+    provider = agent.config.provider
+    session: Any = None
+    turns = 3
+    for i in range(turns):
+        request: dict[str, Any] = {"session_id": "probe", "message": f"oi {i}", "id": f"p{i}"}
+        if session is not None:
+            request["session"] = session
+        result = await agent.turn(request)
+        session = result.session
+    return float(provider.calls) / turns
+
+
+# -- servers ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Servers:
+    database_url: str  # the scratch database
+    bootstrap: str
+    where: str
+    embedded_broker: bool
+
+
+def _servers(stack: ExitStack) -> Servers:
+    import asyncpg
+    from sqlalchemy.engine import make_url
+
+    from consumer.embedded_broker import EmbeddedBroker
+    from store import migrate
+    from store.embedded import EmbeddedPostgres
+    from store.urls import plain_url
+
+    server_url = os.environ.get("DATABASE_URL")
+    where = "DATABASE_URL"
+    if not server_url:
+        data_dir = Path(tempfile.mkdtemp(prefix="turnflow-e2e-pg-"))
+        stack.callback(shutil.rmtree, data_dir, ignore_errors=True)
+        server = EmbeddedPostgres(data_dir / "data")
+        server_url = server.start()
+        stack.callback(server.stop)
+        where = "embedded PostgreSQL"
+    server_url = plain_url(server_url)
+
+    async def admin(sql: str) -> None:
+        connection = await asyncpg.connect(server_url)
+        try:
+            await connection.execute(sql)
+        finally:
+            await connection.close()
+
+    name = f"turnflow_e2e_{uuid.uuid4().hex[:8]}"
+    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
+    stack.callback(lambda: asyncio.run(admin(f'DROP DATABASE "{name}" WITH (FORCE)')))
+    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    migrate.upgrade(url)
+
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    embedded = not bootstrap
+    if embedded:
+        broker = EmbeddedBroker().start()
+        stack.callback(broker.stop)
+        bootstrap = broker.bootstrap_servers
+        where += " + embedded broker"
+    else:
+        where += " + KAFKA_BOOTSTRAP_SERVERS"
+    return Servers(url, bootstrap, where, embedded)
+
+
+# -- one run ----------------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    latency_ms: int
+    partitions: int
+    inputs: int
+    turns_per_s: float
+    cpu_ms_per_turn: float
+    paced_rate: float
+    paced_inputs: int
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    profile: str | None = None
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process (Linux ``/proc``), 0.0 where unavailable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _percentile(values: list[float], share: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+class ReplyReader:
+    """Reads ``outbound.messages`` and keeps, per input id, the first reply's timestamp."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from aiokafka import AIOKafkaConsumer
+
+        self._consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+            enable_auto_commit=False, max_partition_fetch_bytes=4 << 20,
+        )
+        self.first_reply_ms: dict[str, int] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self._consumer.start()
+        self._task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        while True:
+            batches = await self._consumer.getmany(timeout_ms=200, max_records=5000)
+            for records in batches.values():
+                for record in records:
+                    input_id = json.loads(record.value).get("input_id")
+                    if input_id is not None:
+                        self.first_reply_ms.setdefault(input_id, record.timestamp)
+
+    async def until(self, ids: set[str], within: float) -> None:
+        deadline = time.monotonic() + within
+        while not ids <= self.first_reply_ms.keys():
+            if time.monotonic() > deadline:
+                missing = len(ids - self.first_reply_ms.keys())
+                raise TimeoutError(f"{missing} of {len(ids)} inputs unanswered after {within}s")
+            await asyncio.sleep(0.1)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._consumer.stop()
+
+
+class InputProducer:
+    """Produces bench inputs round-robin over the sessions; remembers each send timestamp."""
+
+    def __init__(self, bootstrap: str, topic: str, sessions: list[str]) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+        self._topic = topic
+        self._sessions = sessions
+        self._next = 0
+        self.sent_ms: dict[str, int] = {}
+
+    async def start(self) -> None:
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        await self._producer.stop()
+
+    def _records(self, count: int) -> Iterator[tuple[str, bytes, bytes]]:
+        for _ in range(count):
+            session = self._sessions[self._next % len(self._sessions)]
+            self._next += 1
+            input_id = f"in.{self._next}.{uuid.uuid4().hex[:6]}"
+            value = {"session_id": session, "message": f"mensagem {self._next}", "id": input_id}
+            yield input_id, session.encode(), json.dumps(value).encode()
+
+    async def send(self, count: int) -> set[str]:
+        """Send ``count`` inputs, await every ack; their ids."""
+        pending = []
+        for input_id, key, value in self._records(count):
+            pending.append((input_id, await self._producer.send(self._topic, value, key=key)))
+        for input_id, ack in pending:
+            self.sent_ms[input_id] = (await ack).timestamp
+        return {input_id for input_id, _ in pending}
+
+    async def paced(self, rate: float, seconds: float) -> set[str]:
+        """Send at ``rate`` inputs/s for ``seconds`` (ticks of 20 ms); their ids."""
+        ids: set[str] = set()
+        started = time.monotonic()
+        sent = 0
+        while (elapsed := time.monotonic() - started) < seconds:
+            due = int(rate * elapsed) + 1
+            if due > sent:
+                ids |= await self.send(due - sent)
+                sent = due
+            await asyncio.sleep(0.02)
+        return ids
+
+
+class ConsumerProcess:
+    """``python -m consumer.cli consume`` (optionally under pyinstrument) for one run."""
+
+    def __init__(self, env: dict[str, str], profile_to: Path | None = None) -> None:
+        self._env = env
+        self._profile_to = profile_to
+        self._process: asyncio.subprocess.Process | None = None
+        self._log_task: asyncio.Task[None] | None = None
+        self.assigned = asyncio.Event()
+        self.tail: list[str] = []
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None
+        return self._process.pid
+
+    async def start(self, within: float = 60.0) -> None:
+        prefix: list[str] = [sys.executable]
+        if self._profile_to is not None:
+            prefix += ["-m", "pyinstrument", "-r", "session", "-o", str(self._profile_to)]
+        self._process = await asyncio.create_subprocess_exec(
+            *prefix, "-m", "consumer.cli", "consume",
+            env=self._env, cwd=str(REPO), stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        )
+        self._log_task = asyncio.create_task(self._read_logs())
+        try:
+            await asyncio.wait_for(self.assigned.wait(), timeout=within)
+        except TimeoutError:
+            raise RuntimeError(f"consumer not ready: {self.tail[-5:]}") from None
+
+    async def _read_logs(self) -> None:
+        assert self._process is not None and self._process.stderr is not None
+        while line := await self._process.stderr.readline():
+            text = line.decode(errors="replace")
+            if '"partitions assigned"' in text:
+                self.assigned.set()
+            self.tail = [*self.tail[-20:], text.rstrip()]
+
+    async def stop(self) -> None:
+        if self._process is None:
+            return
+        if self._process.returncode is None:
+            self._process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self._process.wait(), timeout=60)
+        except TimeoutError:
+            self._process.kill()
+            await self._process.wait()
+        if self._log_task is not None:
+            await asyncio.gather(self._log_task, return_exceptions=True)
+
+
+async def _topics(servers: Servers, partitions: int) -> dict[str, str]:
+    from consumer.topics import TopicSpec, ensure_topics
+
+    suffix = uuid.uuid4().hex[:8]
+    names = {
+        "INBOUND_TOPIC": f"bench.inbound.{suffix}",
+        "MESSAGES_TOPIC": f"bench.messages.{suffix}",
+        "SCHEDULE_TOPIC": f"bench.schedule.{suffix}",
+        "DLQ_TOPIC": f"bench.dlq.{suffix}",
+    }
+    await ensure_topics(servers.bootstrap, [
+        TopicSpec(name, partitions if variable != "DLQ_TOPIC" else 1)
+        for variable, name in names.items()
+    ])
+    return names
+
+
+async def run_once(
+    servers: Servers, *, latency_ms: int, partitions: int, sessions: int, inputs: int,
+    paced_seconds: float, max_in_flight: int, profile_to: Path | None = None,
+) -> RunResult:
+    """One backlog phase and one paced phase against a fresh consumer process."""
+    topics = await _topics(servers, partitions)
+    env = dict(os.environ)
+    env.pop("TURNFLOW_CRASH_AT", None)
+    env.update(topics)
+    env.update({
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(BENCH_DIR)]),
+        "DATABASE_URL": servers.database_url,
+        "KAFKA_BOOTSTRAP_SERVERS": servers.bootstrap,
+        "GROUP_ID": f"bench-{uuid.uuid4().hex[:8]}",
+        "AGENT": "e2e_bench:bench_agent",
+        LATENCY_ENV: str(latency_ms),
+        "MAX_IN_FLIGHT": str(max_in_flight),
+        "METRICS_PORT": "0",
+        "KAFKA_IDEMPOTENT_PRODUCER": "false" if servers.embedded_broker else "true",
+    })
+    run = uuid.uuid4().hex[:6]
+    session_ids = [f"bench-{run}-{i}" for i in range(sessions)]
+    producer = InputProducer(servers.bootstrap, topics["INBOUND_TOPIC"], session_ids)
+    replies = ReplyReader(servers.bootstrap, topics["MESSAGES_TOPIC"])
+    consumer = ConsumerProcess(env, profile_to)
+    await producer.start()
+    await replies.start()
+    try:
+        backlog = await producer.send(inputs)
+        await consumer.start()
+        cpu_before = _cpu_seconds(consumer.pid)
+        # Generous bound: the model alone needs inputs x calls x latency / max_in_flight.
+        within = 60 + inputs * 2 * latency_ms / 1000 / max_in_flight * 3
+        await replies.until(backlog, within=within)
+        cpu = _cpu_seconds(consumer.pid) - cpu_before
+        stamps = [replies.first_reply_ms[i] for i in backlog]
+        span_s = max(1e-3, (max(stamps) - min(stamps)) / 1000)
+        rate = (len(backlog) - 1) / span_s
+
+        paced_rate = max(1.0, rate * PACED_LOAD)
+        paced = await producer.paced(paced_rate, paced_seconds)
+        await replies.until(paced, within=60 + paced_seconds * 3)
+        latencies = [replies.first_reply_ms[i] - producer.sent_ms[i] for i in paced]
+    finally:
+        await consumer.stop()
+        await replies.stop()
+        await producer.stop()
+    return RunResult(
+        latency_ms=latency_ms, partitions=partitions, inputs=len(backlog), turns_per_s=rate,
+        cpu_ms_per_turn=cpu * 1000 / len(backlog), paced_rate=paced_rate,
+        paced_inputs=len(paced), p50_ms=_percentile(latencies, 0.50),
+        p95_ms=_percentile(latencies, 0.95), p99_ms=_percentile(latencies, 0.99),
+    )
+
+
+# -- profile ----------------------------------------------------------------------------------
+
+# Checked leaf first; the first match names where a sample's time went. A sample with an engine
+# frame anywhere on its stack is engine time (the engine calls neither database nor broker).
+_CATEGORIES = (
+    ("serialization", ("/json/", "pydantic", "jsoncodec", "encode_payload")),
+    ("database", ("sqlalchemy", "asyncpg", "/store/")),
+    ("broker", ("aiokafka", "kafka")),
+    ("waiting on I/O (idle)", ("selectors.py",)),
+    ("logging", ("/logging/", "consumer/logs.py")),
+    ("event loop", ("/asyncio/",)),
+    ("consumer", ("/consumer/",)),
+)
+
+
+def _category(path: list[str]) -> str:
+    if any("/engine/" in p for p in path):
+        return "engine"
+    for entry in reversed(path):
+        for name, needles in _CATEGORIES:
+            if any(n in entry for n in needles):
+                return name
+    return "other"
+
+
+def profile_summary(session_file: Path) -> Counter[str]:
+    """Seconds of the consumer's wall time per category, from a pyinstrument session."""
+    from pyinstrument.session import Session
+
+    session = Session.load(str(session_file))
+    totals: Counter[str] = Counter()
+    root = session.root_frame()
+    if root is None:
+        return totals
+    stack: list[tuple[Any, list[str]]] = [(root, [])]
+    while stack:
+        frame, path = stack.pop()
+        here = [*path, f"{frame.file_path or ''}:{frame.function or ''}"]
+        if frame.total_self_time:
+            totals[_category(here)] += frame.total_self_time
+        stack.extend((child, here) for child in frame.children)
+    return totals
+
+
+# -- main -------------------------------------------------------------------------------------
+
+
+def _store_saves_per_second(url: str, clients: int, seconds: float) -> tuple[float, float]:
+    import store_bench
+
+    saves, _, cpu_ms = asyncio.run(store_bench._saves_per_second(url, clients, seconds))
+    return saves, cpu_ms
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer sessions and inputs (200 sessions, 400 inputs, 4 s paced)")
+    parser.add_argument("--latencies", default="0,200,1000", help="model latencies, ms per call")
+    parser.add_argument("--partitions", default="1,8", help="partition counts")
+    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--inputs", type=int, default=2000, help="backlog inputs per run")
+    parser.add_argument("--paced-seconds", type=float, default=8.0)
+    parser.add_argument("--max-in-flight", type=int, default=64)
+    parser.add_argument("--no-profile", action="store_true", help="skip the profiled 0 ms run")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.quick:
+        args.sessions, args.inputs, args.paced_seconds = 200, 400, 4.0
+    latencies = [int(x) for x in args.latencies.split(",")]
+    partition_counts = [int(x) for x in args.partitions.split(",")]
+    per_turn = asyncio.run(calls_per_turn())
+    pool = min(args.max_in_flight, 20)  # the consumer's pool size (ConsumerService._start)
+    results: list[RunResult] = []
+    with ExitStack() as stack:
+        servers = _servers(stack)
+        print(f"servers: {servers.where}; {os.cpu_count()} CPUs; MAX_IN_FLIGHT="
+              f"{args.max_in_flight}; {args.sessions} sessions; {args.inputs} backlog inputs "
+              f"per run; model calls per turn: {per_turn:g}", flush=True)
+        for latency in latencies:
+            for partitions in partition_counts:
+                result = asyncio.run(run_once(
+                    servers, latency_ms=latency, partitions=partitions,
+                    sessions=args.sessions, inputs=args.inputs,
+                    paced_seconds=args.paced_seconds, max_in_flight=args.max_in_flight,
+                ))
+                results.append(result)
+                print(f"  done: {latency} ms, {partitions} partitions, "
+                      f"{result.turns_per_s:.0f} turns/s", flush=True)
+        saves, save_cpu_ms = _store_saves_per_second(servers.database_url, pool, 5.0)
+        profile: Counter[str] | None = None
+        if not args.no_profile:
+            profile_file = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "p.pyisession"
+            asyncio.run(run_once(
+                servers, latency_ms=0, partitions=max(partition_counts),
+                sessions=args.sessions, inputs=args.inputs, paced_seconds=1.0,
+                max_in_flight=args.max_in_flight, profile_to=profile_file,
+            ))
+            profile = profile_summary(profile_file)
+
+    print()
+    print(f"{'model latency':>13} {'parts':>5} {'turns/s':>8} {'bound':>7} {'ratio':>6} "
+          f"{'CPU ms/turn':>11} {'paced/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}")
+    for r in results:
+        if r.latency_ms:
+            bound = args.max_in_flight / (per_turn * r.latency_ms / 1000)
+            bound_text, ratio_text = f"{bound:7.0f}", f"{r.turns_per_s / bound:6.2f}"
+        else:
+            bound_text, ratio_text = f"{'-':>7}", f"{'-':>6}"
+        print(f"{r.latency_ms:>10} ms {r.partitions:>5} {r.turns_per_s:>8.0f} {bound_text} "
+              f"{ratio_text} {r.cpu_ms_per_turn:>11.2f} {r.paced_rate:>8.0f} {r.p50_ms:>8.0f} "
+              f"{r.p95_ms:>8.0f} {r.p99_ms:>8.0f}")
+    print()
+    print(f"store save transaction alone ({pool} clients, one process): {saves:.0f} saves/s, "
+          f"{save_cpu_ms:.2f} ms client CPU per save")
+    for r in results:
+        if r.latency_ms == 0:
+            print(f"  0 ms, {r.partitions} partition(s): {r.turns_per_s:.0f} turns/s = "
+                  f"{r.turns_per_s / saves:.2f} x the save rate")
+    if profile:
+        total = sum(profile.values())
+        busy = total - profile.get("waiting on I/O (idle)", 0.0)
+        print()
+        print(f"where the consumer's time goes at 0 ms ({max(partition_counts)} partitions, "
+              f"pyinstrument, {total:.1f} s sampled wall time):")
+        for name, seconds in profile.most_common():
+            share_busy = "" if name.startswith("waiting") else f"{seconds / busy:6.1%} of busy"
+            print(f"  {name:<24} {seconds:7.2f} s {seconds / total:6.1%}  {share_busy}")
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    sys.exit(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
