@@ -26,6 +26,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -34,6 +35,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -56,7 +58,9 @@ async def bench_database(stack: AsyncExitStack) -> AsyncIterator[str]:
     if server_url:
         server_url = plain_url(server_url)
     else:
-        embedded = EmbeddedPostgres(tempfile.mkdtemp(prefix="turnflow-bench-pg-"))
+        data_dir = Path(tempfile.mkdtemp(prefix="turnflow-bench-pg-"))
+        stack.callback(shutil.rmtree, data_dir, ignore_errors=True)
+        embedded = EmbeddedPostgres(data_dir)
         server_url = await asyncio.to_thread(embedded.start)
         stack.callback(embedded.stop)
     name = f"turnflow_bench_{uuid.uuid4().hex[:10]}"
