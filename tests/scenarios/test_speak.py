@@ -275,6 +275,31 @@ async def test_each_field_still_pending_gets_asked_plus_one() -> None:
     assert run.asked.get("nome", 1) == 1
 
 
+async def test_the_last_ask_still_waits_for_the_answer() -> None:
+    """Each field still pending gets asked + 1 and the run stays asking (the ask that reaches maxAsks included)."""  # noqa: E501  # the seed sentence, quoted whole
+    fields = {**FIELDS, "nome": {"type": "string", "ask": "Pergunte o nome.", "max_asks": 1}}
+    provider = MockProvider([{"message": "Qual o seu nome?", "nome": None}])
+    agent = build(
+        provider,
+        fields=fields,
+        flows=[
+            catch_all([{"id": "nome", "collect": ["nome"]}, {"id": "fim", "say": "Seguimos sem."}])
+        ],
+    )
+    first = await agent.turn(message())
+    assert [m.text for m in first.messages] == ["Qual o seu nome?"]
+    assert "max-asks" not in codes(first)
+    (run,) = first.session.runs
+    assert (run.status, run.asked) == ("asking", {"nome": 1})
+    # The answer to the last ask is the next message; with nothing left to ask, the step is
+    # skipped without a call, the field reported, and the run moves on.
+    second = await agent.turn(message("prefiro não dizer", "m2", session=first.session))
+    assert second.llm_calls == 0
+    assert [o.step_id for o in second.outcomes if o.code == "max-asks"] == ["nome"]
+    assert [m.text for m in second.messages] == ["Seguimos sem."]
+    assert second.session.runs == []
+
+
 async def test_a_field_at_max_asks_is_reported_when_nothing_else_is_pending() -> None:
     """Nothing pending: a field that hit maxAsks is reported (code: 'max-asks', one line per field), the run takes then and keeps moving this turn."""  # noqa: E501  # the seed sentence, quoted whole
     fields = {**FIELDS, "nome": {"type": "string", "ask": "Pergunte o nome.", "max_asks": 1}}
