@@ -16,7 +16,7 @@ never blocks a reply: any failure inside it returns the text unchanged.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
@@ -88,13 +88,20 @@ def _check(text: str, known: KnownLinks) -> LinkCheckResult:
     if not known.hosts:
         return LinkCheckResult(text)
     fixes: list[LinkFix] = []
-    text = _MARKDOWN.sub(lambda m: _markdown(m, known, fixes), text)
+    verdicts: dict[str, tuple[str, str | None]] = {}
+
+    def judge(url: str) -> tuple[str, str | None]:
+        if url not in verdicts:  # a reply often repeats a link; judge each once
+            verdicts[url] = _judge(url, known)
+        return verdicts[url]
+
+    text = _MARKDOWN.sub(lambda m: _markdown(m, judge, fixes), text)
     out: list[str] = []
     last = 0
     for match in _URL.finditer(text):
         url = _strip_trailing(match.group(0))
         end = match.start() + len(url)
-        verdict, replacement = _judge(url, known)
+        verdict, replacement = judge(url)
         out.append(text[last : match.start()])
         if verdict in ("keep", "other"):
             out.append(url)
@@ -113,9 +120,11 @@ def _check(text: str, known: KnownLinks) -> LinkCheckResult:
     return LinkCheckResult(result, fixes)
 
 
-def _markdown(match: re.Match[str], known: KnownLinks, fixes: list[LinkFix]) -> str:
+def _markdown(
+    match: re.Match[str], judge: Callable[[str], tuple[str, str | None]], fixes: list[LinkFix]
+) -> str:
     label, url = match.group(1), match.group(2)
-    verdict, replacement = _judge(url, known)
+    verdict, replacement = judge(url)
     if verdict in ("keep", "other"):
         return match.group(0)
     if verdict == "repair":
@@ -171,19 +180,31 @@ def _nearest(host: str, hosts: Iterable[str], limit: int) -> str | None:
 
 
 def _distance(a: str, b: str, limit: int) -> int:
-    """Levenshtein distance, giving up (limit + 1) once it must exceed ``limit``."""
+    """Levenshtein distance within ``limit`` (anything larger is ``limit + 1``).
+
+    Only the diagonal band ``|i - j| <= limit`` is computed, so a comparison costs
+    O(len * limit) rather than O(len^2): links are checked on every reply.
+    """
     if abs(len(a) - len(b)) > limit:
         return limit + 1
-    previous = list(range(len(b) + 1))
-    for i, ca in enumerate(a, start=1):
-        current = [i]
-        for j, cb in enumerate(b, start=1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1,
-                               previous[j - 1] + (ca != cb)))
-        if min(current) > limit:
-            return limit + 1
+    if a == b:
+        return 0
+    over = limit + 1
+    previous = [j if j <= limit else over for j in range(len(b) + 1)]
+    for i in range(1, len(a) + 1):
+        low, high = max(1, i - limit), min(len(b), i + limit)
+        current = [over] * (len(b) + 1)
+        current[0] = i if i <= limit else over
+        best = current[0]
+        for j in range(low, high + 1):
+            cost = previous[j - 1] + (a[i - 1] != b[j - 1])
+            value = min(cost, previous[j] + 1, current[j - 1] + 1, over)
+            current[j] = value
+            best = min(best, value)
+        if best > limit:
+            return over
         previous = current
-    return previous[-1]
+    return min(previous[len(b)], over)
 
 
 def _strip_trailing(url: str) -> str:
