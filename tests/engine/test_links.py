@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.links import KnownLinks, LinkFix, check_links
 
@@ -134,3 +136,31 @@ def test_the_check_never_raises() -> None:
     broken = KnownLinks(urls=[None], hosts={"loja.com.br"})  # type: ignore[list-item]  # on purpose
     text = "Veja https://loja.com.br/x"
     assert check_links(text, broken).text == text
+
+
+_WORDS = st.sampled_from(["Olá", "veja", "em", "o", "pedido", "agora.", "obrigado!", "\n"])
+_PATHS = st.text(alphabet="abcdefghij/-", min_size=0, max_size=12)
+
+
+@given(
+    words=st.lists(_WORDS, max_size=12),
+    paths=st.lists(_PATHS, min_size=1, max_size=3),
+    foreign=st.booleans(),
+)
+@settings(max_examples=200, deadline=None)
+def test_property_removed_links_never_leave_and_foreign_links_never_change(
+    words: list[str], paths: list[str], foreign: bool
+) -> None:
+    """For any reply: a removed link is gone from the text, a repaired one points at a known
+    URL, and a reply whose links are all foreign comes back unchanged."""
+    host = "www.example.org" if foreign else "loja.com.br"
+    links = [f"https://{host}/{p}" for p in paths]
+    text = " ".join(words + links)
+    result = check_links(text, known())
+    for fix in result.fixes:
+        if fix.action == "removed":
+            assert fix.url not in result.text.split()
+        else:
+            assert fix.replacement in known().urls or fix.replacement.endswith("/")
+    if foreign:
+        assert result.text == text and result.fixes == []
