@@ -232,7 +232,10 @@ class TimerFiring:
                 if sent is not None:
                     sent.set_result(None)
                 # Every ack before any delete: a row is gone only once its wake is durable.
-                await asyncio.gather(*acks)
+                # All acks are awaited even after a failure, so none is left unretrieved.
+                for outcome in await asyncio.gather(*acks, return_exceptions=True):
+                    if isinstance(outcome, BaseException):
+                        raise outcome
                 await claim.delete()
                 lateness = [(claim.db_now - t.at).total_seconds() for t in timers]
         finally:
