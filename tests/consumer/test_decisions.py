@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from consumer.decisions import (
     Abandon,
@@ -70,6 +70,17 @@ def test_infrastructure_failures_retry_without_limit(error: BaseException) -> No
     """Database or broker outages retry forever with capped backoff instead of dead-lettering."""
     decision = decide(error, attempt=50, policy=POLICY)
     assert decision == Retry(3.0, "infrastructure")
+
+
+def test_connection_lost_mid_statement_is_an_outage() -> None:
+    """A database error raised on a connection the server cut (SQLAlchemy flags it
+    ``connection_invalidated``) retries without limit; the same class on a live connection is
+    bounded like any other failure."""
+    lost = DBAPIError("save", {}, Exception("terminating connection"),
+                      connection_invalidated=True)
+    assert decide(lost, attempt=50, policy=POLICY) == Retry(3.0, "infrastructure")
+    alive = DBAPIError("save", {}, Exception("bad input"))
+    assert isinstance(decide(alive, attempt=4, policy=POLICY), DeadLetter)
 
 
 def test_version_conflicts_are_bounded() -> None:
