@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from consumer import metrics
 from tests.fixtures.broker import TopicFactory
 from tests.integration.harness import (
     INBOUND,
@@ -27,6 +28,11 @@ from tests.integration.harness import (
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 
+def sample(name: str, **labels: str) -> float:
+    value = metrics.REGISTRY.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
 def new_session(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
 
@@ -37,12 +43,14 @@ async def test_multi_turn_conversation(
 ) -> None:
     """Three messages of one session yield their replies in order, each carrying its input id
     and the saved version, one timer per turn on outbound.schedule, and a wake for the last
-    timer is applied as the fourth turn."""
+    timer is applied as the fourth turn; the turn, publish and lag metrics follow."""
     topics = await service_topics(kafka_topics)
     sid = new_session("conv")
     settings = make_settings(kafka_bootstrap, database_url, topics, embedded=kafka_is_embedded)
     inputs = [message(sid, "oi"), message(sid, "quero pizza"), message(sid, "grande")]
-    async with running_consumer(settings, counting_agent()):
+    before = {kind: sample("turnflow_turns_total", kind=kind) for kind in ("message", "wake")}
+    published_before = sample("turnflow_outbox_published_total", topic=topics[MESSAGES])
+    async with running_consumer(settings, counting_agent()) as service:
         await produce(kafka_bootstrap, topics[INBOUND], list(inputs))
         async with OutboundReader(kafka_bootstrap, topics[MESSAGES]) as replies:
             values = await replies.until(lambda v: len(verbatim_texts(v).get(sid, [])) >= 3)
@@ -51,6 +59,11 @@ async def test_multi_turn_conversation(
         await produce(kafka_bootstrap, topics[INBOUND],
                       [{"session_id": sid, "wake": scheduled[-1]["key"]}])
         loaded = await load_when(database_url, sid, lambda s: s.version >= 4)
+        await wait_until(lambda: sum(service.committed_offsets().values()) >= 4)
+        lag = metrics.REGISTRY.get_sample_value("turnflow_consumer_lag", {
+            "topic": topics[INBOUND],
+            "partition": str(next(iter(service.committed_offsets())).partition),
+        })
 
     verbatim = [v for v in values if v["kind"] == "verbatim"]
     assert [v["text"] for v in verbatim] == ["1:oi", "2:quero pizza", "3:grande"]
@@ -63,6 +76,12 @@ async def test_multi_turn_conversation(
     assert loaded.version == 4
     assert loaded.state is not None
     assert loaded.state["runs"] == []
+    # The dashboards' counters moved with the turns.
+    assert sample("turnflow_turns_total", kind="message") - before["message"] == 3
+    assert sample("turnflow_turns_total", kind="wake") - before["wake"] == 1
+    assert sample("turnflow_outbox_published_total", topic=topics[MESSAGES]) \
+        - published_before == 6
+    assert lag == 0
 
 
 async def test_duplicate_record_is_answered_once(
