@@ -327,6 +327,8 @@ class ConsumerService:
                 return
             error: BaseException | None = None
             async with self._slots, self._busy_on(tp):
+                if not self._owns(tp, item.epoch):
+                    return  # the partition moved while this input waited for a slot
                 metrics.IN_FLIGHT.inc()
                 try:
                     assert self._pipeline is not None

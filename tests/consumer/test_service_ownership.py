@@ -104,3 +104,41 @@ async def test_work_fetched_under_an_old_epoch_is_not_owned_after_reassignment()
     service._on_assigned({TP})
     assert not service._owns(TP, old_epoch)
     assert service._owns(TP, service._epochs[TP])
+
+
+class RecordingPipeline:
+    def __init__(self) -> None:
+        self.applied: list[object] = []
+
+    async def apply(self, work: object, **_: object) -> None:
+        self.applied.append(work)
+
+
+async def test_input_waiting_for_a_slot_is_dropped_when_its_partition_moves() -> None:
+    """An input that waited for an in-flight slot while its partition was revoked never
+    reaches the pipeline (no wasted model call, no save under a lost partition)."""
+    from consumer.parser import ParsedInput
+    from consumer.partitions import QueuedInput
+    from consumer.pipeline import TurnWork
+    from consumer.service import _Input
+    from store import SourceRecord
+
+    service = service_with(FakeConsumer(generation=3))
+    pipeline = RecordingPipeline()
+    service._pipeline = pipeline  # type: ignore[assignment]
+    work = TurnWork(
+        parsed=ParsedInput("s1", "wake", {"session_id": "s1", "wake": "k"}, "wake:k"),
+        source=SourceRecord("in", 0, 0),
+    )
+    entry = QueuedInput("s1", TP, 0, _Input(work=work, record=object(),  # type: ignore[arg-type]
+                                            epoch=service._epochs[TP]))
+    await service._slots.acquire()
+    for _ in range(service._settings.max_in_flight - 1):
+        await service._slots.acquire()  # every slot busy
+    waiting = asyncio.create_task(service._process(entry))
+    await asyncio.sleep(0)
+    await service._on_revoked({TP})
+    for _ in range(service._settings.max_in_flight):
+        service._slots.release()
+    await waiting
+    assert pipeline.applied == []
