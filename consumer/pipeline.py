@@ -307,10 +307,9 @@ def turn_outcome(result: Any) -> str | None:
     """The dashboard's turn-level outcome (handoff, fallback, task_completed, answered, error),
     or None for a turn that neither spoke nor failed (a silent wake, a duplicate). A result that
     states its own ``outcome`` (agents with lifecycle rules) is taken at its word."""
-    if hasattr(result, "turn_outcome") or (isinstance(result, dict) and "turn_outcome" in result):
-        # An engine result states its turn outcome (None: the turn said nothing).
-        declared = _field(result, "turn_outcome")
-        return declared if isinstance(declared, str) and declared in _TURN_OUTCOMES else None
+    declared = _field(result, "turn_outcome")  # stated by agents with lifecycle settings
+    if isinstance(declared, str) and declared in _TURN_OUTCOMES:
+        return declared
     stated = _field(result, "outcome")
     if isinstance(stated, str) and stated in _TURN_OUTCOMES:
         return stated

@@ -13,6 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field
 TurnOutcome = Literal["answered", "task_completed", "handoff", "fallback", "error"]
 
 
+def absent(value: Any) -> bool:
+    """True for an unset lifecycle field: it is left out of dumps, so an agent without lifecycle
+    settings produces the same JSON results as before."""
+    return value is None or value == []
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

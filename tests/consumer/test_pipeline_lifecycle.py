@@ -22,14 +22,16 @@ class Result:
 @pytest.mark.parametrize("stated", ["answered", "task_completed", "handoff", "fallback", "error"])
 def test_a_stated_turn_outcome_is_the_label(stated: str) -> None:
     """The engine's own turn outcome wins over anything the outcome lines suggest."""
-    lines = [{"code": "handoff-cleared"}, {"code": "action-failed"}]
+    lines = [{"code": "handed-back"}, {"code": "action-failed"}]
     assert turn_outcome(Result(stated, outcomes=lines)) == stated
 
 
-def test_a_stated_none_means_no_label_even_with_suggestive_codes() -> None:
-    """A silent turn (the hand-off being cleared) is not counted as a hand-off."""
-    assert turn_outcome(Result(None, outcomes=[{"code": "handoff-cleared"}])) is None
-    assert turn_outcome({"turn_outcome": None, "messages": [{}]}) is None
+def test_no_stated_outcome_falls_back_to_the_outcome_lines() -> None:
+    """Agents without lifecycle settings state none: the lines decide, and the hand-back of a
+    cleared hand-off (a silent turn) is no hand-off."""
+    assert turn_outcome(Result(None, outcomes=[{"code": "handed-back"}])) is None
+    assert turn_outcome(Result(None, outcomes=[{"code": "handed-off"}])) is None
+    assert turn_outcome({"turn_outcome": None, "messages": [{}]}) == "answered"
 
 
 def test_an_unknown_stated_outcome_is_not_a_label() -> None:
