@@ -8,29 +8,35 @@ order on one idempotent producer (acks=all), all acks awaited, then marked publi
 same transaction that locked them; a failure rolls the marks back and the rows stay for the
 next attempt.
 
+A turn's own rows take a shorter path when its load found none of the session's rows
+unpublished: ``publish_saved`` sends them straight from the save's ids and payloads, awaits every
+ack and marks them in one statement, with no fetch and no transaction held across the sends.
+No older row can be waiting (every write of a session's rows bumps its version, and the save
+checked the version the load read), and the relay leaves rows this young alone; if a send
+outlives its grace period the relay may send the same rows again, under the same keys.
+
 A consumer that lost its partition must not publish (its replies could land after the new
-owner's): ``flush_session`` takes a ``may_publish`` check and raises ``FencedPublishError``
-instead of sending. The relay is not tied to partitions; it only touches rows older than its
-grace period, which normally were left by a crash.
+owner's): ``flush_session`` and ``publish_saved`` take a ``may_publish`` check and raise
+``FencedPublishError`` instead of sending. The relay is not tied to partitions; it only touches
+rows older than its grace period, which normally were left by a crash.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from consumer import metrics
 from consumer.errors import FencedPublishError, PublishError
-from store import OutboxRow, Store
+from store import OutboxEntry, OutboxRow, Store, jsoncodec
 
-__all__ = ["OutboxPublisher", "OutboxRelay", "encode_payload", "new_producer"]
+__all__ = ["OutboundRecord", "OutboxPublisher", "OutboxRelay", "encode_payload", "new_producer"]
 
 log = logging.getLogger("turnflow.outbox")
 
@@ -54,12 +60,27 @@ def new_producer(
 
 
 def encode_payload(payload: dict[str, Any]) -> bytes:
-    """The wire form of an outbound value: compact UTF-8 JSON."""
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """The wire form of an outbound value: compact UTF-8 JSON, encoded as the store writes the
+    row, so a row sent straight after its save and the same row sent again from the table (a
+    relay, a replay) carry the same content."""
+    return jsoncodec.dumps(payload).encode("utf-8")
 
 
 def _always() -> bool:
     return True
+
+
+class OutboundRecord(Protocol):
+    """What ``send`` needs of a row: a fetched ``OutboxRow`` or a just-saved ``OutboxEntry``."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def key(self) -> str | None: ...
+
+    @property
+    def payload(self) -> dict[str, Any]: ...
 
 
 class OutboxPublisher:
@@ -93,6 +114,29 @@ class OutboxPublisher:
             if len(rows) < self._batch_limit:
                 return published
 
+    async def publish_saved(
+        self,
+        session_id: str,
+        ids: Sequence[int],
+        entries: Sequence[OutboxEntry],
+        *,
+        may_publish: Callable[[], bool] = _always,
+    ) -> None:
+        """Publish a turn's just-saved rows (``ids`` and ``entries`` in write order) as one
+        batch: send all, await every ack, mark all published in one statement.
+
+        Only for a session that had no unpublished rows before this save (see the module
+        docstring); otherwise ``flush_session`` keeps the older rows first.
+        """
+        if not entries:
+            return
+        if not may_publish():
+            raise FencedPublishError(
+                "partition no longer owned; leaving rows to the relay", session_id=session_id
+            )
+        await self.send(entries)
+        await self._store.mark_published(ids)
+
     async def flush_older(self, *, older_than: timedelta) -> int:
         """One relay pass: publish, per session, the prefix of rows older than ``older_than``."""
         cutoff = datetime.now(UTC) - older_than
@@ -112,7 +156,7 @@ class OutboxPublisher:
             await batch.mark_published([row.id for row in chosen])
         return len(chosen)
 
-    async def send(self, rows: Sequence[OutboxRow]) -> None:
+    async def send(self, rows: Sequence[OutboundRecord]) -> None:
         """Send rows in order and wait for every ack; ``PublishError`` when any fails."""
         try:
             acks = [

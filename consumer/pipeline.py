@@ -8,11 +8,15 @@ its outbox is flushed again.
 
 - A version conflict (another writer saved first) reloads and reruns, at most
   ``max_version_conflicts`` times, then raises ``VersionConflictsExhausted`` for ``decisions``.
+- The load also says whether the record is already in the turn log and how many of the
+  session's outbox rows are unpublished, so a turn costs three round trips: load, save, mark.
 - A record already in the turn log is skipped after re-flushing the session's unpublished rows,
-  because its replies may be among them.
-- Publishing goes through ``OutboxPublisher.flush_session``: a session's older unpublished rows
-  go first. If another publisher holds some of them, this waits briefly for them to clear and
-  otherwise leaves the rest to the relay (the rows are durable either way).
+  because its replies may be among them (no flush when the load found none).
+- When the load found no unpublished rows, the turn's own rows go out as one batch through
+  ``OutboxPublisher.publish_saved``. Otherwise publishing goes through ``flush_session``: the
+  session's older unpublished rows go first. If another publisher holds some of them, this
+  waits briefly for them to clear and otherwise leaves the rest to the relay (the rows are
+  durable either way).
 
 Errors other than the conflict are raised unchanged: what to do with them is ``decisions``'s job.
 Nothing here logs message text.
@@ -137,12 +141,13 @@ class TurnPipeline:
         """Apply one input exactly once (per source record) and publish what it produced."""
         parsed, source = work.parsed, work.source
         started = time.perf_counter()
-        if await self._store.is_applied(source.topic, source.partition, source.offset):
-            return await self._skip_replay(work, may_publish)
-
         conflicts = 0
         while True:
-            loaded = await self._store.load(parsed.session_id, history_limit=self._history_limit)
+            loaded = await self._store.load(
+                parsed.session_id, history_limit=self._history_limit, source=source
+            )
+            if loaded.applied:
+                return await self._skip_replay(work, may_publish, loaded.unpublished)
             crash.reached("after_load")
             request = dict(parsed.request)
             request["session"] = loaded.state
@@ -150,10 +155,9 @@ class TurnPipeline:
             result = await self._agent.turn(request)
             crash.reached("after_turn")
             version = loaded.version + 1
+            save = self._save_request(work, loaded.version, version, result)
             try:
-                saved = await self._store.save_turn(
-                    self._save_request(work, loaded.version, version, result)
-                )
+                saved = await self._store.save_turn(save)
             except VersionConflict:
                 conflicts += 1
                 metrics.VERSION_CONFLICTS.inc()
@@ -172,7 +176,12 @@ class TurnPipeline:
             break
 
         crash.reached("after_save")
-        await self._publish(parsed.session_id, saved.outbox_ids, may_publish)
+        if loaded.unpublished:
+            await self._publish(parsed.session_id, saved.outbox_ids, may_publish)
+        else:
+            await self._publisher.publish_saved(
+                parsed.session_id, saved.outbox_ids, save.outbox, may_publish=may_publish
+            )
         crash.reached("after_publish")
         self._observe(work, result, started)
         messages = list(_field(result, "messages", []) or [])
@@ -197,9 +206,11 @@ class TurnPipeline:
         )
 
     async def _skip_replay(
-        self, work: TurnWork, may_publish: Callable[[], bool]
+        self, work: TurnWork, may_publish: Callable[[], bool], unpublished: int | None = None
     ) -> PipelineResult:
-        await self._publisher.flush_session(work.parsed.session_id, may_publish=may_publish)
+        """Skip an applied record; flush the session unless the load found nothing to flush."""
+        if unpublished is None or unpublished > 0:
+            await self._publisher.flush_session(work.parsed.session_id, may_publish=may_publish)
         metrics.REPLAYS_SKIPPED.inc()
         log.info("replay skipped; outbox re-flushed", extra=self._ids(work))
         return PipelineResult(status="skipped")

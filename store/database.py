@@ -24,6 +24,7 @@ from store.records import (
     LoadedSession,
     SavedTurn,
     SaveRequest,
+    SourceRecord,
 )
 from store.timers import ClaimedTimers, TimerLike
 from store.urls import async_url
@@ -92,19 +93,32 @@ class Store:
 
     # -- sessions and the turn log ----------------------------------------------------------
 
-    async def load(self, session_id: str, *, history_limit: int = 20) -> LoadedSession:
-        """The session's state and version (None/0 when new) and its last history entries."""
+    async def load(
+        self, session_id: str, *, history_limit: int = 20, source: SourceRecord | None = None
+    ) -> LoadedSession:
+        """The session's state and version (None/0 when new), its last history entries, how
+        many of its outbox rows are unpublished and whether `source` is already in the turn
+        log — one statement, one round trip."""
+        parameters = {
+            "session_id": session_id,
+            "history_limit": history_limit,
+            "source_topic": source.topic if source else None,
+            "source_partition": source.partition if source else None,
+            "source_offset": source.offset if source else None,
+        }
         async with self._engine.connect() as connection:
-            result = await connection.execute(
-                history.LOAD, {"session_id": session_id, "history_limit": history_limit}
-            )
-            row = result.one()
+            row = (await connection.execute(history.LOAD, parameters)).one()
+        applied, unpublished = bool(row.applied), int(row.unpublished)
         if row.version is None:
-            return LoadedSession(state=None, version=0, history=[])
+            return LoadedSession(
+                state=None, version=0, history=[], applied=applied, unpublished=unpublished
+            )
         return LoadedSession(
             state=jsoncodec.loads(row.state),
             version=int(row.version),
             history=history.history_entries(row.history),
+            applied=applied,
+            unpublished=unpublished,
         )
 
     async def save_turn(self, request: SaveRequest) -> SavedTurn:

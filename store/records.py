@@ -80,11 +80,15 @@ class LoadedSession:
     """A session as stored: `state` None and `version` 0 when it does not exist yet.
 
     `history` is engine.md's transcript, oldest first: `{"role", "text", "at"}` entries.
+    `applied` says whether the source record the load was asked about is already in the turn
+    log (a replay); `unpublished` counts the session's outbox rows not yet published.
     """
 
     state: dict[str, Any] | None
     version: int
     history: list[dict[str, Any]]
+    applied: bool = False
+    unpublished: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from store import (
     OutboxRow,
     SavedTurn,
     SaveRequest,
+    SourceRecord,
     VersionConflict,
 )
 
@@ -39,15 +40,28 @@ class FakeStore:
         self.published: set[int] = set()
         self.saves: list[SaveRequest] = []
         self.rival_writes = 0  # saves another writer sneaks in before ours
+        self.calls: list[str] = []  # the store methods called, in order: the round trips
 
-    async def load(self, session_id: str, *, history_limit: int = 20) -> LoadedSession:
+    async def load(
+        self, session_id: str, *, history_limit: int = 20, source: SourceRecord | None = None
+    ) -> LoadedSession:
+        self.calls.append("load")
         state, version = self.sessions.get(session_id, (None, 0))
-        return LoadedSession(state=state, version=version, history=[])
+        applied = source is not None and (
+            (source.topic, source.partition, source.offset) in self.applied
+        )
+        unpublished = sum(
+            1 for r in self.rows if r.session_id == session_id and r.id not in self.published
+        )
+        return LoadedSession(state=state, version=version, history=[], applied=applied,
+                             unpublished=unpublished)
 
     async def is_applied(self, topic: str, partition: int, offset: int) -> bool:
+        self.calls.append("is_applied")
         return (topic, partition, offset) in self.applied
 
     async def save_turn(self, request: SaveRequest) -> SavedTurn:
+        self.calls.append("save_turn")
         if self.rival_writes:
             self.rival_writes -= 1
             state, version = self.sessions.get(request.session_id, ({}, 0))
@@ -80,9 +94,16 @@ class FakeStore:
     async def fetch_unpublished(
         self, *, session_id: str | None = None, limit: int = 100
     ) -> AsyncIterator[FakeBatch]:
+        self.calls.append("fetch_unpublished")
         rows = [r for r in self.rows if r.id not in self.published
                 and (session_id is None or r.session_id == session_id)][:limit]
         yield FakeBatch(self, rows)
+
+    async def mark_published(self, ids: list[int]) -> int:
+        self.calls.append("mark_published")
+        fresh = set(ids) - self.published
+        self.published.update(fresh)
+        return len(fresh)
 
     async def outbox_backlog(self) -> int:
         return len(self.rows) - len(self.published)

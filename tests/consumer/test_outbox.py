@@ -63,3 +63,9 @@ async def test_failed_send_leaves_rows_unpublished() -> None:
 def test_payload_encoding_is_compact_utf8_json() -> None:
     """Outbound values are compact JSON with non-ASCII text kept as UTF-8."""
     assert encode_payload({"text": "olá", "n": 1}) == '{"text":"olá","n":1}'.encode()
+
+
+def test_payload_encoding_matches_the_stored_row() -> None:
+    """A row sent straight from the save carries what the stored row holds: a NUL the table
+    cannot keep goes out as U+FFFD either way, so a relayed copy equals the first one."""
+    assert json.loads(encode_payload({"text": "a\x00b"})) == {"text": "a\ufffdb"}

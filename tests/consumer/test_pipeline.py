@@ -127,6 +127,31 @@ async def test_older_unpublished_rows_go_first() -> None:
     assert sent_values(producer) == [("out.m", "older"), ("out.m", "1:oi"), ("out.s", "w1")]
 
 
+async def test_a_turn_costs_a_load_a_save_and_a_mark() -> None:
+    """With nothing of the session unpublished, a turn loads (replay check included), saves,
+    then publishes its rows as one batch and marks them with one call: no fetch, no check of
+    its own."""
+    store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
+    turns = pipeline(store, agent, producer)
+    await turns.apply(work("oi", 1))
+    await turns.apply(work("de novo", 2))
+    assert store.calls == ["load", "save_turn", "mark_published"] * 2
+    assert sent_values(producer) == [("out.m", "1:oi"), ("out.s", "w1"),
+                                     ("out.m", "2:de novo"), ("out.s", "w2")]
+    assert store.published == {1, 2, 3, 4}
+
+
+async def test_a_replay_with_nothing_unpublished_costs_one_load() -> None:
+    """A replayed record whose session has no unpublished rows is skipped after the load alone."""
+    store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
+    await pipeline(store, agent, producer).apply(work("oi", 1))
+    store.calls.clear()
+    result = await pipeline(store, agent, producer).apply(work("oi", 1))
+    assert result.status == "skipped"
+    assert store.calls == ["load"]
+    assert agent.calls == 1
+
+
 async def test_fenced_consumer_saves_but_does_not_publish() -> None:
     """When the partition is no longer ours the turn stays saved and unpublished."""
     store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()

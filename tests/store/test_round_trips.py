@@ -1,5 +1,6 @@
-"""How many round trips the per-turn calls cost: the save and the load are one statement each,
-outside any explicit transaction (autocommit), so one round trip each on a warm pool."""
+"""How many round trips the per-turn calls cost: the load (with the replay check), the save and
+the mark of a turn's published rows are one statement each, outside any explicit transaction
+(autocommit), so one round trip each on a warm pool."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
 
-from store import Store
+from store import SourceRecord, Store
 from tests.store.builders import save_request
 
 
@@ -45,12 +46,23 @@ async def test_a_save_is_one_statement_without_a_transaction(store: Store, sent:
 
 
 async def test_a_load_is_one_statement(store: Store, sent: list[str]) -> None:
-    """Loading a session with its history sends a single statement."""
-    await store.save_turn(save_request("s1", 0, replies=["a"]))
+    """Loading a session with its history, its replay check and its unpublished count sends a
+    single statement."""
+    source = SourceRecord("inbound.turns", 0, 9)
+    await store.save_turn(save_request("s1", 0, replies=["a"], source=source))
     sent.clear()
-    loaded = await store.load("s1")
+    loaded = await store.load("s1", source=source)
     assert len(sent) == 1
     assert loaded.version == 1 and len(loaded.history) == 2
+    assert loaded.applied and loaded.unpublished == 1
+
+
+async def test_marking_rows_published_is_one_statement(store: Store, sent: list[str]) -> None:
+    """Marking a turn's rows published outside a fetch sends one statement, no transaction."""
+    saved = await store.save_turn(save_request("s1", 0, outbox=2))
+    sent.clear()
+    assert await store.mark_published(saved.outbox_ids) == 2
+    assert len(sent) == 1 and "BEGIN" not in sent
 
 
 async def test_a_claim_holds_a_transaction(store: Store, sent: list[str]) -> None:

@@ -218,3 +218,25 @@ async def test_the_same_offset_on_another_partition_is_a_new_record(store: Store
     await store.save_turn(save_request("s1", 3))
     await store.save_turn(save_request("s1", 4))
     assert (await store.load("s1")).version == 5
+
+
+async def test_load_says_whether_its_source_record_is_applied(store: Store) -> None:
+    """`load(source=...)` reports a record already in the log as applied, and only that record."""
+    source = SourceRecord(topic="inbound.turns", partition=3, offset=41)
+    assert not (await store.load("s1", source=source)).applied
+    await store.save_turn(save_request("s1", 0, source=source))
+    assert (await store.load("s1", source=source)).applied
+    assert not (await store.load("s1", source=SourceRecord("inbound.turns", 3, 42))).applied
+    assert not (await store.load("s1", source=SourceRecord("inbound.turns", 2, 41))).applied
+    assert not (await store.load("s1")).applied
+
+
+async def test_load_counts_the_sessions_unpublished_outbox_rows(store: Store) -> None:
+    """`load` counts the session's rows not yet published, and no other session's rows."""
+    assert (await store.load("s1")).unpublished == 0
+    saved = await store.save_turn(save_request("s1", 0, outbox=3))
+    await store.save_turn(save_request("s2", 0, outbox=2))
+    assert (await store.load("s1")).unpublished == 3
+    await store.mark_published(saved.outbox_ids[:2])
+    assert (await store.load("s1")).unpublished == 1
+    assert (await store.load("s2")).unpublished == 2
