@@ -57,17 +57,26 @@ class LatencyProvider:
     """The offline rule provider behind a fixed delay per call: a model with a known latency."""
 
     def __init__(self, latency_s: float) -> None:
+        from engine import ProviderHooks
         from engine.providers.rules import RuleProvider
 
         self._inner = RuleProvider()
+        self.hooks = ProviderHooks()  # the consumer counts and times calls as with any provider
         self._latency_s = latency_s
         self.calls = 0
 
     async def generate(self, request: Any) -> Any:
+        from engine.providers.http import observed
+
+        async def call() -> Any:
+            if self._latency_s:
+                await asyncio.sleep(self._latency_s)
+            return await self._inner.generate(request)
+
         self.calls += 1
-        if self._latency_s:
-            await asyncio.sleep(self._latency_s)
-        return await self._inner.generate(request)
+        return await observed(
+            self.hooks, provider="bench", schema_name=request.schema_name, call=call
+        )
 
 
 def bench_agent(latency_ms: float | None = None) -> Any:
@@ -367,6 +376,7 @@ async def _topics(servers: Servers, partitions: int) -> dict[str, str]:
 async def run_once(
     servers: Servers, *, latency_ms: int, partitions: int, sessions: int, inputs: int,
     paced_seconds: float, max_in_flight: int, profile_to: Path | None = None,
+    fetch_max_wait_ms: int | None = None,
 ) -> RunResult:
     """One backlog phase and one paced phase against a fresh consumer process."""
     topics = await _topics(servers, partitions)
@@ -384,6 +394,11 @@ async def run_once(
         "METRICS_PORT": "0",
         "KAFKA_IDEMPOTENT_PRODUCER": "false" if servers.embedded_broker else "true",
     })
+    if fetch_max_wait_ms is not None:
+        env["KAFKA_FETCH_MAX_WAIT_MS"] = str(fetch_max_wait_ms)
+    elif servers.embedded_broker:
+        # As `turnflow dev` does: the embedded broker holds an empty fetch for the whole wait.
+        env["KAFKA_FETCH_MAX_WAIT_MS"] = "10"
     run = uuid.uuid4().hex[:6]
     session_ids = [f"bench-{run}-{i}" for i in range(sessions)]
     producer = InputProducer(servers.bootstrap, topics["INBOUND_TOPIC"], session_ids)
@@ -483,6 +498,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--paced-seconds", type=float, default=8.0)
     parser.add_argument("--max-in-flight", type=int, default=64)
     parser.add_argument("--no-profile", action="store_true", help="skip the profiled 0 ms run")
+    parser.add_argument("--fetch-max-wait-ms", type=int, default=None,
+                        help="the consumer's KAFKA_FETCH_MAX_WAIT_MS (default: 10 on the "
+                        "embedded broker, else the environment's or the setting's default)")
+
+
+def _fetch_wait_shown(given: int | None, servers: Servers) -> str:
+    if given is not None:
+        return str(given)
+    return "10" if servers.embedded_broker else os.environ.get("KAFKA_FETCH_MAX_WAIT_MS", "500")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -497,13 +521,15 @@ def run(args: argparse.Namespace) -> int:
         servers = _servers(stack)
         print(f"servers: {servers.where}; {os.cpu_count()} CPUs; MAX_IN_FLIGHT="
               f"{args.max_in_flight}; {args.sessions} sessions; {args.inputs} backlog inputs "
-              f"per run; model calls per turn: {per_turn:g}", flush=True)
+              f"per run; model calls per turn: {per_turn:g}; KAFKA_FETCH_MAX_WAIT_MS="
+              f"{_fetch_wait_shown(args.fetch_max_wait_ms, servers)}", flush=True)
         for latency in latencies:
             for partitions in partition_counts:
                 result = asyncio.run(run_once(
                     servers, latency_ms=latency, partitions=partitions,
                     sessions=args.sessions, inputs=args.inputs,
                     paced_seconds=args.paced_seconds, max_in_flight=args.max_in_flight,
+                    fetch_max_wait_ms=args.fetch_max_wait_ms,
                 ))
                 results.append(result)
                 print(f"  done: {latency} ms, {partitions} partitions, "
@@ -516,6 +542,7 @@ def run(args: argparse.Namespace) -> int:
                 servers, latency_ms=0, partitions=max(partition_counts),
                 sessions=args.sessions, inputs=args.inputs, paced_seconds=1.0,
                 max_in_flight=args.max_in_flight, profile_to=profile_file,
+                fetch_max_wait_ms=args.fetch_max_wait_ms,
             ))
             profile = profile_summary(profile_file)
 

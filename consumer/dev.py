@@ -557,6 +557,8 @@ async def run_dev(options: DevOptions) -> int:
         }
         if not own_broker:
             updates["kafka_idempotent_producer"] = False  # the embedded broker has no producer ids
+            # It answers an empty fetch only when the wait runs out, not when a record arrives.
+            updates["kafka_fetch_max_wait_ms"] = 10
         settings = settings.model_copy(update=updates)
         await _migrate(database_url)
         if own_database and not own_broker:
@@ -884,7 +886,8 @@ async def _open_chat(
     stack.push_async_callback(producer.stop)
     replies = ReplyReader(
         AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers,
-                         enable_auto_commit=False, **client),
+                         enable_auto_commit=False,
+                         fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms, **client),
         settings.messages_topic,
         session_id,
     )

@@ -215,6 +215,7 @@ class ConsumerService:
             session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=s.heartbeat_interval_ms,
             rebalance_timeout_ms=s.session_timeout_ms + s.drain_timeout_ms,
+            fetch_max_wait_ms=s.kafka_fetch_max_wait_ms,
             **options,
         )
         self._consumer.subscribe([s.inbound_topic], listener=_Rebalance(self))

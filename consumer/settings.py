@@ -105,6 +105,11 @@ class Settings(BaseSettings):
         True, description="Idempotent producer (exactly-once per partition on retries). The "
         "embedded broker lacks producer ids; `turnflow dev` turns it off there."
     )
+    kafka_fetch_max_wait_ms: int = Field(
+        500, ge=0, description="Longest the broker may hold a fetch that has no records yet. "
+        "Kafka answers as soon as records arrive; the embedded broker waits the whole time, so "
+        "`turnflow dev` and `turnflow bench` set 10 there."
+    )
     kafka_ssl_cafile: Path | None = Field(None, description="CA bundle for Kafka TLS.")
 
     @model_validator(mode="after")
