@@ -2,7 +2,8 @@
 
 Each script item is a dict (returned as the JSON envelope), a ``ModelResponse``, an exception
 instance (raised), or a callable ``request -> item``. Every request is recorded in ``.calls``.
-An empty script therefore asserts that a turn spends no model call at all.
+An empty script therefore asserts that a turn spends no model call at all. Like every provider
+it reports each call to its ``hooks``, so a service running it counts calls by kind.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from engine.errors import MockExhausted
-from engine.providers.base import ModelRequest, ModelResponse
+from engine.providers.base import ModelRequest, ModelResponse, ProviderHooks
+from engine.providers.http import observed
 
 ScriptItem = dict[str, Any] | ModelResponse | BaseException | Callable[[ModelRequest], Any]
 
@@ -19,15 +21,26 @@ ScriptItem = dict[str, Any] | ModelResponse | BaseException | Callable[[ModelReq
 class MockProvider:
     """Returns the scripted items in order; raises ``MockExhausted`` past the end."""
 
-    def __init__(self, script: Iterable[ScriptItem] = ()) -> None:
+    def __init__(
+        self, script: Iterable[ScriptItem] = (), *, hooks: ProviderHooks | None = None
+    ) -> None:
         self.script: list[ScriptItem] = list(script)
         self.calls: list[ModelRequest] = []
+        self.hooks = hooks or ProviderHooks()
 
     @property
     def remaining(self) -> int:
         return len(self.script) - len(self.calls)
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
+        async def call() -> ModelResponse:
+            return self._next(request)
+
+        return await observed(
+            self.hooks, provider="mock", schema_name=request.schema_name, call=call
+        )
+
+    def _next(self, request: ModelRequest) -> ModelResponse:
         index = len(self.calls)
         self.calls.append(request)
         if index >= len(self.script):

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
+
+import pytest
 
 from consumer import metrics
 from consumer.model_calls import observe_model_calls
-from engine import ProviderHooks
+from engine import Agent, ProviderHooks
+from engine.providers import MockProvider, RuleProvider
 from engine.providers.base import CallRecord, Usage
 
 
@@ -38,3 +42,28 @@ def test_providers_without_hooks_are_left_alone() -> None:
     """An agent whose provider has no hooks (a test double) is not touched."""
     agent = SimpleNamespace(config=SimpleNamespace(provider=object()))
     assert observe_model_calls(agent) is False
+
+
+def _agent(provider: Any) -> Agent:
+    """One message flow that phrases its reply through the model: one speak call per turn."""
+    return Agent(
+        name="Contagem",
+        provider=provider,
+        flows=[{"id": "talk", "on": [{"message": []}],
+                "steps": [{"id": "reply", "prompt": "Responda em uma frase."}]}],
+    )
+
+
+@pytest.mark.parametrize("kind", ["rules", "mock"])
+async def test_offline_providers_are_counted_by_call_kind(kind: str) -> None:
+    """The rule provider and the scripted mock report each call, so the consumer counts them
+    by call kind as it does for the HTTP providers."""
+    rules = RuleProvider()
+    provider = rules if kind == "rules" else MockProvider([rules.speak, rules.speak])
+    agent = _agent(provider)
+    assert observe_model_calls(agent) is True
+    before = sample("turnflow_llm_calls_total", call="speak")
+    first = await agent.turn({"session_id": f"{kind}-1", "message": "oi", "id": "a"})
+    second = await agent.turn({"session_id": f"{kind}-2", "message": "oi", "id": "b"})
+    assert first.llm_calls == second.llm_calls == 1
+    assert sample("turnflow_llm_calls_total", call="speak") == before + 2
