@@ -13,7 +13,9 @@ unpublished: ``publish_saved`` sends them straight from the save's ids and paylo
 ack and marks them in one statement, with no fetch and no transaction held across the sends.
 No older row can be waiting (every write of a session's rows bumps its version, and the save
 checked the version the load read), and the relay leaves rows this young alone; if a send
-outlives its grace period the relay may send the same rows again, under the same keys.
+outlives its grace period the relay may send the same rows again, under the same keys. Marks
+of turns that finish together share one statement (``PublishedMarks``, a group commit): each
+turn still waits for its own rows' mark before its offset is released.
 
 A consumer that lost its partition must not publish (its replies could land after the new
 owner's): ``flush_session`` and ``publish_saved`` take a ``may_publish`` check and raise
@@ -36,7 +38,14 @@ from consumer import metrics
 from consumer.errors import FencedPublishError, PublishError
 from store import OutboxEntry, OutboxRow, Store, jsoncodec
 
-__all__ = ["OutboundRecord", "OutboxPublisher", "OutboxRelay", "encode_payload", "new_producer"]
+__all__ = [
+    "OutboundRecord",
+    "OutboxPublisher",
+    "OutboxRelay",
+    "PublishedMarks",
+    "encode_payload",
+    "new_producer",
+]
 
 log = logging.getLogger("turnflow.outbox")
 
@@ -83,6 +92,42 @@ class OutboundRecord(Protocol):
     def payload(self) -> dict[str, Any]: ...
 
 
+class PublishedMarks:
+    """Marks rows published for many turns at once: one statement in flight at a time, and
+    everything that arrives meanwhile goes in the next one, so under load a mark costs a
+    fraction of a round trip and when idle it goes out at once."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._ids: list[int] = []
+        self._waiters: list[asyncio.Future[None]] = []
+        self._flushing: asyncio.Task[None] | None = None
+
+    async def mark(self, ids: Sequence[int]) -> None:
+        """Return once ``ids`` are marked published; raise what the statement raised."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ids.extend(ids)
+        self._waiters.append(waiter)
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.create_task(self._flush(), name="outbox-marks")
+        await waiter
+
+    async def _flush(self) -> None:
+        while self._waiters:
+            ids, waiters = self._ids, self._waiters
+            self._ids, self._waiters = [], []
+            try:
+                await self._store.mark_published(ids)
+            except Exception as exc:
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_exception(exc)
+            else:
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+
 class OutboxPublisher:
     """Sends unpublished outbox rows and marks them published."""
 
@@ -90,6 +135,7 @@ class OutboxPublisher:
         self._store = store
         self._producer = producer
         self._batch_limit = batch_limit
+        self._marks = PublishedMarks(store)
 
     async def flush_session(
         self, session_id: str, *, may_publish: Callable[[], bool] = _always
@@ -123,7 +169,8 @@ class OutboxPublisher:
         may_publish: Callable[[], bool] = _always,
     ) -> None:
         """Publish a turn's just-saved rows (``ids`` and ``entries`` in write order) as one
-        batch: send all, await every ack, mark all published in one statement.
+        batch: send all, await every ack, then mark them all published (one statement, shared
+        with the turns finishing at the same time).
 
         Only for a session that had no unpublished rows before this save (see the module
         docstring); otherwise ``flush_session`` keeps the older rows first.
@@ -135,7 +182,7 @@ class OutboxPublisher:
                 "partition no longer owned; leaving rows to the relay", session_id=session_id
             )
         await self.send(entries)
-        await self._store.mark_published(ids)
+        await self._marks.mark(ids)
 
     async def flush_older(self, *, older_than: timedelta) -> int:
         """One relay pass: publish, per session, the prefix of rows older than ``older_than``."""

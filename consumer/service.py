@@ -179,7 +179,12 @@ class ConsumerService:
             ).start()
         if self._store is None:
             assert s.database_url is not None
-            self._store = await Store.connect(s.database_url, pool_size=min(s.max_in_flight, 20))
+            # No overflow: a connection opened for a burst and closed after it costs the
+            # server a backend and the client a handshake and fresh prepared statements; a
+            # turn waiting a moment for a pooled one costs neither.
+            self._store = await Store.connect(
+                s.database_url, pool_size=min(s.max_in_flight, 20), max_overflow=0
+            )
         self._producer = new_producer(
             bootstrap,
             idempotent=s.kafka_idempotent_producer,

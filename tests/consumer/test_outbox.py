@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -9,7 +10,7 @@ import pytest
 from aiokafka.errors import KafkaTimeoutError
 
 from consumer.errors import PublishError
-from consumer.outbox import OutboxPublisher, OutboxRelay, encode_payload
+from consumer.outbox import OutboxPublisher, OutboxRelay, PublishedMarks, encode_payload
 from tests.consumer.fakes import FakeProducer, FakeStore
 
 OLD = datetime.now(UTC) - timedelta(minutes=5)
@@ -69,3 +70,46 @@ def test_payload_encoding_matches_the_stored_row() -> None:
     """A row sent straight from the save carries what the stored row holds: a NUL the table
     cannot keep goes out as U+FFFD either way, so a relayed copy equals the first one."""
     assert json.loads(encode_payload({"text": "a\x00b"})) == {"text": "a\ufffdb"}
+
+
+class GatedMarks:
+    """A store whose mark statements wait for the test to let each one finish."""
+
+    def __init__(self) -> None:
+        self.statements: list[list[int]] = []
+        self.gate = asyncio.Event()
+        self.started = asyncio.Event()
+
+    async def mark_published(self, ids: list[int]) -> int:
+        self.statements.append(list(ids))
+        self.started.set()
+        await self.gate.wait()
+        return len(ids)
+
+
+async def test_marks_of_turns_finishing_together_share_a_statement() -> None:
+    """While one mark statement is in flight, the marks that arrive meanwhile wait and go out
+    together in the next one; every turn returns only once its own rows are marked."""
+    store = GatedMarks()
+    marks = PublishedMarks(store)  # type: ignore[arg-type]
+    first = asyncio.create_task(marks.mark([1, 2]))
+    await store.started.wait()
+    later = [asyncio.create_task(marks.mark([i])) for i in (3, 4, 5)]
+    await asyncio.sleep(0)
+    assert not first.done() and not any(t.done() for t in later)
+    store.gate.set()
+    await asyncio.gather(first, *later)
+    assert store.statements == [[1, 2], [3, 4, 5]]
+
+
+async def test_a_failed_mark_fails_every_turn_that_shared_it() -> None:
+    """When the shared mark statement fails, each turn waiting on it gets the error."""
+
+    class FailingMarks:
+        async def mark_published(self, ids: list[int]) -> int:
+            await asyncio.sleep(0)
+            raise ConnectionError("database gone")
+
+    marks = PublishedMarks(FailingMarks())  # type: ignore[arg-type]
+    results = await asyncio.gather(marks.mark([1]), marks.mark([2]), return_exceptions=True)
+    assert all(isinstance(r, ConnectionError) for r in results)
