@@ -449,8 +449,11 @@ _CATEGORIES = (
 )
 
 
+_ENGINE_DIR = f"{REPO / 'engine'}/"  # the project's engine, not sqlalchemy/engine/
+
+
 def _category(path: list[str]) -> str:
-    if any("/engine/" in p for p in path):
+    if any(p.startswith(_ENGINE_DIR) for p in path):
         return "engine"
     for entry in reversed(path):
         for name, needles in _CATEGORIES:
