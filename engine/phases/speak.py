@@ -119,7 +119,11 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
             reply.deferred, reply.error = "retryable", f"{type(exc).__name__}: {exc}"
             return reply
         text, values = parse_speak(response)
-        reply.values.update({k: v for k, v in values.items() if k in fields})
+        # Other known fields stay out (this step does not collect them); names the agent does
+        # not know go on to Settle, which drops and logs them (unknown-field) like phase 4.
+        reply.values.update(
+            {k: v for k, v in values.items() if k in fields or k not in config.fields}
+        )
         if response.tool_calls and offer:
             messages = await _run_tools(state, run_, offer, response, messages, reply)
             rounds += 1

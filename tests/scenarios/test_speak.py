@@ -562,3 +562,12 @@ async def test_a_talk_step_reached_after_the_reply_waits_for_the_next_message() 
     assert second.llm_calls == 1
     assert second.session.data["email"] == "m@acme.com"
     assert second.session.runs == []
+
+
+async def test_speak_values_with_unknown_names_are_dropped_and_logged() -> None:
+    """Envelope values are validated and written like phase 4: an unknown field name is dropped (code: 'unknown-field')."""  # noqa: E501  # the seed sentence, quoted whole
+    provider = MockProvider([{"message": "Prazer!", "nome": "Maria", "sobrenome": "Silva"}])
+    agent = build(provider, flows=[catch_all([{"id": "dados", "collect": ["nome", "email"]}])])
+    result = await agent.turn(message())
+    assert result.session.data == {"nome": "Maria"}
+    assert "unknown-field" in codes(result)
