@@ -48,6 +48,16 @@ from engine.errors import (
     TurnflowError,
     TurnRequestError,
 )
+from engine.knowledge import InMemoryKnowledgeIndex, KnowledgeHit, KnowledgeIndex
+from engine.lifecycle import (
+    HANDOFF_CLEARED_EVENT,
+    BuiltinTools,
+    HandoffRules,
+    KnowledgeDocument,
+    LanguageSettings,
+    Lifecycle,
+)
+from engine.lifecycle_results import HandoffNotice, LinkFixReport, Source, TaskResult
 from engine.providers import (
     ChatMessage,
     MockProvider,
@@ -73,12 +83,14 @@ from engine.request import (
 from engine.session import Claim, Run, Session, Waiting, migrate_session
 
 __all__ = [
+    "HANDOFF_CLEARED_EVENT",
     "Action",
     "ActionContext",
     "ActionResult",
     "Agent",
     "AgentConfig",
     "Branch",
+    "BuiltinTools",
     "BusinessHours",
     "ChatMessage",
     "Claim",
@@ -93,10 +105,19 @@ __all__ = [
     "Flow",
     "FlowConfigurationError",
     "FlowMove",
+    "HandoffNotice",
+    "HandoffRules",
     "HistoryEntry",
     "IdleSpeaker",
     "IfStep",
+    "InMemoryKnowledgeIndex",
     "Instruction",
+    "KnowledgeDocument",
+    "KnowledgeHit",
+    "KnowledgeIndex",
+    "LanguageSettings",
+    "Lifecycle",
+    "LinkFixReport",
     "MentionTrigger",
     "Message",
     "MessageTrigger",
@@ -116,10 +137,12 @@ __all__ = [
     "SilenceTrigger",
     "Silenced",
     "Skip",
+    "Source",
     "StartInput",
     "StepMove",
     "SystemClock",
     "TalkStep",
+    "TaskResult",
     "TimerWait",
     "Tool",
     "ToolCall",

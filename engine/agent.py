@@ -8,7 +8,7 @@ arrive with each ``turn()``. Every name a flow uses is checked here, so a bad na
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from engine.clock import Clock, SystemClock
@@ -38,6 +38,8 @@ from engine.config import (
     parse_model,
 )
 from engine.errors import FlowConfigurationError
+from engine.lifecycle import Lifecycle
+from engine.lifecycle_turn import prepare as prepare_lifecycle
 from engine.phases import advance, decide, finish, ingest, load, settle, speak, understand
 from engine.providers.base import Provider
 from engine.request import TurnRequest, TurnResult
@@ -68,6 +70,7 @@ class AgentConfig:
     compaction: CompactionConfig | None
     max_tool_loops: int
     business_hours: BusinessHours | None
+    lifecycle: Lifecycle | None = None  # opt-in hand-off, built-in tools, limits, language
     # Per-kind trigger indexes, so a turn does not scan every flow's triggers: (flow, index,
     # trigger) for the first trigger of each kind per flow, in flow order.
     message_triggers: tuple[tuple[Flow, int, MessageTrigger], ...] = field(default=())
@@ -105,6 +108,7 @@ class Agent:
         compaction: CompactionConfig | dict[str, Any] | None = None,
         max_tool_loops: int = 5,
         business_hours: BusinessHours | dict[str, Any] | None = None,
+        lifecycle: Lifecycle | dict[str, Any] | None = None,
     ) -> None:
         field_specs = {k: parse_model(FieldSpec, v) for k, v in (fields or {}).items()}
         parsed_flows = tuple(parse_model(Flow, f) for f in (flows or []))
@@ -149,6 +153,11 @@ class Agent:
             compaction=parse_model(CompactionConfig, compaction) if compaction else None,
             max_tool_loops=max_tool_loops,
             business_hours=parse_model(BusinessHours, business_hours) if business_hours else None,
+            lifecycle=(
+                prepare_lifecycle(parse_model(Lifecycle, lifecycle))
+                if lifecycle is not None
+                else None
+            ),
             message_triggers=_first_triggers(parsed_flows, MessageTrigger),
             mention_triggers=_first_triggers(parsed_flows, MentionTrigger),
             silence_triggers=_first_triggers(parsed_flows, SilenceTrigger),
@@ -162,6 +171,16 @@ class Agent:
     @property
     def config(self) -> AgentConfig:
         return self._config
+
+    def with_knowledge_index(self, index: Any) -> Agent:
+        """This agent with ``index`` behind ``search_knowledge`` (e.g. the service's PostgreSQL
+        index); the agent itself is left unchanged."""
+        if self._config.lifecycle is None:
+            raise ValueError("the agent has no lifecycle settings")
+        lifecycle = self._config.lifecycle.model_copy(update={"knowledge_index": index})
+        agent = object.__new__(Agent)
+        object.__setattr__(agent, "_config", replace(self._config, lifecycle=lifecycle))
+        return agent
 
     @property
     def name(self) -> str:

@@ -14,6 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from engine.clock import to_utc
 from engine.errors import TurnRequestError
+from engine.lifecycle_results import (
+    HandoffNotice,
+    LinkFixReport,
+    Source,
+    TaskResult,
+    TurnOutcome,
+    absent,
+)
 from engine.session import Session
 
 
@@ -130,12 +138,16 @@ class TurnRequest(_Model):
 class Message(_Model):
     """A message to send, in emission order. ``after_ms`` is an inline delay before it."""
 
-    kind: Literal["ai", "verbatim"]
+    kind: Literal["ai", "verbatim", "handoff"]
     text: str
     key: str
     after_ms: int = 0
     run_id: str | None = None
     step_id: str | None = None
+    # Lifecycle (opt-in): the hand-off a ``handoff`` message carries; the sources an ``ai``
+    # reply used (at most 8).
+    handoff: HandoffNotice | None = Field(default=None, exclude_if=absent)
+    provenance: list[Source] = Field(default_factory=list, exclude_if=absent)
 
 
 class ScheduleEntry(_Model):
@@ -186,3 +198,8 @@ class TurnResult(_Model):
     ended: list[RunChange] = Field(default_factory=list)
     skipped: list[Skip] = Field(default_factory=list)
     llm_calls: int = 0
+    # Lifecycle (opt-in): answered | task_completed | handoff | fallback | error (None when
+    # the turn said nothing); what the link check changed; what complete_task returned.
+    turn_outcome: TurnOutcome | None = Field(default=None, exclude_if=absent)
+    link_fixes: list[LinkFixReport] = Field(default_factory=list, exclude_if=absent)
+    task_result: TaskResult | None = Field(default=None, exclude_if=absent)

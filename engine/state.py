@@ -81,6 +81,7 @@ class TurnState:
     moved_runs: set[str] = field(default_factory=set)
     compaction_pending: PendingSummary | None = None
     candidates: Candidates | None = None
+    lifecycle: Any = None  # a LifecycleTurn, only for agents with lifecycle settings
 
     # --- reading ------------------------------------------------------------------------------
 

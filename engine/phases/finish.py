@@ -7,12 +7,14 @@ outcome and no skip to show for the turn. ``version`` is left as it came: the st
 
 from __future__ import annotations
 
+from engine import lifecycle_turn
 from engine.request import TurnResult
 from engine.state import TurnState
 
 
 def run(state: TurnState) -> TurnResult:
     """Assemble the result from the turn's state."""
+    extras = lifecycle_turn.close(state)  # before the comparison: it may write metadata
     session = state.session
     if state.ignored:
         changed = False
@@ -35,4 +37,5 @@ def run(state: TurnState) -> TurnResult:
         ended=state.ended,
         skipped=state.skipped,
         llm_calls=state.llm_calls,
+        **extras,
     )

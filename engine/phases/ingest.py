@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from engine import handoff
 from engine.config import EventTrigger, SilenceTrigger, WaitStep
 from engine.moves import take
 from engine.session import INPUT_RING, Run, Waiting
@@ -31,6 +32,9 @@ def run(state: TurnState) -> None:
             state.ignored = state.done = True
             return
         state.session.inputs = [*state.session.inputs, input_id][-INPUT_RING:]
+    handoff.on_input(state)  # lifecycle: hand-off rules and the silence after a hand-off
+    if state.done:
+        return
     if request.kind == "message":
         state.session.last_user_at = request.at or state.now
         _customer_replied(state)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from engine import builtin_tools, handoff
 from engine.collect import maxed, pending, write_fields
 from engine.config import TalkStep
 from engine.moves import take
@@ -28,6 +29,8 @@ async def run(state: TurnState) -> None:
     """Apply the reply, then the three bookkeeping moves."""
     if state.done:
         return
+    if handoff.settle_requested(state):
+        return  # lifecycle: the speak call handed over; nothing else moves
     await _apply_reply(state)
     session = state.session
     if state.messages:
@@ -63,6 +66,8 @@ async def _apply_reply(state: TurnState) -> None:
         state.session.data.update(patch)
     run.retries = 0
     state.outcome("asked" if question else "spoke", run, llm_calls=reply.calls)
+    if builtin_tools.finish_task(state, run):
+        return  # lifecycle: complete_task finished this run's task
     still = pending(state, run, step)
     for name in still:
         run.asked[name] = run.asked.get(name, 0) + 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from engine import builtin_tools, lifecycle_prompt, lifecycle_turn, reply_check, speak_budget
 from engine.actions import ToolContext, call_handler, read_tool_result
 from engine.collect import pending
 from engine.compaction import summarize
@@ -47,7 +48,8 @@ async def run(state: TurnState) -> None:
         if speaker.question is not None:
             state.reply = SpeakReply(text=speaker.question)
             return
-    state.reply = await _call(state, run_)
+    state.reply = await speak_budget.bounded(state, _call(state, run_))
+    reply_check.polish(state)
 
 
 def _idle_speaks(state: TurnState) -> bool:
@@ -85,8 +87,12 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
     if config.provider is not None:
         await summarize(state)  # before the prompt is built, so the call sees the summary
     built = build_speak(state, run_, flow, talk, fields, retry=retry, idle_prompt=idle_prompt)
+    built = lifecycle_prompt.extend(state, built)
     tool_names = list(talk.tools) if talk else list(config.idle.tools if config.idle else [])
     tools = _tool_specs(state, tool_names) if config.max_tool_loops > 0 else []
+    turn = lifecycle_turn.of(state)
+    if turn is not None and config.max_tool_loops > 0:
+        tools += builtin_tools.offer(state, turn, run_)
     schema = speak_schema({n: config.fields[n] for n in fields})
     messages = list(built.messages)
     reply = SpeakReply(text=None)
@@ -96,7 +102,7 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
         return reply
     rounds = 0
     while True:
-        offer = tools if rounds < config.max_tool_loops else []
+        offer = tools if rounds < config.max_tool_loops and speak_budget.tools_left(state) else []
         request = ModelRequest(
             schema_name="speak",
             system=built.system,
@@ -126,6 +132,8 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
         )
         if response.tool_calls and offer:
             messages = await _run_tools(state, run_, offer, response, messages, reply)
+            if speak_budget.stop_after_tools(state):
+                return reply
             rounds += 1
             continue
         if text is None:
@@ -157,6 +165,10 @@ async def _run_tools(
         step_id=run_.step_id if run_ else None,
     )
     for call in response.tool_calls:
+        handled, answer = await speak_budget.tool_result(state, run_, call, set(by_name), response)
+        if handled:
+            out.append(ChatMessage(role="tool", tool_call_id=call.id, text=_dump(answer)))
+            continue
         tool = by_name.get(call.name)
         result: Any
         if tool is None:

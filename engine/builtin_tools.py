@@ -1,0 +1,158 @@
+"""The built-in tools the speak call may be offered: handoff, set_state, search_knowledge,
+complete_task. Each is off unless the agent's lifecycle enables it.
+
+The model only asks; code checks and acts. ``handoff`` records a hand-off that Settle applies
+(reasons: user_requested, cannot_help, out_of_scope, sensitive, other; a tag only from the
+configured list). ``set_state`` goes through ``conversation_state`` (an error and nothing saved
+when a limit is hit). ``search_knowledge`` quotes excerpts found by code (``knowledge``) and
+remembers them for provenance and the link check. ``complete_task`` hands outputs back to the
+host on ``TurnResult.task_result`` and finishes the speaking run's task. Offered when:
+``search_knowledge`` needs knowledge (documents or an index), ``complete_task`` a run speaking.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from engine.config import Tool
+from engine.conversation_state import set_state
+from engine.knowledge import search_knowledge
+from engine.lifecycle import HANDOFF_REASONS
+from engine.lifecycle_results import HandoffNotice, TaskResult
+from engine.providers.base import ToolCall, ToolSpec
+
+if TYPE_CHECKING:
+    from engine.lifecycle_turn import LifecycleTurn
+    from engine.session import Run
+    from engine.state import TurnState
+
+NAMES = ("handoff", "set_state", "search_knowledge", "complete_task")
+
+
+def _engine_only(*_: Any) -> Any:
+    raise RuntimeError("built-in tools are run by the engine, not through a handler")
+
+
+def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+def _spec(name: str, turn: LifecycleTurn) -> ToolSpec:
+    if name == "handoff":
+        tags = turn.settings.handoff_rules.tags
+        properties: dict[str, Any] = {
+            "reason": {"type": "string", "enum": list(HANDOFF_REASONS)},
+            "summary": {"type": "string", "description": "What the human needs to know."},
+        }
+        if tags:
+            properties["tag"] = {"type": ["string", "null"], "enum": [*tags, None]}
+        return ToolSpec(
+            name=name,
+            description="Hand the conversation to a human, with a reason and a summary.",
+            parameters=_schema(properties, list(properties)),
+        )
+    if name == "set_state":
+        return ToolSpec(
+            name=name,
+            description="Remember a fact for the rest of the conversation (key, value).",
+            parameters=_schema(
+                {"key": {"type": "string"}, "value": {"type": "string"}}, ["key", "value"]
+            ),
+        )
+    if name == "search_knowledge":
+        return ToolSpec(
+            name=name,
+            description="Search the knowledge base and FAQ; returns the best excerpts.",
+            parameters=_schema({"query": {"type": "string"}}, ["query"]),
+        )
+    return ToolSpec(
+        name=name,
+        description="Finish the current task and return its outputs.",
+        parameters=_schema({"outputs": {"type": "object"}}, ["outputs"]),
+    )
+
+
+_TOOL = Tool(description="built-in", handler=_engine_only)
+
+
+def offer(
+    state: TurnState, turn: LifecycleTurn, run: Run | None
+) -> list[tuple[str, Tool, ToolSpec]]:
+    """The built-in tools this speak call is offered, as ``(name, tool, spec)``."""
+    settings = turn.settings
+    out = []
+    for name in settings.tools.enabled():
+        if name == "search_knowledge" and settings.knowledge_index is None:
+            continue
+        if name == "complete_task" and run is None:
+            continue
+        out.append((name, _TOOL, _spec(name, turn)))
+    return out
+
+
+async def call(state: TurnState, turn: LifecycleTurn, run: Run | None, tool_call: ToolCall) -> Any:
+    """Run one built-in tool call; the result goes back to the model."""
+    args = dict(tool_call.arguments)
+    name = tool_call.name
+    if name == "set_state":
+        update = set_state(turn.memory.state, args.get("key"), args.get("value"))
+        if update.error is not None:
+            return {"error": update.error}
+        turn.memory.state = update.state
+        return {"ok": True, "saved": args.get("key")}
+    if name == "search_knowledge":
+        query = args.get("query")
+        if not isinstance(query, str) or not query.strip():
+            return {"error": "query is required"}
+        hits = await search_knowledge(turn.settings.knowledge_index, turn.settings.knowledge, query)
+        turn.found.extend(hits)
+        if not hits:
+            return {"excerpts": [], "note": "nothing found"}
+        return {
+            "excerpts": [
+                {"type": h.type, "title": h.title, "url": h.url, "text": h.text} for h in hits
+            ]
+        }
+    if name == "handoff":
+        return _handoff(turn, args)
+    if name == "complete_task":
+        outputs = args.get("outputs")
+        if not isinstance(outputs, dict):
+            return {"error": "outputs must be an object"}
+        turn.task = TaskResult(
+            outputs=outputs, run_id=run.id if run else None, flow_id=run.flow_id if run else None
+        )
+        return {"ok": True}
+    return {"error": f"unknown built-in tool {name!r}"}
+
+
+def _handoff(turn: LifecycleTurn, args: dict[str, Any]) -> Any:
+    reason = args.get("reason")
+    if reason not in HANDOFF_REASONS:
+        return {"error": f"reason must be one of {', '.join(HANDOFF_REASONS)}"}
+    rules = turn.settings.handoff_rules
+    tag = args.get("tag")
+    if tag is not None and tag not in rules.tags:
+        return {"error": f"tag must be one of {', '.join(rules.tags) or 'none'}"}
+    summary = args.get("summary")
+    turn.handoff_requested = HandoffNotice(
+        reason=str(reason),
+        summary=summary if isinstance(summary, str) else "",
+        tag=tag if tag is not None else rules.tag,
+        by="tool",
+    )
+    return {"ok": True, "handed_off": True}
+
+
+def finish_task(state: TurnState, run: Run) -> bool:
+    """Settle: end the speaking run whose task ``complete_task`` finished; True when it did."""
+    turn = state.lifecycle if state.config.lifecycle is not None else None
+    if turn is None or turn.task is None or turn.task.run_id != run.id:
+        return False
+    state.end_run(run, "task_completed")
+    return True

@@ -1,0 +1,118 @@
+"""``LifecycleTurn``: what the lifecycle features know during one turn, and how it ends.
+
+It is created on first use (``of(state)``) only for an agent with ``lifecycle`` settings, reads
+the session's ``LifecycleMemory`` once, and at the end of the turn (``close``) writes the memory
+back, counts fallbacks, and gives ``TurnResult`` its lifecycle fields. An agent without
+settings never creates one, so its turns are exactly the engine's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from engine.knowledge import InMemoryKnowledgeIndex, KnowledgeHit
+from engine.language import LanguageChoice
+from engine.lifecycle import Lifecycle, LifecycleMemory
+from engine.lifecycle_results import HandoffNotice, LinkFixReport, Source, TaskResult, TurnOutcome
+
+if TYPE_CHECKING:
+    from engine.state import TurnState
+
+MAX_PROVENANCE = 8
+
+
+@dataclass
+class LifecycleTurn:
+    """The lifecycle's working memory for one turn."""
+
+    settings: Lifecycle
+    memory: LifecycleMemory
+    read: dict[str, Any]
+    tool_calls: int = 0
+    found: list[KnowledgeHit] = field(default_factory=list)
+    handoff: HandoffNotice | None = None
+    handoff_requested: HandoffNotice | None = None
+    partial_text: str | None = None
+    task: TaskResult | None = None
+    link_fixes: list[LinkFixReport] = field(default_factory=list)
+    fallback: bool = False
+    language: LanguageChoice | None = None
+
+    def sources(self) -> list[Source]:
+        """The documents this turn's searches returned, once each, at most eight."""
+        out: list[Source] = []
+        seen: set[str] = set()
+        for hit in self.found:
+            if hit.document_id in seen:
+                continue
+            seen.add(hit.document_id)
+            out.append(Source(type=hit.type, title=hit.title, url=hit.url,
+                              document_id=hit.document_id))
+        return out[:MAX_PROVENANCE]
+
+
+def prepare(value: Lifecycle | dict[str, Any] | None) -> Lifecycle | None:
+    """Validate the settings and give them an in-memory knowledge index when none is set."""
+    if value is None:
+        return None
+    settings = value if isinstance(value, Lifecycle) else Lifecycle.model_validate(value)
+    if settings.knowledge_index is None and settings.knowledge:
+        settings = settings.model_copy(
+            update={"knowledge_index": InMemoryKnowledgeIndex(settings.knowledge)}
+        )
+    return settings
+
+
+def of(state: TurnState) -> LifecycleTurn | None:
+    """This turn's lifecycle memory, or None for an agent without lifecycle settings."""
+    settings = state.config.lifecycle
+    if settings is None:
+        return None
+    if state.lifecycle is None:
+        memory = LifecycleMemory.read(state.session.metadata)
+        state.lifecycle = LifecycleTurn(settings, memory, memory.model_dump(mode="json"))
+    turn: LifecycleTurn = state.lifecycle
+    return turn
+
+
+def outcome(state: TurnState, turn: LifecycleTurn) -> TurnOutcome | None:
+    """The turn-level outcome: hand-off, task, fallback, error, answered, or None (silent)."""
+    if turn.handoff is not None:
+        return "handoff"
+    if turn.task is not None:
+        return "task_completed"
+    if turn.fallback:
+        return "fallback"
+    reply = state.reply
+    if reply is not None and reply.text is None and reply.deferred is not None:
+        return "error"
+    if any(m.kind in ("ai", "verbatim") for m in state.messages):
+        return "answered"
+    if any(o.code in ("action-failed", "deferred") for o in state.outcomes):
+        return "error"
+    return None
+
+
+def close(state: TurnState) -> dict[str, Any]:
+    """End the turn's lifecycle: memory saved, provenance attached; the result's fields."""
+    turn = state.lifecycle if state.config.lifecycle is not None else None
+    if state.ignored or turn is None:
+        return {}  # the engine's own result, unchanged, for agents without lifecycle settings
+    result = outcome(state, turn)
+    if result == "fallback":
+        turn.memory.consecutive_fallbacks += 1
+    elif result in ("answered", "task_completed"):
+        turn.memory.consecutive_fallbacks = 0
+    if turn.memory.model_dump(mode="json") != turn.read:
+        turn.memory.write(state.session.metadata)
+    sources = turn.sources()
+    if sources:
+        for message in state.messages:
+            if message.kind == "ai":
+                message.provenance = list(sources)
+    return {
+        "turn_outcome": result,
+        "link_fixes": list(turn.link_fixes),
+        "task_result": turn.task,
+    }

@@ -1,0 +1,98 @@
+"""What happens to a spoken reply before it leaves: the link check, then the sources footer.
+
+The agent's own links are the URLs and e-mail domains written in its persona, goal, knowledge,
+instructions (agent, flow and step) and step prompts, plus the URLs of the knowledge documents
+this turn's searches found and ``link_domains``. Every change is kept for
+``TurnResult.link_fixes``. The footer (``sources_footer``) lists the documents found this turn:
+``urls_only`` their links (with ``source_link_params``), ``urls_and_kb`` also one "Knowledge
+Base" line for FAQ entries and documents without a link. Fixed questions and verbatim texts
+are the agent's own words and are not checked.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from engine import lifecycle_turn
+from engine.config import TalkStep
+from engine.lifecycle_results import LinkFixReport
+from engine.links import KnownLinks, check_links
+
+if TYPE_CHECKING:
+    from engine.lifecycle_turn import LifecycleTurn
+    from engine.state import TurnState
+
+FOOTER_TITLES = {"pt": "Fontes", "es": "Fuentes", "fr": "Sources", "de": "Quellen", "en": "Sources"}
+KB_LINE = {"pt": "Base de conhecimento", "es": "Base de conocimiento", "en": "Knowledge Base"}
+
+
+def own_links(state: TurnState, turn: LifecycleTurn) -> KnownLinks:
+    """Everything the agent may quote, and its own hosts."""
+    config = state.config
+    texts = [config.persona or "", config.goal or "", *config.knowledge]
+    texts += [i.text() for i in config.instructions]
+    for flow in config.flows:
+        texts += [i.text() for i in flow.instructions]
+        for step in flow.steps:
+            if isinstance(step, TalkStep):
+                texts.append(step.prompt or "")
+                texts += [str(v) for item in step.instructions for v in item.values()]
+    urls = [hit.url for hit in turn.found if hit.url]
+    return KnownLinks.from_texts(texts, urls=urls, domains=turn.settings.link_domains)
+
+
+def polish(state: TurnState) -> None:
+    """Speak, after the call: check the reply's links and add the sources footer."""
+    turn = lifecycle_turn.of(state)
+    reply = state.reply
+    if turn is None or reply is None or reply.text is None or reply.skipped:
+        return
+    if state.speaker is not None and state.speaker.question is not None:
+        return
+    if turn.settings.link_check:
+        checked = check_links(reply.text, own_links(state, turn))
+        if checked.text.strip():
+            reply.text = checked.text
+        for fix in checked.fixes:
+            turn.link_fixes.append(
+                LinkFixReport(action=fix.action, url=fix.url, replacement=fix.replacement)
+            )
+    footer = sources_footer(turn)
+    if footer:
+        reply.text = f"{reply.text}\n\n{footer}"
+
+
+def sources_footer(turn: LifecycleTurn) -> str | None:
+    """The footer for this turn's sources, or None when off or nothing was used."""
+    mode = turn.settings.sources_footer
+    if mode is None or turn.fallback or not turn.found:
+        return None
+    language = (turn.language.code if turn.language else None) or "en"
+    lines: list[str] = []
+    seen: set[str] = set()
+    generic = False
+    for source in turn.sources():
+        if source.url and source.type == "kb":
+            url = with_params(source.url, turn.settings.source_link_params)
+            if url not in seen:
+                seen.add(url)
+                lines.append(f"- {source.title}: {url}")
+        else:
+            generic = True
+    if mode == "urls_and_kb" and generic:
+        lines.append(f"- {KB_LINE.get(language, KB_LINE['en'])}")
+    if not lines:
+        return None
+    return f"{FOOTER_TITLES.get(language, FOOTER_TITLES['en'])}:\n" + "\n".join(lines)
+
+
+def with_params(url: str, params: dict[str, str]) -> str:
+    """``url`` with ``params`` added to its query (existing keys are left as they are)."""
+    if not params:
+        return url
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    for key, value in params.items():
+        query.setdefault(key, value)
+    return urlunsplit(parts._replace(query=urlencode(query)))
