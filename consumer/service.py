@@ -40,6 +40,7 @@ from consumer.decisions import (
     decide,
 )
 from consumer.health import HealthServer
+from consumer.knowledge import attach_postgres_knowledge
 from consumer.model_calls import observe_model_calls
 from consumer.outbox import OutboxPublisher, OutboxRelay, new_producer
 from consumer.parser import Rejected, parse_record
@@ -194,6 +195,7 @@ class ConsumerService:
         await self._producer.start()
         publisher = OutboxPublisher(self._store, self._producer)
         observe_model_calls(self._agent)
+        self._agent = await attach_postgres_knowledge(self._agent, s.database_url)
         self._pipeline = TurnPipeline(
             store=self._store,
             agent=self._agent,
