@@ -271,3 +271,41 @@ async def test_an_empty_message_uses_the_fallback() -> None:
     result = await agent.turn(message("oi", "m1"))
     assert [m.text for m in result.messages] == ["Pode repetir?"]
     assert result.turn_outcome == "fallback" and result.schedule == []
+
+
+async def test_bad_arguments_to_built_in_tools_are_errors_to_the_model() -> None:
+    """An empty query and non-object outputs are refused; nothing is found or completed."""
+    script = [calls(("search_knowledge", {"query": "  "}), ("complete_task", {"outputs": "x"})),
+              said("Certo.")]
+    settings = {"tools": {"search_knowledge": True, "complete_task": True},
+                "knowledge": KNOWLEDGE}
+    agent, provider = lifecycle_agent(script, settings)
+    result = await agent.turn(message("oi", "m1"))
+    assert [json.loads(t) for t in tool_texts(provider.calls[1])] == [
+        {"error": "query is required"}, {"error": "outputs must be an object"}]
+    assert result.task_result is None and result.turn_outcome == "answered"
+    assert result.messages[0].provenance == []
+
+
+async def test_a_provider_failure_keeps_the_retry_ladder_even_with_a_fallback() -> None:
+    """A wait can fix a provider failure: the step is re-parked, no fallback is sent."""
+    from engine import ProviderError
+
+    agent, _ = lifecycle_agent([ProviderError("overloaded", kind="retryable")],
+                               {"fallback_message": "Desculpe."})
+    result = await agent.turn(message("oi", "m1"))
+    assert result.messages == [] and result.turn_outcome == "error"
+    assert "deferred" in codes(result) and len(result.schedule) == 1
+    assert result.session.metadata["lifecycle"]["consecutive_fallbacks"] == 0
+
+
+async def test_a_failed_action_with_nothing_said_is_an_error_turn() -> None:
+    """A do step that fails and sends nothing: outcome error."""
+
+    def boom() -> Any:
+        raise RuntimeError("down")
+
+    flow = {"id": "act", "on": [{"message": []}], "steps": [{"id": "d", "do": "boom"}]}
+    agent, _ = lifecycle_agent([], {}, flows=[flow], actions={"boom": boom}, idle="silent")
+    result = await agent.turn(message("oi", "m1"))
+    assert "action-failed" in codes(result) and result.turn_outcome == "error"
