@@ -32,11 +32,10 @@ from engine.providers.base import (
     Usage,
 )
 from engine.providers.http import (
-    JsonApi,
-    checked_api_key,
+    JsonApiProvider,
     decode_json_object,
     malformed,
-    observed,
+    usage_from,
 )
 
 log = logging.getLogger(__name__)
@@ -129,14 +128,15 @@ def messages_body(request: ModelRequest, *, model: str, max_tokens: int) -> dict
     return body
 
 
+def _anthropic_headers(api_key: str) -> dict[str, str]:
+    headers = {"anthropic-version": API_VERSION}
+    if api_key:
+        headers["x-api-key"] = api_key
+    return headers
+
+
 def _usage(raw: Any) -> Usage | None:
-    if not isinstance(raw, dict):
-        return None
-    given, taken = raw.get("input_tokens"), raw.get("output_tokens")
-    return Usage(
-        input_tokens=given if isinstance(given, int) else None,
-        output_tokens=taken if isinstance(taken, int) else None,
-    )
+    return usage_from(raw, input_key="input_tokens", output_key="output_tokens")
 
 
 def parse_message(body: Mapping[str, Any], *, envelope_tool: str | None) -> ModelResponse:
@@ -174,7 +174,7 @@ def parse_message(body: Mapping[str, Any], *, envelope_tool: str | None) -> Mode
     return ModelResponse(text=text, json=envelope, tool_calls=calls, usage=usage)
 
 
-class AnthropicProvider:
+class AnthropicProvider(JsonApiProvider):
     """An Anthropic Messages API provider.
 
     The key comes from ``api_key`` or, when that is None, ``ANTHROPIC_API_KEY``. ``repr`` shows
@@ -199,51 +199,28 @@ class AnthropicProvider:
         environ = os.environ if env is None else env
         if api_key is None:
             api_key = environ.get(API_KEY_ENV, "")
-        self._key = checked_api_key(api_key)
-        api_key = self._key.reveal()
-        self.model = model
-        self.max_tokens = max_tokens
-        self.hooks = hooks or ProviderHooks()
-        self._timer = timer
-        headers = {"anthropic-version": API_VERSION}
-        if api_key:
-            headers["x-api-key"] = api_key
-        self._api = JsonApi(
+        super().__init__(
             provider=PROVIDER_NAME,
+            api_key=api_key,
+            auth_headers=_anthropic_headers,
             base_url=base_url,
-            headers=headers,
-            secrets=(self._key,),
             timeout=timeout,
+            hooks=hooks,
             clock=clock,
             client=client,
             transport=transport,
+            timer=timer,
         )
-
-    @property
-    def base_url(self) -> str:
-        return self._api.base_url
-
-    @property
-    def timeout(self) -> float:
-        return self._api.timeout
+        self.model = model
+        self.max_tokens = max_tokens
 
     @property
     def description(self) -> str:
         """One line naming the provider, model and server; safe to log."""
-        auth = "with an API key" if self._key else "without an API key"
-        return f"Anthropic model {self.model} at {self.base_url} ({auth})"
+        return f"Anthropic model {self.model} at {self.base_url} ({self._auth_note})"
 
     def __repr__(self) -> str:
         return f"AnthropicProvider(model={self.model!r}, base_url={self.base_url!r})"
-
-    async def aclose(self) -> None:
-        await self._api.aclose()
-
-    async def __aenter__(self) -> AnthropicProvider:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         async def call() -> ModelResponse:
@@ -252,10 +229,7 @@ class AnthropicProvider:
             envelope = envelope_tool_name(request) if request.json_schema else None
             return parse_message(reply, envelope_tool=envelope)
 
-        return await observed(
-            self.hooks, provider=PROVIDER_NAME, schema_name=request.schema_name, call=call,
-            timer=self._timer,
-        )
+        return await self._observed(request, call)
 
 
 __all__ = ["AnthropicProvider", "messages_body", "parse_message"]

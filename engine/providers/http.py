@@ -23,13 +23,13 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
 from engine.clock import Clock, SystemClock
 from engine.errors import ProviderError, ProviderErrorKind
-from engine.providers.base import CallRecord, ModelResponse, ProviderHooks
+from engine.providers.base import CallRecord, ModelRequest, ModelResponse, ProviderHooks, Usage
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
 """4xx statuses that mean "not now" rather than "never"; every 5xx is retryable too."""
@@ -280,9 +280,87 @@ async def observed(
     return response
 
 
+def usage_from(raw: Any, *, input_key: str, output_key: str) -> Usage | None:
+    """The token counts of a reply's usage object under the API's own key names; a count that
+    is not an int is None, and a usage that is not an object is None altogether."""
+    if not isinstance(raw, dict):
+        return None
+    given, taken = raw.get(input_key), raw.get(output_key)
+    return Usage(
+        input_tokens=given if isinstance(given, int) else None,
+        output_tokens=taken if isinstance(taken, int) else None,
+    )
+
+
+class JsonApiProvider:
+    """What a provider over one ``JsonApi`` keeps the same whatever the API: the key checked and
+    held as a ``Secret``, the client's lifetime, and one ``CallRecord`` per call to the hooks.
+
+    ``auth_headers`` turns the (possibly empty) key into the headers every request carries.
+    """
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        api_key: str,
+        auth_headers: Callable[[str], dict[str, str]],
+        base_url: str,
+        timeout: float,
+        hooks: ProviderHooks | None,
+        clock: Clock | None,
+        client: httpx.AsyncClient | None,
+        transport: httpx.AsyncBaseTransport | None,
+        timer: Callable[[], float],
+    ) -> None:
+        self._key = checked_api_key(api_key)
+        self.hooks = hooks or ProviderHooks()
+        self._timer = timer
+        self._api = JsonApi(
+            provider=provider,
+            base_url=base_url,
+            headers=auth_headers(self._key.reveal()),
+            secrets=(self._key,),
+            timeout=timeout,
+            clock=clock,
+            client=client,
+            transport=transport,
+        )
+
+    @property
+    def base_url(self) -> str:
+        return self._api.base_url
+
+    @property
+    def timeout(self) -> float:
+        return self._api.timeout
+
+    @property
+    def _auth_note(self) -> str:
+        return "with an API key" if self._key else "without an API key"
+
+    async def aclose(self) -> None:
+        await self._api.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _observed(
+        self, request: ModelRequest, call: Callable[[], Awaitable[ModelResponse]]
+    ) -> ModelResponse:
+        return await observed(
+            self.hooks, provider=self._api.provider, schema_name=request.schema_name, call=call,
+            timer=self._timer,
+        )
+
+
 __all__ = [
     "RETRYABLE_STATUSES",
     "JsonApi",
+    "JsonApiProvider",
     "Secret",
     "checked_api_key",
     "decode_json_object",
@@ -292,4 +370,5 @@ __all__ = [
     "parse_retry_after",
     "redact",
     "status_kind",
+    "usage_from",
 ]

@@ -33,11 +33,10 @@ from engine.providers.base import (
     Usage,
 )
 from engine.providers.http import (
-    JsonApi,
-    checked_api_key,
+    JsonApiProvider,
     decode_json_object,
     malformed,
-    observed,
+    usage_from,
 )
 
 log = logging.getLogger(__name__)
@@ -143,14 +142,12 @@ def _tool_calls(raw: Any) -> list[ToolCall]:
     return calls
 
 
+def _bearer_headers(api_key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 def _usage(raw: Any) -> Usage | None:
-    if not isinstance(raw, dict):
-        return None
-    prompt, completion = raw.get("prompt_tokens"), raw.get("completion_tokens")
-    return Usage(
-        input_tokens=prompt if isinstance(prompt, int) else None,
-        output_tokens=completion if isinstance(completion, int) else None,
-    )
+    return usage_from(raw, input_key="prompt_tokens", output_key="completion_tokens")
 
 
 def parse_chat_completion(body: Mapping[str, Any], *, wants_json: bool) -> ModelResponse:
@@ -176,7 +173,7 @@ def parse_chat_completion(body: Mapping[str, Any], *, wants_json: bool) -> Model
     )
 
 
-class OpenAIProvider:
+class OpenAIProvider(JsonApiProvider):
     """An OpenAI-compatible chat-completions provider.
 
     The key comes from ``api_key`` or, when that is None, ``TURNFLOW_MODEL_API_KEY`` then
@@ -204,51 +201,30 @@ class OpenAIProvider:
         environ = os.environ if env is None else env
         if api_key is None:
             api_key = next((environ[name] for name in API_KEY_ENV if environ.get(name)), "")
-        self._key = checked_api_key(api_key)
-        api_key = self._key.reveal()
+        super().__init__(
+            provider=PROVIDER_NAME,
+            api_key=api_key,
+            auth_headers=_bearer_headers,
+            base_url=base_url,
+            timeout=timeout,
+            hooks=hooks,
+            clock=clock,
+            client=client,
+            transport=transport,
+            timer=timer,
+        )
         self.model = model
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.json_mode: JsonMode = json_mode
-        self.hooks = hooks or ProviderHooks()
-        self._timer = timer
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._api = JsonApi(
-            provider=PROVIDER_NAME,
-            base_url=base_url,
-            headers=headers,
-            secrets=(self._key,),
-            timeout=timeout,
-            clock=clock,
-            client=client,
-            transport=transport,
-        )
-
-    @property
-    def base_url(self) -> str:
-        return self._api.base_url
-
-    @property
-    def timeout(self) -> float:
-        return self._api.timeout
 
     @property
     def description(self) -> str:
         """One line naming the provider, model and server; safe to log."""
-        auth = "with an API key" if self._key else "without an API key"
-        return f"OpenAI-compatible model {self.model} at {self.base_url} ({auth})"
+        return f"OpenAI-compatible model {self.model} at {self.base_url} ({self._auth_note})"
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(model={self.model!r}, base_url={self.base_url!r})"
-
-    async def aclose(self) -> None:
-        await self._api.aclose()
-
-    async def __aenter__(self) -> OpenAIProvider:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         async def call() -> ModelResponse:
@@ -259,10 +235,7 @@ class OpenAIProvider:
             reply = await self._api.post("chat/completions", body)
             return parse_chat_completion(reply, wants_json=bool(request.json_schema))
 
-        return await observed(
-            self.hooks, provider=PROVIDER_NAME, schema_name=request.schema_name, call=call,
-            timer=self._timer,
-        )
+        return await self._observed(request, call)
 
 
 __all__ = ["JsonMode", "OpenAIProvider", "chat_completion_body", "parse_chat_completion"]
