@@ -15,8 +15,9 @@ from collections.abc import Callable
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from consumer.metrics import REGISTRY
+from consumer.settings import Settings
 
-__all__ = ["HealthServer"]
+__all__ = ["HealthServer", "start_health_server"]
 
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
@@ -85,3 +86,15 @@ class HealthServer:
                 return 200, "text/plain", b"ready\n"
             return 503, "text/plain", b"not ready\n"
         return 404, "text/plain", b"not found\n"
+
+
+async def start_health_server(
+    settings: Settings, *, ready: Callable[[], bool]
+) -> HealthServer | None:
+    """The started server on ``METRICS_HOST:METRICS_PORT``, or None when ``METRICS_PORT`` is 0
+    (the port is off)."""
+    if not settings.metrics_port:
+        return None
+    return await HealthServer(
+        host=settings.metrics_host, port=settings.metrics_port, ready=ready
+    ).start()

@@ -39,7 +39,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from consumer import metrics
-from consumer.health import HealthServer
+from consumer.health import HealthServer, start_health_server
 from consumer.outbox import encode_payload, new_producer
 from consumer.schedule_intake import ScheduleIntake, TimerSink
 from consumer.settings import Settings
@@ -353,10 +353,7 @@ class SchedulerService:
         store: Store | None = None,
         options: FiringOptions | None = None,
     ) -> None:
-        if not settings.kafka_bootstrap_servers:
-            raise ValueError("KAFKA_BOOTSTRAP_SERVERS is not set")
-        if store is None and not settings.database_url:
-            raise ValueError("DATABASE_URL is not set")
+        settings.require_servers(database=store is None)
         self._settings = settings
         self._store = store
         self._owns_store = store is None
@@ -391,10 +388,7 @@ class SchedulerService:
         s = self._settings
         assert s.kafka_bootstrap_servers is not None
         try:
-            if s.metrics_port:
-                self._health = await HealthServer(
-                    host=s.metrics_host, port=s.metrics_port, ready=self.ready
-                ).start()
+            self._health = await start_health_server(s, ready=self.ready)
             if self._store is None:
                 assert s.database_url is not None
                 self._store = await Store.connect(

@@ -39,7 +39,7 @@ from consumer.decisions import (
     RetryPolicy,
     decide,
 )
-from consumer.health import HealthServer
+from consumer.health import HealthServer, start_health_server
 from consumer.knowledge import attach_postgres_knowledge
 from consumer.model_calls import observe_model_calls
 from consumer.outbox import OutboxPublisher, OutboxRelay, new_producer
@@ -97,10 +97,7 @@ class ConsumerService:
         run_relay: bool = True,
         client_id: str = "turnflow-consumer",
     ) -> None:
-        if not settings.kafka_bootstrap_servers:
-            raise ValueError("KAFKA_BOOTSTRAP_SERVERS is not set")
-        if store is None and not settings.database_url:
-            raise ValueError("DATABASE_URL is not set")
+        settings.require_servers(database=store is None)
         self._settings = settings
         self._agent = agent
         self._store = store
@@ -174,10 +171,7 @@ class ConsumerService:
         bootstrap = s.kafka_bootstrap_servers
         assert bootstrap is not None
         options = s.kafka_client_options()
-        if s.metrics_port:
-            self._health = await HealthServer(
-                host=s.metrics_host, port=s.metrics_port, ready=self.ready
-            ).start()
+        self._health = await start_health_server(s, ready=self.ready)
         if self._store is None:
             assert s.database_url is not None
             # No overflow: a connection opened for a burst and closed after it costs the

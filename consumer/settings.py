@@ -119,6 +119,14 @@ class Settings(BaseSettings):
             self.kafka_sasl_password = SecretStr(secret)
         return self
 
+    def require_servers(self, *, database: bool = True) -> None:
+        """``ValueError`` naming the first server a long-running service needs and lacks;
+        ``database=False`` when the caller brings its own store."""
+        if not self.kafka_bootstrap_servers:
+            raise ValueError("KAFKA_BOOTSTRAP_SERVERS is not set")
+        if database and not self.database_url:
+            raise ValueError("DATABASE_URL is not set")
+
     def kafka_client_options(self) -> dict[str, Any]:
         """Security keyword arguments shared by every aiokafka client we create."""
         options: dict[str, Any] = {"security_protocol": self.kafka_security_protocol}

@@ -7,7 +7,7 @@ import asyncio
 import logging
 
 from consumer.commands.running import EXIT_CONFIG, fail, run_service
-from consumer.health import HealthServer
+from consumer.health import start_health_server
 from consumer.logs import configure_logging
 from consumer.outbox import OutboxPublisher, OutboxRelay, new_producer
 from consumer.settings import Settings
@@ -36,11 +36,7 @@ def run(args: argparse.Namespace) -> int:
     async def serve() -> None:
         assert settings.database_url is not None and settings.kafka_bootstrap_servers
         ready = False
-        health = None
-        if settings.metrics_port:
-            health = await HealthServer(
-                host=settings.metrics_host, port=settings.metrics_port, ready=lambda: ready
-            ).start()
+        health = await start_health_server(settings, ready=lambda: ready)
         store = await Store.connect(settings.database_url, pool_size=2)
         producer = new_producer(
             settings.kafka_bootstrap_servers,
