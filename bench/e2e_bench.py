@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -135,37 +134,11 @@ class Servers:
 
 
 def _servers(stack: ExitStack) -> Servers:
-    import asyncpg
-    from sqlalchemy.engine import make_url
-
     from consumer.embedded_broker import EmbeddedBroker
-    from store import migrate
-    from store.embedded import EmbeddedPostgres
-    from store.urls import plain_url
+    from store.scratch import scratch_database
 
-    server_url = os.environ.get("DATABASE_URL")
-    where = "DATABASE_URL"
-    if not server_url:
-        data_dir = Path(tempfile.mkdtemp(prefix="turnflow-e2e-pg-"))
-        stack.callback(shutil.rmtree, data_dir, ignore_errors=True)
-        server = EmbeddedPostgres(data_dir / "data")
-        server_url = server.start()
-        stack.callback(server.stop)
-        where = "embedded PostgreSQL"
-    server_url = plain_url(server_url)
-
-    async def admin(sql: str) -> None:
-        connection = await asyncpg.connect(server_url)
-        try:
-            await connection.execute(sql)
-        finally:
-            await connection.close()
-
-    name = f"turnflow_e2e_{uuid.uuid4().hex[:8]}"
-    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
-    stack.callback(lambda: asyncio.run(admin(f'DROP DATABASE "{name}" WITH (FORCE)')))
-    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
-    migrate.upgrade(url)
+    database = scratch_database(stack, prefix="turnflow-e2e")
+    url, where = database.url, database.where
 
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
     embedded = not bootstrap

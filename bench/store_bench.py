@@ -31,9 +31,8 @@ import asyncpg
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 
-from store import OutboxEntry, SaveRequest, SourceRecord, Store, TurnRecord, jsoncodec, migrate
-from store.embedded import EmbeddedPostgres
-from store.urls import plain_url
+from store import OutboxEntry, SaveRequest, SourceRecord, Store, TurnRecord, jsoncodec
+from store.scratch import scratch_database
 
 STATE = {
     "id": "",
@@ -157,23 +156,8 @@ def main() -> None:
     levels = [int(level) for level in options.levels.split(",")]
 
     with ExitStack() as stack:
-        server_url = os.environ.get("DATABASE_URL")
-        where = "DATABASE_URL"
-        if not server_url:
-            data_dir = Path(tempfile.mkdtemp(prefix="turnflow-bench-pg-"))
-            stack.callback(shutil.rmtree, data_dir, ignore_errors=True)
-            server = EmbeddedPostgres(data_dir / "data")
-            server_url = server.start()
-            stack.callback(server.stop)
-            where = "embedded PostgreSQL"
-        server_url = plain_url(server_url)
-        name = f"turnflow_bench_{uuid.uuid4().hex[:8]}"
-        asyncio.run(_admin(server_url, f'CREATE DATABASE "{name}"'))
-        stack.callback(
-            lambda: asyncio.run(_admin(server_url, f'DROP DATABASE "{name}" WITH (FORCE)'))
-        )
-        url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
-        migrate.upgrade(url)
+        database = scratch_database(stack, prefix="turnflow-bench")
+        url, where = database.url, database.where
         rows = max(levels)
         asyncio.run(_admin(url, (
             "CREATE TABLE bench_sessions (id int PRIMARY KEY, version bigint NOT NULL,"
