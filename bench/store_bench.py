@@ -32,7 +32,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 
 from store import OutboxEntry, SaveRequest, SourceRecord, Store, TurnRecord, jsoncodec
-from store.scratch import scratch_database
+from store.scratch import execute_sql, scratch_database
 
 STATE = {
     "id": "",
@@ -140,14 +140,6 @@ def _pgbench_tps(url: str, clients: int, seconds: float, script: Path) -> float:
     return float(match.group(1))
 
 
-async def _admin(url: str, sql: str) -> None:
-    connection = await asyncpg.connect(url)
-    try:
-        await connection.execute(sql)
-    finally:
-        await connection.close()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="per level and tool")
@@ -159,7 +151,7 @@ def main() -> None:
         database = scratch_database(stack, prefix="turnflow-bench")
         url, where = database.url, database.where
         rows = max(levels)
-        asyncio.run(_admin(url, (
+        asyncio.run(execute_sql(url, (
             "CREATE TABLE bench_sessions (id int PRIMARY KEY, version bigint NOT NULL,"
             " state jsonb NOT NULL, updated_at timestamptz NOT NULL DEFAULT now());"
             f" INSERT INTO bench_sessions SELECT g, 0, '{{}}' FROM generate_series(1, {rows}) g;"

@@ -24,7 +24,7 @@ from store import migrate
 from store.embedded import EmbeddedPostgres
 from store.urls import plain_url
 
-__all__ = ["ScratchDatabase", "scratch_database"]
+__all__ = ["ScratchDatabase", "execute_sql", "scratch_database"]
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,8 @@ class ScratchDatabase:
     """Where the server came from: ``DATABASE_URL`` or ``embedded PostgreSQL``."""
 
 
-async def _admin(url: str, sql: str) -> None:
+async def execute_sql(url: str, sql: str) -> None:
+    """Run ``sql`` (one or more statements, no parameters) on its own connection to ``url``."""
     connection = await asyncpg.connect(url)
     try:
         await connection.execute(sql)
@@ -58,8 +59,10 @@ def scratch_database(stack: ExitStack, *, prefix: str) -> ScratchDatabase:
         where = "embedded PostgreSQL"
     server_url = plain_url(server_url)
     name = f"{prefix.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
-    asyncio.run(_admin(server_url, f'CREATE DATABASE "{name}"'))
-    stack.callback(lambda: asyncio.run(_admin(server_url, f'DROP DATABASE "{name}" WITH (FORCE)')))
+    asyncio.run(execute_sql(server_url, f'CREATE DATABASE "{name}"'))
+    stack.callback(
+        lambda: asyncio.run(execute_sql(server_url, f'DROP DATABASE "{name}" WITH (FORCE)'))
+    )
     url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
     migrate.upgrade(url)
     return ScratchDatabase(url=url, where=where)
