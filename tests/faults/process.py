@@ -15,12 +15,13 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.faults.ledger import Ledger
 from tests.fixtures.broker import TopicFactory
 from tests.integration.harness import produce
 
@@ -88,6 +89,15 @@ class FaultSetup:
         """Produce inputs to the inbound topic and remember them for the checks."""
         await produce(self.bootstrap, self.topics[INBOUND], list(records))
         self.inputs.extend(records)
+
+    def ledger(self) -> Ledger:
+        """A ledger of this test's outbound message and schedule topics."""
+        return Ledger(self.bootstrap, messages_topic=self.topics[MESSAGES],
+                      schedule_topic=self.topics[SCHEDULE])
+
+
+SetupFactory = Callable[..., Awaitable[FaultSetup]]
+"""The ``fault_setup`` fixture: ``await fault_setup(partitions=n)`` gives a fresh ``FaultSetup``."""
 
 
 def message(session_id: str, label: str, **context: Any) -> dict[str, Any]:

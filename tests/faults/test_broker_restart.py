@@ -15,16 +15,8 @@ import uuid
 
 import pytest
 
-from tests.faults.ledger import Ledger, TurnLog, check_all
-from tests.faults.process import (
-    MESSAGES,
-    SCHEDULE,
-    ConsumerProcess,
-    FaultSetup,
-    consumers,
-    message,
-)
-from tests.fixtures.broker import TopicFactory
+from tests.faults.ledger import TurnLog, check_all
+from tests.faults.process import ConsumerProcess, SetupFactory, consumers, message
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -33,8 +25,7 @@ ROUNDS = 8
 
 
 async def test_broker_restart_mid_load_loses_nothing(
-    kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
-    kafka_is_embedded: bool,
+    kafka_is_embedded: bool, fault_setup: SetupFactory,
 ) -> None:
     """Inputs produced before and after a broker restart are each applied once and every
     reply reaches outbound.messages in session order once the broker is back."""
@@ -45,9 +36,7 @@ async def test_broker_restart_mid_load_loses_nothing(
             "a real Kafka and TURNFLOW_BROKER_RESTART_CMD to the command restarting it (the "
             "embedded broker is memory-only, so its restart is data loss, not a restart)"
         )
-    setup = await FaultSetup.create(
-        kafka_topics, kafka_bootstrap, database_url, embedded=kafka_is_embedded
-    )
+    setup = await fault_setup()
     suffix = uuid.uuid4().hex[:6]
     sessions = [f"brokerrestart-{i}-{suffix}" for i in range(SESSIONS)]
     half = ROUNDS // 2
@@ -61,13 +50,12 @@ async def test_broker_restart_mid_load_loses_nothing(
         await setup.produce(
             [message(sid, f"m{j}") for j in range(half, ROUNDS) for sid in sessions]
         )
-        ledger = Ledger(kafka_bootstrap, messages_topic=setup.topics[MESSAGES],
-                        schedule_topic=setup.topics[SCHEDULE])
+        ledger = setup.ledger()
         await ledger.read(until=lambda led: led.has_replies({sid: ROUNDS for sid in sessions}),
                           within=120)
         assert await process.stop() == 0
 
-    log = await TurnLog.read(database_url, sessions)
+    log = await TurnLog.read(setup.database_url, sessions)
     assert check_all(log, ledger, setup.inputs) == []
     for sid in sessions:
         assert ledger.texts(sid) == [f"{j + 1}:m{j}" for j in range(ROUNDS)]

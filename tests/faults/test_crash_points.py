@@ -14,16 +14,8 @@ import uuid
 import pytest
 
 from consumer.crash import CRASH_EXIT_CODE, CRASH_POINTS
-from tests.faults.ledger import Ledger, TurnLog, check_all
-from tests.faults.process import (
-    MESSAGES,
-    SCHEDULE,
-    ConsumerProcess,
-    FaultSetup,
-    consumers,
-    message,
-)
-from tests.fixtures.broker import TopicFactory
+from tests.faults.ledger import TurnLog, check_all
+from tests.faults.process import ConsumerProcess, SetupFactory, consumers, message
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -42,15 +34,12 @@ SAVED_BEFORE_CRASH = {"after_save", "after_publish", "before_commit"}
 
 @pytest.mark.parametrize("point", CRASH_POINTS)
 async def test_crash_at_point_then_restart_applies_every_input_once(
-    point: str, kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
-    kafka_is_embedded: bool,
+    point: str, fault_setup: SetupFactory,
 ) -> None:
     """After a hard exit at the point and a restart in the same group, every input is applied
     exactly once, every reply and timer of the turn log reaches its topic in session order, and
     any repeat on the topic is the same record with the same key."""
-    setup = await FaultSetup.create(
-        kafka_topics, kafka_bootstrap, database_url, embedded=kafka_is_embedded
-    )
+    setup = await fault_setup()
     suffix = uuid.uuid4().hex[:6]
     sessions = [f"crash-{point}-{i}-{suffix}" for i in range(SESSIONS)]
     await setup.produce(
@@ -69,8 +58,7 @@ async def test_crash_at_point_then_restart_applies_every_input_once(
         survivor = ConsumerProcess(setup.env(), "restarted")
         started.append(survivor)
         await survivor.start()
-        ledger = Ledger(kafka_bootstrap, messages_topic=setup.topics[MESSAGES],
-                        schedule_topic=setup.topics[SCHEDULE])
+        ledger = setup.ledger()
         await ledger.read(
             until=lambda led: led.has_replies({sid: INPUTS_PER_SESSION for sid in sessions}),
             within=60,
@@ -79,7 +67,7 @@ async def test_crash_at_point_then_restart_applies_every_input_once(
         if point in SAVED_BEFORE_CRASH:
             assert survivor.logged("replay skipped; outbox re-flushed") >= 1
 
-    log = await TurnLog.read(database_url, sessions)
+    log = await TurnLog.read(setup.database_url, sessions)
     assert check_all(log, ledger, setup.inputs) == []
     for sid in sessions:
         assert ledger.texts(sid) == [f"{j + 1}:m{j}" for j in range(INPUTS_PER_SESSION)]

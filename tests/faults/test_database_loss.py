@@ -8,17 +8,8 @@ import uuid
 import asyncpg
 import pytest
 
-from tests.faults.ledger import Ledger, TurnLog, check_all
-from tests.faults.process import (
-    DLQ,
-    MESSAGES,
-    SCHEDULE,
-    ConsumerProcess,
-    FaultSetup,
-    consumers,
-    message,
-)
-from tests.fixtures.broker import TopicFactory
+from tests.faults.ledger import TurnLog, check_all
+from tests.faults.process import DLQ, ConsumerProcess, SetupFactory, consumers, message
 from tests.integration.harness import OutboundReader, wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(120)]
@@ -36,18 +27,15 @@ WHERE datname = current_database() AND pid <> pg_backend_pid()
 
 
 async def test_connection_loss_mid_transaction_loses_and_doubles_nothing(
-    kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
-    kafka_is_embedded: bool,
+    fault_setup: SetupFactory,
 ) -> None:
     """Terminating every consumer connection (pg_terminate_backend) again and again while
     inputs are being applied costs retries only: no input goes to the DLQ, each is applied
     once, and every saved reply is published in order."""
-    setup = await FaultSetup.create(
-        kafka_topics, kafka_bootstrap, database_url, embedded=kafka_is_embedded
-    )
+    setup = await fault_setup()
     suffix = uuid.uuid4().hex[:6]
     sessions = [f"pgloss-{i}-{suffix}" for i in range(SESSIONS)]
-    admin = await asyncpg.connect(database_url, timeout=10)
+    admin = await asyncpg.connect(setup.database_url, timeout=10)
     killed = busy = 0
     try:
         async with consumers() as started:
@@ -68,19 +56,18 @@ async def test_connection_loss_mid_transaction_loses_and_doubles_nothing(
                 await asyncio.sleep(0.15)
             await producing
 
-            ledger = Ledger(kafka_bootstrap, messages_topic=setup.topics[MESSAGES],
-                            schedule_topic=setup.topics[SCHEDULE])
+            ledger = setup.ledger()
             await ledger.read(
                 until=lambda led: led.has_replies({sid: ROUNDS for sid in sessions}), within=60
             )
-            async with OutboundReader(kafka_bootstrap, setup.topics[DLQ]) as dlq:
+            async with OutboundReader(setup.bootstrap, setup.topics[DLQ]) as dlq:
                 assert await dlq.settle(0.5) == []
             assert await process.stop() == 0
     finally:
         await admin.close()
 
     assert killed > 0 and busy > 0  # connections were in use when they were cut
-    log = await TurnLog.read(database_url, sessions)
+    log = await TurnLog.read(setup.database_url, sessions)
     assert check_all(log, ledger, setup.inputs) == []
     for sid in sessions:
         assert ledger.texts(sid) == [f"{j + 1}:m{j}" for j in range(ROUNDS)]

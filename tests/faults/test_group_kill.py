@@ -7,16 +7,8 @@ import uuid
 
 import pytest
 
-from tests.faults.ledger import Ledger, TurnLog, check_all
-from tests.faults.process import (
-    MESSAGES,
-    SCHEDULE,
-    ConsumerProcess,
-    FaultSetup,
-    consumers,
-    message,
-)
-from tests.fixtures.broker import TopicFactory
+from tests.faults.ledger import TurnLog, check_all
+from tests.faults.process import ConsumerProcess, SetupFactory, consumers, message
 from tests.integration.harness import wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(150)]
@@ -25,16 +17,11 @@ SESSIONS = 8
 ROUNDS = 12
 
 
-async def test_kill_one_of_two_consumers_under_load(
-    kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
-    kafka_is_embedded: bool,
-) -> None:
+async def test_kill_one_of_two_consumers_under_load(fault_setup: SetupFactory) -> None:
     """Two consumers share four partitions while 8 sessions send 12 inputs each; one is
     killed with SIGKILL halfway; the survivor takes its partitions, and every input is applied
     once with every reply published in session order."""
-    setup = await FaultSetup.create(
-        kafka_topics, kafka_bootstrap, database_url, embedded=kafka_is_embedded, partitions=4
-    )
+    setup = await fault_setup(partitions=4)
     suffix = uuid.uuid4().hex[:6]
     sessions = [f"group-{i}-{suffix}" for i in range(SESSIONS)]
 
@@ -58,13 +45,12 @@ async def test_kill_one_of_two_consumers_under_load(
         await b.kill()
         await producing
 
-        ledger = Ledger(kafka_bootstrap, messages_topic=setup.topics[MESSAGES],
-                        schedule_topic=setup.topics[SCHEDULE])
+        ledger = setup.ledger()
         await ledger.read(until=lambda led: led.has_replies({sid: ROUNDS for sid in sessions}),
                           within=60)
         assert await a.stop() == 0
 
-    log = await TurnLog.read(database_url, sessions)
+    log = await TurnLog.read(setup.database_url, sessions)
     assert check_all(log, ledger, setup.inputs) == []
     for sid in sessions:
         assert ledger.texts(sid) == [f"{j + 1}:m{j}" for j in range(ROUNDS)]

@@ -6,17 +6,8 @@ import uuid
 
 import pytest
 
-from tests.faults.ledger import Ledger, TurnLog, check_all
-from tests.faults.process import (
-    DLQ,
-    MESSAGES,
-    SCHEDULE,
-    ConsumerProcess,
-    FaultSetup,
-    consumers,
-    message,
-)
-from tests.fixtures.broker import TopicFactory
+from tests.faults.ledger import TurnLog, check_all
+from tests.faults.process import DLQ, ConsumerProcess, SetupFactory, consumers, message
 from tests.integration.harness import OutboundReader
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(120)]
@@ -26,15 +17,12 @@ OTHER_INPUTS = 5
 
 
 async def test_poison_input_goes_to_the_dlq_while_its_partition_flows(
-    kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
-    kafka_is_embedded: bool,
+    fault_setup: SetupFactory,
 ) -> None:
     """A poison input at the head of a one-partition topic is retried with backoff and then
     dead-lettered with its reason; meanwhile every other session of that partition is answered
     in full, and the poisoned session's next input is applied after it."""
-    setup = await FaultSetup.create(
-        kafka_topics, kafka_bootstrap, database_url, embedded=kafka_is_embedded, partitions=1
-    )
+    setup = await fault_setup(partitions=1)
     suffix = uuid.uuid4().hex[:6]
     poisoned = f"poison-{suffix}"
     others = [f"healthy-{i}-{suffix}" for i in range(OTHERS)]
@@ -49,11 +37,10 @@ async def test_poison_input_goes_to_the_dlq_while_its_partition_flows(
         process = ConsumerProcess(env, "consumer")
         started.append(process)
         await process.start()
-        async with OutboundReader(kafka_bootstrap, setup.topics[DLQ]) as dlq:
+        async with OutboundReader(setup.bootstrap, setup.topics[DLQ]) as dlq:
             dead = await dlq.until(lambda values: len(values) >= 1, within=30)
             dead_record = dlq.records[0]
-        ledger = Ledger(kafka_bootstrap, messages_topic=setup.topics[MESSAGES],
-                        schedule_topic=setup.topics[SCHEDULE])
+        ledger = setup.ledger()
         expected = {sid: OTHER_INPUTS for sid in others} | {poisoned: 1}
         await ledger.read(until=lambda led: led.has_replies(expected), within=30)
         assert await process.stop() == 0
@@ -67,7 +54,7 @@ async def test_poison_input_goes_to_the_dlq_while_its_partition_flows(
         ts for (sid, _key), ts in ledger.sent_at.items() if sid in others
     )
     assert last_healthy < dead_record.timestamp  # the partition did not wait for the poison
-    log = await TurnLog.read(database_url, [poisoned, *others])
+    log = await TurnLog.read(setup.database_url, [poisoned, *others])
     assert check_all(log, ledger, [*healthy, after]) == []
     assert all(r.input_id != poison["id"] for r in log.rows)
     assert ledger.texts(poisoned) == ["1:depois"]
