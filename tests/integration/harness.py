@@ -3,9 +3,10 @@
 ``running_consumer`` runs a ``ConsumerService`` in this event loop on per-test topics and group,
 and always stops it (a stop that does not finish in time fails the test). ``produce`` writes
 ``inbound.turns`` records keyed by session id; ``OutboundReader`` reads a topic from the start
-without a group. ``counting_agent()`` is a code-first engine agent whose replies number the
-inputs applied to a session ("3:hello"), so a lost, reordered or doubly applied input shows up
-in the reply text itself.
+without a group. ``ServiceSetup`` (what the ``service_setup`` fixture gives) binds the three to
+one test's servers and topics. ``counting_agent()`` is a code-first engine agent whose replies
+number the inputs applied to a session ("3:hello"), so a lost, reordered or doubly applied input
+shows up in the reply text itself.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -161,6 +163,37 @@ def make_settings(
     }
     values.update(overrides)
     return Settings(**values)
+
+
+@dataclass
+class ServiceSetup:
+    """One test's servers and fresh topics: the arguments its settings, inputs and readers
+    share, so a test names only what differs."""
+
+    bootstrap: str
+    database_url: str
+    topics: dict[str, str]
+    embedded: bool
+
+    def settings(self, **overrides: Any) -> Settings:
+        """``make_settings`` on these servers and topics, with a fresh group unless told."""
+        return make_settings(
+            self.bootstrap, self.database_url, self.topics, embedded=self.embedded, **overrides
+        )
+
+    async def produce(self, records: list[dict[str, Any] | bytes], *,
+                      key: bytes | None = None) -> None:
+        """``produce`` to this test's inbound topic."""
+        await produce(self.bootstrap, self.topics[INBOUND], records, key=key)
+
+    def reader(self, base: str = MESSAGES) -> OutboundReader:
+        """An ``OutboundReader`` of this test's topic named ``base`` (outbound.messages)."""
+        return OutboundReader(self.bootstrap, self.topics[base])
+
+
+SetupFactory = Callable[..., Awaitable[ServiceSetup]]
+"""The ``service_setup`` fixture: ``await service_setup(partitions=n)`` gives a
+``ServiceSetup`` on fresh topics."""
 
 
 @asynccontextmanager

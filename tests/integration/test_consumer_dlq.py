@@ -7,18 +7,12 @@ import uuid
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from tests.fixtures.broker import TopicFactory
 from tests.integration.harness import (
     DLQ,
-    INBOUND,
-    MESSAGES,
-    OutboundReader,
+    SetupFactory,
     counting_agent,
-    make_settings,
     message,
-    produce,
     running_consumer,
-    service_topics,
     verbatim_texts,
 )
 
@@ -42,29 +36,24 @@ async def read_dlq(bootstrap: str, topic: str, count: int) -> list[object]:
     return records
 
 
-async def test_malformed_record_next_to_a_good_one(
-    kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
-    kafka_is_embedded: bool,
-) -> None:
+async def test_malformed_record_next_to_a_good_one(service_setup: SetupFactory) -> None:
     """Not-JSON, oversized and unknown-kind records land on the DLQ with their original bytes
     and `error`/`detail` headers, while the session's good messages around them are answered
     in order and the consumer keeps running."""
-    topics = await service_topics(kafka_topics, partitions=1)
+    setup = await service_setup(partitions=1)
     sid = f"dlq-{uuid.uuid4().hex[:8]}"
     key = sid.encode()
-    settings = make_settings(
-        kafka_bootstrap, database_url, topics, embedded=kafka_is_embedded, max_record_bytes=2048
-    )
+    settings = setup.settings(max_record_bytes=2048)
     oversized = b'{"session_id": "%s", "message": "%s"}' % (key, b"x" * 4096)
     async with running_consumer(settings, counting_agent()):
-        await produce(kafka_bootstrap, topics[INBOUND], [message(sid, "antes")])
-        await produce(kafka_bootstrap, topics[INBOUND],
-                      [b"{not json", oversized, b'{"session_id": "%s", "shout": 1}' % key],
-                      key=key)
-        await produce(kafka_bootstrap, topics[INBOUND], [message(sid, "depois")])
-        async with OutboundReader(kafka_bootstrap, topics[MESSAGES]) as replies:
+        await setup.produce([message(sid, "antes")])
+        await setup.produce(
+            [b"{not json", oversized, b'{"session_id": "%s", "shout": 1}' % key], key=key
+        )
+        await setup.produce([message(sid, "depois")])
+        async with setup.reader() as replies:
             values = await replies.until(lambda v: len(verbatim_texts(v).get(sid, [])) >= 2)
-        dead = await read_dlq(kafka_bootstrap, topics[DLQ], 3)
+        dead = await read_dlq(setup.bootstrap, setup.topics[DLQ], 3)
 
     assert verbatim_texts(values)[sid] == ["1:antes", "2:depois"]
     headers = [dict(r.headers) for r in dead]  # type: ignore[attr-defined]

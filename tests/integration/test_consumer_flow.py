@@ -7,20 +7,16 @@ import uuid
 import pytest
 
 from consumer import metrics
-from tests.fixtures.broker import TopicFactory
 from tests.integration.harness import (
     INBOUND,
     MESSAGES,
     SCHEDULE,
-    OutboundReader,
     RecordingAgent,
+    SetupFactory,
     counting_agent,
     load_when,
-    make_settings,
     message,
-    produce,
     running_consumer,
-    service_topics,
     verbatim_texts,
     wait_until,
 )
@@ -37,31 +33,27 @@ def new_session(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
-async def test_multi_turn_conversation(
-    kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
-    kafka_is_embedded: bool,
-) -> None:
+async def test_multi_turn_conversation(service_setup: SetupFactory) -> None:
     """Three messages of one session yield their replies in order, each carrying its input id
     and the saved version, one timer per turn on outbound.schedule, and a wake for the last
     timer is applied as the fourth turn; the turn, publish and lag metrics follow."""
-    topics = await service_topics(kafka_topics)
+    setup = await service_setup()
     sid = new_session("conv")
-    settings = make_settings(kafka_bootstrap, database_url, topics, embedded=kafka_is_embedded)
+    settings = setup.settings()
     inputs = [message(sid, "oi"), message(sid, "quero pizza"), message(sid, "grande")]
     before = {kind: sample("turnflow_turns_total", kind=kind) for kind in ("message", "wake")}
-    published_before = sample("turnflow_outbox_published_total", topic=topics[MESSAGES])
+    published_before = sample("turnflow_outbox_published_total", topic=setup.topics[MESSAGES])
     async with running_consumer(settings, counting_agent()) as service:
-        await produce(kafka_bootstrap, topics[INBOUND], list(inputs))
-        async with OutboundReader(kafka_bootstrap, topics[MESSAGES]) as replies:
+        await setup.produce(list(inputs))
+        async with setup.reader() as replies:
             values = await replies.until(lambda v: len(verbatim_texts(v).get(sid, [])) >= 3)
-        async with OutboundReader(kafka_bootstrap, topics[SCHEDULE]) as timers:
+        async with setup.reader(SCHEDULE) as timers:
             scheduled = await timers.until(lambda v: len(v) >= 3)
-        await produce(kafka_bootstrap, topics[INBOUND],
-                      [{"session_id": sid, "wake": scheduled[-1]["key"]}])
-        loaded = await load_when(database_url, sid, lambda s: s.version >= 4)
+        await setup.produce([{"session_id": sid, "wake": scheduled[-1]["key"]}])
+        loaded = await load_when(setup.database_url, sid, lambda s: s.version >= 4)
         await wait_until(lambda: sum(service.committed_offsets().values()) >= 4)
         lag = metrics.REGISTRY.get_sample_value("turnflow_consumer_lag", {
-            "topic": topics[INBOUND],
+            "topic": setup.topics[INBOUND],
             "partition": str(next(iter(service.committed_offsets())).partition),
         })
 
@@ -79,46 +71,40 @@ async def test_multi_turn_conversation(
     # The dashboards' counters moved with the turns.
     assert sample("turnflow_turns_total", kind="message") - before["message"] == 3
     assert sample("turnflow_turns_total", kind="wake") - before["wake"] == 1
-    assert sample("turnflow_outbox_published_total", topic=topics[MESSAGES]) \
+    assert sample("turnflow_outbox_published_total", topic=setup.topics[MESSAGES]) \
         - published_before == 6
     assert lag == 0
 
 
-async def test_duplicate_record_is_answered_once(
-    kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
-    kafka_is_embedded: bool,
-) -> None:
+async def test_duplicate_record_is_answered_once(service_setup: SetupFactory) -> None:
     """The same message produced twice (a producer retry) gets one reply; the next message
     continues the count as if the copy had never come."""
-    topics = await service_topics(kafka_topics)
+    setup = await service_setup()
     sid = new_session("dup")
-    settings = make_settings(kafka_bootstrap, database_url, topics, embedded=kafka_is_embedded)
+    settings = setup.settings()
     first = message(sid, "oi")
     async with running_consumer(settings, counting_agent()):
-        await produce(kafka_bootstrap, topics[INBOUND], [first, first, message(sid, "tchau")])
-        async with OutboundReader(kafka_bootstrap, topics[MESSAGES]) as replies:
+        await setup.produce([first, first, message(sid, "tchau")])
+        async with setup.reader() as replies:
             await replies.until(lambda v: len(verbatim_texts(v).get(sid, [])) >= 2)
             values = await replies.settle(1.0)
-        loaded = await load_when(database_url, sid, lambda s: s.version >= 3)
+        loaded = await load_when(setup.database_url, sid, lambda s: s.version >= 3)
     assert verbatim_texts(values)[sid] == ["1:oi", "2:tchau"]
     assert loaded.state["data"]["n"] == 2
 
 
-async def test_replayed_records_are_skipped_exactly(
-    kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
-    kafka_is_embedded: bool,
-) -> None:
+async def test_replayed_records_are_skipped_exactly(service_setup: SetupFactory) -> None:
     """Records read again from the start (a new group on the same topic, as after a lost
     offset commit) are found in the turn log and skipped: no new turn, no new reply."""
-    topics = await service_topics(kafka_topics)
+    setup = await service_setup()
     sid = new_session("replay")
-    await produce(kafka_bootstrap, topics[INBOUND], [message(sid, f"m{i}") for i in range(3)])
-    async with OutboundReader(kafka_bootstrap, topics[MESSAGES]) as replies:
-        first = make_settings(kafka_bootstrap, database_url, topics, embedded=kafka_is_embedded)
+    await setup.produce([message(sid, f"m{i}") for i in range(3)])
+    async with setup.reader() as replies:
+        first = setup.settings()
         async with running_consumer(first, counting_agent()):
             await replies.until(lambda v: len(verbatim_texts(v).get(sid, [])) >= 3)
         again = RecordingAgent(counting_agent())
-        replay = make_settings(kafka_bootstrap, database_url, topics, embedded=kafka_is_embedded)
+        replay = setup.settings()
         async with running_consumer(replay, again) as service:
             await wait_until(lambda: sum(service.committed_offsets().values()) >= 3)
         values = await replies.settle(0.5)

@@ -7,18 +7,12 @@ import uuid
 
 import pytest
 
-from tests.fixtures.broker import TopicFactory
 from tests.integration.harness import (
-    INBOUND,
-    MESSAGES,
-    OutboundReader,
+    SetupFactory,
     counting_agent,
     load_when,
-    make_settings,
     message,
-    produce,
     running_consumer,
-    service_topics,
     verbatim_texts,
     wait_until,
 )
@@ -31,13 +25,12 @@ MESSAGES_PER_SESSION = 6
 
 @pytest.mark.parametrize("drain_timeout_ms", [5000, 0], ids=["drained", "abandoned"])
 async def test_consumer_stopped_mid_run_loses_nothing_and_applies_nothing_twice(
-    kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
-    kafka_is_embedded: bool, drain_timeout_ms: int,
+    service_setup: SetupFactory, drain_timeout_ms: int,
 ) -> None:
     """Consumer A stops while turns are in flight (drained, or abandoned at once); B takes
     over its partitions. Every session ends with all its replies in order and a stored
     version equal to its number of inputs."""
-    topics = await service_topics(kafka_topics, partitions=4)
+    setup = await service_setup(partitions=4)
     rnd = random.Random(drain_timeout_ms)
     sessions = [f"group{i}-{uuid.uuid4().hex[:6]}" for i in range(SESSIONS)]
     inputs = [
@@ -49,18 +42,17 @@ async def test_consumer_stopped_mid_run_loses_nothing_and_applies_nothing_twice(
     group = f"group-test-{uuid.uuid4().hex[:8]}"
 
     def settings_for(drain_ms: int) -> object:
-        return make_settings(
-            kafka_bootstrap, database_url, topics, embedded=kafka_is_embedded,
+        return setup.settings(
             group_id=group, max_in_flight=4, drain_timeout_ms=drain_ms,
         )
 
-    async with OutboundReader(kafka_bootstrap, topics[MESSAGES]) as replies:
+    async with setup.reader() as replies:
         async with running_consumer(settings_for(5000), counting_agent()) as b:
             async with running_consumer(
                 settings_for(drain_timeout_ms), counting_agent(), stop_within=45
             ) as a:
                 await wait_until(lambda: bool(a.assignment) and bool(b.assignment), within=45)
-                await produce(kafka_bootstrap, topics[INBOUND], inputs)
+                await setup.produce(inputs)
                 await replies.until(
                     lambda v: sum(len(t) for t in verbatim_texts(v).values()) >= total // 4
                 )
@@ -70,7 +62,7 @@ async def test_consumer_stopped_mid_run_loses_nothing_and_applies_nothing_twice(
                 within=60,
             )
             stored = [
-                await load_when(database_url, sid,
+                await load_when(setup.database_url, sid,
                                 lambda s: s.version >= MESSAGES_PER_SESSION)
                 for sid in sessions
             ]

@@ -12,17 +12,7 @@ import pytest
 from consumer import metrics
 from engine import Agent, ModelRequest, ModelResponse, ProviderError
 from engine.providers.rules import RuleProvider
-from tests.fixtures.broker import TopicFactory
-from tests.integration.harness import (
-    DLQ,
-    INBOUND,
-    MESSAGES,
-    OutboundReader,
-    make_settings,
-    produce,
-    running_consumer,
-    service_topics,
-)
+from tests.integration.harness import DLQ, SetupFactory, running_consumer
 from tests.integration.test_consumer_dlq import read_dlq
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -66,32 +56,30 @@ def record(session_id: str, text: str) -> dict[str, Any]:
 
 
 async def test_model_failures_retry_per_session_then_dead_letter(
-    kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
-    kafka_is_embedded: bool,
+    service_setup: SetupFactory,
 ) -> None:
     """In one partition: a transient failure is retried with backoff and then answered, while
     a healthy session behind it is answered first; a session that keeps failing goes to the
     DLQ as retries-exhausted and a fatal failure goes there at once."""
-    topics = await service_topics(kafka_topics, partitions=1)
+    setup = await service_setup(partitions=1)
     tag = uuid.uuid4().hex[:6]
     transient, healthy, always, fatal = (f"{n}-{tag}" for n in
                                          ("transient", "healthy", "always", "fatal"))
     provider = FailingProvider()
-    settings = make_settings(kafka_bootstrap, database_url, topics, embedded=kafka_is_embedded,
-                             max_retries=2, retry_backoff_ms=400, retry_backoff_max_ms=1000)
+    settings = setup.settings(max_retries=2, retry_backoff_ms=400, retry_backoff_max_ms=1000)
     retries_before = metrics.INPUT_RETRIES._value.get()
     async with running_consumer(settings, failing_agent(provider)):
-        await produce(kafka_bootstrap, topics[INBOUND], [
+        await setup.produce([
             record(transient, "transient oi"),
             record(always, "always oi"),
             record(fatal, "fatal oi"),
             record(healthy, "oi"),
         ])
-        async with OutboundReader(kafka_bootstrap, topics[MESSAGES]) as replies:
+        async with setup.reader() as replies:
             values = await replies.until(
                 lambda v: {transient, healthy} <= {x["session_id"] for x in v}, within=30
             )
-        dead = await read_dlq(kafka_bootstrap, topics[DLQ], 2)
+        dead = await read_dlq(setup.bootstrap, setup.topics[DLQ], 2)
 
     order = [v["session_id"] for v in values]
     assert order.index(healthy) < order.index(transient)

@@ -11,17 +11,7 @@ import pytest
 
 from consumer import metrics
 from engine import Agent, MockProvider, ModelResponse, ToolCall
-from tests.fixtures.broker import TopicFactory
-from tests.integration.harness import (
-    INBOUND,
-    MESSAGES,
-    OutboundReader,
-    load_when,
-    make_settings,
-    produce,
-    running_consumer,
-    service_topics,
-)
+from tests.integration.harness import SetupFactory, load_when, running_consumer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -47,15 +37,12 @@ def handoffs() -> float:
     return metrics.TURN_OUTCOMES.labels(outcome="handoff")._value.get()
 
 
-async def test_handoff_silence_and_clear_through_the_consumer(
-    kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
-    kafka_is_embedded: bool,
-) -> None:
+async def test_handoff_silence_and_clear_through_the_consumer(service_setup: SetupFactory) -> None:
     """A keyword hands off (one 'handoff' record with reason, summary and tag), messages after it
     are saved but answered by nobody, and handoff_cleared gives the session back to the agent."""
-    topics = await service_topics(kafka_topics)
+    setup = await service_setup()
     sid = f"handoff-{uuid.uuid4().hex[:8]}"
-    settings = make_settings(kafka_bootstrap, database_url, topics, embedded=kafka_is_embedded)
+    settings = setup.settings()
     before = handoffs()
     inputs = [
         {"session_id": sid, "message": "oi", "id": "m1"},
@@ -65,11 +52,11 @@ async def test_handoff_silence_and_clear_through_the_consumer(
         {"session_id": sid, "message": "voltei", "id": "m4"},
     ]
     async with running_consumer(settings, greeter()):
-        await produce(kafka_bootstrap, topics[INBOUND], inputs)
-        async with OutboundReader(kafka_bootstrap, topics[MESSAGES]) as replies:
+        await setup.produce(inputs)
+        async with setup.reader() as replies:
             await replies.until(lambda v: len(said(v, sid)) >= 3)
             values = await replies.settle(0.5)
-        loaded = await load_when(database_url, sid, lambda s: s.version >= 5)
+        loaded = await load_when(setup.database_url, sid, lambda s: s.version >= 5)
 
     assert said(values, sid) == [
         ("verbatim", "Olá! Como posso ajudar?"),
@@ -86,12 +73,11 @@ async def test_handoff_silence_and_clear_through_the_consumer(
 
 
 async def test_knowledge_search_runs_on_postgresql_in_the_service(
-    kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
-    kafka_is_embedded: bool,
+    service_setup: SetupFactory,
 ) -> None:
     """The consumer writes the agent's documents to knowledge_excerpts and the reply's
     provenance on outbound.messages names the document PostgreSQL found."""
-    topics = await service_topics(kafka_topics)
+    setup = await service_setup()
     sid = f"kb-{uuid.uuid4().hex[:8]}"
     name = f"Ajuda-{uuid.uuid4().hex[:6]}"
     search = ToolCall(id="c1", name="search_knowledge", arguments={"query": "garantia"})
@@ -107,18 +93,17 @@ async def test_knowledge_search_runs_on_postgresql_in_the_service(
             {"id": "frete", "title": "Frete", "text": "Frete grátis acima de R$ 200."},
         ]},
     )
-    settings = make_settings(kafka_bootstrap, database_url, topics, embedded=kafka_is_embedded)
+    settings = setup.settings()
     async with running_consumer(settings, agent):
-        connection = await asyncpg.connect(database_url)
+        connection = await asyncpg.connect(setup.database_url)
         try:
             stored = await connection.fetch(
                 "SELECT document_id FROM knowledge_excerpts WHERE agent = $1 ORDER BY 1", name
             )
         finally:
             await connection.close()
-        await produce(kafka_bootstrap, topics[INBOUND],
-                      [{"session_id": sid, "message": "qual a garantia?", "id": "m1"}])
-        async with OutboundReader(kafka_bootstrap, topics[MESSAGES]) as replies:
+        await setup.produce([{"session_id": sid, "message": "qual a garantia?", "id": "m1"}])
+        async with setup.reader() as replies:
             values = await replies.until(lambda v: len(said(v, sid)) >= 1)
 
     assert [r["document_id"] for r in stored] == ["frete", "garantia"]

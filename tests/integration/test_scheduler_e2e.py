@@ -19,17 +19,13 @@ import pytest
 from consumer.scheduler import FiringOptions, build_scheduler
 from engine import Agent, ok
 from store import Store
-from tests.fixtures.broker import TopicFactory
 from tests.integration.harness import (
     INBOUND,
-    MESSAGES,
     SCHEDULE,
-    OutboundReader,
+    ServiceSetup,
+    SetupFactory,
     load_when,
-    make_settings,
-    produce,
     running_consumer,
-    service_topics,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -78,44 +74,54 @@ async def turn_outcomes(
     ]
 
 
-async def test_timer_wait_resumes_through_the_scheduler(
-    store: Store, kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
-    kafka_is_embedded: bool,
-) -> None:
-    """A timer wait fires via the scheduler: `no-reply`, the next steps run, and the nudge is
-    published on outbound.messages after the greeting."""
-    topics = await service_topics(kafka_topics)
-    session_id = f"nudge-{uuid.uuid4().hex[:8]}"
-    settings = make_settings(kafka_bootstrap, database_url, topics, embedded=kafka_is_embedded)
+@asynccontextmanager
+async def running_scheduler(
+    store: Any, setup: ServiceSetup, *, group_id: str, options: FiringOptions
+) -> AsyncIterator[None]:
+    """The scheduler on this test's schedule and inbound topics, running until the block ends
+    and then stopped (a stop that takes over 30 s fails the test)."""
     scheduler = build_scheduler(
         store,
-        bootstrap_servers=kafka_bootstrap,
-        schedule_topic=topics[SCHEDULE],
-        inbound_topic=topics[INBOUND],
-        group_id=f"{settings.group_id}-scheduler",
-        options=FiringOptions(max_idle=1.0),
+        bootstrap_servers=setup.bootstrap,
+        schedule_topic=setup.topics[SCHEDULE],
+        inbound_topic=setup.topics[INBOUND],
+        group_id=group_id,
+        options=options,
     )
     stop = asyncio.Event()
     scheduling = asyncio.create_task(scheduler.run(stop))
     try:
-        async with running_consumer(settings, nudging_agent()):
-            await produce(kafka_bootstrap, topics[INBOUND], [
-                {"session_id": session_id, "message": "oi", "id": "m1"},
-            ])
-            async with OutboundReader(kafka_bootstrap, topics[MESSAGES]) as replies:
-                values = await replies.until(lambda v: len(v) >= 2, within=60)
-            loaded = await load_when(
-                database_url, session_id, lambda s: s.version >= 2, within=30
-            )
+        yield
     finally:
         stop.set()
         async with asyncio.timeout(30):
             await scheduling
 
+
+async def test_timer_wait_resumes_through_the_scheduler(
+    store: Store, service_setup: SetupFactory,
+) -> None:
+    """A timer wait fires via the scheduler: `no-reply`, the next steps run, and the nudge is
+    published on outbound.messages after the greeting."""
+    setup = await service_setup()
+    session_id = f"nudge-{uuid.uuid4().hex[:8]}"
+    settings = setup.settings()
+    async with (
+        running_scheduler(store, setup, group_id=f"{settings.group_id}-scheduler",
+                          options=FiringOptions(max_idle=1.0)),
+        running_consumer(settings, nudging_agent()),
+    ):
+        await setup.produce([{"session_id": session_id, "message": "oi", "id": "m1"}])
+        async with setup.reader() as replies:
+            values = await replies.until(lambda v: len(v) >= 2, within=60)
+        loaded = await load_when(
+            setup.database_url, session_id, lambda s: s.version >= 2, within=30
+        )
+
     assert [(v["session_id"], v["text"]) for v in values] == [
         (session_id, "Olá!"), (session_id, "Ainda está aí?"),
     ]
-    turns = await turn_outcomes(database_url, session_id)
+    turns = await turn_outcomes(setup.database_url, session_id)
     assert len(turns) == 2
     wake_input, wake_codes = turns[1]
     assert set(wake_input) == {"session_id", "wake"}
@@ -157,47 +163,31 @@ class _NoDelete:
 
 
 async def test_a_wake_fired_twice_is_harmless(
-    store: Store, kafka_bootstrap: str, database_url: str, kafka_topics: TopicFactory,
-    kafka_is_embedded: bool,
+    store: Store, service_setup: SetupFactory,
 ) -> None:
     """A crash between the ack and the delete fires the timer again; the second wake is a
     `stale-wake` and the customer still gets one nudge."""
-    topics = await service_topics(kafka_topics)
+    setup = await service_setup()
     session_id = f"twice-{uuid.uuid4().hex[:8]}"
-    settings = make_settings(kafka_bootstrap, database_url, topics, embedded=kafka_is_embedded)
+    settings = setup.settings()
     crashing = CrashBeforeDeleteStore(store)
-    scheduler = build_scheduler(
-        crashing,
-        bootstrap_servers=kafka_bootstrap,
-        schedule_topic=topics[SCHEDULE],
-        inbound_topic=topics[INBOUND],
-        group_id=f"{settings.group_id}-scheduler",
-        options=FiringOptions(max_idle=1.0, retry_delay=0.2),
-    )
-    stop = asyncio.Event()
-    scheduling = asyncio.create_task(scheduler.run(stop))
-    try:
-        async with running_consumer(settings, nudging_agent()):
-            await produce(kafka_bootstrap, topics[INBOUND], [
-                {"session_id": session_id, "message": "oi", "id": "m1"},
-            ])
-            async with OutboundReader(kafka_bootstrap, topics[INBOUND]) as inbound:
-                wakes = await inbound.until(
-                    lambda v: sum("wake" in x for x in v) >= 2, within=60
-                )
-            async with OutboundReader(kafka_bootstrap, topics[MESSAGES]) as replies:
-                values = await replies.until(lambda v: len(v) >= 2, within=60)
-                # Both wakes are on the topic; give the second one time to be applied.
-                values = await replies.settle(3.0)
-    finally:
-        stop.set()
-        async with asyncio.timeout(30):
-            await scheduling
+    async with (
+        running_scheduler(crashing, setup, group_id=f"{settings.group_id}-scheduler",
+                          options=FiringOptions(max_idle=1.0, retry_delay=0.2)),
+        running_consumer(settings, nudging_agent()),
+    ):
+        await setup.produce([{"session_id": session_id, "message": "oi", "id": "m1"}])
+        async with setup.reader(INBOUND) as inbound:
+            wakes = await inbound.until(lambda v: sum("wake" in x for x in v) >= 2, within=60)
+        async with setup.reader() as replies:
+            values = await replies.until(lambda v: len(v) >= 2, within=60)
+            # Both wakes are on the topic; give the second one time to be applied.
+            values = await replies.settle(3.0)
 
     assert crashing.crashes == 1
     fired = [w["wake"] for w in wakes if "wake" in w]
     assert len(fired) == 2 and fired[0] == fired[1]
-    turns = await turn_outcomes(database_url, session_id)
+    turns = await turn_outcomes(setup.database_url, session_id)
     assert [codes for _, codes in turns][1:] == [
         ["no-reply", "action-ok", "said", "completed"], ["stale-wake"],
     ]
