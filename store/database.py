@@ -248,8 +248,6 @@ class Store:
                 db_now, claimed = timers.claimed(result.all())
                 yield ClaimedTimers(connection, db_now, claimed)
 
-    claim_due_timers = claim_due
-
     async def next_due_in(self) -> float | None:
         """Seconds until the earliest timer by the database clock (0 if overdue), or None."""
         seconds = await self._scalar(timers.NEXT_DUE_IN)
