@@ -7,7 +7,7 @@ arrive with each ``turn()``. Every name a flow uses is checked here, so a bad na
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -98,12 +98,12 @@ class Agent:
         provider: Provider | None = None,
         clock: Clock | None = None,
         fields: Mapping[str, FieldSpec | dict[str, Any]] | None = None,
-        flows: list[Flow | dict[str, Any]] | None = None,
+        flows: Sequence[Flow | dict[str, Any]] | None = None,
         actions: Mapping[str, Action | Callable[..., Any]] | None = None,
         events: Mapping[str, Any] | None = None,
         conditions: Mapping[str, Callable[..., Any]] | None = None,
         tools: Mapping[str, Tool | dict[str, Any]] | None = None,
-        instructions: list[Instruction | dict[str, Any]] | None = None,
+        instructions: Sequence[Instruction | dict[str, Any]] | None = None,
         idle: str | IdleSpeaker | dict[str, Any] | None = None,
         compaction: CompactionConfig | dict[str, Any] | None = None,
         max_tool_loops: int = 5,
