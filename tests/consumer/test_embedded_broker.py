@@ -25,3 +25,22 @@ def test_binary_that_exits_at_once_is_reported() -> None:
 def test_free_port_is_bindable() -> None:
     """free_port returns a port in the unprivileged range."""
     assert 1024 <= free_port() <= 65535
+
+
+def test_broker_whose_storage_is_unreachable_is_reported() -> None:
+    """A broker that answers ApiVersions but cannot read its storage (an S3 endpoint nobody
+    serves) is not taken as started: Metadata must answer too."""
+    broker = EmbeddedBroker(
+        startup_timeout=4,
+        storage="s3://tansu/",
+        env={
+            "AWS_ACCESS_KEY_ID": "x",
+            "AWS_SECRET_ACCESS_KEY": "y",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+            "AWS_ALLOW_HTTP": "true",
+        },
+    )
+    with pytest.raises(EmbeddedBrokerError, match=r"did not answer .* \(s3 storage\)"):
+        broker.start()
+    assert not broker.running

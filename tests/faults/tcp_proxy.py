@@ -1,11 +1,11 @@
 """A loopback TCP proxy whose link can be cut and restored: a broker outage on demand.
 
-A broker that keeps its data cannot be restarted here (the embedded one is memory-only), but
-what a consumer sees of a restart is its connections dropping and new ones being refused until
-the broker is back. ``TcpProxy`` forwards ``127.0.0.1:port`` to an upstream address byte for
-byte; ``cut()`` aborts every open connection and stops listening (so a new connection is
-refused, as with a stopped broker), ``restore()`` listens again on the same port. The upstream
-keeps running throughout, so nothing stored is lost.
+What a consumer sees of a broker outage is its connections dropping and new ones being refused
+until the broker is back; a proxy makes that happen at a chosen moment and for a chosen time,
+with the broker itself untouched. ``TcpProxy`` forwards ``127.0.0.1:port`` to an upstream
+address byte for byte; ``cut()`` aborts every open connection and stops listening (so a new
+connection is refused, as with a stopped broker), ``restore()`` listens again on the same port.
+The upstream keeps running throughout, so nothing stored is lost.
 """
 
 from __future__ import annotations

