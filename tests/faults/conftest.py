@@ -1,15 +1,30 @@
 """Fixtures of the fault tests.
 
 ``fault_setup`` creates one test's topics, group and consumer environment on the servers the
-session fixtures started, so a test names only the partitions it needs.
+session fixtures started, so a test names only the partitions it needs. ``restartable_broker``
+is a broker of the test's own that keeps its data across ``restart()`` (embedded Tansu on a
+local S3, ``tests/fixtures/restartable_broker.py``).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from typing import NoReturn
+
 import pytest
 
+from consumer.errors import EmbeddedBrokerError
 from tests.faults.process import FaultSetup, SetupFactory
 from tests.fixtures.broker import TopicFactory
+from tests.fixtures.restartable_broker import RestartableBroker, S3ServerError
+
+
+def servers_unavailable(reason: str) -> NoReturn:
+    """Skip with ``reason``, or fail when ``TURNFLOW_REQUIRE_SERVERS=1`` (CI never skips)."""
+    if os.environ.get("TURNFLOW_REQUIRE_SERVERS", "") == "1":
+        pytest.fail(f"{reason} (TURNFLOW_REQUIRE_SERVERS=1)")
+    pytest.skip(reason)
 
 
 @pytest.fixture
@@ -25,3 +40,18 @@ def fault_setup(
         )
 
     return create
+
+
+@pytest.fixture
+def restartable_broker() -> Iterator[RestartableBroker]:
+    """A running embedded broker of this test alone whose ``restart()`` keeps topics, records
+    and committed offsets; it and its S3 server are stopped when the test ends."""
+    broker = RestartableBroker()
+    try:
+        broker.start()
+    except (S3ServerError, EmbeddedBrokerError) as exc:
+        servers_unavailable(f"the restartable embedded broker did not start: {exc}")
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -1,10 +1,15 @@
 """A broker restart in the middle of the load, on a broker that keeps its data.
 
-The embedded Tansu broker is memory-only: restarting it loses every topic and offset, which is
-not a restart a production broker goes through. So this runs only against a real broker named
-by ``KAFKA_BOOTSTRAP_SERVERS`` together with ``TURNFLOW_BROKER_RESTART_CMD``, a shell command
-that restarts it and returns once it is back (``docker restart kafka``,
-``systemctl restart kafka``); anywhere else it is skipped with that reason.
+The consumer process keeps running while its broker is killed and started again: every
+connection drops, new ones are refused while it is down, and the broker that comes back holds
+the topics, records and committed group offsets it had. The restart catches turns in flight, so
+some replies wait in the outbox and some offsets wait for their commit until it is back.
+
+The broker is, by default, one of the test's own: the embedded Tansu broker on S3 storage
+(``restartable_broker``), killed with SIGKILL, left down for ``DOWN_S`` and started again on the
+same port. With ``KAFKA_BOOTSTRAP_SERVERS`` set to a real Kafka and
+``TURNFLOW_BROKER_RESTART_CMD`` to a shell command that restarts it and returns once it is back
+(``docker restart kafka``, ``systemctl restart kafka``) the test restarts that broker instead.
 """
 
 from __future__ import annotations
@@ -12,47 +17,95 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 
 import pytest
 
 from tests.faults.ledger import TurnLog, check_all
-from tests.faults.process import ConsumerProcess, SetupFactory, consumers, message
+from tests.faults.process import ConsumerProcess, FaultSetup, consumers, message
+from tests.fixtures.broker import TopicFactory
+from tests.fixtures.restartable_broker import RestartableBroker
+from tests.integration.harness import wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(240)]
 
-SESSIONS = 4
+SESSIONS = 6
 ROUNDS = 8
+DELAY_MS = 150  # per turn, so the first half is still in flight when the broker goes down
+DOWN_S = 2.0  # how long the embedded broker stays down; a restart takes seconds
+
+
+@dataclass
+class BrokerToRestart:
+    """The broker under test: where it is, whether it is embedded, how to restart it."""
+
+    bootstrap: str
+    embedded: bool
+    restart: Callable[[], Awaitable[None]]
+    within: float  # how long the replies may take to arrive once it is back
+
+
+def _shell_restart(command: str) -> Callable[[], Awaitable[None]]:
+    async def restart() -> None:
+        shell = await asyncio.create_subprocess_shell(command)
+        assert await asyncio.wait_for(shell.wait(), timeout=120) == 0, command
+
+    return restart
+
+
+@pytest.fixture
+def broker_to_restart(request: pytest.FixtureRequest) -> Iterator[BrokerToRestart]:
+    """The real broker of ``KAFKA_BOOTSTRAP_SERVERS`` restarted by
+    ``TURNFLOW_BROKER_RESTART_CMD`` when both are set, else a restartable embedded broker."""
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    command = os.environ.get("TURNFLOW_BROKER_RESTART_CMD", "").strip()
+    if bootstrap and command:
+        yield BrokerToRestart(bootstrap, False, _shell_restart(command), within=120)
+        return
+    broker: RestartableBroker = request.getfixturevalue("restartable_broker")
+
+    async def restart() -> None:
+        await asyncio.to_thread(broker.restart, hard=True, down_for=DOWN_S)
+
+    yield BrokerToRestart(broker.bootstrap_servers, True, restart, within=40)
 
 
 async def test_broker_restart_mid_load_loses_nothing(
-    kafka_is_embedded: bool, fault_setup: SetupFactory,
+    broker_to_restart: BrokerToRestart, database_url: str
 ) -> None:
-    """Inputs produced before and after a broker restart are each applied once and every
-    reply reaches outbound.messages in session order once the broker is back."""
-    restart = os.environ.get("TURNFLOW_BROKER_RESTART_CMD", "").strip()
-    if kafka_is_embedded or not restart:
-        pytest.skip(
-            "broker restart needs a broker that keeps its data: set KAFKA_BOOTSTRAP_SERVERS to "
-            "a real Kafka and TURNFLOW_BROKER_RESTART_CMD to the command restarting it (the "
-            "embedded broker is memory-only, so its restart is data loss, not a restart)"
-        )
-    setup = await fault_setup()
+    """Inputs produced before and after a broker restart that comes while turns are in flight
+    are each applied once, and every reply reaches outbound.messages in session order."""
+    broker = broker_to_restart
+    setup = await FaultSetup.create(
+        TopicFactory(broker.bootstrap, "broker-restart"), broker.bootstrap, database_url,
+        embedded=broker.embedded,
+    )
     suffix = uuid.uuid4().hex[:6]
     sessions = [f"brokerrestart-{i}-{suffix}" for i in range(SESSIONS)]
     half = ROUNDS // 2
+    first_half = SESSIONS * half
+
     async with consumers() as started:
         process = ConsumerProcess(setup.env(), "consumer")
         started.append(process)
         await process.start()
-        await setup.produce([message(sid, f"m{j}") for j in range(half) for sid in sessions])
-        shell = await asyncio.create_subprocess_shell(restart)
-        assert await asyncio.wait_for(shell.wait(), timeout=120) == 0
+        await setup.produce([
+            message(sid, f"m{j}", delay_ms=DELAY_MS) for j in range(half) for sid in sessions
+        ])
+        await wait_until(lambda: process.logged("turn applied") >= SESSIONS, within=30)
+
+        applied_at_restart = process.logged("turn applied")
+        await broker.restart()
+        assert applied_at_restart < first_half  # the restart came in the middle of the load
+        assert process.returncode is None  # the consumer rode out the restart
+
         await setup.produce(
             [message(sid, f"m{j}") for j in range(half, ROUNDS) for sid in sessions]
         )
         ledger = setup.ledger()
         await ledger.read(until=lambda led: led.has_replies({sid: ROUNDS for sid in sessions}),
-                          within=120)
+                          within=broker.within)
         assert await process.stop() == 0
 
     log = await TurnLog.read(setup.database_url, sessions)
