@@ -8,9 +8,7 @@ local S3, ``tests/fixtures/restartable_broker.py``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from typing import NoReturn
 
 import pytest
 
@@ -18,13 +16,7 @@ from consumer.errors import EmbeddedBrokerError
 from tests.faults.process import FaultSetup, SetupFactory
 from tests.fixtures.broker import TopicFactory
 from tests.fixtures.restartable_broker import RestartableBroker, S3ServerError
-
-
-def servers_unavailable(reason: str) -> NoReturn:
-    """Skip with ``reason``, or fail when ``TURNFLOW_REQUIRE_SERVERS=1`` (CI never skips)."""
-    if os.environ.get("TURNFLOW_REQUIRE_SERVERS", "") == "1":
-        pytest.fail(f"{reason} (TURNFLOW_REQUIRE_SERVERS=1)")
-    pytest.skip(reason)
+from tests.fixtures.servers import servers_unavailable
 
 
 @pytest.fixture

@@ -13,10 +13,8 @@ link is back.
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator
-from typing import NoReturn
 
 import pytest
 from aiokafka.client import AIOKafkaClient
@@ -34,6 +32,7 @@ from tests.faults.process import (
 )
 from tests.faults.tcp_proxy import TcpProxy
 from tests.fixtures.broker import TopicFactory
+from tests.fixtures.servers import servers_unavailable
 from tests.integration.harness import wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(120)]
@@ -42,12 +41,6 @@ SESSIONS = 6
 ROUNDS = 8
 OUTAGE_S = 4.0  # longer than the consumer's SESSION_TIMEOUT_MS (3 s)
 DELAY_MS = 150  # per turn, so the first half is still in flight when the link is cut
-
-
-def _unavailable(reason: str) -> NoReturn:
-    if os.environ.get("TURNFLOW_REQUIRE_SERVERS", "") == "1":
-        pytest.fail(f"{reason} (TURNFLOW_REQUIRE_SERVERS=1)")
-    pytest.skip(reason)
 
 
 @pytest.fixture
@@ -61,7 +54,7 @@ async def proxied_broker() -> AsyncIterator[TcpProxy]:
         try:
             await asyncio.to_thread(broker.start)
         except EmbeddedBrokerError as exc:
-            _unavailable(f"the dedicated embedded broker did not start: {exc}")
+            servers_unavailable(f"the dedicated embedded broker did not start: {exc}")
         client = AIOKafkaClient(bootstrap_servers=proxy.address)
         await client.bootstrap()
         try:
