@@ -13,7 +13,6 @@ link is back.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -21,26 +20,15 @@ from aiokafka.client import AIOKafkaClient
 
 from consumer.embedded_broker import EmbeddedBroker, free_port
 from consumer.errors import EmbeddedBrokerError
-from tests.faults.ledger import Ledger, TurnLog, check_all
-from tests.faults.process import (
-    MESSAGES,
-    SCHEDULE,
-    ConsumerProcess,
-    FaultSetup,
-    consumers,
-    message,
-)
+from tests.faults.midload import load_through_fault
+from tests.faults.process import FaultSetup
 from tests.faults.tcp_proxy import TcpProxy
 from tests.fixtures.broker import TopicFactory
 from tests.fixtures.servers import servers_unavailable
-from tests.integration.harness import wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(120)]
 
-SESSIONS = 6
-ROUNDS = 8
 OUTAGE_S = 4.0  # longer than the consumer's SESSION_TIMEOUT_MS (3 s)
-DELAY_MS = 150  # per turn, so the first half is still in flight when the link is cut
 
 
 @pytest.fixture
@@ -80,38 +68,11 @@ async def test_broker_outage_mid_load_loses_nothing(
     setup = await FaultSetup.create(
         TopicFactory(bootstrap, "broker-outage"), bootstrap, database_url, embedded=True
     )
-    suffix = uuid.uuid4().hex[:6]
-    sessions = [f"outage-{i}-{suffix}" for i in range(SESSIONS)]
-    half = ROUNDS // 2
-    first_half = SESSIONS * half
 
-    async with consumers() as started:
-        process = ConsumerProcess(setup.env(), "consumer")
-        started.append(process)
-        await process.start()
-        await setup.produce([
-            message(sid, f"m{j}", delay_ms=DELAY_MS) for j in range(half) for sid in sessions
-        ])
-        await wait_until(lambda: process.logged("turn applied") >= SESSIONS, within=30)
-
+    async def outage() -> None:
         severed = await proxy.cut()
-        applied_at_cut = process.logged("turn applied")
         await asyncio.sleep(OUTAGE_S)
         await proxy.restore()
         assert severed > 0  # the consumer's connections really were cut
-        assert applied_at_cut < first_half  # the cut came in the middle of the load
-        assert process.returncode is None  # it rode out the outage
 
-        await setup.produce(
-            [message(sid, f"m{j}") for j in range(half, ROUNDS) for sid in sessions]
-        )
-        ledger = Ledger(bootstrap, messages_topic=setup.topics[MESSAGES],
-                        schedule_topic=setup.topics[SCHEDULE])
-        await ledger.read(until=lambda led: led.has_replies({sid: ROUNDS for sid in sessions}),
-                          within=45)
-        assert await process.stop() == 0
-
-    log = await TurnLog.read(database_url, sessions)
-    assert check_all(log, ledger, setup.inputs) == []
-    for sid in sessions:
-        assert ledger.texts(sid) == [f"{j + 1}:m{j}" for j in range(ROUNDS)]
+    await load_through_fault(setup, outage, label="outage", replies_within=45)

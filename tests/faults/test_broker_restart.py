@@ -16,23 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
 
-from tests.faults.ledger import TurnLog, check_all
-from tests.faults.process import ConsumerProcess, FaultSetup, consumers, message
+from tests.faults.midload import load_through_fault
+from tests.faults.process import FaultSetup
 from tests.fixtures.broker import TopicFactory
 from tests.fixtures.restartable_broker import RestartableBroker
-from tests.integration.harness import wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(240)]
 
-SESSIONS = 6
-ROUNDS = 8
-DELAY_MS = 150  # per turn, so the first half is still in flight when the broker goes down
 DOWN_S = 2.0  # how long the embedded broker stays down; a restart takes seconds
 
 
@@ -81,34 +76,6 @@ async def test_broker_restart_mid_load_loses_nothing(
         TopicFactory(broker.bootstrap, "broker-restart"), broker.bootstrap, database_url,
         embedded=broker.embedded,
     )
-    suffix = uuid.uuid4().hex[:6]
-    sessions = [f"brokerrestart-{i}-{suffix}" for i in range(SESSIONS)]
-    half = ROUNDS // 2
-    first_half = SESSIONS * half
-
-    async with consumers() as started:
-        process = ConsumerProcess(setup.env(), "consumer")
-        started.append(process)
-        await process.start()
-        await setup.produce([
-            message(sid, f"m{j}", delay_ms=DELAY_MS) for j in range(half) for sid in sessions
-        ])
-        await wait_until(lambda: process.logged("turn applied") >= SESSIONS, within=30)
-
-        applied_at_restart = process.logged("turn applied")
-        await broker.restart()
-        assert applied_at_restart < first_half  # the restart came in the middle of the load
-        assert process.returncode is None  # the consumer rode out the restart
-
-        await setup.produce(
-            [message(sid, f"m{j}") for j in range(half, ROUNDS) for sid in sessions]
-        )
-        ledger = setup.ledger()
-        await ledger.read(until=lambda led: led.has_replies({sid: ROUNDS for sid in sessions}),
-                          within=broker.within)
-        assert await process.stop() == 0
-
-    log = await TurnLog.read(setup.database_url, sessions)
-    assert check_all(log, ledger, setup.inputs) == []
-    for sid in sessions:
-        assert ledger.texts(sid) == [f"{j + 1}:m{j}" for j in range(ROUNDS)]
+    await load_through_fault(
+        setup, broker.restart, label="brokerrestart", replies_within=broker.within
+    )
