@@ -28,7 +28,7 @@ from typing import IO
 
 from consumer.errors import EmbeddedBrokerError
 
-__all__ = ["MEMORY_STORAGE", "EmbeddedBroker", "free_port"]
+__all__ = ["MEMORY_STORAGE", "EmbeddedBroker", "free_port", "terminate"]
 
 MEMORY_STORAGE = "memory://tansu/"
 """Tansu's in-memory storage engine: nothing survives the process."""
@@ -42,6 +42,19 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def terminate(process: subprocess.Popen[bytes] | None, timeout: float = 5.0) -> None:
+    """SIGTERM a child process and reap it, SIGKILL after ``timeout``; a no-op when it is
+    gone already. The one way embedded servers are stopped, so none is left running."""
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=timeout)
 
 
 def _answers(host: str, port: int, timeout: float, api_key: int, payload: bytes = b"") -> bool:
@@ -209,14 +222,7 @@ class EmbeddedBroker:
         """SIGTERM, then SIGKILL after ``timeout``; a no-op when it is not running."""
         process, self._process = self._process, None
         try:
-            if process is None or process.poll() is not None:
-                return
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=timeout)
+            terminate(process, timeout)
         finally:
             self._close_stderr()
 
