@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from engine.conditions import ConditionContext, holds
 from engine.config import Flow
 from engine.request import HistoryEntry, Message, Outcome, RunChange, ScheduleEntry, Skip
-from engine.session import Claim, Run, Session
+from engine.session import Claim, Run, Session, Waiting, WaitKind
 
 if TYPE_CHECKING:
     from engine.agent import AgentConfig
@@ -209,6 +209,16 @@ class TurnState:
 
     def schedule_wake(self, key: str, at: datetime, replaces: str | None = None) -> None:
         self.schedule.append(ScheduleEntry(key=key, at=at, replaces=replaces))
+
+    def park(
+        self, run: Run, *, key: str, kind: WaitKind, at: datetime, event: str | None = None
+    ) -> None:
+        """Leave ``run`` waiting under ``key`` and schedule the wake that resumes it at ``at``:
+        a parked run always has its wake, whatever parked it (a wait step, a deferred action,
+        a delayed trigger, a speak retry)."""
+        run.status = "waiting"
+        run.waiting = Waiting(key=key, kind=kind, at=at, event=event)
+        self.schedule_wake(key, at)
 
     def send(self, run: Run | None, kind: str, text: str, key: str, step_id: str | None) -> None:
         after = self.inline_after_ms.pop(run.id, 0) if run else 0

@@ -24,7 +24,7 @@ from engine.config import (
     WaitStep,
 )
 from engine.moves import scopes, take
-from engine.session import Run, Waiting
+from engine.session import Run, WaitKind
 from engine.state import Speaker, TurnState, talk_key
 from engine.values import ms, next_open, render, render_value
 
@@ -265,9 +265,7 @@ async def _do(state: TurnState, run: Run, flow: Flow, step: DoStep) -> bool:
         return take(state, run, flow, step, step.on_fail or step.then)
     at = state.now + timedelta(milliseconds=result.ms)
     key = f"{talk_key(run)}:defer:{ms(at)}"
-    run.status = "waiting"
-    run.waiting = Waiting(key=key, kind="defer", at=at)
-    state.schedule_wake(key, at)
+    state.park(run, key=key, kind="defer", at=at)
     state.outcome("action-deferred", run, detail=f"{result.ms}ms")
     return False
 
@@ -284,6 +282,7 @@ def _next_step(flow: Flow, step: AnyStep) -> AnyStep | None:
 
 
 def _wait(state: TurnState, run: Run, flow: Flow, step: WaitStep) -> bool:
+    kind: WaitKind
     if isinstance(step.wait, TimerWait):
         delay = step.wait.ms
         following = _next_step(flow, step)
@@ -302,8 +301,6 @@ def _wait(state: TurnState, run: Run, flow: Flow, step: WaitStep) -> bool:
     if step.business_hours:
         at = next_open(at, state.config.business_hours)
     key = talk_key(run)
-    run.status = "waiting"
-    run.waiting = Waiting(key=key, kind=kind, at=at, event=event)
-    state.schedule_wake(key, at)
+    state.park(run, key=key, kind=kind, at=at, event=event)
     state.outcome("waiting", run, detail=at.isoformat().replace("+00:00", "Z"))
     return False

@@ -14,7 +14,7 @@ from datetime import timedelta
 from engine import handoff
 from engine.config import EventTrigger, SilenceTrigger, WaitStep
 from engine.moves import take
-from engine.session import INPUT_RING, Run, Waiting
+from engine.session import INPUT_RING, Run
 from engine.starts import blocked
 from engine.state import TurnState, talk_key
 from engine.values import ms
@@ -168,9 +168,7 @@ def _event(state: TurnState) -> None:
             if trigger.after_ms:
                 at_wake = state.now + timedelta(milliseconds=trigger.after_ms)
                 wake_key = f"{talk_key(run)}:after:{ms(at_wake)}"
-                run.status = "waiting"
-                run.waiting = Waiting(key=wake_key, kind="trigger", at=at_wake)
-                state.schedule_wake(wake_key, at_wake)
+                state.park(run, key=wake_key, kind="trigger", at=at_wake)
                 state.outcome("awaiting-trigger", run, detail=f"{trigger.after_ms}ms")
             break
 

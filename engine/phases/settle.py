@@ -17,7 +17,7 @@ from engine.collect import maxed, pending, write_fields
 from engine.config import TalkStep
 from engine.moves import take
 from engine.phases.advance import walk
-from engine.session import Run, Waiting
+from engine.session import Run
 from engine.starts import repeat_blocked
 from engine.state import SpeakReply, TurnState, talk_key
 from engine.values import ms
@@ -117,9 +117,7 @@ def _defer(state: TurnState, run: Run, reply: SpeakReply, calls: int) -> None:
     at = state.now + timedelta(milliseconds=delay_ms)
     key = f"{talk_key(run)}:retry:{ms(at)}"
     run.retries += 1
-    run.status = "waiting"
-    run.waiting = Waiting(key=key, kind="retry", at=at)
-    state.schedule_wake(key, at)
+    state.park(run, key=key, kind="retry", at=at)
     state.outcome("deferred", run, detail=error, llm_calls=calls)
 
 
