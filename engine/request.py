@@ -12,7 +12,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from engine.clock import to_utc
 from engine.errors import TurnRequestError
 from engine.lifecycle_results import (
     HandoffNotice,
@@ -22,7 +21,7 @@ from engine.lifecycle_results import (
     TurnOutcome,
     absent,
 )
-from engine.session import Session
+from engine.session import OptionalUtcDatetime, Session
 
 
 class _Model(BaseModel):
@@ -63,7 +62,7 @@ class TurnRequest(_Model):
     session_id: str
     message: str | None = None
     id: str | None = None
-    at: datetime | None = None
+    at: OptionalUtcDatetime = None
     wake: str | None = None
     event: str | None = None
     payload: dict[str, Any] = Field(default_factory=dict)
@@ -74,11 +73,6 @@ class TurnRequest(_Model):
     history: list[HistoryEntry] = Field(default_factory=list)
     context: dict[str, Any] = Field(default_factory=dict)
     silenced: Silenced | None = None
-
-    @field_validator("at", mode="before")
-    @classmethod
-    def _utc(cls, value: Any) -> Any:
-        return None if value is None else to_utc(value)
 
     @field_validator("session", mode="before")
     @classmethod

@@ -9,15 +9,27 @@ counter kept in the session, so a replay of the same inputs mints the same ids.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from engine.clock import to_utc
 
 RunStatus = Literal["running", "asking", "waiting", "suspended"]
 WaitKind = Literal["timer", "event", "defer", "retry", "trigger"]
 INPUT_RING = 50
+
+
+def _utc_or_none(value: Any) -> Any:
+    return None if value is None else to_utc(value)
+
+
+UtcDatetime = Annotated[datetime, BeforeValidator(to_utc)]
+"""A datetime stored as aware UTC whatever came in: an ISO string, naive (meaning UTC) or
+another zone; so sessions from any host compare and serialise alike."""
+
+OptionalUtcDatetime = Annotated[datetime | None, BeforeValidator(_utc_or_none)]
+"""``UtcDatetime`` or None."""
 
 
 class _Model(BaseModel):
@@ -29,13 +41,8 @@ class Waiting(_Model):
 
     key: str
     kind: WaitKind
-    at: datetime | None = None
+    at: OptionalUtcDatetime = None
     event: str | None = None
-
-    @field_validator("at", mode="before")
-    @classmethod
-    def _utc(cls, value: Any) -> Any:
-        return None if value is None else to_utc(value)
 
 
 class Run(_Model):
@@ -56,7 +63,7 @@ class Run(_Model):
     input: dict[str, Any] = Field(default_factory=dict)
     asked: dict[str, int] = Field(default_factory=dict)
     waiting: Waiting | None = None
-    started_at: datetime
+    started_at: UtcDatetime
     parent_run_id: str | None = None
     trigger: int | None = None
     origin: Literal["message", "mention", "event", "silence", "start", "flow"] = "message"
@@ -65,22 +72,12 @@ class Run(_Model):
     last_talk_step_id: str | None = None
     stay_step_id: str | None = None
 
-    @field_validator("started_at", mode="before")
-    @classmethod
-    def _utc(cls, value: Any) -> Any:
-        return to_utc(value)
-
 
 class Claim(_Model):
     """A record that something already happened here: a flow start or a ``once`` say."""
 
-    at: datetime
+    at: UtcDatetime
     count: int = 1
-
-    @field_validator("at", mode="before")
-    @classmethod
-    def _utc(cls, value: Any) -> Any:
-        return to_utc(value)
 
 
 class Session(_Model):
@@ -94,15 +91,10 @@ class Session(_Model):
     claims: dict[str, Claim] = Field(default_factory=dict)
     inputs: list[str] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
-    last_user_at: datetime | None = None
-    last_assistant_at: datetime | None = None
+    last_user_at: OptionalUtcDatetime = None
+    last_assistant_at: OptionalUtcDatetime = None
     seq: int = 0
     silence_wakes: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("last_user_at", "last_assistant_at", mode="before")
-    @classmethod
-    def _utc(cls, value: Any) -> Any:
-        return None if value is None else to_utc(value)
 
     def run(self, run_id: str) -> Run | None:
         for run in self.runs:
