@@ -30,6 +30,20 @@ def texts(result: TurnResult) -> list[str]:
     return [m.text for m in result.messages]
 
 
+def session_with(data: dict[str, Any]) -> dict[str, Any]:
+    """A stored session ``s1`` (no runs, claims or inputs) that already knows ``data``."""
+    return {
+        "id": "s1",
+        "v": 4,
+        "version": 0,
+        "data": data,
+        "runs": [],
+        "claims": {},
+        "inputs": [],
+        "metadata": {},
+    }
+
+
 def saved(result: TurnResult) -> dict[str, Any]:
     """The session as the host stores it (JSON)."""
     return result.session.model_dump(mode="json")

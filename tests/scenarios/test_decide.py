@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine import Agent, FakeClock, MockProvider
+from tests.scenarios.support import codes, session_with
 
 FIELDS: dict[str, Any] = {
     "nome": {"type": "string", "ask": "Pergunte o nome."},
@@ -39,10 +40,6 @@ def phrase_flow(flow_id: str, phrases: list[str], steps: list[dict[str, Any]]) -
 
 def started(result: Any) -> list[str]:
     return [s.flow_id for s in result.started]
-
-
-def codes(result: Any) -> list[str]:
-    return [o.code for o in result.outcomes]
 
 
 def runs_by_flow(result: Any) -> dict[str, Any]:
@@ -268,18 +265,7 @@ FIELD_FLOWS = [
 async def write_fields(fields: dict[str, Any], data: dict[str, Any] | None = None) -> Any:
     provider = MockProvider([{"flows": {"perfil": 90, "suporte": 0}, "fields": fields}])
     agent = build(provider, idle="silent", flows=FIELD_FLOWS)
-    session = None
-    if data is not None:
-        session = {
-            "id": "s1",
-            "v": 4,
-            "version": 0,
-            "data": data,
-            "runs": [],
-            "claims": {},
-            "inputs": [],
-            "metadata": {},
-        }
+    session = None if data is None else session_with(data)
     result = await agent.turn(message("meu perfil", session=session))
     assert result.llm_calls == 1
     return result

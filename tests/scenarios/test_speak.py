@@ -9,6 +9,7 @@ from jsonschema import Draft202012Validator
 
 from engine import Agent, FakeClock, MockProvider, ModelResponse, ProviderError, ToolCall
 from engine.prompt import DEFAULT_GUIDELINE, NO_MESSAGE_NOTE, RETRY_NOTE
+from tests.scenarios.support import codes, session_with
 
 FIELDS: dict[str, Any] = {
     "nome": {"type": "string", "ask": "Pergunte o nome."},
@@ -31,23 +32,6 @@ def message(text: str = "oi", msg_id: str = "m1", **extra: Any) -> dict[str, Any
 
 def catch_all(steps: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     return {"id": "cadastro", "name": "Cadastro", "on": [{"message": []}], "steps": steps, **extra}
-
-
-def codes(result: Any) -> list[str]:
-    return [o.code for o in result.outcomes]
-
-
-def session_with(data: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": "s1",
-        "v": 4,
-        "version": 0,
-        "data": data,
-        "runs": [],
-        "claims": {},
-        "inputs": [],
-        "metadata": {},
-    }
 
 
 def at_ms(entry: Any) -> int:
