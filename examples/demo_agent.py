@@ -9,7 +9,14 @@ It is small on purpose and still shows every piece of an agent (docs/agents.md w
 - a silence flow: after ``TURNFLOW_DEMO_SILENCE_MS`` of quiet (default 5 s) the assistant nudges
   the customer, once per conversation, without the customer doing anything;
 - a ``do`` action that is idempotent on ``ctx.key`` (a replayed input books nothing twice);
-- fields with an ``enum`` (``service``, ``day``).
+- fields with an ``enum`` (``service``, ``day``);
+- a customer who takes a few turns to answer still gets booked, and a flow that gives up on a
+  field never shows an empty value or calls the action without it (the guards below).
+
+Every speak of a talk step that collects several fields counts one ask of *each* field still
+missing, so a customer who answers one question at a time spends asks of the other. The
+booking's fields therefore get a larger ``max_asks``, and every step that renders or acts on a
+collected value sits behind an ``if`` that checks the value is known.
 
 Flows with no talk step (``hours``, ``nudge``) cost zero model calls. The provider comes from the
 environment (an OpenAI-compatible or Anthropic key), else the offline rule-based provider.
@@ -36,7 +43,7 @@ SERVICES = ["tune-up", "flat-tire", "brakes"]
 DAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday"]
 
 # The shop's booking book. A real action would call an API with ``ctx.key`` as its idempotency
-# key; here the key is the dict key, so running the same step twice books once.
+# key; here the key is (part of) the dict key, so running the same step twice books once.
 BOOKINGS: dict[str, dict[str, Any]] = {}
 
 
@@ -46,13 +53,24 @@ def book_repair(ctx: Any) -> Any:
     day = ctx.with_.get("day")
     if service not in SERVICES or day not in DAYS:
         return failed(f"cannot book {service!r} on {day!r}")
-    booking = BOOKINGS.get(ctx.key)
+    # One book serves every customer: the session id keeps two customers' bookings apart
+    # whatever form the run ids in ``ctx.key`` take.
+    key = f"{ctx.session_id}/{ctx.key}"
+    booking = BOOKINGS.get(key)
     if booking is None:
-        ref = "R-" + hashlib.sha256(ctx.key.encode()).hexdigest()[:6].upper()
-        booking = {"ref": ref, "service": service, "day": day, "name": ctx.with_.get("name")}
-        BOOKINGS[ctx.key] = booking
+        ref = "R-" + hashlib.sha256(key.encode()).hexdigest()[:6].upper()
+        # The name is optional: a customer who went straight to booking is booked under the
+        # reference alone, so it is read from the data instead of passed as a None argument.
+        name = (ctx.data or {}).get("name")
+        booking = {"ref": ref, "service": service, "day": day, "name": name}
+        BOOKINGS[key] = booking
     return ok(data={"booking_ref": booking["ref"]})
 
+
+ANSWER_TURNS = 5
+"""Asks of ``service`` and ``day`` before the booking gives up. Each speak of the ``what`` step
+counts an ask of every field still missing, and the answer to the last ask is not read, so 5
+leaves a customer four replies ("brakes please", "not sure yet", ...) to give both."""
 
 FIELDS: dict[str, dict[str, Any]] = {
     "name": {"type": "string", "ask": "Ask for the customer's first name."},
@@ -60,11 +78,13 @@ FIELDS: dict[str, dict[str, Any]] = {
         "type": "string",
         "enum": SERVICES,
         "ask": "Which service does the bike need: a tune-up, a flat-tire fix or brakes?",
+        "max_asks": ANSWER_TURNS,
     },
     "day": {
         "type": "string",
         "enum": DAYS,
         "ask": "Which day suits you, Monday to Saturday?",
+        "max_asks": ANSWER_TURNS,
     },
     # Read from any message by the understand call, so the confirm step's branch can judge the
     # answer in code before anything is said.
@@ -86,10 +106,16 @@ FLOWS: list[dict[str, Any]] = [
         "steps": [
             {"id": "hello", "say": "Hi! I'm Ana from Spoke & Chain bike repair.", "once": True},
             {"id": "ask_name", "collect": ["name"], "prompt": "Ask for their name, warmly."},
+            # A customer may never give a name: greet by name only when there is one.
+            {"id": "named?", "if": {"known": "name"}, "then": "offer", "else": "offer_unnamed"},
             # a move to another flow: the welcome hands over to the booking.
             {"id": "offer",
              "say": "Nice to meet you, {{name}}. What does your bike need (a tune-up, a "
              "flat-tire fix or brakes), and which day suits you?",
+             "then": {"flow": "booking"}},
+            # Reached when the name step gave up, on a turn with no reply spoken yet: the
+            # booking's first step asks its own question right after this line.
+            {"id": "offer_unnamed", "say": "No problem, let's get your bike booked.",
              "then": {"flow": "booking"}},
         ],
     },
@@ -97,7 +123,8 @@ FLOWS: list[dict[str, Any]] = [
         "id": "booking",
         "name": "Book a repair",
         "description": "The customer wants a repair or service booked.",
-        "on": [{"message": ["book a repair", "appointment", "fix my bike", "book", "repair"]}],
+        "on": [{"message": ["book a repair", "appointment", "fix my bike", "book", "repair",
+                                "brakes", "flat tire", "tune-up"]}],
         "clear_on_start": ["confirmed", "booking_ref"],
         "steps": [
             {
@@ -105,6 +132,9 @@ FLOWS: list[dict[str, Any]] = [
                 "collect": ["service", "day"],
                 "prompt": "Help the customer book a repair; ask for what is still missing.",
             },
+            # The step gives up on a field after max_asks: never summarise or book without both.
+            {"id": "both_known?", "if": {"known": ["service", "day"]}, "then": "brakes?",
+             "else": "not_yet"},
             # if: a brakes job needs a note before the summary.
             {"id": "brakes?", "if": {"equals": {"service": "brakes"}}, "then": "brakes_note",
              "else": {"step": "summary", "clear": ["confirmed"]}},
@@ -125,11 +155,14 @@ FLOWS: list[dict[str, Any]] = [
                     }
                 ],
             },
+            # Only a "yes" books; a confirmation never given (max_asks) leaves it unbooked.
+            {"id": "confirmed?", "if": {"equals": {"confirmed": True}}, "then": "book",
+             "else": "not_confirmed"},
             # do: idempotent on ctx.key; a failure takes on_fail.
             {
                 "id": "book",
                 "do": "book_repair",
-                "with": {"service": "{{service}}", "day": "{{day}}", "name": "{{name}}"},
+                "with": {"service": "{{service}}", "day": "{{day}}"},
                 "on_fail": "book_failed",
             },
             # wait (timer): 1.5 s is short, so it rides on the next message as after_ms.
@@ -150,6 +183,14 @@ FLOWS: list[dict[str, Any]] = [
              "then": "end"},
             {"id": "unpaid",
              "say": "No payment yet; you can also pay when you drop the bike off.",
+             "then": "end"},
+            {"id": "not_yet",
+             "say": "No problem. When you know what the bike needs and which day suits you, "
+             "just write \"book a repair\" and we'll pick it up from there.",
+             "then": "end"},
+            {"id": "not_confirmed",
+             "say": "I'll leave it unbooked for now. Write \"book a repair\" whenever you want "
+             "to go ahead.",
              "then": "end"},
             {"id": "book_failed",
              "say": "Sorry, I could not book that just now. Someone from the shop will call you.",
@@ -190,4 +231,4 @@ def build_agent(provider: Provider | None = None, clock: Clock | None = None) ->
 
 agent = build_agent()
 
-__all__ = ["BOOKINGS", "agent", "build_agent"]
+__all__ = ["ANSWER_TURNS", "BOOKINGS", "agent", "build_agent"]

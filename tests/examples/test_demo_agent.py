@@ -129,19 +129,26 @@ async def test_unpaid_booking_says_so_when_the_wait_runs_out(chat: Conversation)
 
 
 def test_booking_is_idempotent_on_the_key() -> None:
-    """Running the booking action twice with one ``ctx.key`` books once and answers the same."""
-    ctx = SimpleNamespace(key="r1:book:1", with_={"service": "brakes", "day": "friday",
-                                                  "name": "Sam"})
+    """One ``ctx.key`` in one session books once; another key or another session books anew."""
+    ctx = SimpleNamespace(key="r1:book:1", session_id="s1", data={"name": "Sam"},
+                          with_={"service": "brakes", "day": "friday"})
     first, second = book_repair(ctx), book_repair(ctx)
     assert first == second
     assert len(BOOKINGS) == 1
-    other = book_repair(SimpleNamespace(key="r2:book:1", with_=ctx.with_))
+    other = book_repair(SimpleNamespace(key="r2:book:1", session_id="s1", data={},
+                                        with_=ctx.with_))
     assert other != first and len(BOOKINGS) == 2
+    elsewhere = book_repair(SimpleNamespace(key=ctx.key, session_id="s2", data={},
+                                            with_=ctx.with_))
+    assert elsewhere not in (first, other) and len(BOOKINGS) == 3
 
 
 def test_booking_refuses_values_outside_the_enums() -> None:
     """The action fails (and the flow takes on_fail) rather than book an unknown service."""
-    result: Any = book_repair(SimpleNamespace(key="k", with_={"service": "paint", "day": "friday"}))
+    result: Any = book_repair(
+        SimpleNamespace(key="k", session_id="s1", data={},
+                        with_={"service": "paint", "day": "friday"})
+    )
     assert result.kind == "failed"
     assert BOOKINGS == {}
 
