@@ -43,6 +43,7 @@ from engine.lifecycle_turn import prepare as prepare_lifecycle
 from engine.phases import advance, decide, finish, ingest, load, settle, speak, understand
 from engine.providers.base import Provider
 from engine.request import TurnRequest, TurnResult
+from engine.values import template_fields
 
 T = TypeVar("T")
 
@@ -110,18 +111,22 @@ class Agent:
         business_hours: BusinessHours | dict[str, Any] | None = None,
         lifecycle: Lifecycle | dict[str, Any] | None = None,
     ) -> None:
-        field_specs = {k: parse_model(FieldSpec, v) for k, v in (fields or {}).items()}
-        parsed_flows = tuple(parse_model(Flow, f) for f in (flows or []))
+        field_specs = {k: parse_model(FieldSpec, v, field=k) for k, v in (fields or {}).items()}
+        parsed_flows = tuple(
+            parse_model(Flow, f, flow_index=i) for i, f in enumerate(flows or [])
+        )
         action_map = {
             k: v if isinstance(v, Action) else Action(handler=v) for k, v in (actions or {}).items()
         }
-        tool_map = {k: parse_model(Tool, v) for k, v in (tools or {}).items()}
+        tool_map = {
+            k: parse_model(Tool, v, where=f"tool {k!r}") for k, v in (tools or {}).items()
+        }
         idle_silent = idle == "silent"
         idle_speaker: IdleSpeaker | None = None
         if isinstance(idle, str) and not idle_silent:
             idle_speaker = IdleSpeaker(prompt=idle)
         elif isinstance(idle, IdleSpeaker | dict):
-            idle_speaker = parse_model(IdleSpeaker, idle)
+            idle_speaker = parse_model(IdleSpeaker, idle, where="idle")
         if max_tool_loops < 0:
             _fail("max_tool_loops must be >= 0")
         if isinstance(knowledge, str):
@@ -147,14 +152,25 @@ class Agent:
             events=dict(events or {}),
             conditions=dict(conditions or {}),
             tools=tool_map,
-            instructions=tuple(parse_model(Instruction, i) for i in (instructions or [])),
+            instructions=tuple(
+                parse_model(Instruction, item, where=f"instructions[{i}]")
+                for i, item in enumerate(instructions or [])
+            ),
             idle=idle_speaker,
             idle_silent=idle_silent,
-            compaction=parse_model(CompactionConfig, compaction) if compaction else None,
+            compaction=(
+                parse_model(CompactionConfig, compaction, where="compaction")
+                if compaction
+                else None
+            ),
             max_tool_loops=max_tool_loops,
-            business_hours=parse_model(BusinessHours, business_hours) if business_hours else None,
+            business_hours=(
+                parse_model(BusinessHours, business_hours, where="business_hours")
+                if business_hours
+                else None
+            ),
             lifecycle=(
-                prepare_lifecycle(parse_model(Lifecycle, lifecycle))
+                prepare_lifecycle(parse_model(Lifecycle, lifecycle, where="lifecycle"))
                 if lifecycle is not None
                 else None
             ),
@@ -222,7 +238,7 @@ def _first_triggers(flows: tuple[Flow, ...], kind: type[T]) -> tuple[tuple[Flow,
 def _validate(config: AgentConfig) -> None:
     for name, spec in config.fields.items():
         if spec.enum is not None and not spec.enum:
-            _fail(f"field {name!r} has an empty enum")
+            raise FlowConfigurationError("enum: the list is empty", field=name)
     for instruction in config.instructions:
         _check_condition(config, instruction.if_, None, None)
     if config.idle:
@@ -247,6 +263,13 @@ def _check_fields(config: AgentConfig, names: list[str], flow: Flow, step_id: st
             _fail(f"unknown field {name!r}", flow, step_id)
 
 
+def _check_templates(config: AgentConfig, value: Any, flow: Flow, step_id: str) -> None:
+    """A template naming an undeclared field would render empty on every turn: refuse it."""
+    for template, name in template_fields(value):
+        if name not in config.fields:
+            _fail(f"template {template} names unknown field {name!r}", flow, step_id)
+
+
 def _check_move(config: AgentConfig, move: Move | None, flow: Flow, step_id: str) -> None:
     if move is None or move == "end":
         return
@@ -257,8 +280,10 @@ def _check_move(config: AgentConfig, move: Move | None, flow: Flow, step_id: str
         if flow.step(move.step) is None:
             _fail(f"move names unknown step {move.step!r}", flow, step_id)
         _check_fields(config, move.clear, flow, step_id)
-    elif isinstance(move, FlowMove) and move.flow not in config.flow_map:
-        _fail(f"move names unknown flow {move.flow!r}", flow, step_id)
+    elif isinstance(move, FlowMove):
+        if move.flow not in config.flow_map:
+            _fail(f"move names unknown flow {move.flow!r}", flow, step_id)
+        _check_templates(config, move.input, flow, step_id)
 
 
 def _validate_flow(config: AgentConfig, flow: Flow) -> None:
@@ -283,6 +308,7 @@ def _validate_flow(config: AgentConfig, flow: Flow) -> None:
         _check_move(config, step.then, flow, step.id)
         if isinstance(step, TalkStep):
             _check_fields(config, step.collect, flow, step.id)
+            _check_templates(config, step.question, flow, step.id)
             for tool in step.tools:
                 if tool not in config.tools:
                     _fail(f"unknown tool {tool!r}", flow, step.id)
@@ -291,14 +317,17 @@ def _validate_flow(config: AgentConfig, flow: Flow) -> None:
                     _fail("a branch has exactly one of if / when", flow, step.id)
                 _check_condition(config, branch.if_, flow, step.id)
                 _check_move(config, branch.then, flow, step.id)
-            for raw in step.instructions:
-                instruction = parse_model(Instruction, raw, flow_id=flow.id)
+            for j, raw in enumerate(step.instructions):
+                instruction = parse_model(
+                    Instruction, raw, flow_id=flow.id, where=f"step {step.id!r} instructions[{j}]"
+                )
                 _check_condition(config, instruction.if_, flow, step.id)
         elif isinstance(step, DoStep):
             action = config.actions.get(step.do)
             if action is None:
                 _fail(f"unknown action {step.do!r}", flow, step.id)
-            elif action.params:
+            _check_templates(config, step.with_, flow, step.id)
+            if action is not None and action.params:
                 extra = sorted(set(step.with_) - set(action.params))
                 if extra:
                     _fail(f"with key {extra[0]!r} is not a parameter of {step.do!r}", flow, step.id)
@@ -311,4 +340,4 @@ def _validate_flow(config: AgentConfig, flow: Flow) -> None:
             _check_condition(config, step.if_, flow, step.id)
             _check_move(config, step.else_, flow, step.id)
         elif isinstance(step, SayStep):
-            pass
+            _check_templates(config, step.say, flow, step.id)

@@ -102,7 +102,12 @@ class SilenceTrigger(_Model):
 
 
 def _trigger_kind(value: Any) -> str | None:
-    keys = value.keys() if isinstance(value, dict) else type(value).model_fields.keys()
+    if isinstance(value, dict):
+        keys = value.keys()
+    elif isinstance(value, BaseModel):
+        keys = type(value).model_fields.keys()
+    else:
+        return None  # not a trigger at all: pydantic reports it at its place in ``on``
     for kind in ("message", "mention", "event", "silence"):
         if kind in keys:
             return kind
@@ -326,27 +331,73 @@ class BusinessHours(_Model):
         return value
 
 
-def parse_model(model: type[M], value: Any, *, flow_id: str | None = None) -> M:
-    """Validate ``value`` into ``model`` or raise ``FlowConfigurationError``."""
+def parse_model(
+    model: type[M],
+    value: Any,
+    *,
+    flow_id: str | None = None,
+    flow_index: int | None = None,
+    field: str | None = None,
+    where: str | None = None,
+) -> M:
+    """Validate ``value`` into ``model`` or raise ``FlowConfigurationError`` naming where: the
+    flow (id, else its index), the step (id, else its index), the field, the setting."""
     if isinstance(value, model):
         return value
     try:
         return model.model_validate(value)
     except ValidationError as exc:
-        step_id = None
-        if isinstance(value, dict) and flow_id is None:
-            flow_id = value.get("id") if isinstance(value.get("id"), str) else None
-        if isinstance(value, dict):
-            for err in exc.errors():
-                loc = err["loc"]
-                if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
-                    steps = value.get("steps") or []
-                    if loc[1] < len(steps) and isinstance(steps[loc[1]], dict):
-                        step_id = steps[loc[1]].get("id")
-                    break
+        error = exc.errors()[0]
+        loc = list(error["loc"])
+        raw = value if isinstance(value, dict) else {}
+        if model is Flow and flow_id is None and isinstance(raw.get("id"), str):
+            flow_id = raw["id"]
+        step_id: str | None = None
+        step_index: int | None = None
+        if model is Flow and len(loc) >= 2 and loc[0] in ("steps", "on") and isinstance(
+            loc[1], int
+        ):
+            items = raw.get(loc[0]) or []
+            item = items[loc[1]] if loc[1] < len(items) else None
+            kind = loc[2] if len(loc) >= 3 and isinstance(loc[2], str) else None
+            if loc[0] == "steps":
+                if isinstance(item, dict) and isinstance(item.get("id"), str):
+                    step_id = item["id"]
+                else:
+                    step_index = loc[1]
+                where = f"a {kind} step" if kind and step_id is None else where
+                loc = loc[3:] if kind else loc[2:]
+            else:
+                where = f"trigger on[{loc[1]}]" + (f" ({kind})" if kind else "")
+                loc = loc[3:] if kind else loc[2:]
+            if len(loc) >= 2 and loc[0] == "extract" and isinstance(loc[1], str):
+                field, loc = loc[1], loc[2:]
+        path = _path(loc)
         raise FlowConfigurationError(
-            f"invalid {model.__name__}: {exc.errors()[0]['msg']} at "
-            f"{'.'.join(str(p) for p in exc.errors()[0]['loc'])}",
+            f"{path}: {error['msg']}" if path else error["msg"],
             flow_id=flow_id,
+            flow_index=flow_index if flow_id is None else None,
             step_id=step_id,
+            step_index=step_index,
+            field=field,
+            where=where,
         ) from None
+
+
+def _path(loc: list[Any]) -> str:
+    """``wait.ms`` / ``collect[0]`` from a pydantic location, without the union members'
+    class names pydantic inserts (``TimerWait``), which are no key an author wrote."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _is_model_name(part):
+            continue
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _is_model_name(part: str) -> bool:
+    found = globals().get(part)
+    return isinstance(found, type) and issubclass(found, BaseModel)

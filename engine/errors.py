@@ -22,19 +22,43 @@ class TurnflowError(Exception):
 
 
 class FlowConfigurationError(TurnflowError):
-    """The agent's configuration is invalid; raised at construction, never during a turn."""
+    """The agent's configuration is invalid; raised at construction, never during a turn.
+
+    The message starts with where the problem is: the flow (by id, or by its position in
+    ``flows`` when it has none), the step (likewise), the field, and for other settings their
+    name (``where``), so an author never has to guess which of forty steps is meant.
+    """
 
     def __init__(
-        self, message: str, *, flow_id: str | None = None, step_id: str | None = None
+        self,
+        message: str,
+        *,
+        flow_id: str | None = None,
+        step_id: str | None = None,
+        field: str | None = None,
+        flow_index: int | None = None,
+        step_index: int | None = None,
+        where: str | None = None,
     ) -> None:
-        where = []
+        parts = []
         if flow_id is not None:
-            where.append(f"flow {flow_id!r}")
+            parts.append(f"flow {flow_id!r}")
+        elif flow_index is not None:
+            parts.append(f"flows[{flow_index}] (no id)")
         if step_id is not None:
-            where.append(f"step {step_id!r}")
-        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+            parts.append(f"step {step_id!r}")
+        elif step_index is not None:
+            parts.append(f"steps[{step_index}] (no id)")
+        if where is not None:
+            parts.append(where)
+        if field is not None:
+            parts.append(f"field {field!r}")
+        super().__init__(f"{', '.join(parts)}: {message}" if parts else message)
         self.flow_id = flow_id
         self.step_id = step_id
+        self.field = field
+        self.flow_index = flow_index
+        self.step_index = step_index
 
 
 class TurnRequestError(TurnflowError):

@@ -121,6 +121,26 @@ def _lookup(scopes: dict[str, Any], path: str) -> Any:
     return current
 
 
+def template_fields(value: Any) -> list[tuple[str, str]]:
+    """(template, data field) for every ``{{name}}`` / ``{{data.name}}`` inside ``value`` (nested
+    dicts and lists too), so the agent can check each names a declared field when it is built.
+    ``{{context.x}}`` and ``{{input.x}}`` reach the host's scopes and are not fields."""
+    if isinstance(value, str):
+        out = []
+        for match in _TEMPLATE.finditer(value):
+            parts = match.group(1).split(".")
+            if parts[0] in ("context", "input") and len(parts) > 1:
+                continue
+            name = parts[1] if parts[0] == "data" and len(parts) > 1 else parts[0]
+            out.append((match.group(0), name))
+        return out
+    if isinstance(value, dict):
+        return [found for item in value.values() for found in template_fields(item)]
+    if isinstance(value, list | tuple):
+        return [found for item in value for found in template_fields(item)]
+    return []
+
+
 def render(template: str, scopes: dict[str, Any]) -> str:
     """Replace ``{{name}}``, ``{{context.x}}``, ``{{input.x}}``; a missing value renders empty."""
 

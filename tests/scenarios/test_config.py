@@ -1,10 +1,12 @@
-"""Seed 001: the constructor checks the configuration before any turn runs."""
+"""The constructor checks the configuration before any turn runs, and says where."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine import Action, Agent, FieldSpec, Flow, FlowConfigurationError, MockProvider, Tool
 
@@ -148,3 +150,85 @@ def test_idle_and_knowledge_forms() -> None:
     prompted = build([], idle="Responda curto.", knowledge=["A", "B"])
     assert prompted.config.idle is not None and prompted.config.idle.prompt == "Responda curto."
     assert prompted.config.knowledge == ("A", "B") and prompted.name == "Ana"
+
+
+def test_a_template_naming_an_unknown_field_is_refused() -> None:
+    """A say, a question, a do's with and a flow move's input may only template declared
+    fields: a typo fails at construction instead of rendering empty on every turn."""
+    error = rejects([flow([{"id": "oven", "say": "Your {{toping}} is in the oven"}])],
+                    step_id="oven")
+    assert "{{toping}}" in str(error) and "'toping'" in str(error)
+    rejects([flow([{"id": "q", "question": "Still {{data.nomes}}?", "collect": ["nome"]}])],
+            step_id="q")
+    rejects(
+        [flow([{"id": "d", "do": "notify", "with": {"to": {"who": ["{{nmoe}}"]}}}])],
+        step_id="d",
+        actions={"notify": lambda ctx: None},
+    )
+    rejects(
+        [flow([{"id": "a", "say": "x", "then": {"flow": "g", "input": {"n": "{{idade}}"}}}]),
+         {"id": "g", "steps": [{"id": "b", "say": "y"}]}],
+        step_id="a",
+    )
+    build([flow([{"id": "ok", "say": "{{nome}} {{ data.nome }} {{context.shop}} {{input.x.y}}"}])])
+
+
+def test_shape_errors_name_the_field_the_flow_and_the_step() -> None:
+    """Every shape error says where: the field, the flow by id (else its index), the step by id
+    (else its index), the trigger; never a pydantic class name."""
+    with pytest.raises(FlowConfigurationError) as caught:
+        build([], fields={"nome": {"type": "string"}, "sabor": {"type": "str"}})
+    assert caught.value.field == "sabor"
+    assert str(caught.value).startswith("field 'sabor': type: Input should be 'string'")
+
+    with pytest.raises(FlowConfigurationError) as caught:
+        build([flow([{"id": "a", "say": "x"}]), {"on": [], "steps": [{"id": "b", "say": "y"}]}])
+    assert caught.value.flow_index == 1 and caught.value.flow_id is None
+    assert str(caught.value) == "flows[1] (no id): id: Field required"
+
+    error = rejects([flow([{"id": "a", "say": "x"}, {"wait": {"ms": 5}}])], step_id=None)
+    assert error.step_index == 1
+    assert str(error) == "flow 'f', steps[1] (no id), a wait step: id: Field required"
+
+    error = rejects([flow([{"id": "w", "wait": {"ms": -1}}])], step_id="w")
+    assert str(error) == "flow 'f', step 'w': wait.ms: Input should be greater than or equal to 0"
+    assert "TimerWait" not in str(error)
+
+    error = rejects([{"id": "f", "on": [{"message": "hi"}], "steps": [{"id": "a", "say": "x"}]}])
+    assert str(error) == "flow 'f', trigger on[0] (message): message: Input should be a valid list"
+
+    error = rejects([{"id": "f", "on": [{"mention": ["x"], "extract": {"qtd": {"type": "int"}}}],
+                      "steps": [{"id": "a", "say": "x"}]}])
+    assert error.field == "qtd" and "trigger on[0] (mention), field 'qtd': type:" in str(error)
+
+    with pytest.raises(FlowConfigurationError, match=r"^tool 'lookup': "):
+        build([], tools={"lookup": {"description": 3}})
+    with pytest.raises(FlowConfigurationError, match=r"^field 'plano': enum: the list is empty"):
+        build([], fields={"plano": {"type": "string", "enum": []}})
+
+
+config_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(
+        st.sampled_from(["id", "on", "steps", "say", "wait", "ms", "collect", "then", "type",
+                         "message", "if", "known", "do", "with", "enum", "x"]),
+        inner,
+        max_size=4,
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(flows=st.lists(config_values, max_size=2), fields=st.dictionaries(
+    st.text(max_size=5), config_values, max_size=2))
+def test_any_configuration_builds_or_fails_with_a_configuration_error(
+    flows: list[Any], fields: dict[str, Any]
+) -> None:
+    """Arbitrary flows and fields either build an agent or raise FlowConfigurationError; no
+    other exception escapes the constructor."""
+    try:
+        Agent(name="Ana", provider=MockProvider([]), flows=flows, fields=fields)
+    except FlowConfigurationError as error:
+        assert str(error)

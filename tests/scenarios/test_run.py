@@ -51,8 +51,9 @@ async def test_say_under_silenced_ends_the_run() -> None:
 
 
 async def test_templates_render_data_context_and_input() -> None:
-    """Templates: {{name}} renders data.name; {{context.x}}, {{input.x}}; missing is empty."""
-    flow = starter("f", [{"id": "oi", "say": "{{nome}}|{{context.loja}}|{{input.x}}|{{nada}}"}])
+    """Templates: {{name}} renders data.name; {{context.x}}, {{input.x}}; a declared field with
+    no value yet renders empty."""
+    flow = starter("f", [{"id": "oi", "say": "{{nome}}|{{context.loja}}|{{input.x}}|{{idade}}"}])
     agent, _, _ = code_only_agent([flow])
     session = {"id": "s1", "data": {"nome": "Ana"}, "v": 4}
     result = await agent.turn(
