@@ -26,6 +26,8 @@ ENV PATH=/opt/turnflow/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONPATH=/app \
     METRICS_PORT=9400
+# One process per container, so every command serves on 9400 (the chart's metrics.port); on one
+# machine without METRICS_PORT, consume, schedule and relay default to 9100, 9101 and 9102.
 RUN groupadd --system --gid 10001 turnflow \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin turnflow

@@ -1,13 +1,17 @@
 """Loading the agent named by ``AGENT`` / ``--agent`` (``module:attribute``).
 
-The attribute may be an agent (anything with ``async turn(request)``) or a zero-argument callable
-returning one, so an example module can build its agent lazily. Failures raise
-``AgentImportError`` with a one-line reason the CLI prints.
+The current folder is importable first, as uvicorn, celery and gunicorn make it: from the project
+folder ``AGENT=examples.demo_agent:agent turnflow consume`` finds ``examples/`` without a
+``PYTHONPATH``. The attribute may be an agent (anything with ``async turn(request)``) or a
+zero-argument callable returning one, so an example module can build its agent lazily.
+Failures raise ``AgentImportError`` with a one-line reason the CLI prints.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import Any
 
 from consumer.errors import AgentImportError
@@ -20,6 +24,9 @@ def load_agent(path: str) -> Any:
     module_name, sep, attribute = path.partition(":")
     if not sep or not module_name or not attribute:
         raise AgentImportError(f"agent must be 'module:attribute', got {path!r}")
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:

@@ -31,6 +31,7 @@ COMMANDS: dict[str, Command] = {
     "topics": Command("consumer.commands.topics", "create the topics (idempotent)"),
     "schedule": Command("consumer.commands.schedule", "run the scheduler service"),
     "dev": Command("consumer.dev", "embedded servers, consumer and scheduler, and a terminal chat"),
+    "broker": Command("consumer.commands.broker", "the embedded broker alone, for a local trial"),
     "bench": Command("consumer.commands.bench", "the end-to-end load benchmark (source tree)"),
 }
 

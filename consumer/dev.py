@@ -529,8 +529,9 @@ async def run_dev(options: DevOptions) -> int:
     agent_path = options.agent or settings.agent or DEFAULT_AGENT
     agent = load_dev_agent(agent_path)
     lines = _read_script(options.script) if options.script is not None else None
-    if settings.metrics_port:
-        check_port_free(settings.metrics_host, settings.metrics_port, "METRICS_PORT")
+    metrics_port = settings.metrics_port_for("consume")
+    if metrics_port:
+        check_port_free(settings.metrics_host, metrics_port, "METRICS_PORT")
     if lines is None and not options.interactive:
         lines = sys.stdin.read().splitlines()  # piped in: the same as --script
     options.data_dir.mkdir(parents=True, exist_ok=True)
@@ -572,8 +573,8 @@ async def run_dev(options: DevOptions) -> int:
         stack.push_async_callback(services.stop)
         display = asyncio.create_task(chat.display(), name="dev-display")
         stack.push_async_callback(_cancel, display)
-        if settings.metrics_port:
-            status(f"  metrics   http://127.0.0.1:{settings.metrics_port}/metrics")
+        if metrics_port:
+            status(f"  metrics   http://127.0.0.1:{metrics_port}/metrics")
         status(f"  session   {session_id}   (logs: {options.data_dir / 'dev.log'})")
         status(HELP if lines is None else f"Running {options.script or 'standard input'}.")
         if lines is None:
@@ -655,10 +656,8 @@ def load_dev_agent(path: str) -> Any:
     as that missing variable; a configuration error keeps the engine's message, which names the
     flow and the step.
     """
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     try:
-        return load_agent(path)
+        return load_agent(path)  # the working directory is importable (load_agent adds it)
     except AgentImportError as exc:
         cause = exc.__cause__
         if isinstance(cause, KeyError) and cause.args and str(cause.args[0]) not in os.environ:

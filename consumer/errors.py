@@ -5,6 +5,8 @@
     ├── TopicSetupError                topics could not be created or never became ready
     ├── AgentImportError               ``AGENT`` / ``--agent`` does not name an importable Agent
     ├── ServerUnreachableError         PostgreSQL or Kafka did not answer at startup
+    ├── PortInUseError                 the metrics port is taken by another process
+    ├── ProducerIdError                the broker does not hand out producer ids
     ├── DevError                       ``turnflow dev`` cannot start; the message is its one line
     ├── PublishError                   an outbox row was not acknowledged by the broker
     │   └── FencedPublishError         this replica lost the partition; it must not publish
@@ -22,6 +24,8 @@ __all__ = [
     "DevError",
     "EmbeddedBrokerError",
     "FencedPublishError",
+    "PortInUseError",
+    "ProducerIdError",
     "PublishError",
     "ScheduleRecordError",
     "ServerUnreachableError",
@@ -54,6 +58,14 @@ class AgentImportError(ConsumerError):
 
 class ServerUnreachableError(ConsumerError):
     """A server the service needs did not answer at startup."""
+
+
+class PortInUseError(ConsumerError):
+    """The metrics port is already bound: nothing is unreachable, the address is taken."""
+
+
+class ProducerIdError(ConsumerError):
+    """The broker refused ``InitProducerId``: it cannot serve an idempotent producer."""
 
 
 class DevError(ConsumerError):

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from consumer.errors import PortInUseError
 from consumer.metrics import REGISTRY
 from consumer.settings import Settings
 
@@ -89,12 +91,20 @@ class HealthServer:
 
 
 async def start_health_server(
-    settings: Settings, *, ready: Callable[[], bool]
+    settings: Settings, *, ready: Callable[[], bool], process: str = "consume"
 ) -> HealthServer | None:
-    """The started server on ``METRICS_HOST:METRICS_PORT``, or None when ``METRICS_PORT`` is 0
-    (the port is off)."""
-    if not settings.metrics_port:
+    """The started server on ``METRICS_HOST`` and the process's metrics port (``METRICS_PORT``,
+    else its own default), or None when the port is 0 (off). A port another process holds is
+    ``PortInUseError``, worded as such: nothing is unreachable."""
+    port = settings.metrics_port_for(process)
+    if not port:
         return None
-    return await HealthServer(
-        host=settings.metrics_host, port=settings.metrics_port, ready=ready
-    ).start()
+    try:
+        return await HealthServer(host=settings.metrics_host, port=port, ready=ready).start()
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise PortInUseError(
+            f"metrics port {settings.metrics_host}:{port}: address in use by another process; "
+            "set METRICS_PORT to a free port (0 turns the port off)"
+        ) from None

@@ -32,10 +32,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
+from aiokafka.errors import BrokerResponseError, KafkaError
 
 from consumer import metrics
-from consumer.errors import FencedPublishError, PublishError
+from consumer.errors import FencedPublishError, ProducerIdError, PublishError
 from store import OutboxEntry, OutboxRow, Store, jsoncodec
 
 __all__ = [
@@ -45,9 +45,26 @@ __all__ = [
     "PublishedMarks",
     "encode_payload",
     "new_producer",
+    "start_producer",
 ]
 
 log = logging.getLogger("turnflow.outbox")
+
+
+async def start_producer(producer: AIOKafkaProducer, *, idempotent: bool) -> None:
+    """Start ``producer``. An idempotent producer first asks the broker for a producer id; a
+    broker that has none to give (the embedded one) answers with an error aiokafka reports as
+    ``UnknownError``, so that answer becomes ``ProducerIdError`` saying what to set."""
+    try:
+        await producer.start()
+    except BrokerResponseError as exc:
+        if not idempotent:
+            raise
+        raise ProducerIdError(
+            f"the broker refused a producer id ({type(exc).__name__}), which the idempotent "
+            "producer needs; set KAFKA_IDEMPOTENT_PRODUCER=false for a broker without producer "
+            "ids, such as the embedded one"
+        ) from None
 
 
 def new_producer(

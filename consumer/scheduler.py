@@ -36,11 +36,12 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.errors import KafkaError
 
 from consumer import metrics
+from consumer.closing import close_quietly
 from consumer.health import HealthServer, start_health_server
-from consumer.outbox import encode_payload, new_producer
+from consumer.outbox import encode_payload, new_producer, start_producer
+from consumer.round_trips import RoundTrips, broker_probe, database_probe
 from consumer.schedule_intake import ScheduleIntake, TimerSink
 from consumer.settings import Settings
 from store import Store, Timer
@@ -270,11 +271,18 @@ class Scheduler:
         intake: ScheduleIntake,
         firing: TimerFiring,
         producer: AIOKafkaProducer,
+        idempotent: bool = False,
     ) -> None:
         self.intake = intake
         self.firing = firing
         self._producer = producer
+        self._idempotent = idempotent
         self.started = False
+
+    @property
+    def producer(self) -> AIOKafkaProducer:
+        """The wake producer; its client doubles as the broker probe of ``/readyz``."""
+        return self._producer
 
     @property
     def ready(self) -> bool:
@@ -286,7 +294,7 @@ class Scheduler:
     ) -> None:
         """Start both clients, run both loops until ``stop`` is set, stop the clients."""
         try:
-            await self._producer.start()
+            await start_producer(self._producer, idempotent=self._idempotent)
             await self.intake.start()
             self.started = True
             if on_started is not None:
@@ -295,10 +303,8 @@ class Scheduler:
         finally:
             self.started = False
             # Stopped even when starting failed: a client left unclosed leaks its connections.
-            with contextlib.suppress(KafkaError):
-                await self.intake.stop()
-            with contextlib.suppress(KafkaError):
-                await self._producer.stop()
+            await close_quietly(self.intake.stop(), "the schedule intake")
+            await close_quietly(self._producer.stop(), "the wake producer")
 
 
 def build_scheduler(
@@ -336,7 +342,7 @@ def build_scheduler(
     intake = ScheduleIntake(
         consumer=consumer, topic=schedule_topic, sink=store, on_stored=firing.poke
     )
-    return Scheduler(intake=intake, firing=firing, producer=producer)
+    return Scheduler(intake=intake, firing=firing, producer=producer, idempotent=idempotent)
 
 
 class SchedulerService:
@@ -361,6 +367,7 @@ class SchedulerService:
         self._stopping = asyncio.Event()
         self._scheduler: Scheduler | None = None
         self._health: HealthServer | None = None
+        self._round_trips: RoundTrips | None = None
         self.started = asyncio.Event()
 
     @property
@@ -372,14 +379,30 @@ class SchedulerService:
         self._stopping.set()
 
     def ready(self) -> bool:
-        scheduler = self._scheduler
-        return scheduler is not None and scheduler.ready and not self._stopping.is_set()
+        """Both loops run, not stopping, and the broker and the database answered just now."""
+        scheduler, trips = self._scheduler, self._round_trips
+        return (
+            scheduler is not None
+            and scheduler.ready
+            and not self._stopping.is_set()
+            and trips is not None
+            and trips.fresh()
+        )
 
     @property
     def health_port(self) -> int | None:
         return self._health.port if self._health is not None else None
 
     def _announce(self) -> None:
+        assert self._scheduler is not None and self._store is not None
+        self._round_trips = RoundTrips({
+            "broker": broker_probe(self._scheduler.producer.client),
+            "database": database_probe(self._store.engine),
+        })
+        # Both clients just connected (the store at connect, the producer at start).
+        self._round_trips.record("broker", True)
+        self._round_trips.record("database", True)
+        self._round_trips.start()
         self.started.set()
         log.info("scheduler ready", extra={"group_id": self.group_id, "port": self.health_port})
 
@@ -388,7 +411,7 @@ class SchedulerService:
         s = self._settings
         assert s.kafka_bootstrap_servers is not None
         try:
-            self._health = await start_health_server(s, ready=self.ready)
+            self._health = await start_health_server(s, ready=self.ready, process="schedule")
             if self._store is None:
                 assert s.database_url is not None
                 self._store = await Store.connect(
@@ -413,9 +436,12 @@ class SchedulerService:
             )
             await self._scheduler.run(self._stopping, on_started=self._announce)
         finally:
+            if self._round_trips is not None:
+                await self._round_trips.stop()
             if self._store is not None and self._owns_store:
                 with contextlib.suppress(Exception):
                     await self._store.close()
             if self._health is not None:
                 await self._health.stop()
-            log.info("scheduler stopped")
+            if self.started.is_set():
+                log.info("scheduler stopped")

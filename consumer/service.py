@@ -31,6 +31,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from consumer import crash, metrics
+from consumer.closing import close_quietly
 from consumer.decisions import (
     Abandon,
     Commit,
@@ -42,10 +43,11 @@ from consumer.decisions import (
 from consumer.health import HealthServer, start_health_server
 from consumer.knowledge import attach_postgres_knowledge
 from consumer.model_calls import observe_model_calls
-from consumer.outbox import OutboxPublisher, OutboxRelay, new_producer
+from consumer.outbox import OutboxPublisher, OutboxRelay, new_producer, start_producer
 from consumer.parser import Rejected, parse_record
 from consumer.partitions import OffsetWatermarks, QueuedInput, SessionQueues
 from consumer.pipeline import OutboundTopics, TurnAgent, TurnPipeline, TurnWork
+from consumer.round_trips import RoundTrips, broker_probe, database_probe
 from consumer.settings import Settings
 from store import SourceRecord, Store
 
@@ -128,6 +130,7 @@ class ConsumerService:
         self._relay: OutboxRelay | None = None
         self._relay_task: asyncio.Task[None] | None = None
         self._health: HealthServer | None = None
+        self._round_trips: RoundTrips | None = None
         self.started = asyncio.Event()
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -137,7 +140,9 @@ class ConsumerService:
         self._stopping.set()
 
     def ready(self) -> bool:
-        return self._ready and not self._stopping.is_set()
+        """Consuming, not stopping, and the broker and the database answered just now."""
+        trips = self._round_trips
+        return self._ready and not self._stopping.is_set() and trips is not None and trips.fresh()
 
     @property
     def health_port(self) -> int | None:
@@ -186,7 +191,7 @@ class ConsumerService:
             client_id=self._client_id,
             **options,
         )
-        await self._producer.start()
+        await start_producer(self._producer, idempotent=s.kafka_idempotent_producer)
         publisher = OutboxPublisher(self._store, self._producer)
         observe_model_calls(self._agent)
         self._agent = await attach_postgres_knowledge(self._agent, s.database_url)
@@ -221,15 +226,22 @@ class ConsumerService:
         )
         self._consumer.subscribe([s.inbound_topic], listener=_Rebalance(self))
         await self._consumer.start()
+        self._round_trips = RoundTrips({
+            "broker": broker_probe(self._producer.client),
+            "database": database_probe(self._store.engine),
+        })
+        await self._round_trips.check_once()
+        self._round_trips.start()
 
     async def _shutdown(self) -> None:
+        if self._round_trips is not None:
+            await self._round_trips.stop()
         consumer = self._consumer
         if consumer is not None:
             owned = set(self._epochs)
             if owned:
                 await self._release(owned, reason="shutdown")
-            with contextlib.suppress(KafkaError):
-                await consumer.stop()
+            await close_quietly(consumer.stop(), "the consumer")
             self._consumer = None
         # Work left running after the drain is fenced; stop it before closing the store.
         await self._cancel(list(self._workers.values()) + list(self._side_tasks))
@@ -237,8 +249,7 @@ class ConsumerService:
             self._relay.stop()
             await asyncio.gather(self._relay_task, return_exceptions=True)
         if self._producer is not None:
-            with contextlib.suppress(KafkaError):
-                await self._producer.stop()
+            await close_quietly(self._producer.stop(), "the producer")
             self._producer = None
         if self._store is not None and self._owns_store:
             await self._store.close()

@@ -15,7 +15,11 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "env_table"]
+__all__ = ["DEFAULT_METRICS_PORTS", "Settings", "env_table"]
+
+DEFAULT_METRICS_PORTS = {"consume": 9100, "schedule": 9101, "relay": 9102}
+"""Each long-running command's metrics port when ``METRICS_PORT`` is unset: distinct, so a
+consumer, a scheduler and a relay started on one machine do not fight over one port."""
 
 
 class Settings(BaseSettings):
@@ -83,8 +87,10 @@ class Settings(BaseSettings):
     relay_grace_ms: int = Field(
         10000, ge=0, description="Rows younger than this are left to the consumer that wrote them."
     )
-    metrics_port: int = Field(
-        9100, ge=0, le=65535, description="Port of `/metrics`, `/healthz`, `/readyz` (0: off)."
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="Port of `/metrics`, `/healthz`, `/readyz` (0: off). "
+        "Unset: 9100 for `consume` (and `dev`), 9101 for `schedule`, 9102 for `relay`, so the "
+        "three run side by side on one host."
     )
     metrics_host: str = Field("0.0.0.0", description="Address the metrics port binds to.")
     log_level: str = Field("INFO", description="Log level of the JSON logs.")
@@ -118,6 +124,12 @@ class Settings(BaseSettings):
             secret = self.kafka_sasl_password_file.read_text().strip()
             self.kafka_sasl_password = SecretStr(secret)
         return self
+
+    def metrics_port_for(self, process: str) -> int:
+        """``METRICS_PORT`` when set, else the process's own default port (0: off)."""
+        if self.metrics_port is not None:
+            return self.metrics_port
+        return DEFAULT_METRICS_PORTS[process]
 
     def require_servers(self, *, database: bool = True) -> None:
         """``ValueError`` naming the first server a long-running service needs and lacks;

@@ -16,7 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from consumer.errors import TopicSetupError
 
-__all__ = ["TopicSpec", "ensure_topics"]
+__all__ = ["TopicReport", "TopicSpec", "ensure_topics"]
 
 _TOPIC_ALREADY_EXISTS = 36
 _NONE = 0
@@ -31,50 +31,66 @@ class TopicSpec:
     replication_factor: int = 1
 
 
+@dataclass(frozen=True)
+class TopicReport:
+    """What ``ensure_topics`` did with one topic: created it now or found it, and the
+    partition count the broker reports (a found topic keeps its own)."""
+
+    name: str
+    created: bool
+    partitions: int
+
+
 async def ensure_topics(
     bootstrap_servers: str,
     topics: list[TopicSpec],
     *,
     client_options: Mapping[str, Any] | None = None,
     ready_timeout: float = 20.0,
-) -> None:
-    """Create the topics that do not exist yet and wait until all of them have leaders."""
+) -> list[TopicReport]:
+    """Create the topics that do not exist yet, wait until all of them have leaders, and say
+    for each whether it was created or found, with its partition count."""
     if not topics:
-        return
+        return []
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, **dict(client_options or {}))
     await admin.start()
     try:
         response = await admin.create_topics(
             [NewTopic(t.name, t.partitions, t.replication_factor) for t in topics]
         )
+        created: set[str] = set()
         for entry in response.topic_errors:
             name, code = entry[0], entry[1]
             if code not in (_NONE, _TOPIC_ALREADY_EXISTS):
                 raise TopicSetupError(f"creating topic failed with error code {code}", topic=name)
-        await _wait_ready(admin, topics, ready_within=ready_timeout)
+            if code == _NONE:
+                created.add(name)
+        counts = await _wait_ready(admin, topics, ready_within=ready_timeout)
+        return [TopicReport(t.name, t.name in created, counts[t.name]) for t in topics]
     finally:
         await admin.close()
 
 
 async def _wait_ready(
     admin: AIOKafkaAdminClient, topics: list[TopicSpec], *, ready_within: float
-) -> None:
+) -> dict[str, int]:
+    """Partition counts by topic, once every topic has a leader for every partition."""
     wanted = {t.name for t in topics}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + ready_within
     while True:
         described = await admin.describe_topics(sorted(wanted))
         ready = {
-            d["topic"]
+            d["topic"]: len(d["partitions"])
             for d in described
             if d["error_code"] == _NONE
             and d["partitions"]
             and all(p["leader"] >= 0 for p in d["partitions"])
         }
-        if wanted <= ready:
-            return
+        if wanted <= set(ready):
+            return ready
         if loop.time() > deadline:
             raise TopicSetupError(
-                f"topics not ready after {ready_within:.0f}s: {sorted(wanted - ready)}"
+                f"topics not ready after {ready_within:.0f}s: {sorted(wanted - set(ready))}"
             )
         await asyncio.sleep(0.1)

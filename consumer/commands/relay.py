@@ -6,10 +6,11 @@ import argparse
 import asyncio
 import logging
 
+from consumer.closing import close_quietly
 from consumer.commands.running import EXIT_CONFIG, fail, run_service
 from consumer.health import start_health_server
 from consumer.logs import configure_logging
-from consumer.outbox import OutboxPublisher, OutboxRelay, new_producer
+from consumer.outbox import OutboxPublisher, OutboxRelay, new_producer, start_producer
 from consumer.settings import Settings
 from store import Store
 
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     async def serve() -> None:
         assert settings.database_url is not None and settings.kafka_bootstrap_servers
         ready = False
-        health = await start_health_server(settings, ready=lambda: ready)
+        health = await start_health_server(settings, ready=lambda: ready, process="relay")
         store = await Store.connect(settings.database_url, pool_size=2)
         producer = new_producer(
             settings.kafka_bootstrap_servers,
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
             **settings.kafka_client_options(),
         )
         try:
-            await producer.start()
+            await start_producer(producer, idempotent=settings.kafka_idempotent_producer)
             relay = OutboxRelay(
                 OutboxPublisher(store, producer),
                 store,
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             relay.stop()
             await task
         finally:
-            await producer.stop()
+            await close_quietly(producer.stop(), "the producer")
             await store.close()
             if health is not None:
                 await health.stop()

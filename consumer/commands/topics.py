@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         return fail("KAFKA_BOOTSTRAP_SERVERS is not set", EXIT_CONFIG)
     specs = topic_specs(settings, args.partitions)
     try:
-        asyncio.run(
+        reports = asyncio.run(
             ensure_topics(
                 settings.kafka_bootstrap_servers,
                 specs,
@@ -48,6 +48,14 @@ def run(args: argparse.Namespace) -> int:
         )
     except (KafkaError, OSError, TopicSetupError) as exc:
         return fail(f"cannot create topics: {type(exc).__name__}: {exc}", EXIT_UNREACHABLE)
-    for spec in specs:
-        print(f"topic {spec.name}: ready ({spec.partitions} partitions requested)")
+    for report, spec in zip(reports, specs, strict=True):
+        if report.created:
+            print(f"topic {report.name}: created with {report.partitions} partitions")
+        elif report.partitions == spec.partitions:
+            print(f"topic {report.name}: found, {report.partitions} partitions")
+        else:
+            print(
+                f"topic {report.name}: found, {report.partitions} partitions "
+                f"({spec.partitions} requested; an existing topic is never resized)"
+            )
     return 0

@@ -51,3 +51,24 @@ def test_bad_paths_raise_agent_import_error(agents_module: str, path: str, fragm
     """Every way an agent path can be wrong is an AgentImportError naming the problem."""
     with pytest.raises(AgentImportError, match=fragment):
         load_agent(path.format(m=agents_module))
+
+
+def test_a_module_in_the_current_folder_is_found_without_pythonpath(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``AGENT=shop.agents:agent`` is found in the working directory, as uvicorn finds apps."""
+    package = tmp_path / "shop_for_cwd_test"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "agents.py").write_text(
+        "class A:\n    async def turn(self, request):\n        return {}\n\nagent = A()\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    try:
+        agent = load_agent("shop_for_cwd_test.agents:agent")
+        assert type(agent).__name__ == "A"
+        assert sys.path[0] == str(tmp_path)
+    finally:
+        for name in ("shop_for_cwd_test.agents", "shop_for_cwd_test"):
+            sys.modules.pop(name, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -80,3 +81,37 @@ def test_topic_specs_follow_the_settings() -> None:
     specs = topic_specs(settings)
     assert [(s.name, s.partitions) for s in specs] == [("in", 6), ("m", 6), ("s", 6), ("d", 6)]
     assert topic_specs(settings, 2)[0].partitions == 2
+
+
+def test_each_service_has_its_own_default_metrics_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without METRICS_PORT, consume, schedule and relay default to 9100, 9101 and 9102, so
+    they run side by side on one machine; METRICS_PORT sets one port for whichever runs."""
+    monkeypatch.delenv("METRICS_PORT")
+    unset = Settings()
+    ports = [unset.metrics_port_for(p) for p in ("consume", "schedule", "relay")]
+    assert ports == [9100, 9101, 9102]
+    assert {Settings(metrics_port=9400).metrics_port_for(p) for p in ("consume", "schedule")} == {
+        9400
+    }
+
+
+@pytest.mark.parametrize("command", [["schedule"], ["consume", "--agent",
+                                                     "tests.integration.harness:counting_agent"]])
+def test_a_metrics_port_in_use_says_address_in_use(
+    command: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A metrics port another process holds stops the service with one line naming the port as
+    in use, not a server as unreachable."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setenv("METRICS_PORT", str(port))
+        monkeypatch.setenv("METRICS_HOST", "127.0.0.1")
+        monkeypatch.setenv("DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+        monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+        assert cli.main(command) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert f"metrics port 127.0.0.1:{port}: address in use" in err[0]
+    assert "unreachable" not in err[0]
