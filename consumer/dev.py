@@ -427,7 +427,9 @@ class DevServices:
         bootstrap = s.kafka_bootstrap_servers or ""
         options = s.kafka_client_options()
         self._store = await Store.connect(s.database_url or "", pool_size=5)
-        self.consumer = ConsumerService(s, self._agent, store=self._store)
+        self.consumer = ConsumerService(
+            s, self._agent, store=self._store, metrics_exports=("consume", "schedule")
+        )
         self.scheduler = build_scheduler(
             self._store,
             bootstrap_servers=bootstrap,

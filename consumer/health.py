@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from consumer.errors import PortInUseError
-from consumer.metrics import REGISTRY
+from consumer.metrics import REGISTRY, exports_for
 from consumer.settings import Settings
 
 __all__ = ["HealthServer", "start_health_server"]
@@ -27,10 +28,13 @@ _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Servic
 class HealthServer:
     """Serves the three endpoints on ``host:port`` until ``stop()``; port 0 picks a free one."""
 
-    def __init__(self, *, host: str, port: int, ready: Callable[[], bool]) -> None:
+    def __init__(
+        self, *, host: str, port: int, ready: Callable[[], bool], exports: Any = REGISTRY
+    ) -> None:
         self._host = host
         self._port = port
         self._ready = ready
+        self._exports = exports  # what /metrics serves: the process's own families
         self._server: asyncio.Server | None = None
 
     @property
@@ -80,7 +84,7 @@ class HealthServer:
         if method not in ("GET", "HEAD"):
             return 405, "text/plain", b"method not allowed\n"
         if path == "/metrics":
-            return 200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY)
+            return 200, CONTENT_TYPE_LATEST, generate_latest(self._exports)
         if path == "/healthz":
             return 200, "text/plain", b"ok\n"
         if path == "/readyz":
@@ -91,16 +95,24 @@ class HealthServer:
 
 
 async def start_health_server(
-    settings: Settings, *, ready: Callable[[], bool], process: str = "consume"
+    settings: Settings,
+    *,
+    ready: Callable[[], bool],
+    process: str = "consume",
+    exports: Sequence[str] | None = None,
 ) -> HealthServer | None:
     """The started server on ``METRICS_HOST`` and the process's metrics port (``METRICS_PORT``,
-    else its own default), or None when the port is 0 (off). A port another process holds is
-    ``PortInUseError``, worded as such: nothing is unreachable."""
+    else its own default), serving the metric families of ``exports`` (default: ``process``'s
+    own), or None when the port is 0 (off). A port another process holds is ``PortInUseError``,
+    worded as such: nothing is unreachable."""
     port = settings.metrics_port_for(process)
     if not port:
         return None
+    view = exports_for(*(exports or (process,)))
     try:
-        return await HealthServer(host=settings.metrics_host, port=port, ready=ready).start()
+        return await HealthServer(
+            host=settings.metrics_host, port=port, ready=ready, exports=view
+        ).start()
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             raise

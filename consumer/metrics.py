@@ -1,14 +1,35 @@
-"""Prometheus metrics of the consumer and the scheduler, all in one registry.
+"""Prometheus metrics of the consumer, the scheduler and the relay, defined in one registry.
 
 Every name starts with ``turnflow_``. The Grafana dashboards under ``helm/`` may query only names
 defined here (a test checks it), so renaming one means changing the dashboards in the same commit.
 The engine does not import this module: the consumer feeds it from ``TurnResult`` values and from
 the provider hooks.
+
+Each process serves only its own families (``exports_for``): a scheduler that exported the
+consumer's counters at 0 would make every dashboard sum count it twice and read as a consumer
+that does nothing. Counters carry no ``_created`` series. Labelled counters whose label values
+are known in advance (DLQ reasons, turn outcomes, input kinds, ...) get every series at 0 when
+this module loads, so ``increase(...[5m]) > 0`` sees the first increment of each value instead
+of a series that appears already at 1.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from collections.abc import Iterable
+from typing import Any, get_args
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
+from prometheus_client.registry import RestrictedRegistry
+
+from consumer.parser import INPUT_KINDS, RejectReason
+
+disable_created_metrics()
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -108,6 +129,14 @@ INPUT_TO_OUTBOUND = Histogram(
     registry=REGISTRY,
 )
 
+BUILD_INFO = Gauge(
+    "turnflow_build_info",
+    "1 per process: the turnflow version, the agent it runs (empty for the scheduler and the "
+    "relay) and which command it is.",
+    ["version", "agent", "process"],
+    registry=REGISTRY,
+)
+
 # --- scheduler ------------------------------------------------------------------------------
 TIMERS_PENDING = Gauge(
     "turnflow_timers_pending", "Timers stored and not yet fired.", registry=REGISTRY
@@ -129,13 +158,94 @@ TIMERS_SCHEDULED = Counter(
 )
 
 
+# --- which process serves what, and the label values known in advance ------------------------
+
+_SHARED = (BUILD_INFO,)
+_OUTBOX = (OUTBOX_BACKLOG, OUTBOX_PUBLISHED)
+_CONSUMER = (
+    TURNS, LLM_CALLS_PER_TURN, LLM_CALLS, OUTCOMES, TURN_OUTCOMES, TURN_DURATION,
+    MODEL_CALL_DURATION, MODEL_TOKENS, MODEL_ERRORS, VERSION_CONFLICTS, DLQ, REPLAYS_SKIPPED,
+    INPUT_RETRIES, IN_FLIGHT, CONSUMER_LAG, INPUT_TO_OUTBOUND,
+)
+_SCHEDULER = (TIMERS_PENDING, TIMER_FIRE_DELAY, WAKES_EMITTED, TIMERS_SCHEDULED)
+PROCESS_FAMILIES: dict[str, tuple[Any, ...]] = {
+    "consume": _SHARED + _CONSUMER + _OUTBOX,  # the consumer runs an outbox relay too
+    "schedule": _SHARED + _SCHEDULER,
+    "relay": _SHARED + _OUTBOX,
+}
+
+TURN_OUTCOME_VALUES = ("answered", "task_completed", "handoff", "fallback", "error")
+MODEL_CALLS = ("understand", "speak", "compact")
+# The reasons consumer/decisions.py dead-letters with, beside the parser's refusals.
+DECISION_DLQ_REASONS = (
+    "invalid-request", "provider-fatal", "retries-exhausted", "version-conflicts", "turn-failed",
+)
+DLQ_REASONS = tuple(get_args(RejectReason)) + DECISION_DLQ_REASONS
+
+
+def _precreate() -> None:
+    for outcome in TURN_OUTCOME_VALUES:
+        TURN_OUTCOMES.labels(outcome=outcome)
+    for reason in DLQ_REASONS:
+        DLQ.labels(reason=reason)
+    for kind in INPUT_KINDS:
+        TURNS.labels(kind=kind)
+    for call in MODEL_CALLS:
+        LLM_CALLS.labels(call=call)
+        for error_kind in ("retryable", "fatal"):
+            MODEL_ERRORS.labels(call=call, kind=error_kind)
+        for direction in ("input", "output"):
+            MODEL_TOKENS.labels(call=call, direction=direction)
+    for action in ("upsert", "replace"):
+        TIMERS_SCHEDULED.labels(action=action)
+
+
+_precreate()
+
+
+def precreate_topics(topics: Iterable[str]) -> None:
+    """Series at 0 for the topics this process publishes to, known once settings are read."""
+    for topic in topics:
+        OUTBOX_PUBLISHED.labels(topic=topic)
+
+
+def set_build_info(process: str, agent: str = "") -> None:
+    """``turnflow_build_info{version, agent, process} 1`` for this process."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        current = version("turnflow")
+    except PackageNotFoundError:  # pragma: no cover - run from a tree that is not installed
+        current = "unknown"
+    BUILD_INFO.labels(version=current, agent=agent, process=process).set(1)
+
+
+def _sample_names(family: Any) -> set[str]:
+    name = family._name
+    kind = family._type
+    if kind == "counter":
+        return {f"{name}_total"}
+    if kind == "histogram":
+        return {f"{name}{suffix}" for suffix in ("_bucket", "_sum", "_count")}
+    return {name}
+
+
+def exports_for(*processes: str) -> RestrictedRegistry:
+    """The view of ``REGISTRY`` a process serves: only the families of ``processes``."""
+    names: set[str] = set()
+    for process in processes:
+        for family in PROCESS_FAMILIES[process]:
+            names |= _sample_names(family)
+    return REGISTRY.restricted_registry(names)
+
+
 def exported_names() -> set[str]:
-    """Every sample name this registry can expose (with _total/_bucket/... suffixes)."""
+    """Every sample name some process can expose (with _total/_bucket/... suffixes)."""
     names: set[str] = set()
     for metric in REGISTRY.collect():
         names.add(metric.name)
         if metric.type == "counter":
-            names.update({f"{metric.name}_total", f"{metric.name}_created"})
+            names.add(f"{metric.name}_total")
         elif metric.type == "histogram":
-            names.update(f"{metric.name}{s}" for s in ("_bucket", "_sum", "_count", "_created"))
+            names.update(f"{metric.name}{s}" for s in ("_bucket", "_sum", "_count"))
     return names

@@ -315,22 +315,22 @@ class TurnPipeline:
 
 
 def turn_outcome(result: Any) -> str | None:
-    """The dashboard's turn-level outcome (handoff, fallback, task_completed, answered, error),
-    or None for a turn that neither spoke nor failed (a silent wake, a duplicate). A result that
-    states its own ``outcome`` (agents with lifecycle rules) is taken at its word."""
+    """The turn outcome the turn itself reported, for ``turnflow_turn_outcomes_total``.
+
+    An agent with the hosted lifecycle states it (``turn_outcome``: answered, task_completed,
+    handoff, fallback, error); a result that states an ``outcome`` is likewise taken at its
+    word. Nothing is guessed from outcome codes: a flow that moves to another flow is not a
+    hand-off to a person, and a flow that ends is not a completed task. Without a stated
+    outcome, a hand-off message (the only report of a hand-over to a person) is ``handoff``,
+    any other reply is ``answered``, and a turn that said nothing is not counted (None). Inputs
+    sent to the DLQ are counted as ``error`` by the service."""
     declared = _field(result, "turn_outcome")  # stated by agents with lifecycle settings
-    if isinstance(declared, str) and declared in _TURN_OUTCOMES:
-        return declared
+    if isinstance(declared, str):
+        return declared if declared in _TURN_OUTCOMES else None
     stated = _field(result, "outcome")
-    if isinstance(stated, str) and stated in _TURN_OUTCOMES:
-        return stated
-    codes = {str(_field(o, "code", "")) for o in _field(result, "outcomes", []) or []}
-    if any("handoff" in code for code in codes):
+    if isinstance(stated, str):
+        return stated if stated in _TURN_OUTCOMES else None
+    messages = _field(result, "messages", []) or []
+    if any(_field(m, "kind") == "handoff" for m in messages):
         return "handoff"
-    if any("fallback" in code for code in codes):
-        return "fallback"
-    if any(str(_field(e, "reason", "")) == "completed" for e in _field(result, "ended", []) or []):
-        return "task_completed"
-    if any("error" in code or "failed" in code for code in codes):
-        return "error"
-    return "answered" if _field(result, "messages", []) else None
+    return "answered" if messages else None

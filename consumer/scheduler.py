@@ -412,6 +412,7 @@ class SchedulerService:
         assert s.kafka_bootstrap_servers is not None
         try:
             self._health = await start_health_server(s, ready=self.ready, process="schedule")
+            metrics.set_build_info("schedule")
             if self._store is None:
                 assert s.database_url is not None
                 self._store = await Store.connect(

@@ -67,6 +67,11 @@ class _Input:
     epoch: int
 
 
+def _agent_name(agent: Any) -> str:
+    name = getattr(agent, "name", None)
+    return name if isinstance(name, str) else type(agent).__name__
+
+
 def _log_crash(task: asyncio.Task[None]) -> None:
     """A worker that died of a bug holds its partition's commit back (the lag shows it)."""
     if not task.cancelled() and task.exception() is not None:
@@ -98,6 +103,7 @@ class ConsumerService:
         store: Store | None = None,
         run_relay: bool = True,
         client_id: str = "turnflow-consumer",
+        metrics_exports: tuple[str, ...] = ("consume",),
     ) -> None:
         settings.require_servers(database=store is None)
         self._settings = settings
@@ -106,6 +112,7 @@ class ConsumerService:
         self._owns_store = store is None
         self._run_relay = run_relay
         self._client_id = client_id
+        self._metrics_exports = metrics_exports
         self._policy = RetryPolicy(
             max_retries=settings.max_retries,
             backoff_s=settings.retry_backoff_ms / 1000,
@@ -119,6 +126,7 @@ class ConsumerService:
         self._epochs: dict[TopicPartition, int] = {}
         self._epoch_counter = 0
         self._committed: dict[TopicPartition, int] = {}
+        self._starts: dict[TopicPartition, int] = {}
         self._busy: Counter[TopicPartition] = Counter()
         self._busy_changed = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -176,7 +184,11 @@ class ConsumerService:
         bootstrap = s.kafka_bootstrap_servers
         assert bootstrap is not None
         options = s.kafka_client_options()
-        self._health = await start_health_server(s, ready=self.ready)
+        self._health = await start_health_server(
+            s, ready=self.ready, exports=self._metrics_exports
+        )
+        metrics.set_build_info("consume", agent=_agent_name(self._agent))
+        metrics.precreate_topics((s.messages_topic, s.schedule_topic))
         if self._store is None:
             assert s.database_url is not None
             # No overflow: a connection opened for a burst and closed after it costs the
@@ -474,9 +486,11 @@ class ConsumerService:
         self._committed.update(offsets)
 
     def _observe_lag(self, consumer: AIOKafkaConsumer) -> None:
+        """Lag of every owned partition, quiet ones included: from the offset this consumer
+        committed, else from where it started fetching after the assignment."""
         for tp in self._epochs:
             end = consumer.highwater(tp)
-            mark = self._committed.get(tp)
+            mark = self._committed.get(tp, self._starts.get(tp))
             if end is not None and mark is not None:
                 metrics.CONSUMER_LAG.labels(topic=tp.topic, partition=str(tp.partition)).set(
                     max(0, end - mark)
@@ -488,6 +502,9 @@ class ConsumerService:
             self._epochs[tp] = self._epoch_counter
             self._marks.forget([tp])
             self._committed.pop(tp, None)
+            self._starts.pop(tp, None)
+            if self._consumer is not None:
+                self._spawn_side(self._note_start(self._consumer, tp, self._epoch_counter))
         if self._paused and self._consumer is not None:
             self._consumer.resume(*self._consumer.assignment())
             self._paused = False
@@ -495,6 +512,14 @@ class ConsumerService:
             "partitions assigned",
             extra={"partitions": sorted(tp.partition for tp in assigned)},
         )
+
+    async def _note_start(self, consumer: AIOKafkaConsumer, tp: TopicPartition, epoch: int) -> None:
+        """Remember where fetching starts on a new assignment, the lag's base until the first
+        commit (a quiet partition may never have one)."""
+        with contextlib.suppress(KafkaError):  # IllegalStateError: no longer assigned
+            position = await consumer.position(tp)
+            if self._owns(tp, epoch):
+                self._starts[tp] = position
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         owned = revoked & set(self._epochs)
@@ -529,6 +554,7 @@ class ConsumerService:
         for tp in partitions:
             self._epochs.pop(tp, None)
             self._committed.pop(tp, None)
+            self._starts.pop(tp, None)
             with contextlib.suppress(KeyError):
                 metrics.CONSUMER_LAG.remove(tp.topic, str(tp.partition))
         self._marks.forget(partitions)

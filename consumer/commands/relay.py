@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 
+from consumer import metrics
 from consumer.closing import close_quietly
 from consumer.commands.running import EXIT_CONFIG, fail, run_service
 from consumer.health import start_health_server
@@ -38,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
         assert settings.database_url is not None and settings.kafka_bootstrap_servers
         ready = False
         health = await start_health_server(settings, ready=lambda: ready, process="relay")
+        metrics.set_build_info("relay")
+        metrics.precreate_topics((settings.messages_topic, settings.schedule_topic))
         store = await Store.connect(settings.database_url, pool_size=2)
         producer = new_producer(
             settings.kafka_bootstrap_servers,

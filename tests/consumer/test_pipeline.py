@@ -165,14 +165,21 @@ async def test_fenced_consumer_saves_but_does_not_publish() -> None:
     ("result", "expected"),
     [
         ({"messages": [{"text": "x"}], "outcomes": [{"code": "spoke"}]}, "answered"),
-        ({"messages": [], "outcomes": [{"code": "handoff"}]}, "handoff"),
-        ({"messages": [{}], "outcomes": [{"code": "fallback-sent"}]}, "fallback"),
-        ({"messages": [], "ended": [{"reason": "completed"}]}, "task_completed"),
-        ({"messages": [], "outcomes": [{"code": "action-failed"}]}, "error"),
+        # A flow handing over to another flow is no hand-off to a person.
+        ({"messages": [{"kind": "ai"}], "outcomes": [{"code": "handoff"}]}, "answered"),
+        ({"messages": [], "outcomes": [{"code": "handoff"}]}, None),
+        ({"messages": [{"kind": "handoff", "text": "x"}]}, "handoff"),
+        # A finished flow is no completed task; a failed action is the flow's own business.
+        ({"messages": [], "ended": [{"reason": "completed"}]}, None),
+        ({"messages": [{"kind": "verbatim"}], "ended": [{"reason": "completed"}]}, "answered"),
+        ({"messages": [], "outcomes": [{"code": "action-failed"}]}, None),
+        ({"messages": [{}], "outcomes": [{"code": "fallback-sent"}]}, "answered"),
         ({"messages": [], "outcomes": [{"code": "duplicate-input"}]}, None),
         ({"messages": [{}], "outcome": "handoff"}, "handoff"),
+        ({"messages": [{}], "turn_outcome": "fallback"}, "fallback"),
     ],
 )
 def test_turn_outcome_labels(result: dict[str, Any], expected: str | None) -> None:
-    """The dashboard's turn outcome is derived from the result's outcomes, ends and messages."""
+    """The turn outcome is what the turn reported: a stated outcome, else a hand-off message,
+    else answered when it replied; nothing is guessed from outcome codes or flow ends."""
     assert turn_outcome(result) == expected

@@ -111,3 +111,28 @@ async def test_replayed_records_are_skipped_exactly(service_setup: SetupFactory)
     assert again.calls == []
     assert verbatim_texts(values)[sid] == ["1:m0", "2:m1", "3:m2"]
     assert len([v for v in values if v["kind"] == "verbatim"]) == 3
+
+
+async def test_lag_is_exported_for_every_assigned_partition(service_setup: SetupFactory) -> None:
+    """Partitions that never carried a record still get a lag series (0), not only the one
+    that had traffic."""
+    setup = await service_setup(partitions=3)
+    sid = new_session("lag")
+    async with running_consumer(setup.settings(), counting_agent()) as service:
+        await setup.produce([message(sid, "oi")])
+        await wait_until(lambda: sum(service.committed_offsets().values()) >= 1)
+        assigned = sorted(tp.partition for tp in service.assignment)
+
+        def lags() -> dict[int, float | None]:
+            return {
+                p: metrics.REGISTRY.get_sample_value(
+                    "turnflow_consumer_lag",
+                    {"topic": setup.topics[INBOUND], "partition": str(p)},
+                )
+                for p in assigned
+            }
+
+        await wait_until(lambda: None not in lags().values())
+        seen = lags()
+    assert assigned == [0, 1, 2]
+    assert seen == {0: 0, 1: 0, 2: 0}

@@ -1,0 +1,94 @@
+"""What each process exports: its own families only, no ``_created`` series, a build-info
+series, every known label value at 0 from the start, and turn outcomes as the turn reported."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from consumer import metrics
+from consumer.decisions import DeadLetter, RetryPolicy, VersionConflictsExhausted, decide
+from consumer.parser import RejectReason
+from consumer.pipeline import turn_outcome
+from engine import FakeClock, ProviderError, TurnRequestError
+from engine.providers import RuleProvider
+from examples.demo_agent import build_agent
+from tests.examples.host import Conversation
+
+
+def _samples(process: str) -> dict[str, list[dict[str, str]]]:
+    text = generate_latest(metrics.exports_for(process)).decode()
+    out: dict[str, list[dict[str, str]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append(dict(sample.labels))
+    return out
+
+
+def test_each_process_exports_only_its_own_families_and_no_created_series() -> None:
+    """The scheduler serves no consumer counters, the consumer no timer metrics, the relay only
+    the outbox's; nobody serves a ``_created`` series."""
+    consume, schedule, relay = (_samples(p) for p in ("consume", "schedule", "relay"))
+    assert "turnflow_turns_total" in consume and "turnflow_turns_total" not in schedule
+    assert "turnflow_timers_pending" in schedule and "turnflow_timers_pending" not in consume
+    assert set(relay) <= {"turnflow_outbox_backlog", "turnflow_outbox_published_total",
+                          "turnflow_build_info"}
+    for exported in (consume, schedule, relay):
+        assert not [name for name in exported if name.endswith("_created")]
+
+
+def test_known_label_values_exist_at_zero_before_any_increment() -> None:
+    """Every DLQ reason, turn outcome and input kind has a series from the start, so an alert
+    on increase() sees the first dead letter of each reason."""
+    consume = _samples("consume")
+    reasons = {labels["reason"] for labels in consume["turnflow_dlq_total"]}
+    assert set(get_args(RejectReason)) <= reasons
+    assert set(metrics.DECISION_DLQ_REASONS) <= reasons
+    outcomes = {labels["outcome"] for labels in consume["turnflow_turn_outcomes_total"]}
+    assert outcomes == {"answered", "task_completed", "handoff", "fallback", "error"}
+    kinds = {labels["kind"] for labels in consume["turnflow_turns_total"]}
+    assert kinds == {"message", "wake", "event", "start"}
+    scheduled = _samples("schedule")["turnflow_timers_scheduled_total"]
+    assert {labels["action"] for labels in scheduled} == {"upsert", "replace"}
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        TurnRequestError("no input"),
+        ProviderError("refused", kind="fatal", status=401),
+        ProviderError("busy", kind="retryable"),
+        VersionConflictsExhausted(session_id="s1", attempts=6),
+        RuntimeError("bug"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_every_reason_the_consumer_dead_letters_with_is_pre_created(error: Exception) -> None:
+    """The reasons decide() gives once retries are spent are all among the pre-created ones."""
+    decision = decide(error, attempt=99, policy=RetryPolicy(max_retries=1))
+    assert isinstance(decision, DeadLetter)
+    assert decision.reason in metrics.DLQ_REASONS
+
+
+def test_build_info_names_version_agent_and_process() -> None:
+    """``turnflow_build_info`` is 1 with the version, the agent's name and the command."""
+    metrics.set_build_info("consume", agent="Ana")
+    infos = _samples("consume")["turnflow_build_info"]
+    ours = [labels for labels in infos if labels["agent"] == "Ana"]
+    assert ours and ours[0]["process"] == "consume" and ours[0]["version"]
+
+
+async def test_a_flow_handing_over_to_a_flow_is_counted_as_answered() -> None:
+    """The demo's welcome moves the customer to the booking flow (outcome code ``handoff``):
+    that turn answered, it did not hand the customer to a person."""
+    clock = FakeClock("2026-01-05T09:00:00Z")
+    chat = Conversation(build_agent(RuleProvider(), clock), clock)
+    await chat.say("hi")
+    moved = await chat.say("my name is Sam")
+    assert "handoff" in [o.code for o in moved.outcomes]
+    assert turn_outcome(moved) == "answered"
+    finished = await chat.say("what are your opening hours?")
+    assert [e.reason for e in finished.ended] and turn_outcome(finished) == "answered"
