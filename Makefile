@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+RUN_STAMP := $(VENV)/.installed-run
 STAMP  := $(VENV)/.installed
 
 .PHONY: install test lint unit run bench bench-engine bench-store bench-e2e clean
@@ -9,10 +10,17 @@ STAMP  := $(VENV)/.installed
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstall only when the project's dependencies change. helm-sdkpy carries Helm's Go library,
-# which tests/helm calls for `helm lint`; only its Python wrapper (unused) needs Python 3.12.
-$(STAMP): $(BIN)/python pyproject.toml
+# What running needs (`make run`): the project and its runtime dependencies only, so the first
+# chat does not wait for the test tools. Reinstalled only when the dependencies change.
+$(RUN_STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $(RUN_STAMP)
+
+# The test extra on top, for `make test`, `make lint` and the benchmarks. helm-sdkpy carries
+# Helm's Go library, which tests/helm calls for `helm lint`; only its Python wrapper (unused)
+# needs Python 3.12.
+$(STAMP): $(RUN_STAMP)
 	$(BIN)/pip install -q -e '.[test]'
 	$(BIN)/pip install -q --no-deps --ignore-requires-python 'helm-sdkpy==0.1.32'
 	touch $(STAMP)
@@ -30,7 +38,8 @@ test: lint
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/engine tests/scenarios
 
-run: $(STAMP)
+# Ctrl-C ends the chat with exit 0, so make reports nothing.
+run: $(RUN_STAMP)
 	$(BIN)/turnflow dev $(ARGS)
 
 bench: bench-engine bench-store bench-e2e

@@ -14,6 +14,12 @@ a silence follow-up — are printed as they happen.
 Every startup failure a newcomer can meet ends in one line (``DevError``): a port in use, a
 missing environment variable, an agent that fails to import or validate, a server that does not
 answer.
+
+Every run starts fresh: the embedded broker keeps its records in memory, so the run gets a new,
+empty database to match (a turn log kept from an earlier run would take the new broker's offsets
+for replays). The banner says so. In a terminal the chat has line editing and history
+(``readline``; the history is kept in ``.turnflow/chat_history``), and Ctrl-C ends it with exit
+code 0.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 import threading
@@ -297,6 +304,7 @@ class Chat:
         self.missing = 0  # inputs or replies that never showed up
         self.prompt: TerminalLines | None = None
         self.log_path: Path = Path(".turnflow") / "dev.log"
+        self.max_record_bytes: int | None = None  # MAX_RECORD_BYTES of the consumer
 
     def observe(self, turn: ObservedTurn) -> None:
         """Called by ``ObservedAgent`` inside the consumer; only this session's turns count."""
@@ -371,9 +379,14 @@ class Chat:
             self.say(f"  [event {line.event} sent]")
             value = {"session_id": self.session_id, "event": line.event,
                      "payload": line.payload, "key": input_id}
+        encoded = json.dumps(value).encode()
+        if self.max_record_bytes is not None and len(encoded) > self.max_record_bytes:
+            self.say(f"  [not sent: this input is {len(encoded)} bytes and the consumer refuses "
+                     f"records over MAX_RECORD_BYTES ({self.max_record_bytes})]")
+            return
         shown = self._shown[input_id] = asyncio.Event()
         await self._producer.send_and_wait(
-            self._inbound_topic, key=self.session_id.encode(), value=json.dumps(value).encode()
+            self._inbound_topic, key=self.session_id.encode(), value=encoded
         )
         try:
             await asyncio.wait_for(shown.wait(), self._reply_timeout)
@@ -496,7 +509,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--script", metavar="FILE", type=Path,
         help="feed the lines of FILE instead of a terminal, then exit (/wait N waits N seconds)",
     )
-    parser.add_argument("--session", metavar="ID", help="session id (default: a new one)")
+    parser.add_argument(
+        "--session", metavar="ID",
+        help="session id (default: a new one); every run starts with empty servers, so an id "
+        "from an earlier run starts a new conversation under that id",
+    )
     parser.add_argument(
         "--data-dir", metavar="DIR", type=Path, default=Path(".turnflow"),
         help="where the embedded PostgreSQL keeps its data and the log goes (default .turnflow)",
@@ -522,7 +539,9 @@ def main(options: DevOptions) -> int:
         print(f"turnflow dev: {exc}", file=sys.stderr, flush=True)
         return 1
     except KeyboardInterrupt:
-        return 130
+        # Ctrl-C is how a chat is left: not a failure (``make run`` would report "Error 130").
+        print("\nturnflow dev: stopped.", file=sys.stderr, flush=True)
+        return 0
 
 
 async def run_dev(options: DevOptions) -> int:
@@ -570,6 +589,7 @@ async def run_dev(options: DevOptions) -> int:
         session_id = options.session_id or _new_session_id()
         chat = await _open_chat(settings, session_id, getattr(agent, "name", "agent"), options,
                                 stack)
+        chat.max_record_bytes = settings.max_record_bytes
         services = DevServices(settings, ObservedAgent(agent, chat.observe, chat.failed))
         await services.start()
         stack.push_async_callback(services.stop)
@@ -580,12 +600,36 @@ async def run_dev(options: DevOptions) -> int:
         status(f"  session   {session_id}   (logs: {options.data_dir / 'dev.log'})")
         status(HELP if lines is None else f"Running {options.script or 'standard input'}.")
         if lines is None:
-            terminal = TerminalLines()
+            terminal = TerminalLines(history=options.data_dir / "chat_history")
             chat.prompt = terminal
-            await chat.run(aiter(terminal))
+            with terminal.editing():
+                await _until_interrupted(chat.run(_noting_cuts(aiter(terminal), chat)))
         else:
             await chat.run(_from_list(lines))
     return 1 if chat.missing else 0
+
+
+async def _until_interrupted(chatting: Any) -> None:
+    """Run the chat until it ends or Ctrl-C. SIGINT is taken here rather than as a
+    KeyboardInterrupt, so that it ends the chat wherever it lands (waiting for a reply, at the
+    prompt) and the servers still stop in order."""
+    loop = asyncio.get_running_loop()
+    interrupted = asyncio.Event()
+    chat_task = asyncio.ensure_future(chatting)
+    loop.add_signal_handler(signal.SIGINT, interrupted.set)
+    waiter = asyncio.ensure_future(interrupted.wait())
+    try:
+        await asyncio.wait({chat_task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        waiter.cancel()
+        if not chat_task.done():
+            chat_task.cancel()
+            await asyncio.wait({chat_task}, timeout=5)
+    if interrupted.is_set():
+        print("\nturnflow dev: stopped.", file=sys.stderr, flush=True)
+    elif (error := chat_task.exception()) is not None:
+        raise error
 
 
 async def _from_list(lines: Iterable[str]) -> AsyncIterator[str]:
@@ -593,15 +637,56 @@ async def _from_list(lines: Iterable[str]) -> AsyncIterator[str]:
         yield line
 
 
+TTY_LINE_MAX = 4095
+"""The longest line a terminal in its plain (canonical) mode hands over; the kernel drops the
+rest. With ``readline`` the terminal is not in that mode and no line is cut."""
+
+
+async def _noting_cuts(lines: AsyncIterator[str], chat: Chat) -> AsyncIterator[str]:
+    """Pass the typed lines on, saying when the terminal cut one."""
+    async for line in lines:
+        if not _READLINE and len(line) >= TTY_LINE_MAX:
+            chat.say(f"  [the terminal cut this line at {TTY_LINE_MAX} characters; "
+                     "only those were sent]")
+        yield line
+
+
+try:  # line editing and history for input(); absent on some builds, and then the plain line
+    import readline as _readline_module
+
+    _READLINE: Any = _readline_module
+except ImportError:  # pragma: no cover - CPython on Linux and macOS ships it
+    _READLINE = None
+
+
 class TerminalLines:
     """Lines typed at the terminal, read by a daemon thread so that timers keep printing while
-    the user types, and Ctrl-C never waits for a blocked ``input()``."""
+    the user types, and Ctrl-C never waits for a blocked ``input()``. ``readline`` gives the
+    arrow keys, editing and a history kept in ``history`` between runs."""
 
     PROMPT = "you> "
 
-    def __init__(self) -> None:
+    def __init__(self, history: Path | None = None) -> None:
         self.at_prompt = False
+        self._history = history
         self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+
+    @contextlib.contextmanager
+    def editing(self) -> Any:
+        """Load the history, and on the way out save it and give the terminal back as it was
+        (Ctrl-C may land while ``readline`` has it in its own mode)."""
+        saved = _terminal_state()
+        if _READLINE is not None and self._history is not None:
+            with contextlib.suppress(OSError):
+                _READLINE.read_history_file(str(self._history))
+            _READLINE.set_history_length(1000)
+        try:
+            yield self
+        finally:
+            if _READLINE is not None and self._history is not None:
+                with contextlib.suppress(OSError):
+                    _READLINE.write_history_file(str(self._history))
+            _restore_terminal(saved)
 
     def __aiter__(self) -> AsyncIterator[str]:
         loop = asyncio.get_running_loop()
@@ -623,6 +708,24 @@ class TerminalLines:
             loop.call_soon_threadsafe(self._queue.put_nowait, line)
             if line is None or line.strip() in ("/quit", "/exit"):
                 return
+
+
+def _terminal_state() -> Any:
+    try:
+        import termios
+
+        return termios.tcgetattr(sys.stdin.fileno())
+    except (ImportError, OSError, ValueError):
+        return None
+
+
+def _restore_terminal(state: Any) -> None:
+    if state is None:
+        return
+    import termios
+
+    with contextlib.suppress(OSError, ValueError):
+        termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, state)
 
 
 def _read_script(path: Path) -> list[str]:
@@ -733,8 +836,8 @@ async def _database(
     # earlier run would take the new run's offsets for replays and skip them.
     database = await _fresh_database(url)
     stack.push_async_callback(_drop_database, url, database)
-    status(f"  postgres  embedded at {_host_port(url)}, database {database} "
-           f"(data in {data_dir / 'postgres'})")
+    status(f"  postgres  embedded at {_host_port(url)}, database {database}: new for this run "
+           "(every run starts a fresh conversation; nothing from earlier runs is kept)")
     return make_url(url).set(database=database).render_as_string(hide_password=False)
 
 

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from consumer import dev
 from consumer.dev import (
     Chat,
     ChatLine,
@@ -264,3 +265,37 @@ async def test_a_fatal_model_error_ends_the_wait_at_once() -> None:
     await asyncio.wait_for(chat.run(_script("hi")), timeout=30)
     assert "  [the turn failed: ProviderError: HTTP 401 from the model API]" in out.getvalue()
     assert chat.missing == 1
+
+
+async def test_a_line_the_terminal_cut_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without readline, a line of TTY_LINE_MAX characters is what the terminal left of a
+    longer one: the chat says so, and still sends what it got."""
+    monkeypatch.setattr(dev, "_READLINE", None)
+    chat, pipe, out = _chat([{"llm_calls": 0, "messages": [], "outcomes": []}] * 2)
+    display = asyncio.create_task(chat.display())
+    long_line = "x" * dev.TTY_LINE_MAX
+    await chat.run(dev._noting_cuts(_script(long_line, "short"), chat))
+    display.cancel()
+    said = out.getvalue()
+    assert said.count(f"the terminal cut this line at {dev.TTY_LINE_MAX} characters") == 1
+    assert [len(str(r["message"])) for r in pipe.sent] == [dev.TTY_LINE_MAX, 5]
+
+
+async def test_a_message_over_the_record_limit_is_not_sent() -> None:
+    """A line too long for MAX_RECORD_BYTES is refused in the chat with the limit named,
+    instead of vanishing into the dead-letter topic."""
+    chat, pipe, out = _chat([])
+    chat.max_record_bytes = 200
+    await chat.run(_script("y" * 500))
+    assert pipe.sent == []
+    assert "MAX_RECORD_BYTES (200)" in out.getvalue()
+
+
+def test_the_session_option_says_every_run_starts_fresh() -> None:
+    """``--session`` does not promise to resume: its help says every run starts empty."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    dev.add_arguments(parser)
+    help_text = " ".join(parser.format_help().split())
+    assert "every run starts with empty servers" in help_text

@@ -76,3 +76,30 @@ def test_typing_in_a_terminal(tmp_path: Path, database_url: str, kafka_bootstrap
     terminal.type("/quit")
     assert terminal.wait() == 0
     assert "[timer fired: silence:nudge:" in terminal.screen
+
+
+def test_arrow_keys_recall_history_and_ctrl_c_exits_zero(
+    tmp_path: Path, database_url: str, kafka_bootstrap: str
+) -> None:
+    """Up-arrow brings back the last line (no ``^[[A`` on screen), the history is saved in the
+    data folder, and Ctrl-C ends the chat with exit code 0."""
+    env = {**clean_env(), "METRICS_PORT": "0", "TERM": "xterm",
+           **server_env(database_url, kafka_bootstrap, "history")}
+    terminal = Terminal(
+        [sys.executable, "-m", "consumer.cli", "dev", "--data-dir", str(tmp_path)], env, REPO
+    )
+    terminal.expect("Type a message.")
+    terminal.type("what are your opening hours?")
+    terminal.expect("ana> We're open Monday to Saturday")
+    terminal.expect("you> ")
+    before = terminal.screen.count("ana> We're open Monday to Saturday")
+    terminal.type("\x1b[A")  # the up arrow, then Enter
+    deadline = time.monotonic() + 60
+    while terminal.screen.count("ana> We're open Monday to Saturday") <= before:
+        assert time.monotonic() < deadline, terminal.screen
+        if select.select([terminal.fd], [], [], 0.5)[0]:
+            terminal.screen += os.read(terminal.fd, 65536).decode(errors="replace")
+    assert "^[[A" not in terminal.screen
+    os.write(terminal.fd, b"\x03")  # Ctrl-C
+    assert terminal.wait() == 0
+    assert "what are your opening hours?" in (tmp_path / "chat_history").read_text()
