@@ -211,7 +211,7 @@ class Agent:
         return self._config.fields
 
     async def turn(self, request: TurnRequest | dict[str, Any]) -> TurnResult:
-        """One turn: the eight phases of seed 000, in order."""
+        """One turn: the eight phases of docs/concepts.md, in order."""
         state = await load.run(self._config, TurnRequest.parse(request))  # 1 Load
         ingest.run(state)  # 2 Ingest
         await understand.run(state)  # 3 Understand

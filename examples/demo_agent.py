@@ -7,7 +7,8 @@ It is small on purpose and still shows every piece of an agent (docs/agents.md w
 - a branch on the asking step (the customer says "no" to the summary: start the booking over);
 - an event wait (``paid``, sent by the host; in the dev chat type ``/event paid``);
 - a silence flow: after ``TURNFLOW_DEMO_SILENCE_MS`` of quiet (default 5 s) the assistant nudges
-  the customer, once per conversation, without the customer doing anything;
+  the customer, once per conversation, without the customer doing anything, but not while a
+  booking waits for its payment (the trigger's ``if``);
 - a ``do`` action that is idempotent on ``ctx.key`` (a replayed input books nothing twice);
 - fields with an ``enum`` (``service``, ``day``);
 - a customer who takes a few turns to answer still gets booked, and a flow that gives up on a
@@ -206,7 +207,8 @@ FLOWS: list[dict[str, Any]] = [
     {
         "id": "nudge",
         "name": "Nudge after silence",
-        "on": [{"silence": SILENCE_MS}],
+        # Not while a booking waits for its payment: it has its own timer and says when.
+        "on": [{"silence": SILENCE_MS, "if": {"missing": "booking_ref"}}],
         "repeat": "once",
         "steps": [{"id": "nudge", "say": "Still there? Just reply whenever you're ready."}],
     },

@@ -159,7 +159,7 @@ def test_silence_delay_comes_from_the_environment(monkeypatch: pytest.MonkeyPatc
     try:
         reloaded = importlib.reload(demo_agent)
         nudge = next(f for f in reloaded.FLOWS if f["id"] == "nudge")
-        assert nudge["on"] == [{"silence": 1234}]
+        assert nudge["on"][0]["silence"] == 1234
     finally:
         monkeypatch.delenv("TURNFLOW_DEMO_SILENCE_MS")
         importlib.reload(demo_agent)

@@ -96,3 +96,14 @@ def test_turnflow_commands_exist(path: Path) -> None:
 
     named = set(re.findall(r"`turnflow ([a-z]+)", _text(path)))
     assert named <= set(COMMANDS) | {"dev", "schedule", "bench"}
+
+
+@pytest.mark.parametrize("path", [README, *DOCS, ROOT / "examples" / "README.md"],
+                         ids=lambda p: p.name)
+def test_docs_speak_of_the_behaviour_not_of_its_history(path: Path) -> None:
+    """A reader has only the repository: no page points at texts outside it ("seed 000",
+    "source texts", a spec folder) instead of saying what the behaviour is."""
+    text = _text(path).lower()
+    found = [w for w in ("seed 0", "seeds 0", "source text", "shared/spec", "engine.md",
+                         "the seed") if w in text]
+    assert found == []
