@@ -65,7 +65,9 @@ def book_repair(ctx: Any) -> Any:
         name = (ctx.data or {}).get("name")
         booking = {"ref": ref, "service": service, "day": day, "name": name}
         BOOKINGS[key] = booking
-    return ok(data={"booking_ref": booking["ref"]})
+    # ``awaiting_payment`` keeps the silence nudge away while the booking waits for the
+    # payment; the payment wait's moves clear it.
+    return ok(data={"booking_ref": booking["ref"], "awaiting_payment": True})
 
 
 ANSWER_TURNS = 5
@@ -95,6 +97,10 @@ FIELDS: dict[str, dict[str, Any]] = {
         "extract": "anywhere",
     },
     "booking_ref": {"type": "string", "description": "Set by the booking action."},
+    "awaiting_payment": {
+        "type": "boolean",
+        "description": "Set by the booking action, cleared when the payment wait ends.",
+    },
 }
 
 FLOWS: list[dict[str, Any]] = [
@@ -177,8 +183,8 @@ FLOWS: list[dict[str, Any]] = [
             {
                 "id": "await_payment",
                 "wait": {"event": "paid", "up_to_ms": PAYMENT_WAIT_MS},
-                "then": "paid",
-                "else": "unpaid",
+                "then": {"step": "paid", "clear": ["awaiting_payment"]},
+                "else": {"step": "unpaid", "clear": ["awaiting_payment"]},
             },
             {"id": "paid", "say": "Payment received, thank you! See you on {{day}}.",
              "then": "end"},
@@ -208,7 +214,7 @@ FLOWS: list[dict[str, Any]] = [
         "id": "nudge",
         "name": "Nudge after silence",
         # Not while a booking waits for its payment: it has its own timer and says when.
-        "on": [{"silence": SILENCE_MS, "if": {"missing": "booking_ref"}}],
+        "on": [{"silence": SILENCE_MS, "if": {"missing": "awaiting_payment"}}],
         "repeat": "once",
         "steps": [{"id": "nudge", "say": "Still there? Just reply whenever you're ready."}],
     },

@@ -77,16 +77,31 @@ async def test_a_change_flow_takes_the_new_value_from_the_same_message() -> None
 
 
 async def test_the_demo_nudge_stays_quiet_while_a_booking_waits_for_payment() -> None:
-    """After the booking the run waits for the payment; SILENCE_MS of quiet brings no nudge,
-    and the payment wait's own message comes when it runs out."""
+    """After the booking the run waits for the payment: SILENCE_MS of quiet brings no nudge;
+    once the payment arrived, quiet after the next reply brings it again."""
     clock = FakeClock("2026-01-05T09:00:00Z")
     chat = Conversation(demo_agent.build_agent(RuleProvider(), clock), clock)
     for line in ("I want to book a repair", "a tune-up on monday", "yes"):
         await chat.say(line)
-    assert "booking_ref" in chat.session.data
+    assert chat.session.data["awaiting_payment"] is True
     quiet = await chat.wait(demo_agent.SILENCE_MS / 1000 * 2)
     assert [text for _, result in quiet for text in texts(result)] == []
-    later = await chat.wait(demo_agent.PAYMENT_WAIT_MS / 1000)
-    assert [text for _, result in later for text in texts(result)] == [
-        "No payment yet; you can also pay when you drop the bike off."
+    paid = await chat.event("paid", {"amount": 45})
+    assert texts(paid) == ["Payment received, thank you! See you on monday."]
+    assert "awaiting_payment" not in chat.session.data
+    nudged = await chat.wait(demo_agent.SILENCE_MS / 1000 * 2)
+    assert [text for _, result in nudged for text in texts(result)] == [
+        "Still there? Just reply whenever you're ready."
     ]
+
+
+async def test_an_unpaid_booking_clears_the_wait_too() -> None:
+    """When the payment wait runs out, its own message comes and the flag is cleared."""
+    clock = FakeClock("2026-01-05T09:00:00Z")
+    chat = Conversation(demo_agent.build_agent(RuleProvider(), clock), clock)
+    for line in ("I want to book a repair", "a tune-up on monday", "yes"):
+        await chat.say(line)
+    later = await chat.wait(demo_agent.PAYMENT_WAIT_MS / 1000)
+    said = [text for _, result in later for text in texts(result)]
+    assert said[0] == "No payment yet; you can also pay when you drop the bike off."
+    assert "awaiting_payment" not in chat.session.data
