@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint unit run bench bench-engine bench-store bench-e2e clean
+.PHONY: install test lint unit run prometheus bench bench-engine bench-store bench-e2e clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,13 @@ $(STAMP): $(RUN_STAMP)
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Debian's Prometheus, which tests/integration/test_prometheus.py runs to evaluate the dashboards
+# and the documented alerts (skipped without it, failed under TURNFLOW_REQUIRE_SERVERS=1).
+prometheus:
+	@command -v prometheus >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get install -y --no-install-recommends prometheus; \
+	  else sudo apt-get install -y --no-install-recommends prometheus; fi; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check engine store consumer migrations tests bench examples
