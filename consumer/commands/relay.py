@@ -12,6 +12,7 @@ from consumer.commands.running import EXIT_CONFIG, fail, run_service
 from consumer.health import start_health_server
 from consumer.logs import configure_logging
 from consumer.outbox import OutboxPublisher, OutboxRelay, new_producer, start_producer
+from consumer.round_trips import RoundTrips, broker_probe, database_probe
 from consumer.settings import Settings
 from store import Store
 
@@ -38,7 +39,13 @@ def run(args: argparse.Namespace) -> int:
     async def serve() -> None:
         assert settings.database_url is not None and settings.kafka_bootstrap_servers
         ready = False
-        health = await start_health_server(settings, ready=lambda: ready, process="relay")
+        trips: RoundTrips | None = None
+
+        def is_ready() -> bool:
+            # Running, and the broker and the database answered just now.
+            return ready and trips is not None and trips.fresh()
+
+        health = await start_health_server(settings, ready=is_ready, process="relay")
         metrics.set_build_info("relay")
         metrics.precreate_topics((settings.messages_topic, settings.schedule_topic))
         store = await Store.connect(settings.database_url, pool_size=2)
@@ -57,12 +64,18 @@ def run(args: argparse.Namespace) -> int:
                 grace_s=grace_ms / 1000,
             )
             task = asyncio.create_task(relay.run())
+            trips = RoundTrips({"broker": broker_probe(producer.client),
+                                "database": database_probe(store.engine)})
+            await trips.check_once()
+            trips.start()
             ready = True
             log.info("relay ready")
             await stopping.wait()
             relay.stop()
             await task
         finally:
+            if trips is not None:
+                await trips.stop()
             await close_quietly(producer.stop(), "the producer")
             await store.close()
             if health is not None:
