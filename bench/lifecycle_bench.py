@@ -16,10 +16,10 @@ import time
 from typing import Any
 
 from engine import Agent, FakeClock, ModelRequest, ModelResponse
-from engine.knowledge import InMemoryKnowledgeIndex, search_knowledge
-from engine.language import Py3LangidDetector, detect
-from engine.lifecycle import KnowledgeDocument
-from engine.links import KnownLinks, check_links
+from engine.lifecycle.knowledge import InMemoryKnowledgeIndex, search_knowledge
+from engine.lifecycle.language import Py3LangidDetector, detect
+from engine.lifecycle.links import KnownLinks, check_links
+from engine.lifecycle.settings import KnowledgeDocument
 
 REPLY = ("Você pode trocar em https://www.lojaazul.com.br/troca ou ver https://lojaazul.com.br/x. "
          "Mais em https://www.google.com/search. ") * 6

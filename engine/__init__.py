@@ -48,8 +48,9 @@ from engine.errors import (
     TurnflowError,
     TurnRequestError,
 )
-from engine.knowledge import InMemoryKnowledgeIndex, KnowledgeHit, KnowledgeIndex
-from engine.lifecycle import (
+from engine.lifecycle.knowledge import InMemoryKnowledgeIndex, KnowledgeHit, KnowledgeIndex
+from engine.lifecycle.results import HandoffNotice, LinkFixReport, Source, TaskResult
+from engine.lifecycle.settings import (
     HANDOFF_CLEARED_EVENT,
     BuiltinTools,
     HandoffRules,
@@ -57,7 +58,6 @@ from engine.lifecycle import (
     LanguageSettings,
     Lifecycle,
 )
-from engine.lifecycle_results import HandoffNotice, LinkFixReport, Source, TaskResult
 from engine.providers import (
     ChatMessage,
     MockProvider,

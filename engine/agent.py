@@ -38,8 +38,8 @@ from engine.config import (
     parse_model,
 )
 from engine.errors import FlowConfigurationError
-from engine.lifecycle import Lifecycle
-from engine.lifecycle_turn import prepare as prepare_lifecycle
+from engine.lifecycle.settings import Lifecycle
+from engine.lifecycle.turn import prepare as prepare_lifecycle
 from engine.phases import advance, decide, finish, ingest, load, settle, speak, understand
 from engine.providers.base import Provider
 from engine.request import TurnRequest, TurnResult

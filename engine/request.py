@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from engine.errors import TurnRequestError
-from engine.lifecycle_results import (
+from engine.lifecycle.results import (
     HandoffNotice,
     LinkFixReport,
     Source,

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from engine import builtin_tools, handoff
 from engine.collect import maxed, pending, write_fields
 from engine.config import TalkStep
+from engine.lifecycle import handoff
+from engine.lifecycle import tools as builtin_tools
 from engine.moves import take
 from engine.phases.advance import walk
 from engine.session import Run

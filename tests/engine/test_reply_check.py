@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.reply_check import with_params
+from engine.lifecycle.reply_check import with_params
 
 
 def test_link_params_are_added_to_the_query() -> None:

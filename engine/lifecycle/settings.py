@@ -111,7 +111,7 @@ class Lifecycle(_Model):
     sources_footer: Literal["urls_only", "urls_and_kb"] | None = None
     source_link_params: dict[str, str] = Field(default_factory=dict)
     knowledge: list[KnowledgeDocument] = Field(default_factory=list)
-    # A ``KnowledgeIndex`` (see knowledge.py); None builds the in-memory index over ``knowledge``.
+    # A ``KnowledgeIndex`` (see ``knowledge``); None builds the in-memory index over ``knowledge``.
     knowledge_index: Any = None
     # How the speak call's time budget is enforced: ``timer(seconds)`` is an async context
     # manager that raises ``TimeoutError`` when the time is up. The default is

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.knowledge import InMemoryKnowledgeIndex, KnowledgeHit
-from engine.language import LanguageChoice
-from engine.lifecycle import Lifecycle, LifecycleMemory
-from engine.lifecycle_results import HandoffNotice, LinkFixReport, Source, TaskResult, TurnOutcome
+from engine.lifecycle.knowledge import InMemoryKnowledgeIndex, KnowledgeHit
+from engine.lifecycle.language import LanguageChoice
+from engine.lifecycle.results import HandoffNotice, LinkFixReport, Source, TaskResult, TurnOutcome
+from engine.lifecycle.settings import Lifecycle, LifecycleMemory
 
 if TYPE_CHECKING:
     from engine.state import TurnState

@@ -3,7 +3,7 @@ complete_task. Each is off unless the agent's lifecycle enables it.
 
 The model only asks; code checks and acts. ``handoff`` records a hand-off that Settle applies
 (reasons: user_requested, cannot_help, out_of_scope, sensitive, other; a tag only from the
-configured list). ``set_state`` goes through ``conversation_state`` (an error and nothing saved
+configured list). ``set_state`` goes through ``lifecycle.state`` (an error and nothing saved
 when a limit is hit). ``search_knowledge`` quotes excerpts found by code (``knowledge``) and
 remembers them for provenance and the link check. ``complete_task`` hands outputs back to the
 host on ``TurnResult.task_result`` and finishes the speaking run's task. Offered when:
@@ -15,14 +15,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.config import Tool
-from engine.conversation_state import set_state
-from engine.knowledge import search_knowledge
-from engine.lifecycle import HANDOFF_REASONS
-from engine.lifecycle_results import HandoffNotice, TaskResult
+from engine.lifecycle.knowledge import search_knowledge
+from engine.lifecycle.results import HandoffNotice, TaskResult
+from engine.lifecycle.settings import HANDOFF_REASONS
+from engine.lifecycle.state import set_state
 from engine.providers.base import ToolCall, ToolSpec
 
 if TYPE_CHECKING:
-    from engine.lifecycle_turn import LifecycleTurn
+    from engine.lifecycle.turn import LifecycleTurn
     from engine.session import Run
     from engine.state import TurnState
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine import lifecycle_turn
-from engine.handoff_rules import rule_fired
-from engine.lifecycle_results import HandoffNotice
+from engine.lifecycle import turn as lifecycle_turn
+from engine.lifecycle.handoff_rules import rule_fired
+from engine.lifecycle.results import HandoffNotice
 from engine.request import Message
 from engine.values import ms
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine import lifecycle_turn
-from engine.language import choose_language
+from engine.lifecycle import turn as lifecycle_turn
+from engine.lifecycle.language import choose_language
 
 if TYPE_CHECKING:
     from engine.prompt import SpeakPrompt

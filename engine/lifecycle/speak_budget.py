@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from engine import builtin_tools, lifecycle_turn
 from engine.envelopes import parse_speak
+from engine.lifecycle import tools as builtin_tools
+from engine.lifecycle import turn as lifecycle_turn
 from engine.providers.base import ModelResponse, ToolCall
 from engine.state import SpeakReply
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from engine import lifecycle_turn
 from engine.config import TalkStep
-from engine.lifecycle_results import LinkFixReport
-from engine.links import KnownLinks, check_links
+from engine.lifecycle import turn as lifecycle_turn
+from engine.lifecycle.links import KnownLinks, check_links
+from engine.lifecycle.results import LinkFixReport
 
 if TYPE_CHECKING:
-    from engine.lifecycle_turn import LifecycleTurn
+    from engine.lifecycle.turn import LifecycleTurn
     from engine.state import TurnState
 
 FOOTER_TITLES = {"pt": "Fontes", "es": "Fuentes", "fr": "Sources", "de": "Quellen", "en": "Sources"}
