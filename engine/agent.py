@@ -38,6 +38,7 @@ from engine.config import (
     parse_model,
 )
 from engine.errors import FlowConfigurationError
+from engine.lifecycle import plan
 from engine.lifecycle.settings import Lifecycle
 from engine.lifecycle.turn import prepare as prepare_lifecycle
 from engine.phases import advance, decide, finish, ingest, load, settle, speak, understand
@@ -197,6 +198,7 @@ class Agent:
     async def turn(self, request: TurnRequest | dict[str, Any]) -> TurnResult:
         """One turn: the eight phases of seed 000, in order."""
         state = await load.run(self._config, TurnRequest.parse(request))  # 1 Load
+        await plan.check(state)  # lifecycle step 1: the host's plan check, before any call
         ingest.run(state)  # 2 Ingest
         await understand.run(state)  # 3 Understand
         decide.run(state)  # 4 Decide

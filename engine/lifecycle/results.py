@@ -10,7 +10,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TurnOutcome = Literal["answered", "task_completed", "handoff", "fallback", "error"]
+TurnOutcome = Literal[
+    "answered", "goal_completed", "task_completed", "handoff", "fallback", "error", "gated"
+]
 
 
 def absent(value: Any) -> bool:

@@ -14,7 +14,7 @@ Per-session lifecycle facts (turn count, consecutive fallbacks, the hand-off in 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal
 
@@ -23,7 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 HANDOFF_CLEARED_EVENT = "handoff_cleared"
 HANDOFF_REASONS = ("user_requested", "cannot_help", "out_of_scope", "sensitive", "other")
 RULE_REASONS = ("keyword", "max_turns", "max_consecutive_fallbacks")
-TURN_OUTCOMES = ("answered", "task_completed", "handoff", "fallback", "error")
+TURN_OUTCOMES = (
+    "answered", "goal_completed", "task_completed", "handoff", "fallback", "error", "gated"
+)
+PLAN_GATED = "plan_gated"
 
 MAX_TOOL_CALLS_DEFAULT = 4
 MAX_TOOL_CALLS_RANGE = (1, 6)
@@ -31,6 +34,8 @@ TURN_TIMEOUT_MS_DEFAULT = 8_000
 TURN_TIMEOUT_MS_RANGE = (2_000, 15_000)
 
 SpeakTimer = Callable[[float], AbstractAsyncContextManager[Any]]
+# The host's plan check: given the session, whether its plan includes the agent (sync or async).
+PlanCheck = Callable[[Any], bool | Awaitable[bool]]
 
 
 class _Model(BaseModel):
@@ -113,6 +118,10 @@ class Lifecycle(_Model):
     knowledge: list[KnowledgeDocument] = Field(default_factory=list)
     # A ``KnowledgeIndex`` (see ``knowledge``); None builds the in-memory index over ``knowledge``.
     knowledge_index: Any = None
+    # The host's plan check (see ``plan``): None means every turn is included.
+    plan_check: PlanCheck | None = None
+    # ``meta.agent_id`` on every message of the agent; None uses the agent's name.
+    agent_id: str | None = None
     # How the speak call's time budget is enforced: ``timer(seconds)`` is an async context
     # manager that raises ``TimeoutError`` when the time is up. The default is
     # ``asyncio.timeout`` (the event loop's monotonic clock, never the wall clock); tests
@@ -139,6 +148,11 @@ class Lifecycle(_Model):
     @property
     def handoff_rules(self) -> HandoffRules:
         return self.handoff or HandoffRules()
+
+    @property
+    def escalation(self) -> bool:
+        """Whether the agent may hand over to a human: hand-off settings are configured."""
+        return self.handoff is not None
 
     @property
     def turn_timeout_s(self) -> float:

@@ -38,6 +38,7 @@ class LifecycleTurn:
     link_fixes: list[LinkFixReport] = field(default_factory=list)
     fallback: bool = False
     language: LanguageChoice | None = None
+    gated: bool = False  # the host's plan check said the plan does not include the agent
 
     def sources(self) -> list[Source]:
         """The documents this turn's searches returned, once each, at most eight."""
@@ -77,7 +78,10 @@ def of(state: TurnState) -> LifecycleTurn | None:
 
 
 def outcome(state: TurnState, turn: LifecycleTurn) -> TurnOutcome | None:
-    """The turn-level outcome: hand-off, task, fallback, error, answered, or None (silent)."""
+    """The turn-level outcome: gated, hand-off, task, fallback, error, answered, or None
+    (silent)."""
+    if turn.gated:
+        return "gated"
     if turn.handoff is not None:
         return "handoff"
     if turn.task is not None:
