@@ -50,7 +50,9 @@ __all__ = ["OutboundTopics", "PipelineResult", "TurnAgent", "TurnPipeline", "Tur
 
 log = logging.getLogger("turnflow.pipeline")
 
-_TURN_OUTCOMES = ("answered", "task_completed", "handoff", "fallback", "error")
+_TURN_OUTCOMES = (
+    "answered", "goal_completed", "task_completed", "handoff", "fallback", "error", "gated"
+)
 
 # How long a publish waits for rows of its session that another publisher holds.
 _HELD_ROWS_WAIT_S = 2.0
@@ -299,6 +301,9 @@ class TurnPipeline:
         outcome = turn_outcome(result)
         if outcome is not None:
             metrics.TURN_OUTCOMES.labels(outcome=outcome).inc()
+        credits = _field(result, "credits")
+        if isinstance(credits, int) and credits > 0:
+            metrics.AI_CREDITS.labels(outcome=outcome or "none").inc(credits)
         metrics.TURN_DURATION.observe(time.perf_counter() - started)
         if work.timestamp_ms is not None and (_field(result, "messages", []) or []):
             metrics.INPUT_TO_OUTBOUND.observe(max(0.0, time.time() - work.timestamp_ms / 1000))

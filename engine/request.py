@@ -162,6 +162,8 @@ class Outcome(_Model):
     status: str | None = None
     detail: str | None = None
     llm_calls: int = 0
+    # Lifecycle (opt-in): the AI credits of the turn, on its ``billed`` line.
+    credits: int | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class RunChange(_Model):
@@ -192,8 +194,11 @@ class TurnResult(_Model):
     ended: list[RunChange] = Field(default_factory=list)
     skipped: list[Skip] = Field(default_factory=list)
     llm_calls: int = 0
-    # Lifecycle (opt-in): answered | task_completed | handoff | fallback | error (None when
-    # the turn said nothing); what the link check changed; what complete_task returned.
+    # Lifecycle (opt-in): answered | goal_completed | task_completed | handoff | fallback |
+    # error | gated (None when the turn said nothing); what the link check changed; what
+    # complete_task returned.
     turn_outcome: TurnOutcome | None = Field(default=None, exclude_if=absent)
     link_fixes: list[LinkFixReport] = Field(default_factory=list, exclude_if=absent)
     task_result: TaskResult | None = Field(default=None, exclude_if=absent)
+    # Lifecycle (opt-in): the AI credits this turn costs (0 for gated, fallback, error turns).
+    credits: int | None = Field(default=None, exclude_if=lambda value: value is None)

@@ -111,6 +111,8 @@ async def call(state: TurnState, turn: LifecycleTurn, run: Run | None, tool_call
             return {"error": "query is required"}
         hits = await search_knowledge(turn.settings.knowledge_index, turn.settings.knowledge, query)
         turn.found.extend(hits)
+        if hits:
+            turn.usage.knowledge_found += 1
         if not hits:
             return {"excerpts": [], "note": "nothing found"}
         return {

@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from engine.lifecycle.credits import Usage, breakdown, credits_for
 from engine.lifecycle.knowledge import InMemoryKnowledgeIndex, KnowledgeHit
 from engine.lifecycle.language import LanguageChoice
 from engine.lifecycle.results import HandoffNotice, LinkFixReport, Source, TaskResult, TurnOutcome
 from engine.lifecycle.settings import Lifecycle, LifecycleMemory
+from engine.request import Outcome
 
 if TYPE_CHECKING:
     from engine.state import TurnState
@@ -38,6 +40,7 @@ class LifecycleTurn:
     link_fixes: list[LinkFixReport] = field(default_factory=list)
     fallback: bool = False
     language: LanguageChoice | None = None
+    usage: Usage = field(default_factory=Usage)  # what costs credits, counted as it happens
     gated: bool = False  # the host's plan check said the plan does not include the agent
 
     def sources(self) -> list[Source]:
@@ -110,6 +113,12 @@ def close(state: TurnState) -> dict[str, Any]:
         turn.memory.consecutive_fallbacks = 0
     if turn.memory.model_dump(mode="json") != turn.read:
         turn.memory.write(state.session.metadata)
+    credits = credits_for(result, turn.usage)
+    if result is not None:
+        # The turn log keeps outcome lines: the bill goes there as one more, ``billed``.
+        state.outcomes.append(
+            Outcome(code="billed", detail=breakdown(result, turn.usage), credits=credits)
+        )
     sources = turn.sources()
     if sources:
         for message in state.messages:
@@ -119,4 +128,5 @@ def close(state: TurnState) -> dict[str, Any]:
         "turn_outcome": result,
         "link_fixes": list(turn.link_fixes),
         "task_result": turn.task,
+        "credits": credits,
     }
