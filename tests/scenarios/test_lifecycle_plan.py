@@ -69,7 +69,7 @@ async def test_an_async_check_is_awaited_and_given_the_session() -> None:
         seen.append((session.id, len(session.inputs)))
         return True
 
-    agent, provider = lifecycle_agent([said("Olá!")], {"plan_check": plan})
+    agent, _ = lifecycle_agent([said("Olá!")], {"plan_check": plan})
     result = await agent.turn(message("oi", "m1"))
     assert seen == [("s1", 0)]
     assert [m.text for m in result.messages] == ["Olá!"] and result.turn_outcome == "answered"
