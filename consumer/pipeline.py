@@ -107,8 +107,17 @@ def _field(value: Any, name: str, default: Any = None) -> Any:
 
 
 def _message_extras(message: dict[str, Any]) -> dict[str, Any]:
-    """A hand-off's notice and a reply's sources, only on the records that carry them."""
-    return {k: message[k] for k in ("handoff", "provenance") if message.get(k)}
+    """A hand-off's notice, and ``meta`` (``agent_id``, ``provenance``) on every message of a
+    lifecycle agent; plain engine messages keep exactly their own keys."""
+    extras: dict[str, Any] = {}
+    if message.get("handoff"):
+        extras["handoff"] = message["handoff"]
+    if message.get("agent_id") or message.get("provenance"):
+        extras["meta"] = {
+            "agent_id": message.get("agent_id"),
+            "provenance": list(message.get("provenance") or []),
+        }
+    return extras
 
 
 def _iso(value: Any) -> Any:

@@ -139,9 +139,10 @@ class Message(_Model):
     run_id: str | None = None
     step_id: str | None = None
     # Lifecycle (opt-in): the hand-off a ``handoff`` message carries; the sources an ``ai``
-    # reply used (at most 8).
+    # reply used (at most 8); the agent that sent it (every message of a lifecycle agent).
     handoff: HandoffNotice | None = Field(default=None, exclude_if=absent)
     provenance: list[Source] = Field(default_factory=list, exclude_if=absent)
+    agent_id: str | None = Field(default=None, exclude_if=absent)
 
 
 class ScheduleEntry(_Model):

@@ -120,10 +120,11 @@ def close(state: TurnState) -> dict[str, Any]:
             Outcome(code="billed", detail=breakdown(result, turn.usage), credits=credits)
         )
     sources = turn.sources()
-    if sources:
-        for message in state.messages:
-            if message.kind == "ai":
-                message.provenance = list(sources)
+    agent_id = turn.settings.agent_id or state.config.name
+    for message in state.messages:
+        message.agent_id = agent_id  # meta.agent_id on every message of the agent
+        if sources and message.kind == "ai":
+            message.provenance = list(sources)
     return {
         "turn_outcome": result,
         "link_fixes": list(turn.link_fixes),

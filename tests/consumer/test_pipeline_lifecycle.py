@@ -43,14 +43,15 @@ def test_an_unknown_stated_outcome_is_not_a_label() -> None:
     assert turn_outcome(Result("paused")) is None
 
 
-def test_hand_off_and_sources_ride_only_on_the_records_that_have_them() -> None:
-    """A handoff notice and provenance are added when present; plain replies keep their keys."""
+def test_hand_off_and_meta_ride_only_on_the_records_that_have_them() -> None:
+    """A handoff notice when present; meta.agent_id and meta.provenance on every lifecycle
+    message; plain engine replies keep their keys."""
     notice = {"reason": "keyword", "summary": "s", "tag": None, "by": "rule"}
     sources = [{"type": "kb", "title": "T", "url": None, "document_id": "d"}]
-    assert _message_extras({"kind": "handoff", "handoff": notice, "provenance": []}) == {
-        "handoff": notice}
-    assert _message_extras({"kind": "ai", "handoff": None, "provenance": sources}) == {
-        "provenance": sources}
+    assert _message_extras({"kind": "handoff", "handoff": notice, "agent_id": "ana"}) == {
+        "handoff": notice, "meta": {"agent_id": "ana", "provenance": []}}
+    assert _message_extras({"kind": "ai", "provenance": sources, "agent_id": "ana"}) == {
+        "meta": {"agent_id": "ana", "provenance": sources}}
     assert _message_extras({"kind": "verbatim", "text": "x"}) == {}
 
 
