@@ -1,6 +1,8 @@
-"""What the lifecycle adds to the speak prompt: the reply language and the remembered facts.
+"""What the lifecycle does to the speak prompt: the last 20 turns of history, the reply language
+and the remembered facts.
 
-Both are code's decisions handed to the model to phrase with: the language comes from
+Older turns stay with the host; the model reads the 20 most recent. The language and the facts
+are code's decisions handed to the model to phrase with: the language comes from
 ``language.choose_language`` (fixed, response_language, the latest message, in that order),
 the facts from ``set_state``. The blocks go right before the response format, which stays
 last as in seed 000's order; ``meta`` carries the same values for offline providers and tests.
@@ -12,12 +14,25 @@ from typing import TYPE_CHECKING
 
 from engine.lifecycle import turn as lifecycle_turn
 from engine.lifecycle.language import choose_language
+from engine.providers.base import ChatMessage
 
 if TYPE_CHECKING:
     from engine.prompt import SpeakPrompt
     from engine.state import TurnState
 
 FORMAT_TITLE = "## Response format"
+HISTORY_TURNS = 20  # the reasoning loop reads the last 20 turns of the conversation
+
+
+def last_turns(messages: list[ChatMessage], turns: int = HISTORY_TURNS) -> list[ChatMessage]:
+    """The messages from the ``turns``-th last customer message on (this turn's included).
+
+    A turn is a customer message and what was said after it; replies older than the first kept
+    customer message go with their turn."""
+    starts = [i for i, m in enumerate(messages) if m.role == "user"]
+    if len(starts) <= turns:
+        return messages
+    return messages[starts[-turns]:]
 
 
 def extend(state: TurnState, built: SpeakPrompt) -> SpeakPrompt:
@@ -25,6 +40,7 @@ def extend(state: TurnState, built: SpeakPrompt) -> SpeakPrompt:
     turn = lifecycle_turn.of(state)
     if turn is None:
         return built
+    built.messages = last_turns(built.messages)
     blocks: list[str] = []
     settings = turn.settings
     if settings.language is not None:
