@@ -11,6 +11,7 @@ are the agent's own words and are not checked.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -21,7 +22,7 @@ from engine.lifecycle.results import LinkFixReport
 
 if TYPE_CHECKING:
     from engine.lifecycle.turn import LifecycleTurn
-    from engine.state import TurnState
+    from engine.state import SpeakReply, TurnState
 
 FOOTER_TITLES = {"pt": "Fontes", "es": "Fuentes", "fr": "Sources", "de": "Quellen", "en": "Sources"}
 KB_LINE = {"pt": "Base de conhecimento", "es": "Base de conocimiento", "en": "Knowledge Base"}
@@ -52,15 +53,43 @@ def polish(state: TurnState) -> None:
         return
     if turn.settings.link_check:
         checked = check_links(reply.text, own_links(state, turn))
-        if checked.text.strip():
-            reply.text = checked.text
+        removed = [fix.url for fix in checked.fixes if fix.action == "removed"]
+        text = without(checked.text, removed).strip()
         for fix in checked.fixes:
             turn.link_fixes.append(
                 LinkFixReport(action=fix.action, url=fix.url, replacement=fix.replacement)
             )
+        if not text:
+            _nothing_left(turn, reply)
+            return
+        reply.text = text
     footer = sources_footer(turn)
     if footer:
         reply.text = f"{reply.text}\n\n{footer}"
+
+
+EMPTY_AFTER_CHECK = "empty message after the link check"
+# Where a link ends: trailing punctuation, then a character no link holds (or the end).
+_LINK_END = r"(?=[.,;:!?]*(?:[\s<>\"'`\]\[(){}]|$))"
+
+
+def without(text: str, removed: list[str]) -> str:
+    """``text`` with no whole occurrence of a removed link left (a longer link that merely starts
+    with one is not touched): what the check reports as removed is never sent."""
+    for url in sorted(set(removed), key=len, reverse=True):
+        text = re.sub(re.escape(url) + _LINK_END, "", text)
+    return text
+
+
+def _nothing_left(turn: LifecycleTurn, reply: SpeakReply) -> None:
+    """The reply was only links the check removed: the fallback message, else the retry path."""
+    fallback = turn.settings.fallback_message
+    if fallback is not None:
+        reply.text = fallback
+        reply.values.clear()
+        turn.fallback = True
+        return
+    reply.text, reply.deferred, reply.error = None, "retryable", EMPTY_AFTER_CHECK
 
 
 def sources_footer(turn: LifecycleTurn) -> str | None:
