@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from engine.errors import TurnRequestError
 from engine.lifecycle.results import (
+    GoalResult,
     HandoffNotice,
     LinkFixReport,
     Source,
@@ -49,6 +50,8 @@ class StartInput(_Model):
     flow: str
     input: dict[str, Any] = Field(default_factory=dict)
     key: str
+    # Lifecycle: the flow_only skills this start loads for the conversation.
+    skills: list[str] = Field(default_factory=list)
 
 
 InputKind = Literal["message", "wake", "event", "start"]
@@ -201,5 +204,6 @@ class TurnResult(_Model):
     turn_outcome: TurnOutcome | None = Field(default=None, exclude_if=absent)
     link_fixes: list[LinkFixReport] = Field(default_factory=list, exclude_if=absent)
     task_result: TaskResult | None = Field(default=None, exclude_if=absent)
+    goal_result: GoalResult | None = Field(default=None, exclude_if=absent)
     # Lifecycle (opt-in): the AI credits this turn costs (0 for gated, fallback, error turns).
     credits: int | None = Field(default=None, exclude_if=lambda value: value is None)

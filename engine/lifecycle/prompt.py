@@ -1,5 +1,5 @@
-"""What the lifecycle does to the speak prompt: the last 20 turns of history, the reply language
-and the remembered facts.
+"""What the lifecycle does to the speak prompt: the last 20 turns of history, the loaded skills,
+the active goal, the reply language and the remembered facts.
 
 Older turns stay with the host; the model reads the 20 most recent. The language and the facts
 are code's decisions handed to the model to phrase with: the language comes from
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from engine.lifecycle import goals, skills
 from engine.lifecycle import turn as lifecycle_turn
-from engine.lifecycle.language import choose_language
+from engine.lifecycle.language import LanguageChoice, choose_language
 from engine.providers.base import ChatMessage
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from engine.state import TurnState
 
 FORMAT_TITLE = "## Response format"
+_DETECTABLE = ("detected", "previous", "base_language")
 HISTORY_TURNS = 20  # the reasoning loop reads the last 20 turns of the conversation
 
 
@@ -36,18 +38,29 @@ def last_turns(messages: list[ChatMessage], turns: int = HISTORY_TURNS) -> list[
 
 
 def extend(state: TurnState, built: SpeakPrompt) -> SpeakPrompt:
-    """Add the language and remembered-facts blocks (no change without lifecycle settings)."""
+    """Add the skills, goal, language and remembered-facts blocks (no change without lifecycle
+    settings)."""
     turn = lifecycle_turn.of(state)
     if turn is None:
         return built
     built.messages = last_turns(built.messages)
     blocks: list[str] = []
     settings = turn.settings
+    for block in (skills.prompt_block(turn), goals.prompt_block(turn)):
+        if block is not None:
+            blocks.append(block)
+    if turn.skills:
+        built.meta["skills"] = list(turn.skills)
+    if turn.memory.goal is not None:
+        built.meta["goal"] = dict(turn.memory.goal)
     if settings.language is not None:
         if turn.language is None:
             turn.language = choose_language(
                 settings.language, state.request.message, turn.memory.language
             )
+            if turn.classified_language and turn.language.source in _DETECTABLE:
+                # The skill classifier read the message too; its reading is the detection.
+                turn.language = LanguageChoice(turn.classified_language, "detected")
             turn.memory.language = turn.language.code
         blocks.append(
             f"## Language\nWrite your reply in the language with code {turn.language.code!r}."

@@ -1,12 +1,12 @@
 """What happens to a spoken reply before it leaves: the link check, then the sources footer.
 
-The agent's own links are the URLs and e-mail domains written in its persona, goal, knowledge,
-instructions (agent, flow and step) and step prompts, plus the URLs of the knowledge documents
-this turn's searches found and ``link_domains``. Every change is kept for
-``TurnResult.link_fixes``. The footer (``sources_footer``) lists the documents found this turn:
-``urls_only`` their links (with ``source_link_params``), ``urls_and_kb`` also one "Knowledge
-Base" line for FAQ entries and documents without a link. Fixed questions and verbatim texts
-are the agent's own words and are not checked.
+The agent's own links are the URLs, e-mail domains and host names written in its persona, goal,
+knowledge, instructions (agent, flow and step), step prompts and loaded skills, plus the URLs
+of the knowledge documents this turn's searches found and ``link_domains``. Every change is
+kept for ``TurnResult.link_fixes``. The footer (``sources_footer``) lists the documents found
+this turn: ``urls_only`` their links (with ``source_link_params``), ``urls_and_kb`` also one
+"Knowledge Base" line for FAQ entries and documents without a link. Fixed questions and
+verbatim texts are the agent's own words and are not checked.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from engine.config import TalkStep
+from engine.lifecycle import skills
 from engine.lifecycle import turn as lifecycle_turn
 from engine.lifecycle.links import KnownLinks, check_links
 from engine.lifecycle.results import LinkFixReport
@@ -39,6 +40,7 @@ def own_links(state: TurnState, turn: LifecycleTurn) -> KnownLinks:
             if isinstance(step, TalkStep):
                 texts.append(step.prompt or "")
                 texts += [str(v) for item in step.instructions for v in item.values()]
+    texts += skills.texts(turn)
     urls = [hit.url for hit in turn.found if hit.url]
     return KnownLinks.from_texts(texts, urls=urls, domains=turn.settings.link_domains)
 

@@ -63,3 +63,10 @@ class TaskResult(_Model):
     outputs: dict[str, Any] = Field(default_factory=dict)
     run_id: str | None = None
     flow_id: str | None = None
+
+
+class GoalResult(_Model):
+    """A skill goal ``complete_goal`` finished: the skill and the answers gathered."""
+
+    skill: str
+    outputs: dict[str, Any] = Field(default_factory=dict)

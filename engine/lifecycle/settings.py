@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from engine.config import FieldSpec
+
 HANDOFF_CLEARED_EVENT = "handoff_cleared"
 HANDOFF_REASONS = ("user_requested", "cannot_help", "out_of_scope", "sensitive", "other")
 RULE_REASONS = ("keyword", "max_turns", "max_consecutive_fallbacks")
@@ -63,12 +65,16 @@ class HandoffRules(_Model):
 
 
 class BuiltinTools(_Model):
-    """Which built-in tools the speak call is offered; each is off unless enabled."""
+    """Which built-in tools the speak call is offered; each is off unless enabled.
+
+    ``load_skill`` and the goal tools are not listed: they are offered whenever there is a
+    skill to load or a goal to pursue."""
 
     handoff: bool = False
     set_state: bool = False
     search_knowledge: bool = False
     complete_task: bool = False
+    web_search: bool = False
 
     def enabled(self) -> list[str]:
         return [name for name, on in self.model_dump().items() if on]
@@ -98,6 +104,34 @@ class KnowledgeDocument(_Model):
     url: str | None = None
 
 
+SKILL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+MAX_SKILL_CHARS = 60_000
+
+
+class GoalSettings(_Model):
+    """A skill's goal: the answers the agent gathers while the skill is loaded, each fitted to
+    its field like a flow's fields (type, enum)."""
+
+    description: str = ""
+    fields: dict[str, FieldSpec] = Field(min_length=1)
+
+
+class Skill(_Model):
+    """A named text the agent reads when the skill is loaded (see ``skills``).
+
+    ``mode``: ``always_on`` (every turn), ``flow_only`` (when the host's start names it),
+    ``model_selected`` (picked by the classifier or loaded by the model with ``load_skill``).
+    ``tool_allowlist``: the tools the agent may use while it is loaded (None: all).
+    """
+
+    name: str = Field(pattern=SKILL_NAME)
+    description: str = ""
+    text: str = Field(max_length=MAX_SKILL_CHARS)
+    mode: Literal["always_on", "flow_only", "model_selected"] = "model_selected"
+    tool_allowlist: list[str] | None = None
+    goal: GoalSettings | None = None
+
+
 class Lifecycle(_Model):
     """The lifecycle settings; every feature is off unless set."""
 
@@ -118,6 +152,9 @@ class Lifecycle(_Model):
     knowledge: list[KnowledgeDocument] = Field(default_factory=list)
     # A ``KnowledgeIndex`` (see ``knowledge``); None builds the in-memory index over ``knowledge``.
     knowledge_index: Any = None
+    skills: list[Skill] = Field(default_factory=list)
+    # The skill classifier's own budget; it runs before the turn's and never counts toward it.
+    classifier_timeout_ms: int = Field(default=1_500, ge=100, le=5_000)
     # The host's plan check (see ``plan``): None means every turn is included.
     plan_check: PlanCheck | None = None
     # ``meta.agent_id`` on every message of the agent; None uses the agent's name.
@@ -136,6 +173,16 @@ class Lifecycle(_Model):
             if doc.id in seen:
                 raise ValueError(f"duplicate knowledge document id {doc.id!r}")
             seen.add(doc.id)
+        return value
+
+    @field_validator("skills")
+    @classmethod
+    def _unique_skills(cls, value: list[Skill]) -> list[Skill]:
+        seen: set[str] = set()
+        for skill in value:
+            if skill.name in seen:
+                raise ValueError(f"duplicate skill name {skill.name!r}")
+            seen.add(skill.name)
         return value
 
     @model_validator(mode="after")
@@ -169,6 +216,8 @@ class LifecycleMemory(BaseModel):
     handoff: dict[str, Any] | None = None
     state: dict[str, str] = Field(default_factory=dict)
     language: str | None = None
+    flow_skills: list[str] = Field(default_factory=list)  # flow_only skills a start named
+    goal: dict[str, Any] | None = None  # the active skill goal: {"skill", "answers"}
 
     @classmethod
     def read(cls, metadata: dict[str, Any]) -> LifecycleMemory:

@@ -1,5 +1,6 @@
 """The built-in tools the speak call may be offered: handoff, set_state, search_knowledge,
-complete_task. Each is off unless the agent's lifecycle enables it.
+complete_task, web_search (each off unless the agent's lifecycle enables it), and load_skill and
+the goal tools (offered while there is a skill to load or a goal to pursue).
 
 The model only asks; code checks and acts. ``handoff`` records a hand-off that Settle applies
 (reasons: user_requested, cannot_help, out_of_scope, sensitive, other; a tag only from the
@@ -15,9 +16,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.config import Tool
+from engine.lifecycle import goals, skills
+from engine.lifecycle.goals import GOAL_TOOLS
 from engine.lifecycle.knowledge import search_knowledge
 from engine.lifecycle.results import HandoffNotice, TaskResult
 from engine.lifecycle.settings import HANDOFF_REASONS
+from engine.lifecycle.skills import LOAD_SKILL
 from engine.lifecycle.state import set_state
 from engine.providers.base import ToolCall, ToolSpec
 
@@ -26,7 +30,10 @@ if TYPE_CHECKING:
     from engine.session import Run
     from engine.state import TurnState
 
-NAMES = ("handoff", "set_state", "search_knowledge", "complete_task")
+NAMES = (
+    "handoff", "set_state", "search_knowledge", "complete_task", "web_search", LOAD_SKILL,
+    *GOAL_TOOLS,
+)
 
 
 def _engine_only(*_: Any) -> Any:
@@ -70,6 +77,26 @@ def _spec(name: str, turn: LifecycleTurn) -> ToolSpec:
             description="Search the knowledge base and FAQ; returns the best excerpts.",
             parameters=_schema({"query": {"type": "string"}}, ["query"]),
         )
+    if name == LOAD_SKILL:
+        names = [s.name for s in skills.unloaded_selectable(turn)]
+        listing = "; ".join(f"{s.name}: {s.description}" for s in skills.unloaded_selectable(turn))
+        return ToolSpec(
+            name=name,
+            description=f"Load one more skill and read its text. Skills: {listing}",
+            parameters=_schema({"name": {"type": "string", "enum": names}}, ["name"]),
+        )
+    if name == goals.SUBMIT:
+        return ToolSpec(
+            name=name,
+            description="Submit answers for the active goal; bad ones come back as errors.",
+            parameters=_schema({"answers": {"type": "object"}}, ["answers"]),
+        )
+    if name == goals.COMPLETE:
+        return ToolSpec(
+            name=name,
+            description="Finish the active goal once every field is answered.",
+            parameters=_schema({}, []),
+        )
     return ToolSpec(
         name=name,
         description="Finish the current task and return its outputs.",
@@ -85,13 +112,19 @@ def offer(
 ) -> list[tuple[str, Tool, ToolSpec]]:
     """The built-in tools this speak call is offered, as ``(name, tool, spec)``."""
     settings = turn.settings
+    goal = goals.active(turn)
+    names = [n for n in settings.tools.enabled() if n != "web_search"]
     out = []
-    for name in settings.tools.enabled():
+    for name in names:
         if name == "search_knowledge" and settings.knowledge_index is None:
             continue
-        if name == "complete_task" and run is None:
-            continue
+        if name == "complete_task" and (run is None or goal is not None):
+            continue  # the idle speaker has no task; a skill goal replaces the task
         out.append((name, _TOOL, _spec(name, turn)))
+    if skills.unloaded_selectable(turn):
+        out.append((LOAD_SKILL, _TOOL, _spec(LOAD_SKILL, turn)))
+    if goal is not None:
+        out += [(name, _TOOL, _spec(name, turn)) for name in GOAL_TOOLS]
     return out
 
 
@@ -122,6 +155,16 @@ async def call(state: TurnState, turn: LifecycleTurn, run: Run | None, tool_call
         }
     if name == "handoff":
         return _handoff(turn, args)
+    if name == LOAD_SKILL:
+        skill = args.get("name")
+        problem = skills.load(turn, skill) if isinstance(skill, str) else "name is required"
+        if problem is not None:
+            return {"error": problem}
+        return {"ok": True, "skill": skill, "text": skills.by_name(turn)[str(skill)].text}
+    if name == goals.SUBMIT:
+        return goals.submit(turn, args)
+    if name == goals.COMPLETE:
+        return goals.complete(turn, run)
     if name == "complete_task":
         outputs = args.get("outputs")
         if not isinstance(outputs, dict):

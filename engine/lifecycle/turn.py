@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 from engine.lifecycle.credits import Usage, breakdown, credits_for
 from engine.lifecycle.knowledge import InMemoryKnowledgeIndex, KnowledgeHit
 from engine.lifecycle.language import LanguageChoice
-from engine.lifecycle.results import HandoffNotice, LinkFixReport, Source, TaskResult, TurnOutcome
+from engine.lifecycle.results import (
+    GoalResult,
+    HandoffNotice,
+    LinkFixReport,
+    Source,
+    TaskResult,
+    TurnOutcome,
+)
 from engine.lifecycle.settings import Lifecycle, LifecycleMemory
 from engine.request import Outcome
 
@@ -41,6 +48,11 @@ class LifecycleTurn:
     fallback: bool = False
     language: LanguageChoice | None = None
     usage: Usage = field(default_factory=Usage)  # what costs credits, counted as it happens
+    skills: list[str] = field(default_factory=list)  # skills loaded this turn, in order
+    classifier_calls: int = 0
+    classified_language: str | None = None  # the skill classifier's reading of the message
+    goal: GoalResult | None = None  # the goal complete_goal finished this turn
+    prepared: bool = False  # skills chosen for this turn's speak call
     gated: bool = False  # the host's plan check said the plan does not include the agent
 
     def sources(self) -> list[Source]:
@@ -75,7 +87,12 @@ def of(state: TurnState) -> LifecycleTurn | None:
         return None
     if state.lifecycle is None:
         memory = LifecycleMemory.read(state.session.metadata)
-        state.lifecycle = LifecycleTurn(settings, memory, memory.model_dump(mode="json"))
+        read = memory.model_dump(mode="json")
+        start = state.request.start
+        if start is not None and start.skills:  # flow_only skills stay with the conversation
+            named = [s.name for s in settings.skills if s.name in start.skills]
+            memory.flow_skills = list(dict.fromkeys([*memory.flow_skills, *named]))
+        state.lifecycle = LifecycleTurn(settings, memory, read)
     turn: LifecycleTurn = state.lifecycle
     return turn
 
@@ -89,6 +106,8 @@ def outcome(state: TurnState, turn: LifecycleTurn) -> TurnOutcome | None:
         return "handoff"
     if turn.task is not None:
         return "task_completed"
+    if turn.goal is not None:
+        return "goal_completed"
     if turn.fallback:
         return "fallback"
     reply = state.reply
@@ -129,5 +148,6 @@ def close(state: TurnState) -> dict[str, Any]:
         "turn_outcome": result,
         "link_fixes": list(turn.link_fixes),
         "task_result": turn.task,
+        "goal_result": turn.goal,
         "credits": credits,
     }

@@ -104,8 +104,9 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
         reply.deferred, reply.error = "fatal", "the agent has no provider"
         return reply
     rounds = 0
+    max_rounds = config.max_tool_loops
     while True:
-        offer = tools if rounds < config.max_tool_loops and speak_budget.tools_left(state) else []
+        offer = speak_budget.round_tools(state, run_, tools) if rounds < max_rounds else []
         request = ModelRequest(
             schema_name="speak",
             system=built.system,

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.errors import ProviderError
 
-SchemaName = Literal["understand", "speak", "compact"]
+SchemaName = Literal["understand", "speak", "compact", "skills", "vision"]
 
 
 class ChatMessage(BaseModel):
