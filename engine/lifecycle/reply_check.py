@@ -2,8 +2,10 @@
 
 The agent's own links are the URLs, e-mail domains and host names written in its persona, goal,
 knowledge, instructions (agent, flow and step), step prompts and loaded skills, plus the URLs
-of the knowledge documents this turn's searches found and ``link_domains``. Every change is
-kept for ``TurnResult.link_fixes``. The footer (``sources_footer``) lists the documents found
+of the knowledge documents and web pages this turn's searches found, the web search source's
+``allowed_domains`` and ``link_domains``. Every change is kept for ``TurnResult.link_fixes``.
+The web search footer (top 3 links, "+X more sources") follows whenever the reply used web
+search. The footer (``sources_footer``) lists the documents found
 this turn: ``urls_only`` their links (with ``source_link_params``), ``urls_and_kb`` also one
 "Knowledge Base" line for FAQ entries and documents without a link. Fixed questions and
 verbatim texts are the agent's own words and are not checked.
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from engine.config import TalkStep
-from engine.lifecycle import skills
+from engine.lifecycle import skills, web_search
 from engine.lifecycle import turn as lifecycle_turn
 from engine.lifecycle.links import KnownLinks, check_links
 from engine.lifecycle.results import LinkFixReport
@@ -41,8 +43,11 @@ def own_links(state: TurnState, turn: LifecycleTurn) -> KnownLinks:
                 texts.append(step.prompt or "")
                 texts += [str(v) for item in step.instructions for v in item.values()]
     texts += skills.texts(turn)
-    urls = [hit.url for hit in turn.found if hit.url]
-    return KnownLinks.from_texts(texts, urls=urls, domains=turn.settings.link_domains)
+    urls = [hit.url for hit in turn.found if hit.url] + [page.url for page in turn.web_found]
+    domains = list(turn.settings.link_domains)
+    if turn.settings.web_search is not None:
+        domains += turn.settings.web_search.allowed_domains
+    return KnownLinks.from_texts(texts, urls=urls, domains=domains)
 
 
 def polish(state: TurnState) -> None:
@@ -68,6 +73,9 @@ def polish(state: TurnState) -> None:
     footer = sources_footer(turn)
     if footer:
         reply.text = f"{reply.text}\n\n{footer}"
+    web = web_search.footer(turn.web_found) if not turn.fallback else None
+    if web:  # always, when the reply used web search; it cannot be turned off
+        reply.text = f"{reply.text}\n\n{web}"
 
 
 EMPTY_AFTER_CHECK = "empty message after the link check"
@@ -104,6 +112,8 @@ def sources_footer(turn: LifecycleTurn) -> str | None:
     seen: set[str] = set()
     generic = False
     for source in turn.sources():
+        if source.type == "web":
+            continue  # web pages have their own footer
         if source.url and source.type == "kb":
             url = with_params(source.url, turn.settings.source_link_params)
             if url not in seen:

@@ -132,6 +132,29 @@ class Skill(_Model):
     goal: GoalSettings | None = None
 
 
+WEB_SEARCHES_PER_CONVERSATION = 3
+
+
+class WebSearchSource(_Model):
+    """The agent's web search source: where ``web_search`` looks and how often it may.
+
+    ``backend`` is any object with ``async search(query, *, limit, allowed_domains)`` (see
+    ``web_search``: ``OfflineWebSearch``, ``BraveWebSearch``)."""
+
+    enabled: bool = True
+    allowed_domains: list[str] = Field(default_factory=list)
+    max_per_conversation: int = Field(default=WEB_SEARCHES_PER_CONVERSATION, ge=1)
+    backend: Any
+
+    @field_validator("backend")
+    @classmethod
+    def _searches(cls, value: Any) -> Any:
+        if not callable(getattr(value, "search", None)):
+            raise ValueError("web_search.backend needs an async search(query, *, limit, "
+                             "allowed_domains) method")
+        return value
+
+
 class Lifecycle(_Model):
     """The lifecycle settings; every feature is off unless set."""
 
@@ -153,6 +176,7 @@ class Lifecycle(_Model):
     # A ``KnowledgeIndex`` (see ``knowledge``); None builds the in-memory index over ``knowledge``.
     knowledge_index: Any = None
     skills: list[Skill] = Field(default_factory=list)
+    web_search: WebSearchSource | None = None
     # The skill classifier's own budget; it runs before the turn's and never counts toward it.
     classifier_timeout_ms: int = Field(default=1_500, ge=100, le=5_000)
     # The host's plan check (see ``plan``): None means every turn is included.
@@ -218,6 +242,7 @@ class LifecycleMemory(BaseModel):
     language: str | None = None
     flow_skills: list[str] = Field(default_factory=list)  # flow_only skills a start named
     goal: dict[str, Any] | None = None  # the active skill goal: {"skill", "answers"}
+    web_searches: int = 0  # web searches this conversation made
 
     @classmethod
     def read(cls, metadata: dict[str, Any]) -> LifecycleMemory:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.config import Tool
-from engine.lifecycle import goals, skills
+from engine.lifecycle import goals, skills, web_search
 from engine.lifecycle.goals import GOAL_TOOLS
 from engine.lifecycle.knowledge import search_knowledge
 from engine.lifecycle.results import HandoffNotice, TaskResult
@@ -77,6 +77,12 @@ def _spec(name: str, turn: LifecycleTurn) -> ToolSpec:
             description="Search the knowledge base and FAQ; returns the best excerpts.",
             parameters=_schema({"query": {"type": "string"}}, ["query"]),
         )
+    if name == "web_search":
+        return ToolSpec(
+            name=name,
+            description="Search the web; returns up to 5 results (title, url, snippet).",
+            parameters=_schema({"query": {"type": "string"}}, ["query"]),
+        )
     if name == LOAD_SKILL:
         names = [s.name for s in skills.unloaded_selectable(turn)]
         listing = "; ".join(f"{s.name}: {s.description}" for s in skills.unloaded_selectable(turn))
@@ -113,7 +119,9 @@ def offer(
     """The built-in tools this speak call is offered, as ``(name, tool, spec)``."""
     settings = turn.settings
     goal = goals.active(turn)
-    names = [n for n in settings.tools.enabled() if n != "web_search"]
+    source = settings.web_search
+    searchable = source is not None and source.enabled
+    names = [n for n in settings.tools.enabled() if n != "web_search" or searchable]
     out = []
     for name in names:
         if name == "search_knowledge" and settings.knowledge_index is None:
@@ -155,6 +163,8 @@ async def call(state: TurnState, turn: LifecycleTurn, run: Run | None, tool_call
         }
     if name == "handoff":
         return _handoff(turn, args)
+    if name == "web_search":
+        return await _web_search(turn, args)
     if name == LOAD_SKILL:
         skill = args.get("name")
         problem = skills.load(turn, skill) if isinstance(skill, str) else "name is required"
@@ -174,6 +184,30 @@ async def call(state: TurnState, turn: LifecycleTurn, run: Run | None, tool_call
         )
         return {"ok": True}
     return {"error": f"unknown built-in tool {name!r}"}
+
+
+async def _web_search(turn: LifecycleTurn, args: dict[str, Any]) -> Any:
+    source = turn.settings.web_search
+    query = args.get("query")
+    if source is None:
+        return {"error": "web search is not available"}
+    if not isinstance(query, str) or not query.strip():
+        return {"error": "query is required"}
+    if turn.memory.web_searches >= source.max_per_conversation:
+        return {"error": web_search.LIMIT_ERROR}
+    try:
+        found = await source.backend.search(
+            query, limit=web_search.MAX_RESULTS, allowed_domains=list(source.allowed_domains)
+        )
+    except Exception as exc:  # the model reads the failure and answers without the web
+        return {"error": f"web search failed ({type(exc).__name__})"}
+    turn.memory.web_searches += 1
+    results = web_search.limit_results(found, source.allowed_domains)
+    if not results:
+        return {"results": [], "note": "nothing found"}
+    turn.usage.web_results += 1
+    turn.web_found.extend(results)
+    return {"results": [{"title": r.title, "url": r.url, "snippet": r.snippet} for r in results]}
 
 
 def _handoff(turn: LifecycleTurn, args: dict[str, Any]) -> Any:

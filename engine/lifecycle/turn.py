@@ -23,6 +23,7 @@ from engine.lifecycle.results import (
     TurnOutcome,
 )
 from engine.lifecycle.settings import Lifecycle, LifecycleMemory
+from engine.lifecycle.web_search import WebResult
 from engine.request import Outcome
 
 if TYPE_CHECKING:
@@ -53,10 +54,12 @@ class LifecycleTurn:
     classified_language: str | None = None  # the skill classifier's reading of the message
     goal: GoalResult | None = None  # the goal complete_goal finished this turn
     prepared: bool = False  # skills chosen for this turn's speak call
+    web_found: list[WebResult] = field(default_factory=list)  # web results this turn
     gated: bool = False  # the host's plan check said the plan does not include the agent
 
     def sources(self) -> list[Source]:
-        """The documents this turn's searches returned, once each, at most eight."""
+        """The documents this turn's knowledge searches returned, then the web pages its web
+        searches returned, once each, at most eight."""
         out: list[Source] = []
         seen: set[str] = set()
         for hit in self.found:
@@ -65,6 +68,11 @@ class LifecycleTurn:
             seen.add(hit.document_id)
             out.append(Source(type=hit.type, title=hit.title, url=hit.url,
                               document_id=hit.document_id))
+        for page in self.web_found:
+            if f"web:{page.url}" in seen:
+                continue
+            seen.add(f"web:{page.url}")
+            out.append(Source(type="web", title=page.title, url=page.url))
         return out[:MAX_PROVENANCE]
 
 
