@@ -54,6 +54,23 @@ class StartInput(_Model):
     skills: list[str] = Field(default_factory=list)
 
 
+class ImageInput(_Model):
+    """An image the customer sent with a message: a URL or base64 ``data``, with its media
+    type. Which ones are read, and the size and count limits, are the lifecycle's (``images``)."""
+
+    media_type: str = Field(min_length=1, max_length=100)
+    url: str | None = None
+    data: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ImageInput:
+        if (self.url is None) == (self.data is None):
+            raise ValueError("an image needs exactly one of url or data")
+        if self.url is not None and not self.url.startswith(("https://", "http://")):
+            raise ValueError("an image url must start with https:// or http://")
+        return self
+
+
 InputKind = Literal["message", "wake", "event", "start"]
 
 
@@ -76,6 +93,9 @@ class TurnRequest(_Model):
     history: list[HistoryEntry] = Field(default_factory=list)
     context: dict[str, Any] = Field(default_factory=dict)
     silenced: Silenced | None = None
+    # With a message only. An entry that is not a valid image stays a dict: the lifecycle
+    # refuses that image with a reason and the message itself is still answered.
+    images: list[ImageInput | dict[str, Any]] = Field(default_factory=list)
 
     @field_validator("session", mode="before")
     @classmethod
@@ -93,6 +113,8 @@ class TurnRequest(_Model):
             raise ValueError(f"exactly one of message, wake, event, start; got {given or 'none'}")
         if self.event is not None and not self.key:
             raise ValueError("an event needs a key")
+        if self.images and self.message is None:
+            raise ValueError("images come only with a message")
         return self
 
     @property

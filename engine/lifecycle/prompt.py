@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.lifecycle import goals, skills
+from engine.lifecycle import goals, images, skills
 from engine.lifecycle import turn as lifecycle_turn
 from engine.lifecycle.language import LanguageChoice, choose_language
 from engine.providers.base import ChatMessage
@@ -46,7 +46,8 @@ def extend(state: TurnState, built: SpeakPrompt) -> SpeakPrompt:
     built.messages = last_turns(built.messages)
     blocks: list[str] = []
     settings = turn.settings
-    for block in (skills.prompt_block(turn), goals.prompt_block(turn)):
+    pictures = images.prompt_block(turn.image_reading, turn.image_notes)
+    for block in (pictures, skills.prompt_block(turn), goals.prompt_block(turn)):
         if block is not None:
             blocks.append(block)
     if turn.skills:

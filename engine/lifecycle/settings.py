@@ -132,6 +132,18 @@ class Skill(_Model):
     goal: GoalSettings | None = None
 
 
+IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+
+
+class ImageSettings(_Model):
+    """Image understanding: whether images the customer sends are read, and the limits."""
+
+    understanding: bool = False
+    max_images: int = Field(default=4, ge=1, le=10)
+    max_bytes: int = Field(default=5_000_000, ge=1, le=20_000_000)  # per inline image
+    media_types: list[str] = Field(default_factory=lambda: list(IMAGE_MEDIA_TYPES))
+
+
 WEB_SEARCHES_PER_CONVERSATION = 3
 
 
@@ -177,6 +189,7 @@ class Lifecycle(_Model):
     knowledge_index: Any = None
     skills: list[Skill] = Field(default_factory=list)
     web_search: WebSearchSource | None = None
+    images: ImageSettings | None = None
     # The skill classifier's own budget; it runs before the turn's and never counts toward it.
     classifier_timeout_ms: int = Field(default=1_500, ge=100, le=5_000)
     # The host's plan check (see ``plan``): None means every turn is included.

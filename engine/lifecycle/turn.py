@@ -55,6 +55,8 @@ class LifecycleTurn:
     goal: GoalResult | None = None  # the goal complete_goal finished this turn
     prepared: bool = False  # skills chosen for this turn's speak call
     web_found: list[WebResult] = field(default_factory=list)  # web results this turn
+    image_reading: str | None = None  # what the vision call read in this message's images
+    image_notes: list[str] = field(default_factory=list)  # images refused, for the reply
     gated: bool = False  # the host's plan check said the plan does not include the agent
 
     def sources(self) -> list[Source]:
