@@ -52,8 +52,12 @@ def extend(state: TurnState, built: SpeakPrompt) -> SpeakPrompt:
             blocks.append(block)
     if turn.skills:
         built.meta["skills"] = list(turn.skills)
-    if turn.memory.goal is not None:
-        built.meta["goal"] = dict(turn.memory.goal)
+    goal = goals.active(turn)
+    if goal is not None and turn.memory.goal is not None:
+        built.meta["goal"] = {
+            **turn.memory.goal,
+            "fields": {n: s.model_dump(exclude_none=True) for n, s in goal.fields.items()},
+        }
     if settings.language is not None:
         if turn.language is None:
             turn.language = choose_language(

@@ -118,7 +118,8 @@ async def classify(state: TurnState, turn: LifecycleTurn) -> None:
             "required": ["skills", "language"],
             "additionalProperties": False,
         },
-        meta={"call": CLASSIFIER_SCHEMA, "skills": [s.name for s in candidates]},
+        meta={"call": CLASSIFIER_SCHEMA, "message": message,
+              "skills": {s.name: s.description for s in candidates}},
     )
     state.llm_calls += 1
     turn.classifier_calls += 1
