@@ -235,8 +235,9 @@ class Lifecycle(_Model):
 
     @property
     def escalation(self) -> bool:
-        """Whether the agent may hand over to a human: hand-off settings are configured."""
-        return self.handoff is not None
+        """Whether the agent may hand over to a human: hand-off settings are configured or the
+        ``handoff`` tool is on."""
+        return self.handoff is not None or self.tools.handoff
 
     @property
     def turn_timeout_s(self) -> float:

@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine import TurnRequest, TurnRequestError
 from engine.lifecycle.images import screen
 from engine.lifecycle.settings import ImageSettings
 
@@ -29,3 +30,21 @@ def test_property_any_entries_are_accepted_or_refused_never_raised(
             data = entry.get("data")
             if isinstance(data, str) and len(data) > 12:
                 assert data not in reason
+
+
+@given(images=st.lists(_ENTRY | _VALUES, max_size=5), with_message=st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_property_a_request_with_any_images_is_parsed_or_refused_with_a_reason(
+    images: list[Any], with_message: bool
+) -> None:
+    """Any images value in a turn request: a valid request (each image judged later) or a
+    TurnRequestError naming the problem, never another exception."""
+    body: dict[str, Any] = {"session_id": "s1", "images": images}
+    body.update({"message": "oi"} if with_message else {"wake": "k"})
+    try:
+        request = TurnRequest.parse(body)
+    except TurnRequestError as exc:
+        assert str(exc).startswith("invalid turn request")
+        return
+    assert with_message or not images
+    assert len(request.images) == len(images)
