@@ -62,9 +62,11 @@ def host_of(url: str) -> str:
 
 def in_domains(url: str, domains: Sequence[str]) -> bool:
     """Whether ``url`` is on one of ``domains`` (or a subdomain); any URL when none are set."""
-    if not domains:
-        return True
-    host = host_of(url)
+    return host_in(host_of(url), domains) if domains else True
+
+
+def host_in(host: str, domains: Sequence[str]) -> bool:
+    """Whether ``host`` is one of ``domains`` or a subdomain of one."""
     for domain in domains:
         bare = host_of(domain)
         if bare and (host == bare or host.endswith(f".{bare}")):
@@ -91,17 +93,19 @@ class OfflineWebSearch:
 
     def __init__(self, pages: Sequence[WebResult | dict[str, Any]]) -> None:
         self._pages = [p if isinstance(p, WebResult) else WebResult(**p) for p in pages]
+        # Each page's words, folded once: a search only intersects sets.
+        self._words = [frozenset(words(f"{p.title} {p.snippet}")) for p in self._pages]
+        self._hosts = [host_of(p.url) for p in self._pages]
 
     async def search(
         self, query: str, *, limit: int, allowed_domains: Sequence[str]
     ) -> list[WebResult]:
         wanted = set(words(query))
+        bare = [host_of(d) for d in allowed_domains]
         scored = []
         for index, page in enumerate(self._pages):
-            if not in_domains(page.url, allowed_domains):
-                continue
-            score = len(wanted & set(words(f"{page.title} {page.snippet}")))
-            if score:
+            score = len(wanted & self._words[index])
+            if score and (not bare or host_in(self._hosts[index], bare)):
                 scored.append((-score, index, page))
         scored.sort(key=lambda item: (item[0], item[1]))
         return [page for _, _, page in scored[:limit]]
