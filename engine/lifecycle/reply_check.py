@@ -50,22 +50,32 @@ def own_links(state: TurnState, turn: LifecycleTurn) -> KnownLinks:
     return KnownLinks.from_texts(texts, urls=urls, domains=domains)
 
 
+def checked(state: TurnState, turn: LifecycleTurn, text: str) -> str:
+    """``text`` after the link check, every change reported; "" when nothing is left."""
+    result = check_links(text, own_links(state, turn))
+    removed = [fix.url for fix in result.fixes if fix.action == "removed"]
+    for fix in result.fixes:
+        turn.link_fixes.append(
+            LinkFixReport(action=fix.action, url=fix.url, replacement=fix.replacement)
+        )
+    return without(result.text, removed).strip()
+
+
 def polish(state: TurnState) -> None:
-    """Speak, after the call: check the reply's links and add the sources footer."""
+    """Speak, after the call: check the reply's links and add the footers. The words the model
+    gave with a ``handoff`` call go with the hand-off: they are checked too."""
     turn = lifecycle_turn.of(state)
     reply = state.reply
+    if turn is not None and turn.handoff_requested is not None:
+        if turn.partial_text and turn.settings.link_check:
+            turn.partial_text = checked(state, turn, turn.partial_text) or None
+        return
     if turn is None or reply is None or reply.text is None or reply.skipped:
         return
     if state.speaker is not None and state.speaker.question is not None:
         return
     if turn.settings.link_check:
-        checked = check_links(reply.text, own_links(state, turn))
-        removed = [fix.url for fix in checked.fixes if fix.action == "removed"]
-        text = without(checked.text, removed).strip()
-        for fix in checked.fixes:
-            turn.link_fixes.append(
-                LinkFixReport(action=fix.action, url=fix.url, replacement=fix.replacement)
-            )
+        text = checked(state, turn, reply.text)
         if not text:
             _nothing_left(turn, reply)
             return

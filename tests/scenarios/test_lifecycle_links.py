@@ -10,6 +10,7 @@ from engine import Agent, FakeClock, ModelResponse
 from tests.scenarios.lifecycle_support import (
     CHAT_FLOW,
     START,
+    calls,
     conversation,
     lifecycle_agent,
     message,
@@ -90,3 +91,25 @@ async def test_many_conversations_each_lose_only_their_own_invented_links() -> N
         assert "lojaverde.com.br/cupom" not in sent.text
         assert [(f.action, f.url) for f in result.link_fixes] == [
             ("removed", f"https://lojaverde.com.br/cupom-{sid}")]
+
+
+async def test_the_words_sent_with_a_hand_off_are_checked_too() -> None:
+    """The model's words given with the handoff tool become the hand-off message: an invented
+    own link in them is removed and reported; if nothing is left the configured message goes."""
+    words = ("Vou te passar para a equipe; acompanhe em https://lojaverde.com.br/chamado-999 "
+             "a qualquer momento.")
+    script = [calls(("handoff", {"reason": "cannot_help", "summary": "s"}),
+                    text=f'{{"message": "{words}"}}')]
+    settings = {"link_check": True, "tools": {"handoff": True},
+                "handoff": {"message": "Vou chamar uma pessoa."}}
+    agent, _ = lifecycle_agent(script, settings, persona=PERSONA)
+    result = await agent.turn(message("socorro", "m1"))
+    [sent] = result.messages
+    assert sent.kind == "handoff" and "chamado-999" not in sent.text
+    assert sent.text.startswith("Vou te passar para a equipe")
+    assert [f.action for f in result.link_fixes] == ["removed"]
+    only_link = [calls(("handoff", {"reason": "other", "summary": "s"}),
+                       text='{"message": "https://lojaverde.com.br/x"}')]
+    agent, _ = lifecycle_agent(only_link, settings, persona=PERSONA)
+    result = await agent.turn(message("socorro", "m1"))
+    assert [m.text for m in result.messages] == ["Vou chamar uma pessoa."]
