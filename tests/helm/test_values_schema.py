@@ -7,11 +7,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tests.helm.chart_render import chart_values, merge_values, schema
+from tests.helm.helm_chart import chart_values, merge_values, schema
 
 
 def _errors(overrides: dict[str, Any]) -> list[str]:
-    values = merge_values(chart_values(), overrides)
+    values = merge_values(overrides)
     return [e.message for e in jsonschema.Draft7Validator(schema()).iter_errors(values)]
 
 
