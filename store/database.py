@@ -225,12 +225,14 @@ class Store:
                 timers.UPSERT, timers.upsert_parameters(deleted, upserts)
             )
 
-    async def delete_timers(self, keys: Sequence[str]) -> int:
-        """Delete timers by key; returns how many existed."""
-        if not keys:
+    async def delete_timers(self, ids: Sequence[tuple[str, str]]) -> int:
+        """Delete timers by (session id, key); returns how many existed."""
+        if not ids:
             return 0
         async with self._engine.connect() as connection:
-            result = await connection.execute(timers.DELETE, {"keys": list(keys)})
+            result = await connection.execute(
+                timers.DELETE, {"pairs": timers.pairs_parameter(ids)}
+            )
             return int(result.rowcount)
 
     @asynccontextmanager

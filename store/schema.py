@@ -21,6 +21,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     Table,
     Text,
     UniqueConstraint,
@@ -92,10 +93,12 @@ Index("ix_outbox_unpublished_id", outbox.c.id, postgresql_where=outbox.c.publish
 timers = Table(
     "timers",
     metadata,
-    Column("key", Text, primary_key=True),
+    Column("key", Text, nullable=False),
     Column("session_id", Text, nullable=False),
     Column("at", DateTime(timezone=True), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # A timer belongs to the conversation that set it: equal keys of two sessions are two rows.
+    PrimaryKeyConstraint("session_id", "key", name="timers_pkey"),
 )
 Index("ix_timers_at", timers.c.at)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from engine.keys import session_key
 from engine.lifecycle import plan
 from engine.lifecycle import turn as lifecycle_turn
 from engine.lifecycle.handoff_rules import rule_fired
@@ -53,7 +54,8 @@ def on_input(state: TurnState) -> None:
         turn.memory.turns += 1
         return
     state.session.last_user_at = request.at or state.now
-    hand_over(state, notice, key=f"handoff:{request.id or ms(request.at or state.now)}")
+    local = request.id or str(ms(request.at or state.now))
+    hand_over(state, notice, key=session_key("handoff", state.session.id, local))
     state.done = True
 
 
@@ -87,6 +89,7 @@ def settle_requested(state: TurnState) -> bool:
     calls = state.reply.calls if state.reply is not None else 0
     state.outcome("handoff-requested", run, detail=turn.handoff_requested.reason,
                   llm_calls=calls)
-    hand_over(state, turn.handoff_requested, key=f"handoff:{reply_key}",
+    hand_over(state, turn.handoff_requested,
+              key=session_key("handoff", state.session.id, reply_key),
               text=turn.partial_text)
     return True

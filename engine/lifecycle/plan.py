@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING
 
+from engine.keys import session_key
 from engine.lifecycle.results import HandoffNotice
 from engine.lifecycle.settings import PLAN_GATED
 from engine.values import ms
@@ -64,6 +65,7 @@ def gate(state: TurnState, turn: LifecycleTurn) -> bool:
             summary="The workspace's plan does not include the agent.",
             tag=turn.settings.handoff_rules.tag,
         )
-        hand_over(state, notice, key=f"handoff:{request.input_id or ms(request.at or state.now)}")
+        local = request.input_id or str(ms(request.at or state.now))
+        hand_over(state, notice, key=session_key("handoff", state.session.id, local))
     state.done = True
     return True
