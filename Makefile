@@ -20,7 +20,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check engine store consumer migrations tests bench examples
+	$(BIN)/ruff check engine store consumer replay migrations tests bench examples
 	$(BIN)/mypy engine
 
 # The whole suite: lint, unit, scenario, store, consumer, integration and fault tests.
