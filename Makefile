@@ -22,6 +22,7 @@ install: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check engine store consumer replay migrations tests bench examples
 	$(BIN)/mypy engine
+	$(BIN)/mypy --strict replay
 
 # The whole suite: lint, unit, scenario, store, consumer, integration and fault tests.
 test: lint

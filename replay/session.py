@@ -29,7 +29,7 @@ class Progress:
         self._last = 0.0
         self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
 
-    def update(self, done: int, changed: int, *, final: bool = False) -> None:
+    def update(self, done: int, note: str = "", *, final: bool = False) -> None:
         if not self.enabled:
             return
         now = time.monotonic()
@@ -39,7 +39,7 @@ class Progress:
             return
         self._last = now
         of = f"/{self.total}" if self.total is not None else ""
-        text = f"replayed {done}{of} conversations ({changed} changed)"
+        text = f"replayed {done}{of} conversations" + (f" ({note})" if note else "")
         if self._tty:
             self.stream.write("\r" + text + ("\n" if final else ""))
         else:
@@ -66,7 +66,7 @@ async def replay_many(
         summary.unrecorded_by_kind.update(tape.unrecorded)
         summary.add(report)
         if progress is not None:
-            progress.update(len(summary.reports), summary.count("changed"))
+            progress.update(len(summary.reports), f"{summary.count('changed')} changed")
         if on_report is not None:
             on_report(summary)
 
@@ -77,5 +77,5 @@ async def replay_many(
         for conversation in conversations:
             await each(conversation)
     if progress is not None:
-        progress.update(len(summary.reports), summary.count("changed"), final=True)
+        progress.update(len(summary.reports), f"{summary.count('changed')} changed", final=True)
     return summary
