@@ -30,3 +30,10 @@ def not_an_agent() -> object:
             return {}
 
     return Double()
+
+
+def misrouting() -> Agent:
+    """The demo agent on a model that routes and hears some answers differently."""
+    from tests.replay.support import Misrouting
+
+    return demo(provider=Misrouting())

@@ -68,3 +68,26 @@ def script(n: int, start: datetime | None = None) -> Script:
     if n % 3 == 0:
         out.append((t + timedelta(seconds=130), {"event": "paid", "key": f"pay-{n}"}))
     return out
+
+
+class Misrouting:
+    """The offline provider, except that a question it would route to opening hours is
+    routed to a booking, and Monday is heard as Tuesday: a model that decides differently."""
+
+    def __init__(self) -> None:
+        self.inner = RuleProvider()
+
+    async def generate(self, request: Any) -> Any:
+        response = await self.inner.generate(request)
+        envelope = dict(response.json or {})
+        flows = dict(envelope.get("flows") or {})
+        if flows.get("hours"):
+            flows["hours"], flows["booking"] = 0, 95
+            envelope["flows"] = flows
+        for section in ("fields",):
+            values = envelope.get(section)
+            if isinstance(values, dict) and values.get("day") == "monday":
+                envelope[section] = {**values, "day": "tuesday"}
+        if envelope.get("day") == "monday":
+            envelope["day"] = "tuesday"
+        return response.model_copy(update={"json_": envelope})
