@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint unit run bench bench-engine bench-store bench-e2e clean
+.PHONY: install test lint unit run bench bench-engine bench-store bench-e2e bench-replay clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,13 +34,16 @@ unit: $(STAMP)
 run: $(STAMP)
 	$(BIN)/turnflow dev $(ARGS)
 
-bench: bench-engine bench-store bench-e2e
+bench: bench-engine bench-store bench-e2e bench-replay
 
 bench-engine: $(STAMP)
 	$(BIN)/python bench/engine_bench.py
 
 bench-store: $(STAMP)
 	$(BIN)/python bench/store_bench.py
+
+bench-replay: $(STAMP)
+	$(BIN)/python bench/replay_bench.py
 
 bench-e2e: $(STAMP)
 	$(BIN)/turnflow bench

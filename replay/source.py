@@ -16,7 +16,7 @@ from datetime import datetime
 from replay.conversations import Conversation, from_logged
 from store import Store
 
-__all__ = ["Selection", "choose_sessions", "read_conversations"]
+__all__ = ["Selection", "choose_sessions", "read_conversations", "select"]
 
 
 @dataclass(frozen=True)
@@ -53,3 +53,20 @@ async def read_conversations(
     for start in range(0, len(session_ids), batch):
         for conversation in from_logged(await store.logged_turns(session_ids[start:start + batch])):
             yield conversation
+
+
+def select(conversations: Sequence[Conversation], selection: Selection) -> list[Conversation]:
+    """``selection`` applied to conversations already in hand (golden files), as
+    ``choose_sessions`` applies it to the turn log: a turn's time is the time it ran at."""
+    chosen = [
+        c for c in conversations
+        if (not selection.sessions or c.session_id in selection.sessions)
+        and any((selection.since is None or t.at >= selection.since)
+                and (selection.until is None or t.at < selection.until) for t in c.turns)
+    ]
+    chosen.sort(key=lambda c: c.session_id)
+    if selection.sample is not None and selection.sample < len(chosen):
+        picked = set(random.Random(selection.seed).sample([c.session_id for c in chosen],
+                                                          selection.sample))
+        chosen = [c for c in chosen if c.session_id in picked]
+    return chosen

@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--junit", type=Path, default=None, metavar="FILE",
                         help="write the report as JUnit XML to FILE")
     parser.add_argument("--from", dest="from_dir", type=Path, default=None, metavar="DIR",
-                        help="replay the golden files of DIR instead of the database")
+                        help="replay the golden files of DIR instead of the database (the "
+                        "session, time and sample options choose among them)")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="export: the directory the golden files go to")
     parser.add_argument("--model", choices=["recorded", "live"], default="recorded",
@@ -164,13 +165,11 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
                     EXIT_CONFIG)
 
     async def conversations_then(use: Any) -> Any:
+        from replay.source import Selection, choose_sessions, read_conversations, select
+
         if args.from_dir is not None:
-            conversations = read_directory(args.from_dir)
-            chosen = set(args.session)
-            if chosen:
-                conversations = [c for c in conversations if c.session_id in chosen]
+            conversations = select(read_directory(args.from_dir), _selection(args, Selection))
             return await use(conversations, len(conversations))
-        from replay.source import Selection, choose_sessions, read_conversations
         from store import Store
 
         assert settings.database_url is not None

@@ -88,3 +88,20 @@ def test_the_pytest_helper_fails_on_a_change_and_passes_otherwise(golden: Path) 
     with pytest.raises(AssertionError, match="departs at turn 1"):
         assert_replays(reworded(), golden)
     assert assert_replays(reworded(), golden, expect=["messages"]).counts()["changed"] == 5
+
+
+def test_golden_files_are_chosen_like_logged_conversations(
+    golden: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--since``/``--until`` keep conversations with a turn in the window; ``--sample`` picks
+    the same N for the same seed."""
+    # script(n) starts at 09:00 + 7n minutes: s-0..s-5 from 09:00 to 09:35
+    assert main(["replay", "--agent", "tests.replay.agents:same", "--from", str(golden),
+                 "--since", "2026-03-02T09:20:00Z", "--until", "2026-03-02T09:30:00Z"]) == 0
+    assert "replayed 2 conversations" in capsys.readouterr().out  # s-3 (09:21), s-4 (09:28)
+    runs = []
+    for _ in range(2):
+        main(["replay", "--agent", "tests.replay.agents:reworded", "--from", str(golden),
+              "--sample", "3", "--seed", "7"])
+        runs.append(capsys.readouterr().out)
+    assert runs[0] == runs[1] and "replayed 3 conversations" in runs[0]
