@@ -111,3 +111,33 @@ def test_arbitrary_file_shapes_are_refused_or_accepted_never_raise(
         assert isinstance(parse_golden(raw), Conversation)
     except GoldenFileError as exc:
         assert str(exc)
+
+
+_CALL = st.fixed_dictionaries({"kind": st.sampled_from(["understand", "speak", "compact", "x"])},
+                              optional={"ok": st.booleans(), "reply": _JSON,
+                                        "error_kind": _JSON})
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(inputs=st.lists(st.dictionaries(st.sampled_from(
+    ["message", "wake", "event", "key", "id", "at", "payload", "start", "context"]),
+    _JSON, max_size=4), min_size=1, max_size=3),
+    calls=st.lists(st.none() | st.lists(_CALL, max_size=3), min_size=3, max_size=3))
+def test_any_readable_golden_file_replays_to_a_report_never_an_exception(
+    inputs: list[dict[str, Any]], calls: list[Any]
+) -> None:
+    """Whatever inputs and recorded calls a readable file holds, the replay reports on it
+    (identical, changed with a reason, or skipped); nothing escapes the loop."""
+    turns = [{"version": v, "at": "2026-01-01T00:00:00Z", "input": spec,
+              "calls": calls[v - 1], "recorded": {}} for v, spec in enumerate(inputs, start=1)]
+    raw = json.dumps({"format": "turnflow-replay", "version": 1, "session_id": "h",
+                      "turns": turns}, default=str).encode()
+    try:
+        conversation = parse_golden(raw)
+    except GoldenFileError:
+        return
+    summary = asyncio.run(replay_many(demo(), [conversation]))
+    [report] = summary.reports
+    assert report.status in ("identical", "changed", "skipped")
+    if report.status == "changed":
+        assert report.departure is not None and report.departure.differences
