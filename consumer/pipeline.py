@@ -328,8 +328,12 @@ class TurnPipeline:
 
 
 def _recording(tape: Tape | None, before: Any, after: Any) -> dict[str, Any] | None:
-    """The turn's recording as stored: the tape's calls and the fields the turn wrote."""
-    recorded = tape.to_json() if tape is not None else None
+    """The turn's recording as stored: the tape's calls and the fields the turn wrote. None
+    when the agent did not record into the tape (it is not an ``engine.Agent`` wrapped by
+    ``recorded_agent``): an empty list of calls would claim the turn made none."""
+    if tape is None or tape.at is None:
+        return None
+    recorded = tape.to_json()
     if recorded is None:
         return None
     recorded["fields"] = fields_written(before, after)

@@ -103,3 +103,18 @@ async def test_the_relay_prunes_expired_recordings_at_most_once_per_period() -> 
     assert store.prunes == [2 * 86400]
     keep = OutboxRelay(None, store, interval_s=1, grace_s=1)  # type: ignore[arg-type]
     assert await keep.prune_recordings() == 0 and len(store.prunes) == 1
+
+
+async def test_an_agent_that_does_not_record_saves_no_recording() -> None:
+    """A turn run by an agent whose calls cannot be seen saves no recording rather than an
+    empty one that would claim the turn made no model call."""
+    from tests.consumer.test_pipeline import FakeAgent
+
+    store = FakeStore()
+    pipeline = TurnPipeline(store=store, agent=FakeAgent(),  # type: ignore[arg-type]
+                            publisher=OutboxPublisher(store, FakeProducer()),  # type: ignore[arg-type]
+                            topics=OutboundTopics(messages="m", schedule="s"),
+                            recording="envelopes")
+    await pipeline.apply(_work("s-1", "order please", 1))
+    turn = store.saves[0].turn
+    assert turn.model_calls is None and turn.clock_at is None and turn.llm_calls == 1

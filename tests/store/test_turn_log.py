@@ -6,6 +6,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import pytest
 
 from store import Store
 from tests.store.builders import save_request
@@ -69,3 +70,26 @@ async def test_prune_drops_only_recordings_older_than_the_retention(
     finally:
         await connection.close()
     assert left == 1
+
+
+async def test_the_prune_command_drops_expired_recordings(
+    store: Store, database_url: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``turnflow prune --older-than-days N`` drops recordings older than N days and says how
+    many; with retention 0 and no option it keeps everything."""
+    import asyncio
+
+    from consumer.cli import main
+
+    now = datetime.now(UTC)
+    await _save(store, "old", 1, created_at=now - timedelta(days=10))
+    await _save(store, "new", 1, created_at=now - timedelta(hours=1))
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("MODEL_RECORDING_RETENTION_DAYS", "0")
+    assert await asyncio.to_thread(main, ["prune"]) == 0
+    assert "nothing pruned" in capsys.readouterr().out
+    assert await asyncio.to_thread(main, ["prune", "--older-than-days", "7"]) == 0
+    assert "of 1 turns" in capsys.readouterr().out
+    turns = {t.session_id: t.model_calls for t in await store.logged_turns(["old", "new"])}
+    assert turns == {"old": None, "new": RECORDING}
