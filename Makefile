@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint unit run bench bench-engine bench-store bench-e2e clean
+.PHONY: install test lint unit run bench bench-engine bench-store bench-e2e bench-replay clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,9 @@ $(STAMP): $(BIN)/python pyproject.toml
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check engine store consumer migrations tests bench examples
+	$(BIN)/ruff check engine store consumer replay migrations tests bench examples
 	$(BIN)/mypy engine
+	$(BIN)/mypy --strict replay
 
 # The whole suite: lint, unit, scenario, store, consumer, integration and fault tests.
 test: lint
@@ -31,13 +32,16 @@ unit: $(STAMP)
 run: $(STAMP)
 	$(BIN)/turnflow dev $(ARGS)
 
-bench: bench-engine bench-store bench-e2e
+bench: bench-engine bench-store bench-e2e bench-replay
 
 bench-engine: $(STAMP)
 	$(BIN)/python bench/engine_bench.py
 
 bench-store: $(STAMP)
 	$(BIN)/python bench/store_bench.py
+
+bench-replay: $(STAMP)
+	$(BIN)/python bench/replay_bench.py
 
 bench-e2e: $(STAMP)
 	$(BIN)/turnflow bench

@@ -46,8 +46,9 @@ from consumer.scheduler import Scheduler, build_scheduler
 from consumer.service import ConsumerService
 from consumer.settings import Settings
 from consumer.topics import TopicSpec, ensure_topics
-from engine import FlowConfigurationError, ProviderError, TurnRequestError
+from engine import Agent, FlowConfigurationError, ProviderError, TurnRequestError
 from engine.keys import session_tag
+from engine.recording import recorded_agent
 from store import EmbeddedPostgres, EmbeddedServerError, Store
 from store.migrate import upgrade_async
 from store.urls import plain_url
@@ -570,6 +571,8 @@ async def run_dev(options: DevOptions) -> int:
         session_id = options.session_id or _new_session_id()
         chat = await _open_chat(settings, session_id, getattr(agent, "name", "agent"), options,
                                 stack)
+        if isinstance(agent, Agent):  # the turn log keeps what `turnflow replay` needs
+            agent = recorded_agent(agent)
         services = DevServices(settings, ObservedAgent(agent, chat.observe, chat.failed))
         await services.start()
         stack.push_async_callback(services.stop)

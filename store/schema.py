@@ -60,7 +60,17 @@ turns = Table(
     Column("source_topic", Text),
     Column("source_partition", Integer),
     Column("source_offset", BigInteger),
+    # What a replay needs beyond the input: the engine's clock for the turn and the model's
+    # side of it (engine/recording.py), the latter pruned after MODEL_RECORDING_RETENTION_DAYS.
+    Column("clock_at", DateTime(timezone=True)),
+    Column("model_calls", JSONB),
     UniqueConstraint("session_id", "version", name="uq_turns_session_version"),
+)
+Index("ix_turns_created_at", turns.c.created_at)
+Index(
+    "ix_turns_recorded",
+    turns.c.created_at,
+    postgresql_where=turns.c.model_calls.isnot(None),
 )
 Index(
     "uq_turns_source",

@@ -62,9 +62,31 @@ def run(args: argparse.Namespace) -> int:
     except AgentImportError as exc:
         return fail(str(exc), EXIT_CONFIG)
     if workers > 1:
+        # Workers that cannot reach a server would only be restarted, again and again: say so
+        # once, as one consumer would, before starting any.
+        code = run_service(lambda: _preflight(settings), lambda: None)
+        if code != 0:
+            return code
         return _supervise(workers, agent_path, relay=not args.no_relay)
     service = ConsumerService(settings, agent, run_relay=not args.no_relay)
     return run_service(service.run, service.stop)
+
+
+async def _preflight(settings: Settings) -> None:
+    """Connect once to PostgreSQL and the broker; raises what ``run_service`` reports."""
+    from consumer.outbox import new_producer
+    from store import Store
+
+    assert settings.database_url is not None and settings.kafka_bootstrap_servers is not None
+    store = await Store.connect(settings.database_url, pool_size=1, max_overflow=0)
+    await store.close()
+    producer = new_producer(
+        settings.kafka_bootstrap_servers, idempotent=False, **settings.kafka_client_options()
+    )
+    try:
+        await producer.start()
+    finally:
+        await producer.stop()
 
 
 def _supervise(workers: int, agent_path: str, *, relay: bool) -> int:
