@@ -32,7 +32,8 @@ def test_branch_aliases_map_back_and_junk_is_ignored() -> None:
             "mentions": {"preco": True, "ghost": True},
             "extract": {"preco": {"qtd": 2, "extra": 1}, "ghost": {}},
             "branches": {"q1": False, "q2": True, "q9": True},
-            "fields": {"nome": "Ana", "vazio": None},
+            "fields": {"nome": "Ana", "vazio": None, "booking_ref": "FORGED"},
+            "data": {"nome": "X"},
         }
     )
     judged = parse_understand(reply, PLAN)
@@ -41,16 +42,25 @@ def test_branch_aliases_map_back_and_junk_is_ignored() -> None:
     assert judged.extract == {"preco": {"qtd": 2}}
     assert judged.branches == {"r1/t/0": False, "r1/t/1": True}
     assert judged.fields == {"nome": "Ana"}
+    assert sorted(judged.refused) == sorted([
+        "data", "flows.ghost", "flows.x", "mentions.ghost", "extract.preco.extra",
+        "extract.ghost", "branches.q9", "fields.booking_ref",
+    ])
     assert parse_understand(ModelResponse(text="sorry"), PLAN).usable is False
     assert parse_understand(ModelResponse(json={"flows": [1]}), PLAN).flows == {}
 
 
 def test_speak_reply_message_and_values() -> None:
     """The envelope is { message, ...pending fields }; a plain-text reply is the message."""
-    assert parse_speak(ModelResponse(json={"message": " Oi ", "nome": None, "idade": 3})) == (
-        "Oi",
-        {"idade": 3},
-    )
-    assert parse_speak(ModelResponse(text="Só texto")) == ("Só texto", {})
-    assert parse_speak(ModelResponse(json={"message": "  "})) == (None, {})
-    assert parse_speak(ModelResponse(text="")) == (None, {})
+    reply = ModelResponse(json={"message": " Oi ", "nome": None, "idade": 3})
+    assert parse_speak(reply, ["nome", "idade"]) == ("Oi", {"idade": 3}, [])
+    assert parse_speak(ModelResponse(text="Só texto")) == ("Só texto", {}, [])
+    assert parse_speak(ModelResponse(json={"message": "  "})) == (None, {}, [])
+    assert parse_speak(ModelResponse(text="")) == (None, {}, [])
+
+
+def test_speak_reply_keeps_only_the_offered_fields() -> None:
+    """Properties the speak call did not offer are refused by name, whatever the provider sent."""
+    reply = ModelResponse(json={"message": "Oi", "idade": 3, "booking_ref": "X", "gone": None})
+    assert parse_speak(reply, ["nome"]) == ("Oi", {}, ["idade", "booking_ref"])
+    assert parse_speak(reply, ["idade"]) == ("Oi", {"idade": 3}, ["booking_ref"])
