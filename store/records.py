@@ -28,7 +28,8 @@ class TurnRecord:
 
     `input` is the turn request without `session`/`history`; the list fields are the
     `TurnResult` fields of the same names in their JSON form. `created_at` defaults to the
-    database clock.
+    database clock. `input_id` is the input's own id in its conversation (a message's id,
+    `event:{key}`, `start:{key}`; None for wakes and id-less messages): unique per session.
     """
 
     input: dict[str, Any]
@@ -41,6 +42,7 @@ class TurnRecord:
     llm_calls: int = 0
     source: SourceRecord | None = None
     created_at: datetime | None = None
+    input_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +83,9 @@ class LoadedSession:
 
     `history` is engine.md's transcript, oldest first: `{"role", "text", "at"}` entries.
     `applied` says whether the source record the load was asked about is already in the turn
-    log (a replay); `unpublished` counts the session's outbox rows not yet published.
+    log (a replay); `duplicate` whether the input id it was asked about is (the same input
+    re-produced at another offset); `unpublished` counts the session's outbox rows not yet
+    published.
     """
 
     state: dict[str, Any] | None
@@ -89,6 +93,7 @@ class LoadedSession:
     history: list[dict[str, Any]]
     applied: bool = False
     unpublished: int = 0
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)

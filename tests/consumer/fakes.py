@@ -10,6 +10,7 @@ from typing import Any
 
 from store import (
     AlreadyApplied,
+    DuplicateInput,
     LoadedSession,
     OutboxRow,
     SavedTurn,
@@ -31,11 +32,13 @@ class FakeBatch:
 
 
 class FakeStore:
-    """Sessions, a turn log keyed by source, and an outbox, in memory."""
+    """Sessions, a turn log keyed by source and by (session, input id), and an outbox, in
+    memory."""
 
     def __init__(self) -> None:
         self.sessions: dict[str, tuple[dict[str, Any], int]] = {}
         self.applied: set[tuple[str, int, int]] = set()
+        self.input_ids: set[tuple[str, str]] = set()
         self.rows: list[OutboxRow] = []
         self.published: set[int] = set()
         self.saves: list[SaveRequest] = []
@@ -43,9 +46,15 @@ class FakeStore:
         self.calls: list[str] = []  # the store methods called, in order: the round trips
 
     async def load(
-        self, session_id: str, *, history_limit: int = 20, source: SourceRecord | None = None
+        self,
+        session_id: str,
+        *,
+        history_limit: int = 20,
+        source: SourceRecord | None = None,
+        input_id: str | None = None,
     ) -> LoadedSession:
         self.calls.append("load")
+        duplicate = input_id is not None and (session_id, input_id) in self.input_ids
         state, version = self.sessions.get(session_id, (None, 0))
         applied = source is not None and (
             (source.topic, source.partition, source.offset) in self.applied
@@ -54,7 +63,7 @@ class FakeStore:
             1 for r in self.rows if r.session_id == session_id and r.id not in self.published
         )
         return LoadedSession(state=state, version=version, history=[], applied=applied,
-                             unpublished=unpublished)
+                             unpublished=unpublished, duplicate=duplicate)
 
     async def is_applied(self, topic: str, partition: int, offset: int) -> bool:
         self.calls.append("is_applied")
@@ -71,12 +80,17 @@ class FakeStore:
         if (source.topic, source.partition, source.offset) in self.applied:
             raise AlreadyApplied(topic=source.topic, partition=source.partition,
                                  offset=source.offset)
+        input_key = (request.session_id, request.turn.input_id or "")
+        if request.turn.input_id and input_key in self.input_ids:
+            raise DuplicateInput(session_id=request.session_id)
         _, version = self.sessions.get(request.session_id, (None, 0))
         if version != request.expected_version:
             raise VersionConflict(session_id=request.session_id,
                                   expected=request.expected_version, found=version)
         self.saves.append(request)
         self.applied.add((source.topic, source.partition, source.offset))
+        if request.turn.input_id:
+            self.input_ids.add(input_key)
         self.sessions[request.session_id] = (request.state, version + 1)
         ids = [self.add_row(request.session_id, e.topic, e.payload) for e in request.outbox]
         return SavedTurn(version=version + 1, outbox_ids=ids)
