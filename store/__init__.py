@@ -16,6 +16,7 @@ from store.errors import (
 from store.outbox import OutboxBatch
 from store.records import (
     LoadedSession,
+    LoggedTurn,
     OutboxEntry,
     OutboxRow,
     SavedTurn,
@@ -34,6 +35,7 @@ __all__ = [
     "EmbeddedPostgres",
     "EmbeddedServerError",
     "LoadedSession",
+    "LoggedTurn",
     "OutboxBatch",
     "OutboxEntry",
     "OutboxRow",
