@@ -8,7 +8,7 @@ Where a conversation already has several turns with one id (a duplicate answered
 index existed), only the earliest keeps it, so the index can be built.
 
 Revision ID: 0004
-Revises: 0005
+Revises: 0003
 Create Date: 2026-11-30
 """
 
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0004"
-down_revision: str | None = "0005"  # revisions are numbered in the order they were written
+down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
