@@ -15,7 +15,8 @@ wrapped errors (SQLAlchemy wraps the driver's error, which may wrap the codec's)
   surrogate; SQLSTATE 22021 character not in repertoire, 22P05 untranslatable character, the
   form a NUL takes);
 - ``out-of-range``: ``OverflowError``; SQLSTATE 22003 numeric and 22008 datetime overflow;
-- ``too-large``: the broker's or the producer's size limit (``MessageSizeTooLargeError``);
+- ``too-large``: the broker's or the producer's size limit (``MessageSizeTooLargeError`` and
+  its kin);
   SQLSTATE class 54 (program limit exceeded);
 - ``invalid-data``: any other data exception (SQLSTATE class 22), ``ValueError`` or
   ``RecursionError`` raised by the data itself.
@@ -28,7 +29,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from aiokafka.errors import MessageSizeTooLargeError
+from aiokafka.errors import (
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+)
 from sqlalchemy.exc import DBAPIError
 
 __all__ = ["UnfixableReason", "cannot_succeed", "describe"]
@@ -36,6 +41,8 @@ __all__ = ["UnfixableReason", "cannot_succeed", "describe"]
 UnfixableReason = Literal["unstorable-text", "out-of-range", "too-large", "invalid-data"]
 
 _MAX_CHAIN = 8
+
+_TOO_LARGE = (MessageSizeTooLargeError, RecordTooLargeError, RecordListTooLargeError)
 
 _SQLSTATES: dict[str, UnfixableReason] = {
     "22021": "unstorable-text",
@@ -56,33 +63,32 @@ def _chain(error: BaseException) -> list[BaseException]:
     return seen
 
 
-def _by_sqlstate(error: BaseException) -> UnfixableReason | None:
+def _sqlstate(error: BaseException) -> str:
     state = getattr(error, "sqlstate", None)
-    if not isinstance(state, str):
-        return None
-    if state in _SQLSTATES:
-        return _SQLSTATES[state]
-    if state.startswith("22"):
-        # The driver reports a value it could not encode as a generic 22000: the codec's
-        # error it wraps says which.
-        cause = error.__cause__
-        if isinstance(cause, UnicodeError):
-            return "unstorable-text"
-        if isinstance(cause, OverflowError):
-            return "out-of-range"
-        return "invalid-data"
-    if state.startswith("54"):
-        return "too-large"
-    return None
+    return state if isinstance(state, str) else ""
 
 
-def _by_type(error: BaseException) -> UnfixableReason | None:
-    if isinstance(error, MessageSizeTooLargeError):
+def _specific(error: BaseException) -> UnfixableReason | None:
+    """What a link says on its own: a known SQLSTATE, or the codec's or producer's error
+    (the driver reports a parameter it could not encode as a generic 22000 around it)."""
+    if _sqlstate(error) in _SQLSTATES:
+        return _SQLSTATES[_sqlstate(error)]
+    if isinstance(error, _TOO_LARGE):
         return "too-large"
     if isinstance(error, UnicodeError):
         return "unstorable-text"
     if isinstance(error, OverflowError):
         return "out-of-range"
+    return None
+
+
+def _general(error: BaseException) -> UnfixableReason | None:
+    """What a link's class says when no link said more."""
+    state = _sqlstate(error)
+    if state.startswith("22"):
+        return "invalid-data"
+    if state.startswith("54"):
+        return "too-large"
     if isinstance(error, ValueError | RecursionError):
         return "invalid-data"
     return None
@@ -93,14 +99,11 @@ def cannot_succeed(error: BaseException) -> UnfixableReason | None:
     if isinstance(error, DBAPIError) and error.connection_invalidated:
         return None
     chain = _chain(error)
-    for link in chain:
-        reason = _by_sqlstate(link)
-        if reason is not None:
-            return reason
-    for link in chain:
-        reason = _by_type(link)
-        if reason is not None:
-            return reason
+    for judge in (_specific, _general):
+        for link in chain:
+            reason = judge(link)
+            if reason is not None:
+                return reason
     return None
 
 

@@ -9,6 +9,7 @@ from store.embedded import EmbeddedPostgres, start_embedded_postgres
 from store.errors import AlreadyApplied, EmbeddedServerError, StoreError, VersionConflict
 from store.outbox import OutboxBatch
 from store.records import (
+    DeadLetterRecord,
     LoadedSession,
     OutboxEntry,
     OutboxRow,
@@ -24,6 +25,7 @@ from store.timers import ClaimedTimers
 __all__ = [
     "AlreadyApplied",
     "ClaimedTimers",
+    "DeadLetterRecord",
     "EmbeddedPostgres",
     "EmbeddedServerError",
     "LoadedSession",

@@ -64,7 +64,8 @@ def test_v4_dump_round_trips_and_older_shapes_upgrade() -> None:
 
 
 @pytest.mark.parametrize(
-    "at", ["card 4111111111111111 cvv 123", "9999-12-31T23:00:00-05:00", "0001-01-01T00:30:00+01:00"]
+    "at",
+    ["card 4111111111111111 cvv 123", "9999-12-31T23:00:00-05:00", "0001-01-01T00:30:00+01:00"],
 )
 def test_a_bad_at_is_refused_by_field_without_quoting_it(at: str) -> None:
     """An `at` that is not a time, or leaves years 1-9999 once moved to UTC, is a
