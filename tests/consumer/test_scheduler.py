@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import IllegalStateError
+from asyncpg.exceptions import UntranslatableCharacterError
+from sqlalchemy.exc import DBAPIError
 
 from consumer import metrics
 from consumer.errors import ScheduleRecordError
@@ -46,10 +48,13 @@ class FakeTimerStore:
     locked: set[str] = field(default_factory=set)
     events: list[str] = field(default_factory=list)
     fail_upsert: bool = False
+    unstorable: str = ""  # entries whose key contains this fail as PostgreSQL would
 
     async def upsert_timers(self, entries: Sequence[TimerEntry]) -> None:
         if self.fail_upsert:
             raise ConnectionError("database down")
+        if self.unstorable and any(self.unstorable in e.key for e in entries):
+            raise DBAPIError("INSERT ...", {}, UntranslatableCharacterError("'k'"))  # type: ignore[arg-type]
         for entry in entries:
             if entry.replaces:
                 self.rows.pop(entry.replaces, None)
@@ -219,12 +224,23 @@ def test_parse_treats_naive_time_as_utc() -> None:
         b'{"session_id":"s1","key":"k1","at":1767603600000}',
         b'{"session_id":"s1","key":"k1","at":"2026-01-05T09:00:00Z","replaces":3}',
         b'{"session_id":"s1","key":"k1","at":"2026-01-05T09:00:00Z","replaces":""}',
+        b'{"session_id":"b-sur\\ud800sid","key":"k1","at":"2026-01-05T09:00:00Z"}',
+        b'{"session_id":"s1","key":"k\\u0000","at":"2026-01-05T09:00:00Z"}',
+        b'{"session_id":"s1","key":"k1","at":"2026-01-05T09:00:00Z","replaces":"\\udfff"}',
+        b'{"session_id":"s1","key":"k1","at":"9999-12-31T23:00:00-05:00"}',
+        b'{"session_id":"s1","key":"k1","at":"0001-01-01T00:30:00+01:00"}',
+        b"[" * 100_000 + b"]" * 100_000,
     ],
 )
 def test_parse_rejects_malformed_records(value: bytes | None) -> None:
-    """Anything but a JSON object with session_id, key, ISO at and optional replaces is refused."""
-    with pytest.raises(ScheduleRecordError):
+    """Anything but a JSON object with session_id, key, ISO at and optional replaces is refused
+    with a ScheduleRecordError (never another error): text the database cannot store and times
+    that overflow once moved to UTC included."""
+    with pytest.raises(ScheduleRecordError) as caught:
         parse_schedule_record(value)
+    assert caught.value.reason in (
+        "empty", "not-json", "not-an-object", "invalid-text", "invalid-field"
+    )
 
 
 # --- intake ----------------------------------------------------------------------------------
@@ -266,6 +282,25 @@ async def test_intake_skips_malformed_record_and_commits_past_it() -> None:
     assert await make_intake(consumer, store, []).step() == 1
     assert list(store.rows) == ["a"]
     assert consumer.committed == [{P0: 2}]
+
+
+async def test_intake_refuses_an_entry_the_database_cannot_store_and_keeps_the_rest() -> None:
+    """When the batch's write fails with an error no retry can fix, the entries are written one
+    by one: only the failing one is refused (logged and counted), the timers before and after
+    it (other partitions' too) are stored, and the offsets move past all of them."""
+    refused = metrics.SCHEDULE_REFUSED.labels(reason="unstorable-text")._value.get()
+    store = FakeTimerStore(unstorable="bad")
+    consumer = FakeConsumer(
+        batches=[{P0: [FakeRecord(0, entry("a")), FakeRecord(1, entry("bad")),
+                       FakeRecord(2, entry("b", replaces="a"))],
+                  P1: [FakeRecord(5, entry("c", session="s2"))]}]
+    )
+    pokes: list[int] = []
+    assert await make_intake(consumer, store, pokes).step() == 3
+    assert sorted(store.rows) == ["b", "c"]
+    assert consumer.committed == [{P0: 3, P1: 6}] and consumer.seeks == []
+    assert pokes == [1]
+    assert metrics.SCHEDULE_REFUSED.labels(reason="unstorable-text")._value.get() == refused + 1
 
 
 async def test_intake_commits_a_batch_of_only_malformed_records_without_poking() -> None:
