@@ -4,23 +4,28 @@ each end on the DLQ while the consumer keeps answering the records behind them."
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from consumer.scheduler import FiringOptions
 from store import Store
 from tests.integration.harness import (
     DLQ,
     INBOUND,
+    SCHEDULE,
     SetupFactory,
     counting_agent,
     message,
+    produce,
     running_consumer,
     verbatim_texts,
     wait_until,
 )
+from tests.integration.test_scheduler_e2e import running_scheduler
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -122,3 +127,34 @@ async def test_an_oversized_record_is_kept_whole_and_its_partition_moves_on(
     assert kept.value == value and kept.key == sid.encode()
     assert kept.headers == [("error", b"forged")]
     assert kept.source == f"{setup.topics[INBOUND]}:0:0"
+
+
+async def test_hostile_schedule_records_never_hold_back_later_timers(
+    store: Store, service_setup: SetupFactory,
+) -> None:
+    """Schedule records with a lone surrogate or NUL in session_id or key, or an `at` that
+    overflows once moved to UTC, are refused at once; the good timers after them, of several
+    sessions, are stored and fired as wakes of their own sessions."""
+    setup = await service_setup(partitions=1)
+    suffix = uuid.uuid4().hex[:6]
+    sessions = [f"timer-{i}-{suffix}" for i in range(3)]
+    due = "2026-01-01T00:00:00Z"
+    hostile = [
+        b'{"session_id":"b-sur\\ud800sid","key":"k1","at":"%s"}' % due.encode(),
+        b'{"session_id":"s1","key":"k\\u0000","at":"%s"}' % due.encode(),
+        b'{"session_id":"s1","key":"k2","at":"9999-12-31T23:00:00-05:00"}',
+        b'{"session_id":"s1","key":"k3","at":"0001-01-01T00:30:00+01:00"}',
+    ]
+    good = [
+        json.dumps({"session_id": sid, "key": f"wake-{sid}", "at": due}).encode()
+        for sid in sessions
+    ]
+    await produce(setup.bootstrap, setup.topics[SCHEDULE], [*hostile, *good], key=b"s1")
+    async with running_scheduler(store, setup, group_id=f"sched-{suffix}",
+                                 options=FiringOptions(max_idle=0.5)):
+        async with setup.reader(INBOUND) as inbound:
+            wakes = await inbound.until(lambda v: len(v) >= len(sessions), within=60)
+    assert sorted((w["session_id"], w["wake"]) for w in wakes) == sorted(
+        (sid, f"wake-{sid}") for sid in sessions
+    )
+    assert await store.timers_pending() == 0
