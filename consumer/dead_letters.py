@@ -9,7 +9,8 @@ a reader sees first.
 
 A record close to the broker's size limit cannot travel whole once these headers are added,
 and retrying would hold its partition forever. When the broker or the producer refuses the
-dead letter as too large (``consumer.failures`` says ``too-large``), the record is kept in full
+dead letter for a reason no retry can fix (``consumer.failures``: too large, or a producer's
+header that cannot be encoded again), the record is kept in full
 in the ``dead_letters`` table and the dead letter goes out with an empty value, the consumer's
 headers and two more: ``kept-in`` (``dead_letters``) and ``kept-id`` (the row id); the
 producer's headers stay in the table with the rest. Nothing is lost and the partition moves on.
@@ -94,7 +95,9 @@ class DeadLetterPublisher:
             )
             return None
         except Exception as exc:
-            if cannot_succeed(exc) != "too-large":
+            # Too large, or a producer header name that cannot be encoded: the same record
+            # would fail the same way on every attempt.
+            if cannot_succeed(exc) is None:
                 raise
         row_id = await self._store.keep_dead_letter(
             DeadLetterRecord(

@@ -138,7 +138,7 @@ class FakeProducer:
         headers: list[tuple[str, bytes]] | None = None,
     ) -> Any:
         size = len(value or b"") + len(key or b"") + sum(
-            len(name) + len(data) for name, data in headers or ()
+            len(name.encode("utf-8")) + len(data) for name, data in headers or ()
         )
         if size > self.max_request_size:
             raise MessageSizeTooLargeError(f"The message is {size} bytes")

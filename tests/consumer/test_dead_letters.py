@@ -76,3 +76,15 @@ async def test_an_outbox_row_the_broker_can_never_take_is_set_aside() -> None:
     (kept,) = store.kept.values()
     assert kept.source == f"outbox:{huge}" and kept.reason == "too-large"
     assert json.loads(kept.value or b"")["text"] == "x" * LIMIT
+
+
+async def test_a_header_name_that_cannot_be_sent_again_is_kept_not_retried() -> None:
+    """A producer header whose name cannot be encoded again (a lone surrogate) would fail the
+    forward on every attempt; the record is kept whole and a dead letter with only the
+    consumer's headers goes out instead."""
+    producer, store = FakeProducer(), FakeStore()
+    odd = record(b"{}", headers=(("b-sur\ud800", b"x"),))
+    row_id = await DeadLetterPublisher(producer, store, "dlq").publish(
+        odd, "missing-session-id", "session_id is missing")
+    assert row_id is not None and store.kept[row_id].headers == [("b-sur\ud800", b"x")]
+    assert [name for name, _ in producer.headers[0]][-2:] == ["kept-in", "kept-id"]
