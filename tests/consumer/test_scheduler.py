@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
-from aiokafka.errors import IllegalStateError
+from aiokafka.errors import IllegalStateError, MessageSizeTooLargeError
 from asyncpg.exceptions import UntranslatableCharacterError
 from sqlalchemy.exc import DBAPIError
 
@@ -20,7 +20,7 @@ from consumer import metrics
 from consumer.errors import ScheduleRecordError
 from consumer.schedule_intake import ScheduleIntake, parse_schedule_record
 from consumer.scheduler import FiringOptions, TimerFiring, wake_record
-from store import Timer, TimerEntry
+from store import DeadLetterRecord, Timer, TimerEntry
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
@@ -49,6 +49,7 @@ class FakeTimerStore:
     events: list[str] = field(default_factory=list)
     fail_upsert: bool = False
     unstorable: str = ""  # entries whose key contains this fail as PostgreSQL would
+    kept: list[DeadLetterRecord] = field(default_factory=list)
 
     async def upsert_timers(self, entries: Sequence[TimerEntry]) -> None:
         if self.fail_upsert:
@@ -89,17 +90,26 @@ class FakeTimerStore:
     async def timers_pending(self) -> int:
         return len(self.rows)
 
+    async def keep_dead_letter(self, letter: DeadLetterRecord) -> int:
+        self.kept.append(letter)
+        self.events.append(f"kept {letter.reason}")
+        return len(self.kept)
+
 
 @dataclass
 class FakeProducer:
-    """Records sends; a session id in ``fail_for`` gets its ack failed."""
+    """Records sends; a session id in ``fail_for`` gets its ack failed; a value over
+    ``max_request_size`` is refused before sending, as aiokafka's producer does."""
 
     sent: list[tuple[str, bytes, bytes]] = field(default_factory=list)
     fail_for: set[str] = field(default_factory=set)
     events: list[str] | None = None
     failed: int = 0
+    max_request_size: int = 1 << 20
 
     async def send(self, topic: str, value: bytes, *, key: bytes) -> asyncio.Future[Any]:
+        if len(value) + len(key) > self.max_request_size:
+            raise MessageSizeTooLargeError(f"The message is {len(value)} bytes")
         ack: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if key.decode() in self.fail_for:
             self.failed += 1
@@ -348,6 +358,26 @@ def test_wake_record_is_keyed_by_session_and_carries_the_key() -> None:
     key, value = wake_record(Timer(session_id="s9", key="run1:w:1", at=T0))
     assert key == b"s9"
     assert json.loads(value) == {"session_id": "s9", "wake": "run1:w:1"}
+
+
+async def test_a_timer_whose_wake_can_never_be_sent_is_set_aside_not_retried() -> None:
+    """A due timer whose wake is over the producer's size limit is kept in dead_letters and
+    deleted with its batch; the timers due after it fire in the same batch instead of waiting
+    behind it forever."""
+    events: list[str] = []
+    store = FakeTimerStore(events=events)
+    await store.upsert_timers([
+        timer("s1", "k" * 5000, T0 - timedelta(seconds=3)),
+        timer("s2", "after", T0 - timedelta(seconds=1)),
+    ])
+    producer = FakeProducer(events=events, max_request_size=1000)
+    assert await make_firing(store, producer).fire_batch() == 2
+    assert [k for _t, k, _v in producer.sent] == [b"s2"]
+    (kept,) = store.kept
+    assert kept.reason == "too-large" and kept.key == b"s1"
+    assert json.loads(kept.value or b"")["wake"] == "k" * 5000
+    assert store.rows == {}
+    assert events[-3:] == ["ack after", "kept too-large", "commit ['" + "k" * 5000 + "', 'after']"]
 
 
 async def test_fire_batch_sends_only_due_timers_then_deletes_them() -> None:
