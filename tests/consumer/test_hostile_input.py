@@ -32,6 +32,7 @@ from tests.consumer.fakes import FakeProducer, FakeStore
 
 TP = TopicPartition("inbound.turns", 0)
 GOOD = "s-good"
+OTHER = "s-other"
 LIMIT = 4096
 REASONS = {
     "empty", "too-large", "not-utf8", "not-json", "not-an-object", "invalid-text",
@@ -263,8 +264,10 @@ def _record(offset: int, key: bytes | None, value: bytes | None) -> ConsumerReco
     )
 
 
-def _good(label: str) -> bytes:
-    return json.dumps({"session_id": GOOD, "message": label, "context": {"label": label}}).encode()
+def _good(label: str, session_id: str = GOOD) -> bytes:
+    return json.dumps(
+        {"session_id": session_id, "message": label, "context": {"label": label}}
+    ).encode()
 
 
 async def run_loop(
@@ -315,8 +318,11 @@ def _fates(store: FakeStore, producer: FakeProducer, count: int) -> dict[int, st
     return fates
 
 
-def _replies(producer: FakeProducer) -> list[str]:
-    return [json.loads(value)["text"] for topic, _key, value in producer.sent if topic == "out"]
+def _replies(producer: FakeProducer, session_id: str = GOOD) -> list[str]:
+    return [
+        json.loads(value)["text"] for topic, key, value in producer.sent
+        if topic == "out" and key == session_id.encode()
+    ]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -326,11 +332,15 @@ def test_every_hostile_record_ends_applied_or_dead_lettered_and_the_next_is_answ
 ) -> None:
     """Between a good first and a good last message of one session, hostile records (most of
     them for that same session) each end applied or dead-lettered with a reason; the loop
-    never stops, and the last good message is answered after the first, in order."""
-    records = [(GOOD.encode(), _good("first")), *hostile, (GOOD.encode(), _good("last"))]
+    never stops, the last good message is answered after the first, in order, and a second
+    session on the same partition gets exactly its own two replies."""
+    records = [(GOOD.encode(), _good("first")), (OTHER.encode(), _good("first", OTHER)),
+               *hostile,
+               (OTHER.encode(), _good("last", OTHER)), (GOOD.encode(), _good("last"))]
     store, producer = asyncio.run(run_loop(records))
     fates = _fates(store, producer, len(records))
-    assert fates[0] == "applied" and fates[len(records) - 1] == "applied"
+    assert [fates[i] for i in (0, 1, len(records) - 2, len(records) - 1)] == ["applied"] * 4
+    assert _replies(producer, OTHER) == ["1:first", "2:last"]
     # Nothing here can be fixed by a retry: each refusal is immediate and has its own reason.
     assert set(fates.values()) <= REASONS - {"turn-failed", "retries-exhausted"} | {"applied"}
     replies = _replies(producer)
