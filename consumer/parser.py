@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -115,7 +116,7 @@ def parse_record(
         return Rejected("not-json", f"value is not JSON{where}")
     if not isinstance(body, dict):
         return Rejected("not-an-object", f"JSON value is a {type(body).__name__}, not an object")
-    problem = _unstorable_text(body)
+    problem = _unstorable_text(body) if _RISKY_ESCAPE.search(text) else None
     if problem is not None:
         return Rejected("invalid-text", problem)
 
@@ -187,6 +188,12 @@ def _check_fields(kind: str, body: dict[str, Any]) -> str | None:
     if body.get("silenced") is not None and not isinstance(body["silenced"], dict):
         return "silenced must be an object or null"
     return None
+
+
+# A decoded string can hold NUL or a lone surrogate only through a JSON escape: strict UTF-8
+# refuses encoded surrogates and the decoder refuses raw control characters. So the walk over
+# every string runs only when the text has such an escape (or text that looks like one).
+_RISKY_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 
 
 class _NotFinite(ValueError):
