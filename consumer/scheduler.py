@@ -16,8 +16,9 @@ its records to the producer, which keeps wakes in due order per partition.
 A timer whose wake can never be produced (``consumer.failures``: a key so long the wake is
 over the producer's size limit) would fail its batch on every attempt, and since due rows are
 claimed earliest first it would hold back every timer due after it. Such a timer is set aside:
-kept in the ``dead_letters`` table (source ``timer:<sha256 of its key>``), logged and counted
-in ``turnflow_schedule_refused_total``, and deleted with its batch while the others fire.
+kept in the ``dead_letters`` table (source ``timer:<sha256 of its session and key>``), logged
+and counted in ``turnflow_schedule_refused_total``, and deleted with its batch while the
+others fire.
 
 Replicas skip each other's locked rows, so in the normal path a timer fires once. A crash
 between the ack and the commit fires it again on restart; the engine answers that second wake
@@ -275,7 +276,9 @@ class TimerFiring:
     async def _set_aside(self, timer: Timer, error: BaseException) -> None:
         """Keep a timer whose wake can never be produced; its row is deleted with the batch."""
         reason = cannot_succeed(error) or "invalid-data"
-        digest = hashlib.sha256(timer.key.encode("utf-8", "backslashreplace")).hexdigest()
+        # Keyed by session and key: the same key may be set for two sessions.
+        identity = f"{timer.session_id}\n{timer.key}".encode("utf-8", "backslashreplace")
+        digest = hashlib.sha256(identity).hexdigest()
         kept = await self._store.keep_dead_letter(
             DeadLetterRecord(
                 source=f"timer:{digest}",
