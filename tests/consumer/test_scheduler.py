@@ -307,7 +307,7 @@ async def test_intake_refuses_an_entry_the_database_cannot_store_and_keeps_the_r
     )
     pokes: list[int] = []
     assert await make_intake(consumer, store, pokes).step() == 3
-    assert sorted(store.rows) == ["b", "c"]
+    assert sorted(e.key for e in store.rows.values()) == ["b", "c"]
     assert consumer.committed == [{P0: 3, P1: 6}] and consumer.seeks == []
     assert pokes == [1]
     assert metrics.SCHEDULE_REFUSED.labels(reason="unstorable-text")._value.get() == refused + 1
