@@ -140,6 +140,13 @@ TIMERS_SCHEDULED = Counter(
     registry=REGISTRY,
 )
 
+SCHEDULE_REFUSED = Counter(
+    "turnflow_schedule_refused_total",
+    "Schedule records refused (skipped, their offsets committed), by reason.",
+    ["reason"],
+    registry=REGISTRY,
+)
+
 
 def exported_names() -> set[str]:
     """Every sample name this registry can expose (with _total/_bucket/... suffixes)."""

@@ -34,6 +34,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from consumer import crash, metrics
 from consumer.backpressure import Backpressure
+from consumer.dead_letters import DeadLetterPublisher
 from consumer.decisions import (
     Abandon,
     Commit,
@@ -132,6 +133,7 @@ class ConsumerService:
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._pipeline: TurnPipeline | None = None
+        self._dead_letters: DeadLetterPublisher | None = None
         self._relay: OutboxRelay | None = None
         self._relay_task: asyncio.Task[None] | None = None
         self._health: HealthServer | None = None
@@ -195,6 +197,7 @@ class ConsumerService:
         )
         await self._producer.start()
         publisher = OutboxPublisher(self._store, self._producer)
+        self._dead_letters = DeadLetterPublisher(self._producer, self._store, s.dlq_topic)
         observe_model_calls(self._agent)
         self._agent = await attach_postgres_knowledge(self._agent, s.database_url)
         if isinstance(self._agent, Agent):
@@ -419,18 +422,14 @@ class ConsumerService:
     async def _send_dead_letter(
         self, record: ConsumerRecord[bytes, bytes], reason: str, detail: str
     ) -> None:
-        assert self._producer is not None
-        headers = [
-            *list(record.headers or ()),
-            ("error", reason.encode()),
-            ("detail", detail.encode()),
-            ("source-topic", record.topic.encode()),
-            ("source-partition", str(record.partition).encode()),
-            ("source-offset", str(record.offset).encode()),
-        ]
-        await self._producer.send_and_wait(
-            self._settings.dlq_topic, record.value, key=record.key, headers=headers
-        )
+        assert self._dead_letters is not None
+        kept = await self._dead_letters.publish(record, reason, detail)
+        if kept is not None:
+            log.warning(
+                "record too large for the DLQ topic; kept in the dead_letters table",
+                extra={"reason": reason, "partition": record.partition,
+                       "offset": record.offset, "kept_id": kept},
+            )
 
     def _done(self, tp: TopicPartition, offset: int, epoch: int) -> None:
         if self._owns(tp, epoch):

@@ -148,8 +148,10 @@ class TurnRequest(_Model):
             return cls.model_validate(value)
         except ValidationError as exc:
             sid = value.get("session_id") if isinstance(value, dict) else None
+            first = exc.errors(include_url=False, include_input=False)[0]
+            where = ".".join(str(part) for part in first["loc"])
             raise TurnRequestError(
-                f"invalid turn request: {exc.errors()[0]['msg']}",
+                f"invalid turn request: {where + ': ' if where else ''}{first['msg']}",
                 session_id=sid if isinstance(sid, str) else None,
             ) from None
 

@@ -17,11 +17,12 @@ from sqlalchemy import TextClause, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from store import history, jsoncodec, outbox, saving, timers, turn_log
+from store import dead_letters, history, jsoncodec, outbox, saving, timers, turn_log
 from store.errors import AlreadyApplied, DuplicateInput, VersionConflict
 from store.input_ids import stored_input_id
 from store.outbox import OutboxBatch
 from store.records import (
+    DeadLetterRecord,
     LoadedSession,
     LoggedTurn,
     SavedTurn,
@@ -310,3 +311,20 @@ class Store:
     async def timers_pending(self) -> int:
         """How many timers are set."""
         return int(await self._scalar(timers.PENDING))
+
+    # -- dead letters -----------------------------------------------------------------------
+
+    async def keep_dead_letter(self, letter: DeadLetterRecord) -> int:
+        """Keep a record that cannot travel whole; its row id (the same id for the same
+        `source` kept again)."""
+        async with self._engine.connect() as connection:
+            result = await connection.execute(
+                dead_letters.KEEP, dead_letters.keep_parameters(letter)
+            )
+            return int(result.scalar_one())
+
+    async def dead_letter(self, row_id: int) -> DeadLetterRecord | None:
+        """The record kept under `row_id`, or None."""
+        async with self._engine.connect() as connection:
+            row = (await connection.execute(dead_letters.READ, {"id": row_id})).first()
+        return None if row is None else dead_letters.decode(row)

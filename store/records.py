@@ -153,3 +153,20 @@ class LoggedTurn:
     created_at: datetime
     clock_at: datetime | None = None
     model_calls: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterRecord:
+    """A record kept in full because it cannot travel whole (see `store.dead_letters`).
+
+    `source` identifies it once ("topic:partition:offset" of an input, "outbox:<id>" of an
+    outbox row); `topic` is where it was headed; `headers` are the record's own, in order.
+    """
+
+    source: str
+    topic: str
+    reason: str
+    detail: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] = field(default_factory=list)

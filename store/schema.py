@@ -23,6 +23,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     Table,
@@ -141,4 +142,22 @@ knowledge_excerpts = Table(
 )
 Index("ix_knowledge_excerpts_tsv", knowledge_excerpts.c.tsv, postgresql_using="gin")
 
-TABLE_NAMES = ("sessions", "turns", "outbox", "timers", "knowledge_excerpts")
+# What the DLQ topic cannot carry whole (a record near the broker's size limit, which the added
+# headers push past it) and outbox rows the broker can never take: kept here in full, and the
+# dead letter on the topic names the row (store/dead_letters.py).
+dead_letters = Table(
+    "dead_letters",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("source", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("detail", Text, nullable=False),
+    Column("key", LargeBinary),
+    Column("value", LargeBinary),
+    Column("headers", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    UniqueConstraint("source", name="uq_dead_letters_source"),
+)
+
+TABLE_NAMES = ("sessions", "turns", "outbox", "timers", "knowledge_excerpts", "dead_letters")

@@ -9,10 +9,12 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from aiokafka.errors import MessageSizeTooLargeError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from store import (
     AlreadyApplied,
+    DeadLetterRecord,
     DuplicateInput,
     LoadedSession,
     OutboxRow,
@@ -47,6 +49,8 @@ class FakeStore:
         self.saves: list[SaveRequest] = []
         self.rival_writes = 0  # saves another writer sneaks in before ours
         self.calls: list[str] = []  # the store methods called, in order: the round trips
+        self.kept: dict[int, DeadLetterRecord] = {}  # the dead_letters table
+        self.duplicates: set[tuple[str, int, int]] = set()  # sources a load found a copy of
 
     async def load(
         self,
@@ -65,6 +69,8 @@ class FakeStore:
         unpublished = sum(
             1 for r in self.rows if r.session_id == session_id and r.id not in self.published
         )
+        if duplicate and source is not None:
+            self.duplicates.add((source.topic, source.partition, source.offset))
         return LoadedSession(state=state, version=version, history=[], applied=applied,
                              unpublished=unpublished, duplicate=duplicate)
 
@@ -125,19 +131,47 @@ class FakeStore:
     async def outbox_backlog(self) -> int:
         return len(self.rows) - len(self.published)
 
+    async def keep_dead_letter(self, letter: DeadLetterRecord) -> int:
+        """Keep a record once per source, as the dead_letters table does."""
+        self.calls.append("keep_dead_letter")
+        for row_id, kept in self.kept.items():
+            if kept.source == letter.source:
+                return row_id
+        row_id = len(self.kept) + 1
+        self.kept[row_id] = letter
+        return row_id
+
 
 class FakeProducer:
-    """Records what was sent, in order; every send is acknowledged at once."""
+    """Records what was sent, in order; every send is acknowledged at once. Like aiokafka's
+    producer, it refuses a record larger than ``max_request_size`` (value, key and headers)
+    with ``MessageSizeTooLargeError`` before sending it."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_request_size: int = 1 << 20) -> None:
         self.sent: list[tuple[str, bytes | None, bytes]] = []
+        self.headers: list[list[tuple[str, bytes]]] = []
+        self.max_request_size = max_request_size
 
-    async def send(self, topic: str, value: bytes, key: bytes | None = None) -> Any:
+    async def send(
+        self, topic: str, value: bytes, key: bytes | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> Any:
+        size = len(value or b"") + len(key or b"") + sum(
+            len(name.encode("utf-8")) + len(data) for name, data in headers or ()
+        )
+        if size > self.max_request_size:
+            raise MessageSizeTooLargeError(f"The message is {size} bytes")
         self.sent.append((topic, key, value))
+        self.headers.append(list(headers or ()))
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         future.set_result(None)
         return future
 
+    async def send_and_wait(
+        self, topic: str, value: bytes, key: bytes | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> Any:
+        return await (await self.send(topic, value, key=key, headers=headers))
 
 class FakeKafkaConsumer:
     """Just enough of AIOKafkaConsumer for the fetch loop: per-partition logs, pause/resume,

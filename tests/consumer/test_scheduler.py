@@ -12,13 +12,15 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
-from aiokafka.errors import IllegalStateError
+from aiokafka.errors import IllegalStateError, MessageSizeTooLargeError
+from asyncpg.exceptions import UntranslatableCharacterError
+from sqlalchemy.exc import DBAPIError
 
 from consumer import metrics
 from consumer.errors import ScheduleRecordError
 from consumer.schedule_intake import ScheduleIntake, parse_schedule_record
 from consumer.scheduler import FiringOptions, TimerFiring, wake_record
-from store import Timer, TimerEntry
+from store import DeadLetterRecord, Timer, TimerEntry
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
@@ -47,6 +49,8 @@ class FakeTimerStore:
     locked: set[tuple[str, str]] = field(default_factory=set)
     events: list[str] = field(default_factory=list)
     fail_upsert: bool = False
+    unstorable: str = ""  # entries whose key contains this fail as PostgreSQL would
+    kept: list[DeadLetterRecord] = field(default_factory=list)
 
     def keys(self) -> list[str]:
         """The stored timers' keys, in insertion order."""
@@ -55,6 +59,8 @@ class FakeTimerStore:
     async def upsert_timers(self, entries: Sequence[TimerEntry]) -> None:
         if self.fail_upsert:
             raise ConnectionError("database down")
+        if self.unstorable and any(self.unstorable in e.key for e in entries):
+            raise DBAPIError("INSERT ...", {}, UntranslatableCharacterError("'k'"))  # type: ignore[arg-type]
         for entry in entries:
             if entry.replaces:
                 self.rows.pop((entry.session_id, entry.replaces), None)
@@ -94,17 +100,26 @@ class FakeTimerStore:
     async def timers_pending(self) -> int:
         return len(self.rows)
 
+    async def keep_dead_letter(self, letter: DeadLetterRecord) -> int:
+        self.kept.append(letter)
+        self.events.append(f"kept {letter.reason}")
+        return len(self.kept)
+
 
 @dataclass
 class FakeProducer:
-    """Records sends; a session id in ``fail_for`` gets its ack failed."""
+    """Records sends; a session id in ``fail_for`` gets its ack failed; a value over
+    ``max_request_size`` is refused before sending, as aiokafka's producer does."""
 
     sent: list[tuple[str, bytes, bytes]] = field(default_factory=list)
     fail_for: set[str] = field(default_factory=set)
     events: list[str] | None = None
     failed: int = 0
+    max_request_size: int = 1 << 20
 
     async def send(self, topic: str, value: bytes, *, key: bytes) -> asyncio.Future[Any]:
+        if len(value) + len(key) > self.max_request_size:
+            raise MessageSizeTooLargeError(f"The message is {len(value)} bytes")
         ack: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if key.decode() in self.fail_for:
             self.failed += 1
@@ -229,12 +244,23 @@ def test_parse_treats_naive_time_as_utc() -> None:
         b'{"session_id":"s1","key":"k1","at":1767603600000}',
         b'{"session_id":"s1","key":"k1","at":"2026-01-05T09:00:00Z","replaces":3}',
         b'{"session_id":"s1","key":"k1","at":"2026-01-05T09:00:00Z","replaces":""}',
+        b'{"session_id":"b-sur\\ud800sid","key":"k1","at":"2026-01-05T09:00:00Z"}',
+        b'{"session_id":"s1","key":"k\\u0000","at":"2026-01-05T09:00:00Z"}',
+        b'{"session_id":"s1","key":"k1","at":"2026-01-05T09:00:00Z","replaces":"\\udfff"}',
+        b'{"session_id":"s1","key":"k1","at":"9999-12-31T23:00:00-05:00"}',
+        b'{"session_id":"s1","key":"k1","at":"0001-01-01T00:30:00+01:00"}',
+        b"[" * 100_000 + b"]" * 100_000,
     ],
 )
 def test_parse_rejects_malformed_records(value: bytes | None) -> None:
-    """Anything but a JSON object with session_id, key, ISO at and optional replaces is refused."""
-    with pytest.raises(ScheduleRecordError):
+    """Anything but a JSON object with session_id, key, ISO at and optional replaces is refused
+    with a ScheduleRecordError (never another error): text the database cannot store and times
+    that overflow once moved to UTC included."""
+    with pytest.raises(ScheduleRecordError) as caught:
         parse_schedule_record(value)
+    assert caught.value.reason in (
+        "empty", "not-json", "not-an-object", "invalid-text", "invalid-field"
+    )
 
 
 # --- intake ----------------------------------------------------------------------------------
@@ -276,6 +302,25 @@ async def test_intake_skips_malformed_record_and_commits_past_it() -> None:
     assert await make_intake(consumer, store, []).step() == 1
     assert list(store.keys()) == ["a"]
     assert consumer.committed == [{P0: 2}]
+
+
+async def test_intake_refuses_an_entry_the_database_cannot_store_and_keeps_the_rest() -> None:
+    """When the batch's write fails with an error no retry can fix, the entries are written one
+    by one: only the failing one is refused (logged and counted), the timers before and after
+    it (other partitions' too) are stored, and the offsets move past all of them."""
+    refused = metrics.SCHEDULE_REFUSED.labels(reason="unstorable-text")._value.get()
+    store = FakeTimerStore(unstorable="bad")
+    consumer = FakeConsumer(
+        batches=[{P0: [FakeRecord(0, entry("a")), FakeRecord(1, entry("bad")),
+                       FakeRecord(2, entry("b", replaces="a"))],
+                  P1: [FakeRecord(5, entry("c", session="s2"))]}]
+    )
+    pokes: list[int] = []
+    assert await make_intake(consumer, store, pokes).step() == 3
+    assert sorted(e.key for e in store.rows.values()) == ["b", "c"]
+    assert consumer.committed == [{P0: 3, P1: 6}] and consumer.seeks == []
+    assert pokes == [1]
+    assert metrics.SCHEDULE_REFUSED.labels(reason="unstorable-text")._value.get() == refused + 1
 
 
 async def test_intake_commits_a_batch_of_only_malformed_records_without_poking() -> None:
@@ -323,6 +368,26 @@ def test_wake_record_is_keyed_by_session_and_carries_the_key() -> None:
     key, value = wake_record(Timer(session_id="s9", key="run1:w:1", at=T0))
     assert key == b"s9"
     assert json.loads(value) == {"session_id": "s9", "wake": "run1:w:1"}
+
+
+async def test_a_timer_whose_wake_can_never_be_sent_is_set_aside_not_retried() -> None:
+    """A due timer whose wake is over the producer's size limit is kept in dead_letters and
+    deleted with its batch; the timers due after it fire in the same batch instead of waiting
+    behind it forever."""
+    events: list[str] = []
+    store = FakeTimerStore(events=events)
+    await store.upsert_timers([
+        timer("s1", "k" * 5000, T0 - timedelta(seconds=3)),
+        timer("s2", "after", T0 - timedelta(seconds=1)),
+    ])
+    producer = FakeProducer(events=events, max_request_size=1000)
+    assert await make_firing(store, producer).fire_batch() == 2
+    assert [k for _t, k, _v in producer.sent] == [b"s2"]
+    (kept,) = store.kept
+    assert kept.reason == "too-large" and kept.key == b"s1"
+    assert json.loads(kept.value or b"")["wake"] == "k" * 5000
+    assert store.rows == {}
+    assert events[-3:] == ["ack after", "kept too-large", "commit ['" + "k" * 5000 + "', 'after']"]
 
 
 async def test_fire_batch_sends_only_due_timers_then_deletes_them() -> None:
