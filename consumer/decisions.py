@@ -5,8 +5,9 @@ The one place where failures are classified, so the rules read in one screen:
 - success → ``Commit`` (the offset becomes eligible once everything below it is done);
 - the partition moved to another replica (``FencedPublishError``) → ``Abandon``: do not publish,
   do not commit; the new owner replays the record and the relay publishes what was saved;
-- a request the engine refuses (``TurnRequestError``) or a fatal model failure → ``DeadLetter``
-  at once: retrying cannot help;
+- a request the engine refuses (``TurnRequestError``), a fatal model failure, or data no retry
+  can fix (``consumer.failures``: text the database cannot store, a value out of range, a
+  record over a size limit) → ``DeadLetter`` at once, with its own reason: retrying cannot help;
 - a retryable model failure, a version race lost too often, or an unexpected exception →
   ``Retry`` with exponential backoff (the server's ``retry_after`` when larger), then
   ``DeadLetter`` past ``max_retries``;
@@ -26,6 +27,7 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, Opera
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from consumer.errors import FencedPublishError, PublishError
+from consumer.failures import cannot_succeed, describe
 from engine import ProviderError, TurnRequestError
 
 __all__ = [
@@ -120,7 +122,12 @@ def decide(error: BaseException | None, *, attempt: int, policy: RetryPolicy) ->
         )
     if isinstance(error, VersionConflictsExhausted):
         return _bounded_retry("version-conflicts", attempt, policy)
-    if isinstance(error, _INFRASTRUCTURE) or _connection_lost(error):
+    if _connection_lost(error):
+        return Retry(policy.delay(attempt), "infrastructure")
+    unfixable = cannot_succeed(error)
+    if unfixable is not None:
+        return DeadLetter(unfixable, describe(error))
+    if isinstance(error, _INFRASTRUCTURE):
         return Retry(policy.delay(attempt), "infrastructure")
     return _bounded_retry("turn-failed", attempt, policy)
 

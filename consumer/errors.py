@@ -81,4 +81,12 @@ class FencedPublishError(PublishError):
 
 
 class ScheduleRecordError(ConsumerError):
-    """A schedule record is malformed; the scheduler skips it (retrying cannot fix it)."""
+    """A schedule record is malformed; the scheduler skips it (retrying cannot fix it).
+
+    ``reason`` is a code for logs and metrics (``empty``, ``not-json``, ``not-an-object``,
+    ``invalid-text``, ``invalid-field``); the message names the field, never its value.
+    """
+
+    def __init__(self, message: str, *, reason: str = "invalid-field") -> None:
+        super().__init__(message)
+        self.reason = reason

@@ -4,6 +4,10 @@ A deliberately tiny HTTP/1.0 server on asyncio streams (no web framework for thr
 ``/healthz`` answers 200 while the event loop runs; ``/readyz`` answers 200 when the service's
 ``ready()`` says so (connected and consuming) and 503 otherwise. Bodies carry metric samples
 and a word, never conversation content.
+
+Whatever a client sends, the port answers or closes without an unhandled error: a request
+line or header over the stream's line limit (64 KB) gets 414 or 431, a client that goes
+quiet is dropped after a few seconds, and the connection is closed either way.
 """
 
 from __future__ import annotations
@@ -22,7 +26,15 @@ from consumer.settings import Settings
 
 __all__ = ["HealthServer", "start_health_server"]
 
-_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    414: "URI Too Long",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+}
+_TIMEOUT_S = 5
 
 
 class HealthServer:
@@ -55,25 +67,35 @@ class HealthServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            request_line = await asyncio.wait_for(reader.readline(), timeout=5)
-            # Drain the headers; nothing in them matters here.
-            while True:
-                line = await asyncio.wait_for(reader.readline(), timeout=5)
-                if line in (b"\r\n", b"\n", b""):
-                    break
-            status, content_type, body = self.respond(request_line.decode("latin-1"))
+            status, content_type, body = await self._read_and_respond(reader)
             head = (
                 f"HTTP/1.0 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
             )
             writer.write(head.encode("latin-1") + body)
             await writer.drain()
-        except (TimeoutError, ConnectionError):
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
+
+    async def _read_and_respond(self, reader: asyncio.StreamReader) -> tuple[int, str, bytes]:
+        """Read the request line and drain the headers; an over-long line is answered, not
+        raised (``readline`` raises ``ValueError`` past the stream's limit)."""
+        try:
+            request_line = await asyncio.wait_for(reader.readline(), timeout=_TIMEOUT_S)
+        except ValueError:
+            return 414, "text/plain", b"request line too long\n"
+        while True:
+            try:
+                line = await asyncio.wait_for(reader.readline(), timeout=_TIMEOUT_S)
+            except ValueError:
+                return 431, "text/plain", b"header too long\n"
+            if line in (b"\r\n", b"\n", b""):
+                break
+        return self.respond(request_line.decode("latin-1"))
 
     def respond(self, request_line: str) -> tuple[int, str, bytes]:
         """Status, content type and body for one request line such as ``GET /readyz HTTP/1.1``."""

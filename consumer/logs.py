@@ -2,7 +2,12 @@
 
 Fields come from ``extra=``; only names in ``SAFE_FIELDS`` are written, so a careless
 ``extra={"text": ...}`` never leaks message text or a secret into the logs. Exceptions are
-logged by type and first line only; the traceback goes out at DEBUG.
+logged by type only; the traceback goes out at DEBUG.
+
+Every line is bounded: ids and keys come from producers (a wake key can be 60 KB), so each
+string field is cut at ``MAX_FIELD_CHARS`` and the message at ``MAX_MESSAGE_CHARS``, with the
+number of characters cut said in place. Text that cannot be written as UTF-8 (a lone
+surrogate) is escaped rather than failing the line.
 """
 
 from __future__ import annotations
@@ -13,7 +18,12 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["SAFE_FIELDS", "JsonFormatter", "configure_logging"]
+__all__ = ["MAX_FIELD_CHARS", "MAX_MESSAGE_CHARS", "SAFE_FIELDS", "JsonFormatter",
+           "configure_logging"]
+
+MAX_FIELD_CHARS = 200
+MAX_MESSAGE_CHARS = 1000
+_MAX_ITEMS = 50
 
 _HANDLER_NAME = "turnflow-json"
 
@@ -22,9 +32,30 @@ SAFE_FIELDS = frozenset(
         "session_id", "input_id", "kind", "topic", "partition", "offset", "version",
         "messages", "schedule", "llm_calls", "conflicts", "attempt", "delay_s", "reason",
         "error", "rows", "partitions", "group_id", "port", "agent", "decision", "committed",
-        "in_flight", "abandoned",
+        "in_flight", "abandoned", "kept_id",
     }
 )
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters (saying how many were cut), lone surrogates
+    escaped."""
+    if len(text) > limit:
+        text = f"{text[:limit]}...(+{len(text) - limit} chars)"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _bounded(value: Any) -> Any:
+    """A log field of bounded size: numbers as they are, strings clipped, lists shortened."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, list | tuple | set | frozenset):
+        items = list(value)
+        shown = [_bounded(item) for item in items[:_MAX_ITEMS]]
+        if len(items) > _MAX_ITEMS:
+            shown.append(f"...(+{len(items) - _MAX_ITEMS} items)")
+        return shown
+    return _clip(value if isinstance(value, str) else str(value), MAX_FIELD_CHARS)
 
 
 class JsonFormatter(logging.Formatter):
@@ -35,11 +66,11 @@ class JsonFormatter(logging.Formatter):
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": _clip(record.getMessage(), MAX_MESSAGE_CHARS),
         }
         for name in SAFE_FIELDS:
             if name in record.__dict__:
-                entry[name] = record.__dict__[name]
+                entry[name] = _bounded(record.__dict__[name])
         if record.exc_info and record.exc_info[1] is not None:
             exc = record.exc_info[1]
             entry["exception"] = type(exc).__name__

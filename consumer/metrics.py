@@ -56,7 +56,14 @@ OUTCOMES = Counter(
 )
 TURN_OUTCOMES = Counter(
     "turnflow_turn_outcomes_total",
-    "Turn-level outcomes (answered, task_completed, handoff, fallback, error).",
+    "Turn-level outcomes (answered, goal_completed, task_completed, handoff, fallback, error, "
+    "gated).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+AI_CREDITS = Counter(
+    "turnflow_ai_credits_total",
+    "AI credits billed by lifecycle agents' turns, by turn outcome.",
     ["outcome"],
     registry=REGISTRY,
 )
@@ -113,6 +120,11 @@ CONSUMER_LAG = Gauge(
     ["topic", "partition"],
     registry=REGISTRY,
 )
+PAUSED_PARTITIONS = Gauge(
+    "turnflow_consumer_paused_partitions",
+    "Owned partitions not being fetched because their unfinished records reached their share.",
+    registry=REGISTRY,
+)
 OUTBOX_BACKLOG = Gauge(
     "turnflow_outbox_backlog", "Outbox rows committed but not yet published.", registry=REGISTRY
 )
@@ -157,25 +169,34 @@ TIMERS_SCHEDULED = Counter(
     registry=REGISTRY,
 )
 
+SCHEDULE_REFUSED = Counter(
+    "turnflow_schedule_refused_total",
+    "Schedule records refused (skipped, their offsets committed), by reason.",
+    ["reason"],
+    registry=REGISTRY,
+)
+
 
 # --- which process serves what, and the label values known in advance ------------------------
 
 _SHARED = (BUILD_INFO,)
 _OUTBOX = (OUTBOX_BACKLOG, OUTBOX_PUBLISHED)
 _CONSUMER = (
-    TURNS, LLM_CALLS_PER_TURN, LLM_CALLS, OUTCOMES, TURN_OUTCOMES, TURN_DURATION,
+    TURNS, LLM_CALLS_PER_TURN, LLM_CALLS, OUTCOMES, TURN_OUTCOMES, AI_CREDITS, TURN_DURATION,
     MODEL_CALL_DURATION, MODEL_TOKENS, MODEL_ERRORS, VERSION_CONFLICTS, DLQ, REPLAYS_SKIPPED,
-    INPUT_RETRIES, IN_FLIGHT, CONSUMER_LAG, INPUT_TO_OUTBOUND,
+    INPUT_RETRIES, IN_FLIGHT, CONSUMER_LAG, PAUSED_PARTITIONS, INPUT_TO_OUTBOUND,
 )
-_SCHEDULER = (TIMERS_PENDING, TIMER_FIRE_DELAY, WAKES_EMITTED, TIMERS_SCHEDULED)
+_SCHEDULER = (TIMERS_PENDING, TIMER_FIRE_DELAY, WAKES_EMITTED, TIMERS_SCHEDULED, SCHEDULE_REFUSED)
 PROCESS_FAMILIES: dict[str, tuple[Any, ...]] = {
     "consume": _SHARED + _CONSUMER + _OUTBOX,  # the consumer runs an outbox relay too
     "schedule": _SHARED + _SCHEDULER,
     "relay": _SHARED + _OUTBOX,
 }
 
-TURN_OUTCOME_VALUES = ("answered", "task_completed", "handoff", "fallback", "error")
-MODEL_CALLS = ("understand", "speak", "compact")
+TURN_OUTCOME_VALUES = (
+    "answered", "goal_completed", "task_completed", "handoff", "fallback", "error", "gated"
+)
+MODEL_CALLS = ("understand", "speak", "compact", "skills", "vision")
 # The reasons consumer/decisions.py dead-letters with, beside the parser's refusals.
 DECISION_DLQ_REASONS = (
     "invalid-request", "provider-fatal", "retries-exhausted", "version-conflicts", "turn-failed",

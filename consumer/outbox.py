@@ -17,6 +17,12 @@ outlives its grace period the relay may send the same rows again, under the same
 of turns that finish together share one statement (``PublishedMarks``, a group commit): each
 turn still waits for its own rows' mark before its offset is released.
 
+A row the broker can never take (``consumer.failures`` classes the error: a reply over the
+size limit, a payload that cannot be encoded) would fail on every pass and hold its session's
+later rows, and in the relay every session's, for good. Such a row is set aside instead: kept
+in full in the ``dead_letters`` table (source ``outbox:<id>``), logged with its reason, and
+marked published with the rest of its batch, so the rows behind it go out in order.
+
 A consumer that lost its partition must not publish (its replies could land after the new
 owner's): ``flush_session`` and ``publish_saved`` take a ``may_publish`` check and raise
 ``FencedPublishError`` instead of sending. The relay is not tied to partitions; it only touches
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -36,7 +43,11 @@ from aiokafka.errors import BrokerResponseError, KafkaError
 
 from consumer import metrics
 from consumer.errors import FencedPublishError, ProducerIdError, PublishError
-from store import OutboxEntry, OutboxRow, Store, jsoncodec
+from consumer.failures import cannot_succeed, describe
+from store import DeadLetterRecord, OutboxEntry, OutboxRow, Store, jsoncodec
+
+PRUNE_EVERY_S = 600.0
+"""How often the relay drops expired model recordings (the first pass prunes at once)."""
 
 __all__ = [
     "OutboundRecord",
@@ -171,7 +182,7 @@ class OutboxPublisher:
                         "partition no longer owned; leaving rows to the relay",
                         session_id=session_id,
                     )
-                await self.send(rows)
+                await self.send(rows, [row.id for row in rows])
                 await batch.mark_published()
             published.extend(row.id for row in rows)
             if len(rows) < self._batch_limit:
@@ -198,7 +209,7 @@ class OutboxPublisher:
             raise FencedPublishError(
                 "partition no longer owned; leaving rows to the relay", session_id=session_id
             )
-        await self.send(entries)
+        await self.send(entries, ids)
         await self._marks.mark(ids)
 
     async def flush_older(self, *, older_than: timedelta) -> int:
@@ -216,39 +227,90 @@ class OutboxPublisher:
                 chosen.append(row)
             if not chosen:
                 return 0
-            await self.send(chosen)
+            await self.send(chosen, [row.id for row in chosen])
             await batch.mark_published([row.id for row in chosen])
         return len(chosen)
 
-    async def send(self, rows: Sequence[OutboundRecord]) -> None:
-        """Send rows in order and wait for every ack; ``PublishError`` when any fails."""
+    async def send(self, rows: Sequence[OutboundRecord], ids: Sequence[int]) -> None:
+        """Send rows in order and wait for every ack; ``PublishError`` when any fails for a
+        reason a retry may fix. A row that can never be sent is set aside (see the module
+        docstring); ``ids`` are the rows' outbox ids, in the same order."""
+        acks: list[tuple[int, OutboundRecord, asyncio.Future[Any]]] = []
+        aside: list[tuple[int, OutboundRecord, BaseException]] = []
         try:
-            acks = [
-                await self._producer.send(
-                    row.topic,
-                    encode_payload(row.payload),
-                    key=row.key.encode("utf-8") if row.key is not None else None,
-                )
-                for row in rows
-            ]
-            await asyncio.gather(*acks)
+            for row_id, row in zip(ids, rows, strict=True):
+                try:
+                    ack = await self._producer.send(
+                        row.topic,
+                        encode_payload(row.payload),
+                        key=row.key.encode("utf-8") if row.key is not None else None,
+                    )
+                except Exception as exc:
+                    if cannot_succeed(exc) is None:
+                        raise
+                    aside.append((row_id, row, exc))
+                    continue
+                acks.append((row_id, row, ack))
+            outcomes = await asyncio.gather(*(a for _, _, a in acks), return_exceptions=True)
         except KafkaError as exc:
             raise PublishError(f"publish failed: {type(exc).__name__}") from exc
-        for row in rows:
-            metrics.OUTBOX_PUBLISHED.labels(topic=row.topic).inc()
+        failed: BaseException | None = None
+        for (row_id, row, _), outcome in zip(acks, outcomes, strict=True):
+            if not isinstance(outcome, BaseException):
+                metrics.OUTBOX_PUBLISHED.labels(topic=row.topic).inc()
+            elif cannot_succeed(outcome) is not None:
+                aside.append((row_id, row, outcome))
+            elif failed is None:
+                failed = outcome
+        if failed is not None:
+            raise PublishError(f"publish failed: {type(failed).__name__}") from failed
+        for row_id, row, error in aside:
+            await self._set_aside(row_id, row, error)
+
+    async def _set_aside(self, row_id: int, row: OutboundRecord, error: BaseException) -> None:
+        """Keep a row the broker can never take in ``dead_letters``; it is then marked
+        published with its batch."""
+        reason = cannot_succeed(error) or "invalid-data"
+        payload = jsoncodec.dumps(row.payload).encode("utf-8", "backslashreplace")
+        kept = await self._store.keep_dead_letter(
+            DeadLetterRecord(
+                source=f"outbox:{row_id}",
+                topic=row.topic,
+                reason=reason,
+                detail=describe(error),
+                key=row.key.encode("utf-8", "backslashreplace") if row.key is not None else None,
+                value=payload,
+            )
+        )
+        metrics.DLQ.labels(reason=reason).inc()
+        log.error(
+            "outbox row can never be published; kept in the dead_letters table",
+            extra={"reason": reason, "topic": row.topic, "kept_id": kept,
+                   "error": type(error).__name__},
+        )
 
 
 class OutboxRelay:
     """Republishes rows committed but left unpublished, every ``interval_s``, until stopped."""
 
     def __init__(
-        self, publisher: OutboxPublisher, store: Store, *, interval_s: float, grace_s: float
+        self,
+        publisher: OutboxPublisher,
+        store: Store,
+        *,
+        interval_s: float,
+        grace_s: float,
+        recording_retention: timedelta | None = None,
+        prune_every_s: float = PRUNE_EVERY_S,
     ) -> None:
         self._publisher = publisher
         self._store = store
         self._interval_s = interval_s
         self._grace = timedelta(seconds=grace_s)
         self._stopping = asyncio.Event()
+        self._retention = recording_retention
+        self._prune_every_s = prune_every_s
+        self._next_prune = 0.0
 
     def stop(self) -> None:
         self._stopping.set()
@@ -264,7 +326,19 @@ class OutboxRelay:
         metrics.OUTBOX_BACKLOG.set(await self._store.outbox_backlog())
         if total:
             log.info("relay published outbox rows", extra={"rows": total})
+        await self.prune_recordings()
         return total
+
+    async def prune_recordings(self) -> int:
+        """Drop model recordings past their retention, at most once per ``prune_every_s``:
+        the retention is a promise about personal data, kept by whoever runs the relay."""
+        if self._retention is None or time.monotonic() < self._next_prune:
+            return 0
+        self._next_prune = time.monotonic() + self._prune_every_s
+        dropped = await self._store.prune_recordings(older_than=self._retention)
+        if dropped:
+            log.info("relay dropped expired model recordings", extra={"turns": dropped})
+        return dropped
 
     async def run(self) -> None:
         while not self._stopping.is_set():

@@ -6,17 +6,27 @@ reason code (the DLQ ``error`` header) and a short detail (the ``detail`` header
 what was wrong, never the content: a malformed record may hold anything, including personal data.
 
 Checks, in this order: size (before decoding, so an oversized record is never loaded), UTF-8,
-JSON, a JSON object, ``session_id`` (a non-empty string of sane length), a record key equal to
-the session id (partitioning by session is what keeps one writer per
-conversation), exactly one input kind, and the types of the fields that kind uses. The engine
-validates the rest; what it refuses is a fatal ``TurnRequestError`` handled by ``decisions``.
+JSON (``NaN``, ``Infinity`` and numbers that overflow to infinity are not JSON and are refused
+here), a JSON object, text the service can store (``invalid-text``: no string anywhere in the
+record, keys of objects included, may hold U+0000 or a lone surrogate such as an escaped
+``\\ud800``: PostgreSQL cannot store the first and UTF-8 cannot encode the second, so such a
+record would fail the same way on every attempt), ``session_id`` (a non-empty string of sane
+length), a record key equal to the session id (partitioning by session is what keeps one writer
+per conversation), exactly one input kind, and the types of the fields that kind uses,
+including a message's ``at`` (an ISO 8601 time that stays in range once moved to UTC). The
+engine validates the rest; what it refuses is a fatal ``TurnRequestError`` handled by
+``decisions``.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from engine.clock import to_utc
 
 __all__ = [
     "INPUT_KINDS",
@@ -36,6 +46,7 @@ RejectReason = Literal[
     "not-utf8",
     "not-json",
     "not-an-object",
+    "invalid-text",
     "missing-session-id",
     "key-mismatch",
     "unknown-kind",
@@ -48,11 +59,16 @@ MAX_SESSION_ID_CHARS = 256
 # a producer cannot smuggle ``session`` or ``history`` past the store.
 _SHARED_FIELDS = ("context", "silenced")
 _KIND_FIELDS: dict[str, tuple[str, ...]] = {
-    "message": ("id", "at"),
+    "message": ("id", "at", "images"),
     "wake": (),
     "event": ("payload", "key", "direction"),
     "start": (),
 }
+# Names a refusal's detail may show; any other name is data.
+_KNOWN_NAMES = frozenset(
+    {"session_id", *INPUT_KINDS, *_SHARED_FIELDS, *(n for f in _KIND_FIELDS.values() for n in f),
+     "flow", "input", "reason", "understand"}
+)
 
 
 @dataclass(frozen=True)
@@ -91,13 +107,18 @@ def parse_record(
     except UnicodeDecodeError as exc:
         return Rejected("not-utf8", f"invalid UTF-8 at byte {exc.start}")
     try:
-        body = json.loads(text)
+        body = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except _NotFinite as exc:
+        return Rejected("not-json", str(exc))
     except (ValueError, RecursionError) as exc:
         position = getattr(exc, "pos", None)
         where = f" at char {position}" if position is not None else ""
         return Rejected("not-json", f"value is not JSON{where}")
     if not isinstance(body, dict):
         return Rejected("not-an-object", f"JSON value is a {type(body).__name__}, not an object")
+    problem = _unstorable_text(body) if _RISKY_ESCAPE.search(text) else None
+    if problem is not None:
+        return Rejected("invalid-text", problem)
 
     session_id = body.get("session_id")
     if not isinstance(session_id, str) or not session_id.strip():
@@ -141,8 +162,13 @@ def _check_fields(kind: str, body: dict[str, Any]) -> str | None:
             return "message must be a string"
         if body.get("id") is not None and not isinstance(body["id"], str):
             return "id must be a string"
-        if body.get("at") is not None and not isinstance(body["at"], str):
-            return "at must be an ISO 8601 string"
+        if body.get("at") is not None and not _is_time(body["at"]):
+            return "at must be an ISO 8601 time within years 1-9999 in UTC"
+        images = body.get("images")
+        if images is not None and (
+            not isinstance(images, list) or not all(isinstance(i, dict) for i in images)
+        ):
+            return "images must be a list of objects"
     elif kind == "wake":
         if not isinstance(value, str) or not value:
             return "wake must be a non-empty string key"
@@ -167,6 +193,78 @@ def _check_fields(kind: str, body: dict[str, Any]) -> str | None:
     if body.get("silenced") is not None and not isinstance(body["silenced"], dict):
         return "silenced must be an object or null"
     return None
+
+
+# A decoded string can hold NUL or a lone surrogate only through a JSON escape: strict UTF-8
+# refuses encoded surrogates and the decoder refuses raw control characters. So the walk over
+# every string runs only when the text has such an escape (or text that looks like one).
+_RISKY_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
+
+
+class _NotFinite(ValueError):
+    """A JSON number PostgreSQL's jsonb cannot hold (and JSON does not define)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotFinite(f"value holds {name}, which is not a JSON number")
+
+
+def _finite_float(literal: str) -> float:
+    number = float(literal)
+    if not math.isfinite(number):
+        raise _NotFinite("value holds a number too large for a double")
+    return number
+
+
+def _text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored, or None: NUL or a lone surrogate (no value quoted)."""
+    if "\x00" in text:
+        return "holds U+0000 (NUL)"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "holds a lone surrogate (not encodable as UTF-8)"
+    return None
+
+
+def _unstorable_text(body: dict[str, Any]) -> str | None:
+    """The first string of the record (object keys included) that cannot be stored, named by
+    its path of field names (never its value), or None. Iterative: the JSON decoder already
+    bounds the depth, and this walk adds no recursion of its own."""
+    stack: list[tuple[str, Any]] = [("", body)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            problem = _text_problem(value)
+            if problem is not None:
+                return f"{path or 'value'} {problem}"
+        elif isinstance(value, dict):
+            for name, item in value.items():
+                problem = _text_problem(name)
+                if problem is not None:
+                    return f"a field name under {path or 'the record'} {problem}"
+                stack.append((_join(path, name), item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
+    return None
+
+
+def _join(path: str, name: str) -> str:
+    """``path.name``; a name the record format does not define shows as ``<field>``, since
+    names under ``context`` or ``payload`` are the producer's text too."""
+    shown = name if name in _KNOWN_NAMES else "<field>"
+    return f"{path}.{shown}" if path else shown
+
+
+def _is_time(value: Any) -> bool:
+    """An ISO 8601 string the engine reads as a time that stays in range in UTC."""
+    if not isinstance(value, str):
+        return False
+    try:
+        to_utc(value)
+    except (ValueError, OverflowError):
+        return False
+    return True
 
 
 def _input_id(kind: str, body: dict[str, Any], source: str) -> str:

@@ -12,6 +12,11 @@ its outbox is flushed again.
   session's outbox rows are unpublished, so a turn costs three round trips: load, save, mark.
 - A record already in the turn log is skipped after re-flushing the session's unpublished rows,
   because its replies may be among them (no flush when the load found none).
+- So is an input whose id the conversation already had (a message's ``id``, ``event:{key}``,
+  ``start:{key}``), re-produced at another offset however long ago: a DLQ re-drive or an
+  adapter's retry is answered once (outcome ``duplicate-input``). The load asks, and the save's
+  unique index enforces it against a concurrent writer. Wakes carry no such id: a replayed
+  wake finds nothing waiting on it and the engine answers ``stale-wake``.
 - When the load found no unpublished rows, the turn's own rows go out as one batch through
   ``OutboxPublisher.publish_saved``. Otherwise publishing goes through ``flush_session``: the
   session's older unpublished rows go first. If another publisher holds some of them, this
@@ -36,8 +41,10 @@ from consumer import crash, metrics
 from consumer.decisions import VersionConflictsExhausted
 from consumer.outbox import OutboxPublisher
 from consumer.parser import ParsedInput
+from engine.recording import RecordingLevel, Tape, fields_written, taping
 from store import (
     AlreadyApplied,
+    DuplicateInput,
     OutboxEntry,
     SaveRequest,
     SourceRecord,
@@ -50,7 +57,7 @@ __all__ = ["OutboundTopics", "PipelineResult", "TurnAgent", "TurnPipeline", "Tur
 
 log = logging.getLogger("turnflow.pipeline")
 
-_TURN_OUTCOMES = ("answered", "task_completed", "handoff", "fallback", "error")
+_TURN_OUTCOMES = metrics.TURN_OUTCOME_VALUES  # the label values, pre-created at 0
 
 # How long a publish waits for rows of its session that another publisher holds.
 _HELD_ROWS_WAIT_S = 2.0
@@ -84,7 +91,7 @@ class TurnWork:
 class PipelineResult:
     """What happened to one input."""
 
-    status: Literal["applied", "skipped"]
+    status: Literal["applied", "skipped", "duplicate"]
     version: int | None = None
     messages: int = 0
     schedule: int = 0
@@ -105,8 +112,17 @@ def _field(value: Any, name: str, default: Any = None) -> Any:
 
 
 def _message_extras(message: dict[str, Any]) -> dict[str, Any]:
-    """A hand-off's notice and a reply's sources, only on the records that carry them."""
-    return {k: message[k] for k in ("handoff", "provenance") if message.get(k)}
+    """A hand-off's notice, and ``meta`` (``agent_id``, ``provenance``) on every message of a
+    lifecycle agent; plain engine messages keep exactly their own keys."""
+    extras: dict[str, Any] = {}
+    if message.get("handoff"):
+        extras["handoff"] = message["handoff"]
+    if message.get("agent_id") or message.get("provenance"):
+        extras["meta"] = {
+            "agent_id": message.get("agent_id"),
+            "provenance": list(message.get("provenance") or []),
+        }
+    return extras
 
 
 def _iso(value: Any) -> Any:
@@ -127,6 +143,7 @@ class TurnPipeline:
         topics: OutboundTopics,
         history_limit: int = 50,
         max_version_conflicts: int = 5,
+        recording: RecordingLevel = "off",
     ) -> None:
         self._store = store
         self._agent = agent
@@ -134,28 +151,36 @@ class TurnPipeline:
         self._topics = topics
         self._history_limit = history_limit
         self._max_conflicts = max_version_conflicts
+        self._recording: RecordingLevel = recording
 
     async def apply(
         self, work: TurnWork, *, may_publish: Callable[[], bool] = lambda: True
     ) -> PipelineResult:
         """Apply one input exactly once (per source record) and publish what it produced."""
         parsed, source = work.parsed, work.source
+        input_id = conversation_input_id(parsed.request)
         started = time.perf_counter()
         conflicts = 0
         while True:
             loaded = await self._store.load(
-                parsed.session_id, history_limit=self._history_limit, source=source
+                parsed.session_id,
+                history_limit=self._history_limit,
+                source=source,
+                input_id=input_id,
             )
             if loaded.applied:
                 return await self._skip_replay(work, may_publish, loaded.unpublished)
+            if loaded.duplicate:
+                return await self._skip_duplicate(work, may_publish, loaded.unpublished)
             crash.reached("after_load")
             request = dict(parsed.request)
             request["session"] = loaded.state
             request["history"] = loaded.history
-            result = await self._agent.turn(request)
+            with taping(self._recording) as tape:
+                result = await self._agent.turn(request)
             crash.reached("after_turn")
             version = loaded.version + 1
-            save = self._save_request(work, loaded.version, version, result)
+            save = self._save_request(work, loaded.version, version, result, tape, loaded.state)
             try:
                 saved = await self._store.save_turn(save)
             except VersionConflict:
@@ -173,6 +198,9 @@ class TurnPipeline:
             except AlreadyApplied:
                 # A concurrent replay of this very record won the save: the same as a replay.
                 return await self._skip_replay(work, may_publish)
+            except DuplicateInput:
+                # A concurrent copy of this input (another offset) won the save.
+                return await self._skip_duplicate(work, may_publish)
             break
 
         crash.reached("after_save")
@@ -215,10 +243,28 @@ class TurnPipeline:
         log.info("replay skipped; outbox re-flushed", extra=self._ids(work))
         return PipelineResult(status="skipped")
 
+    async def _skip_duplicate(
+        self, work: TurnWork, may_publish: Callable[[], bool], unpublished: int | None = None
+    ) -> PipelineResult:
+        """Skip an input the conversation already had; flush the session as a replay does (the
+        first copy's replies may still be unpublished)."""
+        if unpublished is None or unpublished > 0:
+            await self._publisher.flush_session(work.parsed.session_id, may_publish=may_publish)
+        metrics.OUTCOMES.labels(code="duplicate-input").inc()
+        log.info("duplicate input skipped; outbox re-flushed", extra=self._ids(work))
+        return PipelineResult(status="duplicate")
+
     def _save_request(
-        self, work: TurnWork, expected_version: int, version: int, result: Any
+        self,
+        work: TurnWork,
+        expected_version: int,
+        version: int,
+        result: Any,
+        tape: Tape | None = None,
+        before: dict[str, Any] | None = None,
     ) -> SaveRequest:
         parsed = work.parsed
+        state = _json(_field(result, "session"))
         messages = [_json(m) for m in _field(result, "messages", []) or []]
         schedule = [_json(s) for s in _field(result, "schedule", []) or []]
         outbox = [
@@ -262,11 +308,14 @@ class TurnPipeline:
             skipped=[_json(o) for o in _field(result, "skipped", []) or []],
             llm_calls=int(_field(result, "llm_calls", 0) or 0),
             source=work.source,
+            input_id=conversation_input_id(parsed.request),
+            clock_at=tape.at if tape is not None else None,
+            model_calls=_recording(tape, before, state),
         )
         return SaveRequest(
             session_id=parsed.session_id,
             expected_version=expected_version,
-            state=_json(_field(result, "session")),
+            state=state,
             turn=turn,
             outbox=outbox,
         )
@@ -299,6 +348,9 @@ class TurnPipeline:
         outcome = turn_outcome(result)
         if outcome is not None:
             metrics.TURN_OUTCOMES.labels(outcome=outcome).inc()
+        credits = _field(result, "credits")
+        if isinstance(credits, int) and credits > 0:
+            metrics.AI_CREDITS.labels(outcome=outcome or "none").inc(credits)
         metrics.TURN_DURATION.observe(time.perf_counter() - started)
         if work.timestamp_ms is not None and (_field(result, "messages", []) or []):
             metrics.INPUT_TO_OUTBOUND.observe(max(0.0, time.time() - work.timestamp_ms / 1000))
@@ -314,16 +366,44 @@ class TurnPipeline:
         }
 
 
+def conversation_input_id(request: dict[str, Any]) -> str | None:
+    """The id that makes an input a duplicate within its conversation, as the engine reads it:
+    a message's own ``id``, ``event:{key}``, ``start:{key}``; None for wakes and id-less
+    messages (those are deduplicated by their source record only)."""
+    if "message" in request:
+        own = request.get("id")
+        return own if isinstance(own, str) and own else None
+    if "event" in request and isinstance(request.get("key"), str):
+        return f"event:{request['key']}"
+    start = request.get("start")
+    if isinstance(start, dict) and isinstance(start.get("key"), str):
+        return f"start:{start['key']}"
+    return None
+
+
+def _recording(tape: Tape | None, before: Any, after: Any) -> dict[str, Any] | None:
+    """The turn's recording as stored: the tape's calls and the fields the turn wrote. None
+    when the agent did not record into the tape (it is not an ``engine.Agent`` wrapped by
+    ``recorded_agent``): an empty list of calls would claim the turn made none."""
+    if tape is None or tape.at is None:
+        return None
+    recorded = tape.to_json()
+    if recorded is None:
+        return None
+    recorded["fields"] = fields_written(before, after)
+    return recorded
+
+
 def turn_outcome(result: Any) -> str | None:
     """The turn outcome the turn itself reported, for ``turnflow_turn_outcomes_total``.
 
-    An agent with the hosted lifecycle states it (``turn_outcome``: answered, task_completed,
-    handoff, fallback, error); a result that states an ``outcome`` is likewise taken at its
-    word. Nothing is guessed from outcome codes: a flow that moves to another flow is not a
-    hand-off to a person, and a flow that ends is not a completed task. Without a stated
-    outcome, a hand-off message (the only report of a hand-over to a person) is ``handoff``,
-    any other reply is ``answered``, and a turn that said nothing is not counted (None). Inputs
-    sent to the DLQ are counted as ``error`` by the service."""
+    An agent with the hosted lifecycle states it (``turn_outcome``: answered, goal_completed,
+    task_completed, handoff, fallback, error, gated); a result that states an ``outcome`` is
+    likewise taken at its word. Nothing is guessed from outcome codes: a flow that moves to
+    another flow is not a hand-off to a person, and a flow that ends is not a completed task.
+    Without a stated outcome, a hand-off message (the only report of a hand-over to a person)
+    is ``handoff``, any other reply is ``answered``, and a turn that said nothing is not counted
+    (None). Inputs sent to the DLQ are counted as ``error`` by the service."""
     declared = _field(result, "turn_outcome")  # stated by agents with lifecycle settings
     if isinstance(declared, str):
         return declared if declared in _TURN_OUTCOMES else None

@@ -6,9 +6,16 @@ Invariants:
   commit are the batch's offsets committed. A crash in between replays the batch, and replaying
   is harmless: an upsert by key is idempotent, and an entry's ``replaces`` sits at a later offset
   of the same partition (one session, one partition) than the entry it deletes.
-- A malformed record is logged (partition and offset, never its content) and skipped; it can
-  never become valid by retrying, and holding the partition back on it would stop every timer
-  behind it.
+- A malformed record is refused at once: logged with its reason code (partition and offset,
+  never its content), counted in ``turnflow_schedule_refused_total`` and skipped; it can never
+  become valid by retrying, and holding the partition back on it would stop every timer behind
+  it. ``parse_schedule_record`` raises nothing but ``ScheduleRecordError``, whatever the bytes:
+  text the database cannot store (NUL, a lone surrogate) and an ``at`` that leaves years
+  1-9999 once moved to UTC are refused there.
+- When the batch's write fails with an error no retry can fix (``consumer.failures``), the
+  batch is written again one entry at a time, in offset order, and only the entries that fail
+  that way are refused; any other failure rewinds the batch as before. Entry by entry is as
+  safe to replay as the batch, for the same reasons.
 - Each stored batch pokes the firing loop, so a timer due sooner than the one it was sleeping
   towards is fired on time rather than at the end of a long sleep.
 """
@@ -20,7 +27,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -28,6 +35,8 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from consumer import metrics
 from consumer.errors import ScheduleRecordError
+from consumer.failures import cannot_succeed, describe
+from engine.clock import to_utc
 from store import TimerEntry
 
 __all__ = ["ScheduleIntake", "TimerSink", "parse_schedule_record"]
@@ -41,10 +50,23 @@ class TimerSink(Protocol):
     async def upsert_timers(self, entries: Sequence[TimerEntry]) -> None: ...
 
 
+def _text_problem(value: str) -> str | None:
+    if "\x00" in value:
+        return "holds U+0000 (NUL)"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "holds a lone surrogate"
+    return None
+
+
 def _required_text(body: dict[str, Any], name: str) -> str:
     value = body.get(name)
     if not isinstance(value, str) or not value:
         raise ScheduleRecordError(f"field {name!r} must be a non-empty string")
+    problem = _text_problem(value)
+    if problem is not None:
+        raise ScheduleRecordError(f"field {name!r} {problem}", reason="invalid-text")
     return value
 
 
@@ -52,35 +74,55 @@ def _parse_at(value: Any) -> datetime:
     if not isinstance(value, str):
         raise ScheduleRecordError("field 'at' must be an ISO-8601 string")
     try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise ScheduleRecordError("field 'at' is not an ISO-8601 time") from exc
-    # The engine writes aware UTC times; a naive one can only mean UTC.
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+        # The engine's reading: naive means UTC (the only zone it writes), and a time that
+        # leaves years 1-9999 once moved to UTC is an error, not an OverflowError.
+        return to_utc(value)
+    except (ValueError, OverflowError):
+        raise ScheduleRecordError(
+            "field 'at' is not an ISO-8601 time within years 1-9999 in UTC"
+        ) from None
 
 
 def parse_schedule_record(value: bytes | None) -> TimerEntry:
     """Parse one record value (``{"session_id","key","at","replaces"}``) or raise why not.
 
     ``replaces`` names an earlier timer the entry supersedes; the store deletes it in the same
-    transaction that sets this one.
+    transaction that sets this one. Raises only ``ScheduleRecordError``, whatever ``value`` is.
     """
-    if value is None:
-        raise ScheduleRecordError("record has no value")
+    if not value:
+        raise ScheduleRecordError("record has no value", reason="empty")
     try:
         body = json.loads(value)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ScheduleRecordError("record value is not JSON") from exc
+    except (ValueError, RecursionError):
+        raise ScheduleRecordError("record value is not JSON", reason="not-json") from None
     if not isinstance(body, dict):
-        raise ScheduleRecordError("record value is not a JSON object")
+        raise ScheduleRecordError("record value is not a JSON object", reason="not-an-object")
     replaces = body.get("replaces")
-    if replaces is not None and (not isinstance(replaces, str) or not replaces):
-        raise ScheduleRecordError("field 'replaces' must be a non-empty string or null")
+    if replaces is not None:
+        if not isinstance(replaces, str) or not replaces:
+            raise ScheduleRecordError("field 'replaces' must be a non-empty string or null")
+        problem = _text_problem(replaces)
+        if problem is not None:
+            raise ScheduleRecordError(f"field 'replaces' {problem}", reason="invalid-text")
     return TimerEntry(
         session_id=_required_text(body, "session_id"),
         key=_required_text(body, "key"),
         at=_parse_at(body.get("at")),
         replaces=replaces,
+    )
+
+
+def _refused(partition: TopicPartition, offset: int, reason: str, detail: str) -> None:
+    metrics.SCHEDULE_REFUSED.labels(reason=reason).inc()
+    log.warning(
+        "schedule record refused",
+        extra={
+            "topic": partition.topic,
+            "partition": partition.partition,
+            "offset": offset,
+            "reason": reason,
+            "error": detail,
+        },
     )
 
 
@@ -140,26 +182,19 @@ class ScheduleIntake:
         )
         if not fetched:
             return 0
-        entries: list[TimerEntry] = []
+        entries: list[tuple[TopicPartition, int, TimerEntry]] = []
         offsets: dict[TopicPartition, int] = {}
         for partition, records in fetched.items():
             for record in records:
                 try:
-                    entries.append(parse_schedule_record(record.value))
+                    entries.append((partition, record.offset, parse_schedule_record(record.value)))
                 except ScheduleRecordError as exc:
-                    log.warning(
-                        "skipping malformed schedule record",
-                        extra={
-                            "topic": partition.topic,
-                            "partition": partition.partition,
-                            "offset": record.offset,
-                            "reason": str(exc),
-                        },
-                    )
+                    _refused(partition, record.offset, exc.reason, str(exc))
                 offsets[partition] = record.offset + 1
+        stored: list[TimerEntry] = []
         if entries:
             try:
-                await self._sink.upsert_timers(entries)
+                stored = await self._store(entries)
             except Exception:
                 # Not stored: rewind so the same records are fetched again, in order. A
                 # partition revoked meanwhile cannot be rewound; its new owner starts from the
@@ -168,17 +203,43 @@ class ScheduleIntake:
                     with contextlib.suppress(IllegalStateError):
                         self._consumer.seek(partition, fetched[partition][0].offset)
                 raise
-            for entry in entries:
+            for entry in stored:
                 action = "replace" if entry.replaces else "upsert"
                 metrics.TIMERS_SCHEDULED.labels(action=action).inc()
-            self._on_stored()
+            if stored:
+                self._on_stored()
         try:
             await self._consumer.commit(offsets)
         except (CommitFailedError, KafkaError):
             # The group rebalanced under us; the new owner replays from the last commit, and
             # replaying stored entries is idempotent.
             log.warning("schedule offsets not committed; the batch will be replayed")
-        return len(entries)
+        return len(stored)
+
+    async def _store(
+        self, entries: list[tuple[TopicPartition, int, TimerEntry]]
+    ) -> list[TimerEntry]:
+        """Write the batch in one call; when that fails for a reason no retry can fix, write
+        it entry by entry and refuse only the entries that fail that way. Returns the entries
+        stored; raises what a retry may fix."""
+        try:
+            await self._sink.upsert_timers([entry for _, _, entry in entries])
+            return [entry for _, _, entry in entries]
+        except Exception as exc:
+            if cannot_succeed(exc) is None:
+                raise
+        stored: list[TimerEntry] = []
+        for partition, offset, entry in entries:
+            try:
+                await self._sink.upsert_timers([entry])
+            except Exception as exc:
+                reason = cannot_succeed(exc)
+                if reason is None:
+                    raise
+                _refused(partition, offset, reason, describe(exc))
+                continue
+            stored.append(entry)
+        return stored
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

@@ -13,6 +13,13 @@ Up to ``FiringOptions.pipeline`` batches are in flight at once: the next one cla
 previous one sends and awaits its acks, but sends only after the previous one has handed all
 its records to the producer, which keeps wakes in due order per partition.
 
+A timer whose wake can never be produced (``consumer.failures``: a key so long the wake is
+over the producer's size limit) would fail its batch on every attempt, and since due rows are
+claimed earliest first it would hold back every timer due after it. Such a timer is set aside:
+kept in the ``dead_letters`` table (source ``timer:<sha256 of its session and key>``), logged
+and counted in ``turnflow_schedule_refused_total``, and deleted with its batch while the
+others fire.
+
 Replicas skip each other's locked rows, so in the normal path a timer fires once. A crash
 between the ack and the commit fires it again on restart; the engine answers that second wake
 with ``stale-wake``. Nothing ever deletes a row whose wake was not acknowledged, so a timer is
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,12 +47,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from consumer import metrics
 from consumer.closing import close_quietly
+from consumer.failures import cannot_succeed, describe
 from consumer.health import HealthServer, start_health_server
 from consumer.outbox import encode_payload, new_producer, start_producer
 from consumer.round_trips import RoundTrips, broker_probe, database_probe
 from consumer.schedule_intake import ScheduleIntake, TimerSink
 from consumer.settings import Settings
-from store import Store, Timer
+from store import DeadLetterRecord, Store, Timer
 
 __all__ = [
     "FiringOptions",
@@ -71,11 +80,13 @@ class TimerClaim(Protocol):
 
 
 class TimerStore(TimerSink, Protocol):
-    """What the scheduler needs of ``store.Store``: upsert, claim, next due, pending count."""
+    """What the scheduler needs of ``store.Store``: upsert, claim, next due, pending count,
+    and keeping a timer that can never fire."""
 
     def claim_due(self, limit: int) -> AbstractAsyncContextManager[TimerClaim]: ...
     async def next_due_in(self) -> float | None: ...
     async def timers_pending(self) -> int: ...
+    async def keep_dead_letter(self, letter: DeadLetterRecord) -> int: ...
 
 
 def wake_record(timer: Timer) -> tuple[bytes, bytes]:
@@ -226,19 +237,32 @@ class TimerFiring:
                 claimed_at = time.monotonic()
                 if after is not None:
                     await after
-                acks = []
+                acks: list[tuple[Timer, asyncio.Future[Any]]] = []
+                refused: list[tuple[Timer, BaseException]] = []
                 for timer in timers:
                     key, value = wake_record(timer)
-                    acks.append(await self._producer.send(self._topic, value, key=key))
+                    try:
+                        acks.append(
+                            (timer, await self._producer.send(self._topic, value, key=key))
+                        )
+                    except Exception as exc:
+                        if cannot_succeed(exc) is None:
+                            raise
+                        refused.append((timer, exc))
                 if sent is not None:
                     sent.set_result(None)
                 # Every ack before any delete: a row is gone only once its wake is durable.
                 # All acks are awaited even after a failure, so none is left unretrieved.
-                for outcome in await asyncio.gather(*acks, return_exceptions=True):
+                outcomes = await asyncio.gather(*(a for _, a in acks), return_exceptions=True)
+                for (timer, _), outcome in zip(acks, outcomes, strict=True):
                     if isinstance(outcome, BaseException):
-                        raise outcome
+                        if cannot_succeed(outcome) is None:
+                            raise outcome
+                        refused.append((timer, outcome))
+                for timer, error in refused:
+                    await self._set_aside(timer, error)
                 await claim.delete()
-                lateness = [(claim.db_now - t.at).total_seconds() for t in timers]
+                lateness = [(claim.db_now - t.at).total_seconds() for t, _ in acks]
         finally:
             if sent is not None and not sent.done():
                 sent.set_result(None)
@@ -246,9 +270,31 @@ class TimerFiring:
         spent = time.monotonic() - claimed_at
         for late in lateness:
             metrics.TIMER_FIRE_DELAY.observe(max(late, 0.0) + spent)
-        metrics.WAKES_EMITTED.inc(len(timers))
-        log.info("fired timers", extra={"rows": len(timers)})
+        metrics.WAKES_EMITTED.inc(len(acks))
+        log.info("fired timers", extra={"rows": len(acks)})
         return len(timers)
+
+    async def _set_aside(self, timer: Timer, error: BaseException) -> None:
+        """Keep a timer whose wake can never be produced; its row is deleted with the batch."""
+        reason = cannot_succeed(error) or "invalid-data"
+        # Keyed by session and key: the same key may be set for two sessions.
+        identity = f"{timer.session_id}\n{timer.key}".encode("utf-8", "backslashreplace")
+        digest = hashlib.sha256(identity).hexdigest()
+        kept = await self._store.keep_dead_letter(
+            DeadLetterRecord(
+                source=f"timer:{digest}",
+                topic=self._topic,
+                reason=reason,
+                detail=describe(error),
+                key=timer.session_id.encode("utf-8", "backslashreplace"),
+                value=wake_record(timer)[1],
+            )
+        )
+        metrics.SCHEDULE_REFUSED.labels(reason=reason).inc()
+        log.error(
+            "timer can never fire; kept in the dead_letters table",
+            extra={"reason": reason, "kept_id": kept, "error": type(error).__name__},
+        )
 
     async def _sleep(self, stop: asyncio.Event, seconds: float) -> None:
         waiters = {

@@ -5,7 +5,9 @@ session's queue. Each session with work has one worker task that takes its input
 offset order; workers of different sessions (even in one partition) run concurrently, at most
 ``max_in_flight`` turns at a time. Offsets are committed per partition up to the watermark of
 ``OffsetWatermarks`` after every fetch round, so a slow session holds back only its partition's
-commit, never other sessions' work. Fetching pauses when too many records wait.
+commit, never other sessions' work. Back-pressure is per partition (``Backpressure``): only a
+partition whose unfinished records reach its share of ``max_buffered_records`` stops being
+fetched, so one hot conversation never makes the quiet ones on other partitions wait.
 
 Ownership. Each assignment of a partition gets a fresh epoch; an input carries the epoch it was
 fetched under and may publish only while that epoch is current. On revoke (and on stop), the
@@ -31,7 +33,9 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from consumer import crash, metrics
+from consumer.backpressure import Backpressure
 from consumer.closing import close_quietly
+from consumer.dead_letters import DeadLetterPublisher
 from consumer.decisions import (
     Abandon,
     Commit,
@@ -49,6 +53,8 @@ from consumer.partitions import OffsetWatermarks, QueuedInput, SessionQueues
 from consumer.pipeline import OutboundTopics, TurnAgent, TurnPipeline, TurnWork
 from consumer.round_trips import RoundTrips, broker_probe, database_probe
 from consumer.settings import Settings
+from engine import Agent
+from engine.recording import recorded_agent
 from store import SourceRecord, Store
 
 __all__ = ["ConsumerService"]
@@ -130,11 +136,14 @@ class ConsumerService:
         self._busy: Counter[TopicPartition] = Counter()
         self._busy_changed = asyncio.Event()
         self._stopping = asyncio.Event()
-        self._paused = False
+        self._backpressure: Backpressure[TopicPartition] = Backpressure(
+            settings.max_buffered_records
+        )
         self._ready = False
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._pipeline: TurnPipeline | None = None
+        self._dead_letters: DeadLetterPublisher | None = None
         self._relay: OutboxRelay | None = None
         self._relay_task: asyncio.Task[None] | None = None
         self._health: HealthServer | None = None
@@ -205,8 +214,11 @@ class ConsumerService:
         )
         await start_producer(self._producer, idempotent=s.kafka_idempotent_producer)
         publisher = OutboxPublisher(self._store, self._producer)
+        self._dead_letters = DeadLetterPublisher(self._producer, self._store, s.dlq_topic)
         observe_model_calls(self._agent)
         self._agent = await attach_postgres_knowledge(self._agent, s.database_url)
+        if isinstance(self._agent, Agent):
+            self._agent = recorded_agent(self._agent)
         self._pipeline = TurnPipeline(
             store=self._store,
             agent=self._agent,
@@ -214,6 +226,7 @@ class ConsumerService:
             topics=OutboundTopics(messages=s.messages_topic, schedule=s.schedule_topic),
             history_limit=s.history_limit,
             max_version_conflicts=s.max_version_conflicts,
+            recording=s.model_recording,
         )
         if self._run_relay:
             self._relay = OutboxRelay(
@@ -221,6 +234,7 @@ class ConsumerService:
                 self._store,
                 interval_s=s.relay_interval_ms / 1000,
                 grace_s=s.relay_grace_ms / 1000,
+                recording_retention=s.recording_retention(),
             )
             self._relay_task = asyncio.create_task(self._relay.run(), name="outbox-relay")
         self._consumer = AIOKafkaConsumer(
@@ -278,7 +292,8 @@ class ConsumerService:
         while not self._stopping.is_set():
             self._apply_backpressure(consumer)
             batches = await consumer.getmany(
-                timeout_ms=_FETCH_TIMEOUT_MS, max_records=self._settings.max_buffered_records
+                timeout_ms=_FETCH_TIMEOUT_MS,
+                max_records=self._backpressure.fetch_limit(len(self._epochs)),
             )
             for tp, records in batches.items():
                 epoch = self._epochs.get(tp)
@@ -290,15 +305,22 @@ class ConsumerService:
             self._observe_lag(consumer)
 
     def _apply_backpressure(self, consumer: AIOKafkaConsumer) -> None:
-        pending = self._marks.pending_count()
-        limit = self._settings.max_buffered_records
-        owned = list(self._epochs)
-        if not self._paused and pending >= limit and owned:
-            consumer.pause(*owned)
-            self._paused = True
-        elif self._paused and pending < max(1, limit // 2):
-            consumer.resume(*consumer.assignment())
-            self._paused = False
+        """Pause the partitions that are behind, resume those that caught up; the others are
+        not touched, so their conversations keep their normal latency."""
+        moves = self._backpressure.update(set(self._epochs), self._marks.pending_count)
+        if moves.pause:
+            consumer.pause(*moves.pause)
+            log.info(
+                "partitions paused: too many unfinished records",
+                extra={"partitions": sorted(tp.partition for tp in moves.pause)},
+            )
+        if moves.resume:
+            consumer.resume(*moves.resume)
+            log.info(
+                "partitions resumed",
+                extra={"partitions": sorted(tp.partition for tp in moves.resume)},
+            )
+        metrics.PAUSED_PARTITIONS.set(len(self._backpressure.paused))
 
     def _accept(self, tp: TopicPartition, record: ConsumerRecord[bytes, bytes], epoch: int) -> None:
         self._marks.track(tp, record.offset)
@@ -423,18 +445,14 @@ class ConsumerService:
     async def _send_dead_letter(
         self, record: ConsumerRecord[bytes, bytes], reason: str, detail: str
     ) -> None:
-        assert self._producer is not None
-        headers = [
-            *list(record.headers or ()),
-            ("error", reason.encode()),
-            ("detail", detail.encode()),
-            ("source-topic", record.topic.encode()),
-            ("source-partition", str(record.partition).encode()),
-            ("source-offset", str(record.offset).encode()),
-        ]
-        await self._producer.send_and_wait(
-            self._settings.dlq_topic, record.value, key=record.key, headers=headers
-        )
+        assert self._dead_letters is not None
+        kept = await self._dead_letters.publish(record, reason, detail)
+        if kept is not None:
+            log.warning(
+                "record too large for the DLQ topic; kept in the dead_letters table",
+                extra={"reason": reason, "partition": record.partition,
+                       "offset": record.offset, "kept_id": kept},
+            )
 
     def _done(self, tp: TopicPartition, offset: int, epoch: int) -> None:
         if self._owns(tp, epoch):
@@ -505,9 +523,8 @@ class ConsumerService:
             self._starts.pop(tp, None)
             if self._consumer is not None:
                 self._spawn_side(self._note_start(self._consumer, tp, self._epoch_counter))
-        if self._paused and self._consumer is not None:
-            self._consumer.resume(*self._consumer.assignment())
-            self._paused = False
+        # A new assignment starts unpaused in the client; the next round pauses it if needed.
+        self._backpressure.forget(assigned)
         log.info(
             "partitions assigned",
             extra={"partitions": sorted(tp.partition for tp in assigned)},
@@ -558,6 +575,7 @@ class ConsumerService:
             with contextlib.suppress(KeyError):
                 metrics.CONSUMER_LAG.remove(tp.topic, str(tp.partition))
         self._marks.forget(partitions)
+        self._backpressure.forget(partitions)
         log.info(
             "partitions released",
             extra={"reason": reason, "partitions": sorted(tp.partition for tp in partitions),

@@ -9,6 +9,7 @@ also come from a mounted file: ``KAFKA_SASL_PASSWORD_FILE`` names a file whose c
 from __future__ import annotations
 
 import ssl
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,9 +18,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["DEFAULT_METRICS_PORTS", "Settings", "env_table"]
 
-DEFAULT_METRICS_PORTS = {"consume": 9100, "schedule": 9101, "relay": 9102}
+DEFAULT_METRICS_PORTS = {"consume": 9100, "schedule": 9200, "relay": 9300}
 """Each long-running command's metrics port when ``METRICS_PORT`` is unset: distinct, so a
-consumer, a scheduler and a relay started on one machine do not fight over one port."""
+consumer, a scheduler and a relay started on one machine do not fight over one port. The
+consumer's workers (``--workers N``) take 9100 to 9100+N-1, well below the scheduler's."""
 
 
 class Settings(BaseSettings):
@@ -50,8 +52,19 @@ class Settings(BaseSettings):
     max_in_flight: int = Field(
         64, ge=1, description="Sessions processed concurrently by one consumer."
     )
+    consume_workers: int = Field(
+        0,
+        ge=0,
+        description="Consumer processes `turnflow consume` runs and keeps alive (0: one per "
+        "available core; `--workers` overrides).",
+    )
     max_buffered_records: int = Field(
-        1000, ge=1, description="Fetched records held before fetching pauses (back-pressure)."
+        1000,
+        ge=1,
+        description=(
+            "Fetched records held unfinished, shared by the owned partitions; a partition at its"
+            " share pauses alone (back-pressure)."
+        ),
     )
     max_record_bytes: int = Field(
         65536, ge=1, description="Inbound records larger than this go to the DLQ unread."
@@ -87,10 +100,19 @@ class Settings(BaseSettings):
     relay_grace_ms: int = Field(
         10000, ge=0, description="Rows younger than this are left to the consumer that wrote them."
     )
+    model_recording: Literal["off", "envelopes", "prompts"] = Field(
+        "envelopes", description="What the turn log keeps of each model call, for replays: "
+        "`off`, `envelopes` (kind, parsed reply, tokens, latency, fields written) or "
+        "`prompts` (also the prompt sent). See docs/replay.md for what it holds of personal data."
+    )
+    model_recording_retention_days: float = Field(
+        30, ge=0, description="Model recordings older than this are dropped by the relay "
+        "(and by `turnflow prune`); 0 keeps them until pruned by hand."
+    )
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="Port of `/metrics`, `/healthz`, `/readyz` (0: off). "
-        "Unset: 9100 for `consume` (and `dev`), 9101 for `schedule`, 9102 for `relay`, so the "
-        "three run side by side on one host."
+        "Unset: 9100 for `consume` (worker i of `--workers`: 9100+i; also `dev`), 9200 for "
+        "`schedule`, 9300 for `relay`, so they run side by side on one host."
     )
     metrics_host: str = Field("0.0.0.0", description="Address the metrics port binds to.")
     log_level: str = Field("INFO", description="Log level of the JSON logs.")
@@ -138,6 +160,11 @@ class Settings(BaseSettings):
             raise ValueError("KAFKA_BOOTSTRAP_SERVERS is not set")
         if database and not self.database_url:
             raise ValueError("DATABASE_URL is not set")
+
+    def recording_retention(self) -> timedelta | None:
+        """How long model recordings are kept; None when they are kept until pruned by hand."""
+        days = self.model_recording_retention_days
+        return timedelta(days=days) if days > 0 else None
 
     def kafka_client_options(self) -> dict[str, Any]:
         """Security keyword arguments shared by every aiokafka client we create."""

@@ -48,8 +48,10 @@ from engine.errors import (
     TurnflowError,
     TurnRequestError,
 )
-from engine.knowledge import InMemoryKnowledgeIndex, KnowledgeHit, KnowledgeIndex
-from engine.lifecycle import (
+from engine.keys import session_of
+from engine.lifecycle.knowledge import InMemoryKnowledgeIndex, KnowledgeHit, KnowledgeIndex
+from engine.lifecycle.results import HandoffNotice, LinkFixReport, Source, TaskResult
+from engine.lifecycle.settings import (
     HANDOFF_CLEARED_EVENT,
     BuiltinTools,
     HandoffRules,
@@ -57,7 +59,6 @@ from engine.lifecycle import (
     LanguageSettings,
     Lifecycle,
 )
-from engine.lifecycle_results import HandoffNotice, LinkFixReport, Source, TaskResult
 from engine.providers import (
     ChatMessage,
     MockProvider,
@@ -159,6 +160,7 @@ __all__ = [
     "failed",
     "migrate_session",
     "ok",
+    "session_of",
     "skipped",
     "speak_schema",
     "understand_schema",

@@ -38,8 +38,9 @@ from engine.config import (
     parse_model,
 )
 from engine.errors import FlowConfigurationError
-from engine.lifecycle import Lifecycle
-from engine.lifecycle_turn import prepare as prepare_lifecycle
+from engine.lifecycle import images, plan
+from engine.lifecycle.settings import Lifecycle
+from engine.lifecycle.turn import prepare as prepare_lifecycle
 from engine.phases import advance, decide, finish, ingest, load, settle, speak, understand
 from engine.providers.base import Provider
 from engine.request import TurnRequest, TurnResult
@@ -77,6 +78,13 @@ class AgentConfig:
     message_triggers: tuple[tuple[Flow, int, MessageTrigger], ...] = field(default=())
     mention_triggers: tuple[tuple[Flow, int, MentionTrigger], ...] = field(default=())
     silence_triggers: tuple[tuple[Flow, int, SilenceTrigger], ...] = field(default=())
+
+
+class _Keep:
+    """The default of ``Agent.replaced(provider=...)``: leave the provider as it is."""
+
+
+_KEEP = _Keep()
 
 
 def _fail(message: str, flow: Flow | None = None, step_id: str | None = None) -> None:
@@ -198,6 +206,20 @@ class Agent:
         object.__setattr__(agent, "_config", replace(self._config, lifecycle=lifecycle))
         return agent
 
+    def replaced(
+        self, *, provider: Provider | _Keep | None = _KEEP, clock: Clock | None = None
+    ) -> Agent:
+        """This agent with another provider and/or clock, everything else shared; the agent
+        itself is left unchanged. Recording and replaying turns swap exactly these two."""
+        changes: dict[str, Any] = {}
+        if not isinstance(provider, _Keep):
+            changes["provider"] = provider
+        if clock is not None:
+            changes["clock"] = clock
+        agent = object.__new__(Agent)
+        object.__setattr__(agent, "_config", replace(self._config, **changes))
+        return agent
+
     @property
     def name(self) -> str:
         return self._config.name
@@ -213,6 +235,8 @@ class Agent:
     async def turn(self, request: TurnRequest | dict[str, Any]) -> TurnResult:
         """One turn: the eight phases of docs/concepts.md, in order."""
         state = await load.run(self._config, TurnRequest.parse(request))  # 1 Load
+        await plan.check(state)  # lifecycle step 1: the host's plan check, before any call
+        await images.read(state)  # lifecycle step 2: the customer's images, when read at all
         ingest.run(state)  # 2 Ingest
         await understand.run(state)  # 3 Understand
         decide.run(state)  # 4 Decide

@@ -19,12 +19,23 @@ class Clock(Protocol):
 
 
 def to_utc(value: datetime | str) -> datetime:
-    """Parse an ISO string or normalise a datetime to aware UTC (naive means UTC)."""
+    """Parse an ISO string or normalise a datetime to aware UTC (naive means UTC).
+
+    Raises ``ValueError`` for text that is not an ISO 8601 time and for a time that leaves
+    years 1-9999 once moved to UTC (``9999-12-31T23:00:00-05:00``). The message never quotes
+    the text: it may be a customer's, and errors travel to logs and dead letters.
+    """
     if isinstance(value, str):
-        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError("not an ISO 8601 time") from None
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("time out of range once moved to UTC") from None
 
 
 class SystemClock:

@@ -6,10 +6,18 @@ local PostgreSQL for development and tests.
 
 from store.database import Store
 from store.embedded import EmbeddedPostgres, start_embedded_postgres
-from store.errors import AlreadyApplied, EmbeddedServerError, StoreError, VersionConflict
+from store.errors import (
+    AlreadyApplied,
+    DuplicateInput,
+    EmbeddedServerError,
+    StoreError,
+    VersionConflict,
+)
 from store.outbox import OutboxBatch
 from store.records import (
+    DeadLetterRecord,
     LoadedSession,
+    LoggedTurn,
     OutboxEntry,
     OutboxRow,
     SavedTurn,
@@ -24,9 +32,12 @@ from store.timers import ClaimedTimers
 __all__ = [
     "AlreadyApplied",
     "ClaimedTimers",
+    "DeadLetterRecord",
+    "DuplicateInput",
     "EmbeddedPostgres",
     "EmbeddedServerError",
     "LoadedSession",
+    "LoggedTurn",
     "OutboxBatch",
     "OutboxEntry",
     "OutboxRow",

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import TextClause, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from store import history, jsoncodec, outbox, saving, timers
-from store.errors import AlreadyApplied, VersionConflict
+from store import dead_letters, history, jsoncodec, outbox, saving, timers, turn_log
+from store.errors import AlreadyApplied, DuplicateInput, VersionConflict
+from store.input_ids import stored_input_id
 from store.outbox import OutboxBatch
 from store.records import (
+    DeadLetterRecord,
     LoadedSession,
+    LoggedTurn,
     SavedTurn,
     SaveRequest,
     SourceRecord,
@@ -30,6 +33,7 @@ from store.timers import ClaimedTimers, TimerLike
 from store.urls import async_url
 
 _SOURCE_INDEX = "uq_turns_source"
+_INPUT_INDEX = "uq_turns_input"
 _PING = text("SELECT 1")
 _VERSION = text("SELECT version FROM sessions WHERE id = :session_id")
 _APPLIED = text(
@@ -94,13 +98,20 @@ class Store:
     # -- sessions and the turn log ----------------------------------------------------------
 
     async def load(
-        self, session_id: str, *, history_limit: int = 20, source: SourceRecord | None = None
+        self,
+        session_id: str,
+        *,
+        history_limit: int = 20,
+        source: SourceRecord | None = None,
+        input_id: str | None = None,
     ) -> LoadedSession:
         """The session's state and version (None/0 when new), its last history entries, how
-        many of its outbox rows are unpublished and whether `source` is already in the turn
-        log — one statement, one round trip."""
+        many of its outbox rows are unpublished, whether `source` is already in the turn log
+        and whether the session already had an input with `input_id` — one statement, one
+        round trip."""
         parameters = {
             "session_id": session_id,
+            "input_id": stored_input_id(input_id),
             "history_limit": history_limit,
             "source_topic": source.topic if source else None,
             "source_partition": source.partition if source else None,
@@ -109,9 +120,11 @@ class Store:
         async with self._engine.connect() as connection:
             row = (await connection.execute(history.LOAD, parameters)).one()
         applied, unpublished = bool(row.applied), int(row.unpublished)
+        duplicate = bool(row.duplicate)
         if row.version is None:
             return LoadedSession(
-                state=None, version=0, history=[], applied=applied, unpublished=unpublished
+                state=None, version=0, history=[], applied=applied, unpublished=unpublished,
+                duplicate=duplicate,
             )
         return LoadedSession(
             state=jsoncodec.loads(row.state),
@@ -119,14 +132,16 @@ class Store:
             history=history.history_entries(row.history),
             applied=applied,
             unpublished=unpublished,
+            duplicate=duplicate,
         )
 
     async def save_turn(self, request: SaveRequest) -> SavedTurn:
         """Write the session, its turn-log row and its outbox rows atomically (one round trip).
 
-        Raises `VersionConflict` when the session is no longer at `expected_version` and
-        `AlreadyApplied` when the turn's source record is already in the log; either way
-        nothing was written.
+        Raises `VersionConflict` when the session is no longer at `expected_version`,
+        `AlreadyApplied` when the turn's source record is already in the log and
+        `DuplicateInput` when the session already has a turn for the turn's `input_id`; in
+        every case nothing was written.
         """
         statement = saving.save_statement(request)
         parameters = saving.save_parameters(request)
@@ -139,6 +154,8 @@ class Store:
                 raise AlreadyApplied(
                     topic=source.topic, partition=source.partition, offset=source.offset
                 ) from None
+            if _INPUT_INDEX in str(exc.orig):
+                raise DuplicateInput(session_id=request.session_id) from None
             raise
         if row.version is None:
             await self._raise_conflict(request)
@@ -166,6 +183,42 @@ class Store:
             _APPLIED, {"topic": topic, "partition": partition, "offset": offset}
         )
         return bool(found)
+
+    # -- reading the turn log back (replays) and pruning recordings --------------------------
+
+    async def logged_session_ids(
+        self, *, since: datetime | None = None, until: datetime | None = None
+    ) -> list[str]:
+        """Ids of the sessions with a turn in [since, until) (either bound optional), sorted."""
+        async with self._engine.connect() as connection:
+            result = await connection.execute(
+                turn_log.SESSIONS_IN_WINDOW, {"since": since, "until": until}
+            )
+            return [str(row[0]) for row in result.all()]
+
+    async def logged_turns(self, session_ids: Sequence[str]) -> list[LoggedTurn]:
+        """Every turn-log row of these sessions, by session id then version."""
+        if not session_ids:
+            return []
+        async with self._engine.connect() as connection:
+            result = await connection.execute(
+                turn_log.TURNS_OF_SESSIONS, {"session_ids": list(session_ids)}
+            )
+            return turn_log.logged_turns(list(result.all()))
+
+    async def prune_recordings(self, *, older_than: timedelta, batch: int = 5000) -> int:
+        """Drop the model recordings of turns older than `older_than` (database clock), in
+        batches so no statement holds many row locks; returns how many were dropped."""
+        total = 0
+        while True:
+            async with self._engine.connect() as connection:
+                result = await connection.execute(
+                    turn_log.PRUNE_RECORDINGS,
+                    {"older_than_s": older_than.total_seconds(), "limit": batch},
+                )
+            total += int(result.rowcount)
+            if result.rowcount < batch:
+                return total
 
     # -- outbox -----------------------------------------------------------------------------
 
@@ -225,12 +278,14 @@ class Store:
                 timers.UPSERT, timers.upsert_parameters(deleted, upserts)
             )
 
-    async def delete_timers(self, keys: Sequence[str]) -> int:
-        """Delete timers by key; returns how many existed."""
-        if not keys:
+    async def delete_timers(self, ids: Sequence[tuple[str, str]]) -> int:
+        """Delete timers by (session id, key); returns how many existed."""
+        if not ids:
             return 0
         async with self._engine.connect() as connection:
-            result = await connection.execute(timers.DELETE, {"keys": list(keys)})
+            result = await connection.execute(
+                timers.DELETE, {"pairs": timers.pairs_parameter(ids)}
+            )
             return int(result.rowcount)
 
     @asynccontextmanager
@@ -256,3 +311,20 @@ class Store:
     async def timers_pending(self) -> int:
         """How many timers are set."""
         return int(await self._scalar(timers.PENDING))
+
+    # -- dead letters -----------------------------------------------------------------------
+
+    async def keep_dead_letter(self, letter: DeadLetterRecord) -> int:
+        """Keep a record that cannot travel whole; its row id (the same id for the same
+        `source` kept again)."""
+        async with self._engine.connect() as connection:
+            result = await connection.execute(
+                dead_letters.KEEP, dead_letters.keep_parameters(letter)
+            )
+            return int(result.scalar_one())
+
+    async def dead_letter(self, row_id: int) -> DeadLetterRecord | None:
+        """The record kept under `row_id`, or None."""
+        async with self._engine.connect() as connection:
+            row = (await connection.execute(dead_letters.READ, {"id": row_id})).first()
+        return None if row is None else dead_letters.decode(row)

@@ -28,7 +28,11 @@ class TurnRecord:
 
     `input` is the turn request without `session`/`history`; the list fields are the
     `TurnResult` fields of the same names in their JSON form. `created_at` defaults to the
-    database clock.
+    database clock. `clock_at` is the time the engine's clock gave the turn (what a replay sets
+    its clock to); `model_calls` is the turn's recording (`engine.recording.Tape.to_json()`
+    plus the fields the turn wrote), None when recording is off. `input_id` is the input's own
+    id in its conversation (a message's id, `event:{key}`, `start:{key}`; None for wakes and
+    id-less messages): unique per session.
     """
 
     input: dict[str, Any]
@@ -41,6 +45,9 @@ class TurnRecord:
     llm_calls: int = 0
     source: SourceRecord | None = None
     created_at: datetime | None = None
+    clock_at: datetime | None = None
+    model_calls: dict[str, Any] | None = None
+    input_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +88,9 @@ class LoadedSession:
 
     `history` is engine.md's transcript, oldest first: `{"role", "text", "at"}` entries.
     `applied` says whether the source record the load was asked about is already in the turn
-    log (a replay); `unpublished` counts the session's outbox rows not yet published.
+    log (a replay); `duplicate` whether the input id it was asked about is (the same input
+    re-produced at another offset); `unpublished` counts the session's outbox rows not yet
+    published.
     """
 
     state: dict[str, Any] | None
@@ -89,6 +98,7 @@ class LoadedSession:
     history: list[dict[str, Any]]
     applied: bool = False
     unpublished: int = 0
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,3 +130,43 @@ class Timer:
     key: str
     session_id: str
     at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedTurn:
+    """One turn-log row as a replay reads it; the list fields as `TurnRecord`'s.
+
+    `clock_at` is None for turns saved before the engine's clock was kept (a replay then falls
+    back to `created_at`); `model_calls` is None when nothing was recorded or it was pruned.
+    """
+
+    session_id: str
+    version: int
+    input: dict[str, Any]
+    messages: list[dict[str, Any]]
+    schedule: list[dict[str, Any]]
+    outcomes: list[dict[str, Any]]
+    started: list[dict[str, Any]]
+    ended: list[dict[str, Any]]
+    skipped: list[dict[str, Any]]
+    llm_calls: int
+    created_at: datetime
+    clock_at: datetime | None = None
+    model_calls: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterRecord:
+    """A record kept in full because it cannot travel whole (see `store.dead_letters`).
+
+    `source` identifies it once ("topic:partition:offset" of an input, "outbox:<id>" of an
+    outbox row); `topic` is where it was headed; `headers` are the record's own, in order.
+    """
+
+    source: str
+    topic: str
+    reason: str
+    detail: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] = field(default_factory=list)

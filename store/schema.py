@@ -5,6 +5,9 @@ Invariants the store relies on:
   so the turn log has exactly one row per saved version.
 - `turns (source_topic, source_partition, source_offset)` is unique where present: an input
   record is applied at most once, which makes replays exact.
+- `turns (session_id, input_id)` is unique where present: an input the conversation already
+  had (the same message id, event or start key, re-produced at any later offset) is answered
+  once, however long ago (`store.input_ids` says how ids are kept).
 - `outbox.id` comes from a sequence and a session's rows are written while its row is locked,
   so ordering by id is ordering in time within a session.
 """
@@ -20,7 +23,9 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
+    PrimaryKeyConstraint,
     Table,
     Text,
     UniqueConstraint,
@@ -59,7 +64,18 @@ turns = Table(
     Column("source_topic", Text),
     Column("source_partition", Integer),
     Column("source_offset", BigInteger),
+    # What a replay needs beyond the input: the engine's clock for the turn and the model's
+    # side of it (engine/recording.py), the latter pruned after MODEL_RECORDING_RETENTION_DAYS.
+    Column("clock_at", DateTime(timezone=True)),
+    Column("model_calls", JSONB),
+    Column("input_id", Text),
     UniqueConstraint("session_id", "version", name="uq_turns_session_version"),
+)
+Index("ix_turns_created_at", turns.c.created_at)
+Index(
+    "ix_turns_recorded",
+    turns.c.created_at,
+    postgresql_where=turns.c.model_calls.isnot(None),
 )
 Index(
     "uq_turns_source",
@@ -68,6 +84,13 @@ Index(
     turns.c.source_offset,
     unique=True,
     postgresql_where=turns.c.source_topic.isnot(None),
+)
+Index(
+    "uq_turns_input",
+    turns.c.session_id,
+    turns.c.input_id,
+    unique=True,
+    postgresql_where=turns.c.input_id.isnot(None),
 )
 
 outbox = Table(
@@ -92,10 +115,12 @@ Index("ix_outbox_unpublished_id", outbox.c.id, postgresql_where=outbox.c.publish
 timers = Table(
     "timers",
     metadata,
-    Column("key", Text, primary_key=True),
+    Column("key", Text, nullable=False),
     Column("session_id", Text, nullable=False),
     Column("at", DateTime(timezone=True), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # A timer belongs to the conversation that set it: equal keys of two sessions are two rows.
+    PrimaryKeyConstraint("session_id", "key", name="timers_pkey"),
 )
 Index("ix_timers_at", timers.c.at)
 
@@ -117,4 +142,22 @@ knowledge_excerpts = Table(
 )
 Index("ix_knowledge_excerpts_tsv", knowledge_excerpts.c.tsv, postgresql_using="gin")
 
-TABLE_NAMES = ("sessions", "turns", "outbox", "timers", "knowledge_excerpts")
+# What the DLQ topic cannot carry whole (a record near the broker's size limit, which the added
+# headers push past it) and outbox rows the broker can never take: kept here in full, and the
+# dead letter on the topic names the row (store/dead_letters.py).
+dead_letters = Table(
+    "dead_letters",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("source", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("detail", Text, nullable=False),
+    Column("key", LargeBinary),
+    Column("value", LargeBinary),
+    Column("headers", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    UniqueConstraint("source", name="uq_dead_letters_source"),
+)
+
+TABLE_NAMES = ("sessions", "turns", "outbox", "timers", "knowledge_excerpts", "dead_letters")

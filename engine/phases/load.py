@@ -1,7 +1,10 @@
 """Phase 1, Load: the clock, a deep copy of the session (or a fresh one), trimmed history.
 
 The session passed in is never touched again: every later phase writes the copy. A wake with
-no session does nothing (``no-session``). Compaction's code layers run here; its one model
+no session does nothing (``no-session``). An input's ``at`` later than the clock is read as
+now: an input cannot have happened after the turn that takes it, and a customer's last word
+dated in the future (a skewed host clock, or year 9999) would outlast every later reply and keep
+silence triggers from ever arming again. Compaction's code layers run here; its one model
 call, when needed, runs right before the turn's first model call (see ``compaction.py``).
 """
 
@@ -22,6 +25,8 @@ if TYPE_CHECKING:
 async def run(config: AgentConfig, request: TurnRequest) -> TurnState:
     """Build the turn's working state."""
     now = to_utc(config.clock.now())
+    if request.at is not None and request.at > now:
+        request = request.model_copy(update={"at": now})
     if request.session is not None:
         original = request.session
         # A dump/validate round trip through pydantic-core is the deep copy: every container

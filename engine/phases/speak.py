@@ -13,13 +13,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine import builtin_tools, lifecycle_prompt, lifecycle_turn, reply_check, speak_budget
 from engine.actions import ToolContext, call_handler, read_tool_result
-from engine.collect import pending
+from engine.collect import pending, refuse
 from engine.compaction import summarize
 from engine.config import TalkStep, Tool
 from engine.envelopes import parse_speak, speak_schema
 from engine.errors import MockExhausted, ProviderError
+from engine.lifecycle import prompt as lifecycle_prompt
+from engine.lifecycle import reply_check, speak_budget
+from engine.lifecycle import tools as builtin_tools
+from engine.lifecycle import turn as lifecycle_turn
 from engine.prompt import build_speak
 from engine.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolSpec
 from engine.session import Run
@@ -101,8 +104,9 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
         reply.deferred, reply.error = "fatal", "the agent has no provider"
         return reply
     rounds = 0
+    max_rounds = config.max_tool_loops
     while True:
-        offer = tools if rounds < config.max_tool_loops and speak_budget.tools_left(state) else []
+        offer = speak_budget.round_tools(state, run_, tools) if rounds < max_rounds else []
         request = ModelRequest(
             schema_name="speak",
             system=built.system,
@@ -124,12 +128,11 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
         except Exception as exc:  # anything else a provider raises is retryable
             reply.deferred, reply.error = "retryable", f"{type(exc).__name__}: {exc}"
             return reply
-        text, values = parse_speak(response)
-        # Other known fields stay out (this step does not collect them); names the agent does
-        # not know go on to Settle, which drops and logs them (unknown-field) like phase 4.
-        reply.values.update(
-            {k: v for k, v in values.items() if k in fields or k not in config.fields}
-        )
+        # Only the fields this call offered may be written; any other name (known to the
+        # agent or not) is refused here and recorded as unknown-field, never written.
+        text, values, refused = parse_speak(response, fields)
+        refuse(state, "speak", refused, run_)
+        reply.values.update(values)
         if response.tool_calls and offer:
             messages = await _run_tools(state, run_, offer, response, messages, reply)
             if speak_budget.stop_after_tools(state):

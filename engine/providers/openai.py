@@ -54,6 +54,13 @@ def _message_entry(message: ChatMessage) -> dict[str, Any]:
     if message.role == "tool":
         return {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.text}
     entry: dict[str, Any] = {"role": message.role, "content": message.text}
+    if message.role == "user" and message.images:  # image content parts, after the text
+        parts: list[dict[str, Any]] = []
+        if message.text:
+            parts.append({"type": "text", "text": message.text})
+        parts += [{"type": "image_url", "image_url": {"url": image.data_url()}}
+                  for image in message.images]
+        entry["content"] = parts
     if message.role == "assistant" and message.tool_calls:
         entry["content"] = message.text or None
         entry["tool_calls"] = [

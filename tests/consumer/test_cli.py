@@ -68,6 +68,20 @@ def test_consume_with_unreachable_servers_exits_non_zero(
     assert len(err) == 1 and err[0].startswith("turnflow: ")
 
 
+@pytest.mark.parametrize("workers", ["1", "3"])
+def test_consume_workers_with_unreachable_servers_exit_once(
+    workers: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With one worker or several, unreachable servers end ``consume`` with exit 1 and one
+    line, before any worker starts (a supervisor would otherwise restart them forever)."""
+    monkeypatch.setenv("DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    args = ["consume", "--workers", workers, "--agent", "tests.integration.harness:counting_agent"]
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("turnflow: ")
+
+
 def test_migrate_without_database_url_fails(capsys: pytest.CaptureFixture[str]) -> None:
     """``migrate`` with no DATABASE_URL exits 2 and says so."""
     assert cli.main(["migrate"]) == 2
@@ -84,12 +98,12 @@ def test_topic_specs_follow_the_settings() -> None:
 
 
 def test_each_service_has_its_own_default_metrics_port(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without METRICS_PORT, consume, schedule and relay default to 9100, 9101 and 9102, so
+    """Without METRICS_PORT, consume, schedule and relay default to 9100, 9200 and 9300, so
     they run side by side on one machine; METRICS_PORT sets one port for whichever runs."""
     monkeypatch.delenv("METRICS_PORT")
     unset = Settings()
     ports = [unset.metrics_port_for(p) for p in ("consume", "schedule", "relay")]
-    assert ports == [9100, 9101, 9102]
+    assert ports == [9100, 9200, 9300]
     assert {Settings(metrics_port=9400).metrics_port_for(p) for p in ("consume", "schedule")} == {
         9400
     }

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncpg
 import pytest
+from aiokafka.errors import MessageSizeTooLargeError
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from consumer.decisions import (
@@ -15,6 +17,7 @@ from consumer.decisions import (
     decide,
 )
 from consumer.errors import FencedPublishError, PublishError
+from consumer.failures import cannot_succeed
 from engine import ProviderError, TurnRequestError
 
 POLICY = RetryPolicy(max_retries=3, backoff_s=0.5, backoff_max_s=3.0)
@@ -98,3 +101,65 @@ def test_unexpected_errors_retry_then_dead_letter() -> None:
     final = decide(KeyError("x"), attempt=4, policy=POLICY)
     assert isinstance(final, DeadLetter)
     assert final.reason == "turn-failed"
+
+
+def _db_error(orig: BaseException) -> DBAPIError:
+    """A database error as SQLAlchemy raises it, wrapping the driver's."""
+    return DBAPIError("INSERT ...", {}, orig)  # type: ignore[arg-type]
+
+
+def _encode_failure() -> BaseException:
+    """The driver's 22000 for a parameter it could not encode, caused by the codec's error."""
+    try:
+        "b-sur\ud800sid".encode("utf-8")
+    except UnicodeEncodeError as codec:
+        wrapped = asyncpg.exceptions.DataError("invalid input for query argument $1")
+        wrapped.__cause__ = codec
+        return _db_error(wrapped)
+    raise AssertionError("a lone surrogate encoded")
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (_db_error(asyncpg.exceptions.UntranslatableCharacterError("\\u0000 'card 4111'")),
+         "unstorable-text"),
+        (_db_error(asyncpg.exceptions.CharacterNotInRepertoireError("0x00 'card 4111'")),
+         "unstorable-text"),
+        (_encode_failure(), "unstorable-text"),
+        (_db_error(asyncpg.exceptions.DatetimeFieldOverflowError("'card 4111'")), "out-of-range"),
+        (_db_error(asyncpg.exceptions.NumericValueOutOfRangeError("'card 4111'")),
+         "out-of-range"),
+        (_db_error(asyncpg.exceptions.InvalidTextRepresentationError("'card 4111'")),
+         "invalid-data"),
+        (_db_error(asyncpg.exceptions.ProgramLimitExceededError("'card 4111'")), "too-large"),
+        (OverflowError("date value out of range 'card 4111'"), "out-of-range"),
+        (ValueError("Invalid isoformat string: 'card 4111'"), "invalid-data"),
+        (PublishError("publish failed"), None),
+    ],
+)
+def test_errors_no_retry_can_fix_dead_letter_at_once(
+    error: BaseException, reason: str | None
+) -> None:
+    """Data the database or broker can never take is refused on the first attempt with its own
+    reason, and the detail names the error's type, never the value it quoted."""
+    if reason is None:
+        error.__cause__ = MessageSizeTooLargeError("The message is 2000000 bytes")
+        reason = "too-large"
+    decision = decide(error, attempt=1, policy=POLICY)
+    assert isinstance(decision, DeadLetter)
+    assert decision.reason == reason
+    assert "4111" not in decision.detail and "2000000" not in decision.detail
+    assert cannot_succeed(error) == reason
+
+
+def test_outages_are_not_mistaken_for_bad_data() -> None:
+    """A data-class error on a connection the server cut is still an outage; an unreachable
+    broker or database is never classed as unfixable."""
+    lost = DBAPIError("save", {}, asyncpg.exceptions.DataError("x"),  # type: ignore[arg-type]
+                      connection_invalidated=True)
+    assert cannot_succeed(lost) is None
+    assert decide(lost, attempt=1, policy=POLICY) == Retry(0.5, "infrastructure")
+    for outage in (ConnectionRefusedError(), PublishError("no ack"),
+                   OperationalError("select", {}, Exception("down"))):
+        assert cannot_succeed(outage) is None

@@ -12,13 +12,15 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
-from aiokafka.errors import IllegalStateError
+from aiokafka.errors import IllegalStateError, MessageSizeTooLargeError
+from asyncpg.exceptions import UntranslatableCharacterError
+from sqlalchemy.exc import DBAPIError
 
 from consumer import metrics
 from consumer.errors import ScheduleRecordError
 from consumer.schedule_intake import ScheduleIntake, parse_schedule_record
 from consumer.scheduler import FiringOptions, TimerFiring, wake_record
-from store import Timer, TimerEntry
+from store import DeadLetterRecord, Timer, TimerEntry
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
@@ -39,42 +41,56 @@ class FakeClaim:
 
 @dataclass
 class FakeTimerStore:
-    """Timers in a dict; ``now`` plays the database clock; claims lock rows until they end."""
+    """Timers in a dict by (session id, key), as the store keeps them; ``now`` plays the
+    database clock; claims lock rows until they end."""
 
     now: datetime = T0
-    rows: dict[str, TimerEntry] = field(default_factory=dict)
-    locked: set[str] = field(default_factory=set)
+    rows: dict[tuple[str, str], TimerEntry] = field(default_factory=dict)
+    locked: set[tuple[str, str]] = field(default_factory=set)
     events: list[str] = field(default_factory=list)
     fail_upsert: bool = False
+    unstorable: str = ""  # entries whose key contains this fail as PostgreSQL would
+    kept: list[DeadLetterRecord] = field(default_factory=list)
+
+    def keys(self) -> list[str]:
+        """The stored timers' keys, in insertion order."""
+        return [key for _, key in self.rows]
 
     async def upsert_timers(self, entries: Sequence[TimerEntry]) -> None:
         if self.fail_upsert:
             raise ConnectionError("database down")
+        if self.unstorable and any(self.unstorable in e.key for e in entries):
+            raise DBAPIError("INSERT ...", {}, UntranslatableCharacterError("'k'"))  # type: ignore[arg-type]
         for entry in entries:
             if entry.replaces:
-                self.rows.pop(entry.replaces, None)
-            self.rows[entry.key] = entry
+                self.rows.pop((entry.session_id, entry.replaces), None)
+            self.rows[(entry.session_id, entry.key)] = entry
         self.events.append(f"upsert {[e.key for e in entries]}")
 
     @asynccontextmanager
     async def claim_due(self, limit: int) -> AsyncIterator[FakeClaim]:
         due = sorted(
-            (t for t in self.rows.values() if t.at <= self.now and t.key not in self.locked),
+            (
+                t
+                for t in self.rows.values()
+                if t.at <= self.now and (t.session_id, t.key) not in self.locked
+            ),
             key=lambda t: t.at,
         )[:limit]
+        ids = [(t.session_id, t.key) for t in due]
         claim = FakeClaim(
             timers=[Timer(key=t.key, session_id=t.session_id, at=t.at) for t in due],
             db_now=self.now,
         )
-        self.locked.update(t.key for t in due)
+        self.locked.update(ids)
         try:
             yield claim
             if claim.deleted:
-                for timer in due:
-                    del self.rows[timer.key]
+                for timer_id in ids:
+                    del self.rows[timer_id]
                 self.events.append(f"commit {[t.key for t in due]}")
         finally:
-            self.locked.difference_update(t.key for t in due)
+            self.locked.difference_update(ids)
 
     async def next_due_in(self) -> float | None:
         if not self.rows:
@@ -84,17 +100,26 @@ class FakeTimerStore:
     async def timers_pending(self) -> int:
         return len(self.rows)
 
+    async def keep_dead_letter(self, letter: DeadLetterRecord) -> int:
+        self.kept.append(letter)
+        self.events.append(f"kept {letter.reason}")
+        return len(self.kept)
+
 
 @dataclass
 class FakeProducer:
-    """Records sends; a session id in ``fail_for`` gets its ack failed."""
+    """Records sends; a session id in ``fail_for`` gets its ack failed; a value over
+    ``max_request_size`` is refused before sending, as aiokafka's producer does."""
 
     sent: list[tuple[str, bytes, bytes]] = field(default_factory=list)
     fail_for: set[str] = field(default_factory=set)
     events: list[str] | None = None
     failed: int = 0
+    max_request_size: int = 1 << 20
 
     async def send(self, topic: str, value: bytes, *, key: bytes) -> asyncio.Future[Any]:
+        if len(value) + len(key) > self.max_request_size:
+            raise MessageSizeTooLargeError(f"The message is {len(value)} bytes")
         ack: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if key.decode() in self.fail_for:
             self.failed += 1
@@ -219,12 +244,23 @@ def test_parse_treats_naive_time_as_utc() -> None:
         b'{"session_id":"s1","key":"k1","at":1767603600000}',
         b'{"session_id":"s1","key":"k1","at":"2026-01-05T09:00:00Z","replaces":3}',
         b'{"session_id":"s1","key":"k1","at":"2026-01-05T09:00:00Z","replaces":""}',
+        b'{"session_id":"b-sur\\ud800sid","key":"k1","at":"2026-01-05T09:00:00Z"}',
+        b'{"session_id":"s1","key":"k\\u0000","at":"2026-01-05T09:00:00Z"}',
+        b'{"session_id":"s1","key":"k1","at":"2026-01-05T09:00:00Z","replaces":"\\udfff"}',
+        b'{"session_id":"s1","key":"k1","at":"9999-12-31T23:00:00-05:00"}',
+        b'{"session_id":"s1","key":"k1","at":"0001-01-01T00:30:00+01:00"}',
+        b"[" * 100_000 + b"]" * 100_000,
     ],
 )
 def test_parse_rejects_malformed_records(value: bytes | None) -> None:
-    """Anything but a JSON object with session_id, key, ISO at and optional replaces is refused."""
-    with pytest.raises(ScheduleRecordError):
+    """Anything but a JSON object with session_id, key, ISO at and optional replaces is refused
+    with a ScheduleRecordError (never another error): text the database cannot store and times
+    that overflow once moved to UTC included."""
+    with pytest.raises(ScheduleRecordError) as caught:
         parse_schedule_record(value)
+    assert caught.value.reason in (
+        "empty", "not-json", "not-an-object", "invalid-text", "invalid-field"
+    )
 
 
 # --- intake ----------------------------------------------------------------------------------
@@ -254,7 +290,7 @@ async def test_intake_applies_replaces_within_a_batch() -> None:
         batches=[{P0: [FakeRecord(0, entry("a")), FakeRecord(1, entry("b", replaces="a"))]}]
     )
     await make_intake(consumer, store, []).step()
-    assert sorted(store.rows) == ["b"]
+    assert sorted(store.keys()) == ["b"]
 
 
 async def test_intake_skips_malformed_record_and_commits_past_it() -> None:
@@ -264,8 +300,27 @@ async def test_intake_skips_malformed_record_and_commits_past_it() -> None:
         batches=[{P0: [FakeRecord(0, b"garbage"), FakeRecord(1, entry("a"))]}]
     )
     assert await make_intake(consumer, store, []).step() == 1
-    assert list(store.rows) == ["a"]
+    assert list(store.keys()) == ["a"]
     assert consumer.committed == [{P0: 2}]
+
+
+async def test_intake_refuses_an_entry_the_database_cannot_store_and_keeps_the_rest() -> None:
+    """When the batch's write fails with an error no retry can fix, the entries are written one
+    by one: only the failing one is refused (logged and counted), the timers before and after
+    it (other partitions' too) are stored, and the offsets move past all of them."""
+    refused = metrics.SCHEDULE_REFUSED.labels(reason="unstorable-text")._value.get()
+    store = FakeTimerStore(unstorable="bad")
+    consumer = FakeConsumer(
+        batches=[{P0: [FakeRecord(0, entry("a")), FakeRecord(1, entry("bad")),
+                       FakeRecord(2, entry("b", replaces="a"))],
+                  P1: [FakeRecord(5, entry("c", session="s2"))]}]
+    )
+    pokes: list[int] = []
+    assert await make_intake(consumer, store, pokes).step() == 3
+    assert sorted(e.key for e in store.rows.values()) == ["b", "c"]
+    assert consumer.committed == [{P0: 3, P1: 6}] and consumer.seeks == []
+    assert pokes == [1]
+    assert metrics.SCHEDULE_REFUSED.labels(reason="unstorable-text")._value.get() == refused + 1
 
 
 async def test_intake_commits_a_batch_of_only_malformed_records_without_poking() -> None:
@@ -315,6 +370,26 @@ def test_wake_record_is_keyed_by_session_and_carries_the_key() -> None:
     assert json.loads(value) == {"session_id": "s9", "wake": "run1:w:1"}
 
 
+async def test_a_timer_whose_wake_can_never_be_sent_is_set_aside_not_retried() -> None:
+    """A due timer whose wake is over the producer's size limit is kept in dead_letters and
+    deleted with its batch; the timers due after it fire in the same batch instead of waiting
+    behind it forever."""
+    events: list[str] = []
+    store = FakeTimerStore(events=events)
+    await store.upsert_timers([
+        timer("s1", "k" * 5000, T0 - timedelta(seconds=3)),
+        timer("s2", "after", T0 - timedelta(seconds=1)),
+    ])
+    producer = FakeProducer(events=events, max_request_size=1000)
+    assert await make_firing(store, producer).fire_batch() == 2
+    assert [k for _t, k, _v in producer.sent] == [b"s2"]
+    (kept,) = store.kept
+    assert kept.reason == "too-large" and kept.key == b"s1"
+    assert json.loads(kept.value or b"")["wake"] == "k" * 5000
+    assert store.rows == {}
+    assert events[-3:] == ["ack after", "kept too-large", "commit ['" + "k" * 5000 + "', 'after']"]
+
+
 async def test_fire_batch_sends_only_due_timers_then_deletes_them() -> None:
     """Due rows are produced and deleted after their acks; rows not yet due stay."""
     events: list[str] = []
@@ -327,7 +402,7 @@ async def test_fire_batch_sends_only_due_timers_then_deletes_them() -> None:
     assert await make_firing(store, producer).fire_batch() == 1
     assert [(t, k) for t, k, _ in producer.sent] == [("inbound.turns", b"s1")]
     assert events[-2:] == ["ack due", "commit ['due']"]
-    assert list(store.rows) == ["later"]
+    assert list(store.keys()) == ["later"]
 
 
 async def test_failed_ack_deletes_nothing() -> None:
@@ -339,7 +414,7 @@ async def test_failed_ack_deletes_nothing() -> None:
     producer = FakeProducer(fail_for={"s2"})
     with pytest.raises(ConnectionError):
         await make_firing(store, producer).fire_batch()
-    assert sorted(store.rows) == ["a", "b"]
+    assert sorted(store.keys()) == ["a", "b"]
     assert store.locked == set()
 
 
@@ -353,7 +428,7 @@ async def test_step_fires_in_batches_until_nothing_is_due() -> None:
     producer = FakeProducer()
     sleep_for = await make_firing(store, producer, batch_size=3, max_idle=10).step()
     assert len(producer.sent) == 7
-    assert list(store.rows) == ["next"]
+    assert list(store.keys()) == ["next"]
     assert sleep_for == 2.0
 
 
@@ -371,7 +446,7 @@ async def test_step_backs_off_while_another_replica_holds_the_due_rows() -> None
     free again they fire and the back-off resets."""
     store = FakeTimerStore()
     await store.upsert_timers([timer("s", "held", T0 - timedelta(seconds=1))])
-    store.locked.add("held")
+    store.locked.add(("s", "held"))
     producer = FakeProducer()
     firing = make_firing(store, producer, contended_sleep=0.01, contended_max=0.05)
     sleeps = [await firing.step() for _ in range(5)]
@@ -381,7 +456,7 @@ async def test_step_backs_off_while_another_replica_holds_the_due_rows() -> None
     await store.upsert_timers([timer("s", "later", T0 + timedelta(seconds=3))])
     assert await firing.step() == 3.0
     assert [k for _, k, _ in producer.sent] == [b"s"]
-    store.locked.add("later")
+    store.locked.add(("s", "later"))
     store.now = T0 + timedelta(seconds=4)
     assert await firing.step() == 0.01
 
@@ -441,7 +516,7 @@ async def test_run_survives_a_failing_round_and_retries() -> None:
     try:
         await eventually(lambda: producer.failed >= 2)
         assert not firing.healthy
-        assert list(store.rows) == ["a"]
+        assert list(store.keys()) == ["a"]
         producer.fail_for.clear()
         await eventually(lambda: not store.rows)
         assert [k for _, k, _ in producer.sent] == [b"s1"]
@@ -495,7 +570,7 @@ async def test_pipeline_claims_the_next_batch_before_the_first_is_acked() -> Non
     # Two batches out, none acknowledged: nothing deleted, the third batch not yet claimed.
     assert producer.sent == ["k0", "k1", "k2", "k3"]
     assert len(store.rows) == 5
-    assert store.locked == {"k0", "k1", "k2", "k3"}
+    assert store.locked == {("s", f"k{i}") for i in range(4)}
     for ack in producer.acks:
         ack.set_result(None)
     await eventually(lambda: len(producer.sent) == 5)
@@ -527,7 +602,7 @@ async def test_pipeline_failure_keeps_failed_rows_and_finishes_the_others() -> N
     with pytest.raises(ConnectionError):
         async with asyncio.timeout(30):
             await fired
-    assert sorted(store.rows) == ["k0", "k1"]
+    assert sorted(store.keys()) == ["k0", "k1"]
     assert store.locked == set()
 
 
@@ -557,7 +632,7 @@ async def test_a_batch_failing_to_send_does_not_stall_the_next() -> None:
         async with asyncio.timeout(30):
             await fired
     assert [json.loads(v)["wake"] for _, _, v in producer.sent] == ["k2", "k3"]
-    assert sorted(store.rows) == ["k0", "k1"]
+    assert sorted(store.keys()) == ["k0", "k1"]
     assert store.locked == set()
 
 
@@ -571,7 +646,7 @@ async def test_stop_ends_a_backlog_drain_between_batches() -> None:
     stop.set()
     fired = await make_firing(store, FakeProducer(), batch_size=2, pipeline=1).fire_due(stop)
     assert fired == 2
-    assert sorted(store.rows) == [f"k{i}" for i in range(2, 10)]
+    assert sorted(store.keys()) == [f"k{i}" for i in range(2, 10)]
 
 
 async def test_intake_rewinds_every_partition_even_after_losing_one() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from consumer.health import HealthServer
-from consumer.logs import JsonFormatter
+from consumer.logs import MAX_FIELD_CHARS, JsonFormatter
 from consumer.settings import Settings, env_table
 
 
@@ -118,3 +119,63 @@ def test_configure_logging_twice_keeps_one_handler() -> None:
             logger.handlers[:] = handlers
             logger.setLevel(level)
             logger.propagate = propagate
+
+
+async def _exchange(port: int, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    response = await reader.read()
+    writer.close()
+    with contextlib.suppress(ConnectionError):
+        await writer.wait_closed()
+    return response
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", b"414"),
+        (b"GET /healthz HTTP/1.1\r\nX-Big: " + b"b" * 70_000 + b"\r\n\r\n", b"431"),
+    ],
+)
+async def test_over_long_request_lines_are_answered_without_an_unhandled_error(
+    request_bytes: bytes, status: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A request line or header over 64 KB gets an HTTP error status, nothing is logged as an
+    unhandled exception, and the port keeps answering the next request."""
+    server = await HealthServer(host="127.0.0.1", port=0, ready=lambda: True).start()
+    loop = asyncio.get_running_loop()
+    unhandled: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: unhandled.append(context))
+    try:
+        with caplog.at_level(logging.DEBUG):
+            response = await _exchange(server.port, request_bytes)
+            after = await _exchange(server.port, b"GET /healthz HTTP/1.1\r\n\r\n")
+    finally:
+        loop.set_exception_handler(None)
+        await server.stop()
+    assert response.startswith(b"HTTP/1.0 " + status)
+    assert after.startswith(b"HTTP/1.0 200")
+    assert unhandled == []
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_log_lines_are_bounded_whatever_the_ids_hold() -> None:
+    """A 60 KB wake key in an id field gives a line of a few hundred characters that says how
+    much was cut, and a lone surrogate in a field is escaped rather than breaking the line."""
+    key = "wake:" + "k" * 60_000
+    line = JsonFormatter().format(_record(input_id=key, session_id="b-sur\ud800sid",
+                                          partitions=list(range(500))))
+    assert len(line) < 2000
+    parsed = json.loads(line)
+    assert parsed["input_id"].endswith(f"...(+{len(key) - MAX_FIELD_CHARS} chars)")
+    line.encode("utf-8")  # writable as UTF-8
+    assert parsed["session_id"] == "b-sur\\ud800sid"
+
+
+def _record(**extra: object) -> logging.LogRecord:
+    record = logging.LogRecord("turnflow.test", logging.INFO, __file__, 1, "turn applied",
+                               None, None)
+    record.__dict__.update(extra)
+    return record

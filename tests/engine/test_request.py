@@ -61,3 +61,16 @@ def test_v4_dump_round_trips_and_older_shapes_upgrade() -> None:
     assert legacy.claims["flow:promo"].count == 2 and "say:f/x" in legacy.claims
     assert legacy.runs[0].status == "asking" and legacy.runs[0].visit == 1
     assert len(legacy.inputs) == 50 and legacy.inputs[0] == "10"
+
+
+@pytest.mark.parametrize(
+    "at",
+    ["card 4111111111111111 cvv 123", "9999-12-31T23:00:00-05:00", "0001-01-01T00:30:00+01:00"],
+)
+def test_a_bad_at_is_refused_by_field_without_quoting_it(at: str) -> None:
+    """An `at` that is not a time, or leaves years 1-9999 once moved to UTC, is a
+    TurnRequestError naming the field, never the text it held."""
+    with pytest.raises(TurnRequestError) as caught:
+        TurnRequest.parse({"session_id": "s1", "message": "oi", "at": at})
+    assert str(caught.value).startswith("invalid turn request: at: ")
+    assert "4111" not in str(caught.value) and at not in str(caught.value)

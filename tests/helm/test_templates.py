@@ -1,4 +1,4 @@
-"""The chart's templates, rendered with the tests' Go-template subset (see gotemplate.py)."""
+"""The chart's templates, rendered by Helm's own template engine (see helm_chart.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from consumer.cli import COMMANDS
 from consumer.settings import Settings
 from engine.providers import anthropic, openai
-from tests.helm.chart_render import CHART_DIR, RenderedChart, render_chart
+from tests.helm.helm_chart import CHART_DIR, RenderedChart, render_chart
 from tests.helm.values_cases import ALL_ON, CASES
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -206,6 +206,31 @@ def test_every_container_has_requests_and_a_memory_limit() -> None:
     for container in _containers(render_chart()):
         assert {"cpu", "memory"} <= set(container["resources"]["requests"])
         assert "memory" in container["resources"]["limits"]
+
+
+def test_every_container_has_a_cpu_limit_and_the_consumer_one_core() -> None:
+    """Each container has a CPU limit by default, and the consumer's is one core: a single
+    event loop uses no more, and less would throttle every turn."""
+    for container in _containers(render_chart()):
+        assert "cpu" in container["resources"]["limits"], container["name"]
+    consumer = render_chart().one("Deployment", "-consumer")["spec"]["template"]["spec"]
+    assert consumer["containers"][0]["resources"]["limits"]["cpu"] == "1000m"
+
+
+def test_only_the_consumer_gets_model_keys() -> None:
+    """With every option on, the consumer reads the model keys from their Secrets and the
+    scheduler reads none of them (it never calls a model), while both still read
+    DATABASE_URL and the SASL password."""
+    chart = render_chart(ALL_ON)
+    envs = {
+        name: {e["name"] for e in chart.one("Deployment", name)["spec"]["template"]["spec"][
+            "containers"][0]["env"]}
+        for name in ("-consumer", "-scheduler")
+    }
+    assert "OPENAI_API_KEY" in envs["-consumer"]
+    assert not envs["-scheduler"] & _MODEL_KEY_ENV
+    for env in envs.values():
+        assert {"DATABASE_URL", "KAFKA_SASL_PASSWORD"} <= env
 
 
 def test_migration_job_is_a_pre_install_pre_upgrade_hook() -> None:

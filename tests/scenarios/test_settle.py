@@ -32,12 +32,14 @@ async def test_last_assistant_at_is_set_when_anything_went_out() -> None:
 
 async def test_silence_wake_is_scheduled_after_the_assistant_spoke() -> None:
     """When the assistant spoke last, every silence flow whose if and repeat allow it gets a
-    wake at lastAssistantAt + silence, key silence:${flowId}:${sessionId}:${lastAssistantAtMs}."""
+    wake at lastAssistantAt + silence, key silence:${flowId}:${sessionId}:${lastAssistantAtMs}.
+
+    The key carries the conversation as every engine key does: ``silence@{session}:{flow}:{ms}``."""
     agent, _, clock = code_only_agent([HELLO, NUDGE])
     result = await agent.turn(message("oi", "m1"))
     (entry,) = result.schedule
     stamp = int(clock.now().timestamp() * 1000)
-    assert entry.key == f"silence:nudge:s1:{stamp}"
+    assert entry.key == f"silence@s1:nudge:{stamp}"
     assert entry.at == clock.now() + timedelta(minutes=10)
     assert entry.replaces is None and result.llm_calls == 0
 
@@ -111,3 +113,18 @@ async def test_a_skip_alone_makes_the_turn_changed() -> None:
     result = await agent.turn({"session_id": "s1", "start": {"flow": "gone", "key": "k"}})
     assert result.changed is True and [s.code for s in result.skipped] == ["flow-gone"]
     assert result.llm_calls == 0
+
+
+async def test_a_message_dated_in_the_future_does_not_switch_silence_off() -> None:
+    """A message whose `at` lies after the clock (year 9999) counts as sent now: the reply to it
+    and the replies after it still arm the silence follow-up."""
+    agent, _, clock = code_only_agent([HELLO, NUDGE])
+    dated = {**message("oi", "m1"), "at": "9999-12-31T23:59:59Z"}
+    first = await agent.turn(dated)
+    assert first.session.last_user_at == clock.now()
+    (entry,) = first.schedule
+    assert entry.key.startswith("silence@s1:nudge:")
+    clock.advance(60)
+    second = await agent.turn(message("de novo", "m2", saved(first)))
+    (again,) = second.schedule
+    assert again.replaces == entry.key and again.at == clock.now() + timedelta(minutes=10)

@@ -107,3 +107,112 @@ def test_the_migrated_schema_matches_the_store_metadata(database_url: str) -> No
             await engine.dispose()
 
     assert _off_loop(asyncio.run, diff()) == []
+
+
+def _rows(url: str, sql: str) -> list[tuple[Any, ...]]:
+    async def read() -> list[tuple[Any, ...]]:
+        connection = await asyncpg.connect(url)
+        try:
+            return [tuple(r) for r in await connection.fetch(sql)]
+        finally:
+            await connection.close()
+
+    return _off_loop(asyncio.run, read())
+
+
+def _waiting_session(session_id: str, key: str, at: str) -> str:
+    """A session saved before keys carried their conversation: run ``r1`` waits on ``key``."""
+    import json
+
+    state = {
+        "id": session_id, "v": 4, "version": 1, "seq": 1, "data": {}, "claims": {},
+        "inputs": ["m1"], "metadata": {},
+        "runs": [{
+            "id": "r1", "flow_id": "order", "status": "waiting", "step_id": "wait", "visit": 2,
+            "waiting": {"key": key, "kind": "timer", "at": at},
+            "started_at": "2026-01-05T09:00:00Z",
+        }],
+    }
+    return json.dumps(state).replace("'", "''")
+
+
+def test_upgrading_keeps_every_timer_and_restores_the_ones_taken_over(scratch_url: str) -> None:
+    """A database from before timers were per conversation: five sessions waited on the same
+    key ``r1:wait:2`` but only the last writer's row survived. After the upgrade every waiting
+    session has its own timer at its own time, the surviving row is kept as it was, and other
+    timers (a silence wake) are untouched."""
+    _off_loop(migrate.upgrade, scratch_url, "0002")
+    sessions = [f"s{i}" for i in range(5)]
+    for i, session_id in enumerate(sessions):
+        at = f"2026-01-05T09:0{i}:00+00:00"
+        _admin(
+            scratch_url,
+            "INSERT INTO sessions (id, version, state) VALUES "
+            f"('{session_id}', 1, '{_waiting_session(session_id, 'r1:wait:2', at)}'::jsonb)",
+        )
+    _admin(
+        scratch_url,
+        "INSERT INTO timers (key, session_id, at) VALUES"
+        " ('r1:wait:2', 's4', '2026-01-05T09:04:00+00:00'),"
+        " ('silence:nudge:s0:1', 's0', '2026-01-05T10:00:00+00:00')",
+    )
+
+    _off_loop(migrate.upgrade, scratch_url)
+
+    rows = _rows(scratch_url, "SELECT session_id, key, extract(epoch FROM at) FROM timers")
+    base = 1767603600  # 2026-01-05T09:00:00Z
+    assert sorted(rows) == sorted(
+        [(s, "r1:wait:2", base + 60 * i) for i, s in enumerate(sessions)]
+        + [("s0", "silence:nudge:s0:1", base + 3600)]
+    )
+    # The pair is the key now: the same key may be set again for another session.
+    _admin(
+        scratch_url,
+        "INSERT INTO timers (key, session_id, at) VALUES ('r1:wait:2', 's9', now())",
+    )
+    with pytest.raises(asyncpg.UniqueViolationError):
+        _admin(
+            scratch_url,
+            "INSERT INTO timers (key, session_id, at) VALUES ('r1:wait:2', 's9', now())",
+        )
+
+
+def test_input_ids_are_backfilled_from_the_stored_inputs(scratch_url: str) -> None:
+    """Upgrading fills turns.input_id from each turn's input (message id, event:key, start:key,
+    none for wakes), keeps it on the earliest of repeated ids only, and builds the index."""
+    _off_loop(migrate.upgrade, scratch_url, "0002")
+    rows = [
+        ("a", 1, {"session_id": "a", "message": "hi", "id": "m1"}),
+        ("a", 2, {"session_id": "a", "wake": "k"}),
+        ("a", 3, {"session_id": "a", "event": "paid", "key": "e1"}),
+        ("a", 4, {"session_id": "a", "start": {"flow": "f", "key": "s1"}}),
+        ("a", 5, {"session_id": "a", "message": "again", "id": "m1"}),  # answered twice before
+        ("a", 6, {"session_id": "a", "message": "no id"}),
+        ("a", 7, {"session_id": "a", "message": "pct", "id": "50%"}),
+        ("b", 1, {"session_id": "b", "message": "hi", "id": "m1"}),
+    ]
+
+    async def seed_and_read() -> list[tuple[str, int, str | None]]:
+        import json
+
+        connection = await asyncpg.connect(scratch_url)
+        try:
+            for session_id, version, turn_input in rows:
+                await connection.execute(
+                    "INSERT INTO turns (session_id, version, input) VALUES ($1, $2, $3::jsonb)",
+                    session_id, version, json.dumps(turn_input),
+                )
+            await connection.close()
+            await asyncio.to_thread(_off_loop, migrate.upgrade, scratch_url)
+            connection = await asyncpg.connect(scratch_url)
+            found = await connection.fetch(
+                "SELECT session_id, version, input_id FROM turns ORDER BY session_id, version"
+            )
+            return [(r["session_id"], r["version"], r["input_id"]) for r in found]
+        finally:
+            await connection.close()
+
+    assert _off_loop(asyncio.run, seed_and_read()) == [
+        ("a", 1, "m1"), ("a", 2, None), ("a", 3, "event:e1"), ("a", 4, "start:s1"),
+        ("a", 5, None), ("a", 6, None), ("a", 7, "50%25"), ("b", 1, "m1"),
+    ]

@@ -45,7 +45,7 @@ app.kubernetes.io/part-of: turnflow
 {{- end -}}
 
 {{/*
-Environment variables read from existing Secrets: DATABASE_URL, the model keys and the Kafka
+Environment variables every service reads from existing Secrets: DATABASE_URL and the Kafka
 SASL password. Only references are rendered; the values stay in the Secrets.
 */}}
 {{- define "turnflow.secretEnv" -}}
@@ -54,14 +54,6 @@ SASL password. Only references are rendered; the values stay in the Secrets.
     secretKeyRef:
       name: {{ .Values.secrets.databaseUrl.name }}
       key: {{ .Values.secrets.databaseUrl.key }}
-{{- range $env, $ref := .Values.secrets.modelKeys }}
-- name: {{ $env }}
-  valueFrom:
-    secretKeyRef:
-      name: {{ $ref.name }}
-      key: {{ $ref.key }}
-      optional: {{ $ref.optional | default false }}
-{{- end }}
 {{- if .Values.secrets.kafkaSaslPassword.name }}
 - name: KAFKA_SASL_PASSWORD
   valueFrom:
@@ -71,15 +63,28 @@ SASL password. Only references are rendered; the values stay in the Secrets.
 {{- end }}
 {{- end -}}
 
-{{/* Container fields shared by the consumer and the scheduler. */}}
+{{/*
+The model providers' API keys, from existing Secrets: only the consumer calls a model, so only
+its pods get them (a scheduler pod that leaks its environment leaks no model key).
+*/}}
+{{- define "turnflow.modelKeyEnv" -}}
+{{- range $env, $ref := .Values.secrets.modelKeys }}
+- name: {{ $env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $ref.name }}
+      key: {{ $ref.key }}
+      optional: {{ $ref.optional | default false }}
+{{- end }}
+{{- end -}}
+
+{{/* Container fields shared by the consumer and the scheduler; each adds its own env. */}}
 {{- define "turnflow.serviceContainer" -}}
 image: {{ include "turnflow.image" . }}
 imagePullPolicy: {{ .Values.image.pullPolicy }}
 envFrom:
   - configMapRef:
       name: {{ include "turnflow.fullname" . }}
-env:
-  {{- include "turnflow.secretEnv" . | nindent 2 }}
 ports:
   - name: metrics
     containerPort: {{ .Values.metrics.port }}

@@ -1,0 +1,122 @@
+"""Sending a refused input to the DLQ topic, in a form that always fits.
+
+A dead letter is the original record (key, value, the producer's headers) plus the consumer's
+own headers: ``error`` (the reason code), ``detail`` (what was wrong, naming fields, never the
+content), ``source-topic``/``source-partition``/``source-offset``. The consumer's headers come
+first and are the only ones under those names: a producer's own ``error`` or ``detail`` (or any
+other name the consumer sets) is kept as ``original-<name>``, so no record can forge the reason
+a reader sees first.
+
+A record close to the broker's size limit cannot travel whole once these headers are added,
+and retrying would hold its partition forever. When the broker or the producer refuses the
+dead letter for a reason no retry can fix (``consumer.failures``: too large, or a producer's
+header that cannot be encoded again), the record is kept in full
+in the ``dead_letters`` table and the dead letter goes out with an empty value, the consumer's
+headers and two more: ``kept-in`` (``dead_letters``) and ``kept-id`` (the row id); the
+producer's headers stay in the table with the rest. Nothing is lost and the partition moves on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from aiokafka.structs import ConsumerRecord
+
+from consumer.failures import cannot_succeed
+from store import DeadLetterRecord
+
+__all__ = ["KEPT_IN", "DeadLetterPublisher", "DeadLetterStore", "dead_letter_headers"]
+
+KEPT_IN = "dead_letters"
+
+# Header names the consumer writes; a producer's headers under these names are renamed.
+_OWN_HEADERS = frozenset(
+    {"error", "detail", "source-topic", "source-partition", "source-offset", "kept-in",
+     "kept-id"}
+)
+# A key longer than this is not repeated on a kept record's dead letter (it is in the table).
+_MAX_FORWARDED_KEY = 1024
+
+Headers = list[tuple[str, bytes]]
+
+
+class DeadLetterStore(Protocol):
+    """Where records that cannot travel whole are kept: ``store.Store``."""
+
+    async def keep_dead_letter(self, letter: DeadLetterRecord) -> int: ...
+
+
+class Producer(Protocol):
+    """What is needed of ``AIOKafkaProducer``."""
+
+    async def send_and_wait(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+    ) -> object: ...
+
+
+def dead_letter_headers(
+    record: ConsumerRecord[bytes, bytes], reason: str, detail: str
+) -> tuple[Headers, Headers]:
+    """The consumer's headers for ``record``, and the producer's with clashing names renamed."""
+    own: Headers = [
+        ("error", reason.encode()),
+        ("detail", detail.encode("utf-8", "backslashreplace")),
+        ("source-topic", record.topic.encode()),
+        ("source-partition", str(record.partition).encode()),
+        ("source-offset", str(record.offset).encode()),
+    ]
+    theirs: Headers = [
+        (f"original-{name}" if name in _OWN_HEADERS else name, value)
+        for name, value in (record.headers or ())
+    ]
+    return own, theirs
+
+
+class DeadLetterPublisher:
+    """Publishes dead letters to ``topic``; see the module docstring."""
+
+    def __init__(self, producer: Producer, store: DeadLetterStore, topic: str) -> None:
+        self._producer = producer
+        self._store = store
+        self._topic = topic
+
+    async def publish(
+        self, record: ConsumerRecord[bytes, bytes], reason: str, detail: str
+    ) -> int | None:
+        """Send ``record``'s dead letter; the ``dead_letters`` row id when it was kept there
+        because it cannot travel whole, else None. Broker and database errors propagate (the
+        caller retries them: the record is released only once its dead letter is out)."""
+        own, theirs = dead_letter_headers(record, reason, detail)
+        try:
+            await self._producer.send_and_wait(
+                self._topic, record.value, key=record.key, headers=[*own, *theirs]
+            )
+            return None
+        except Exception as exc:
+            # Too large, or a producer header name that cannot be encoded: the same record
+            # would fail the same way on every attempt.
+            if cannot_succeed(exc) is None:
+                raise
+        row_id = await self._store.keep_dead_letter(
+            DeadLetterRecord(
+                source=f"{record.topic}:{record.partition}:{record.offset}",
+                topic=self._topic,
+                reason=reason,
+                detail=detail,
+                key=record.key,
+                value=record.value,
+                headers=list(record.headers or ()),
+            )
+        )
+        key = record.key
+        if key is not None and len(key) > _MAX_FORWARDED_KEY:
+            key = None
+        await self._producer.send_and_wait(
+            self._topic,
+            b"",
+            key=key,
+            headers=[*own, ("kept-in", KEPT_IN.encode()), ("kept-id", str(row_id).encode())],
+        )
+        return row_id
