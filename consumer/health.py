@@ -142,3 +142,14 @@ async def start_health_server(
             f"metrics port {settings.metrics_host}:{port}: address in use by another process; "
             "set METRICS_PORT to a free port (0 turns the port off)"
         ) from None
+
+
+async def free_metrics_port(settings: Settings, port: int) -> None:
+    """``PortInUseError`` when ``port`` on ``METRICS_HOST`` is taken (0: nothing to check); a
+    supervisor checks its workers' ports before starting them."""
+    if port:
+        server = await start_health_server(
+            settings.model_copy(update={"metrics_port": port}), ready=lambda: False
+        )
+        if server is not None:
+            await server.stop()

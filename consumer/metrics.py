@@ -202,11 +202,16 @@ DECISION_DLQ_REASONS = (
     "invalid-request", "provider-fatal", "retries-exhausted", "version-conflicts", "turn-failed",
 )
 DLQ_REASONS = tuple(get_args(RejectReason)) + DECISION_DLQ_REASONS
+# The reason codes ScheduleRecordError documents for a malformed schedule record.
+SCHEDULE_REFUSED_REASONS = ("empty", "not-json", "not-an-object", "invalid-text", "invalid-field")
 
 
 def _precreate() -> None:
     for outcome in TURN_OUTCOME_VALUES:
         TURN_OUTCOMES.labels(outcome=outcome)
+        AI_CREDITS.labels(outcome=outcome)
+    for reason in SCHEDULE_REFUSED_REASONS:
+        SCHEDULE_REFUSED.labels(reason=reason)
     for reason in DLQ_REASONS:
         DLQ.labels(reason=reason)
     for kind in INPUT_KINDS:

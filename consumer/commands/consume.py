@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if workers > 1:
         # Workers that cannot reach a server would only be restarted, again and again: say so
         # once, as one consumer would, before starting any.
-        code = run_service(lambda: _preflight(settings), lambda: None)
+        code = run_service(lambda: _preflight(settings, workers), lambda: None)
         if code != 0:
             return code
         return _supervise(workers, agent_path, relay=not args.no_relay)
@@ -72,19 +72,26 @@ def run(args: argparse.Namespace) -> int:
     return run_service(service.run, service.stop)
 
 
-async def _preflight(settings: Settings) -> None:
-    """Connect once to PostgreSQL and the broker; raises what ``run_service`` reports."""
-    from consumer.outbox import new_producer
+async def _preflight(settings: Settings, workers: int) -> None:
+    """Connect once to PostgreSQL and the broker (with the producer the workers will use) and
+    check the workers' metrics ports are free; raises what ``run_service`` reports."""
+    from consumer.health import free_metrics_port
+    from consumer.outbox import new_producer, start_producer
     from store import Store
 
     assert settings.database_url is not None and settings.kafka_bootstrap_servers is not None
+    first = settings.metrics_port_for("consume")
+    for index in range(workers if first else 0):  # the ports worker_environment hands out
+        await free_metrics_port(settings, first + index)
     store = await Store.connect(settings.database_url, pool_size=1, max_overflow=0)
     await store.close()
     producer = new_producer(
-        settings.kafka_bootstrap_servers, idempotent=False, **settings.kafka_client_options()
+        settings.kafka_bootstrap_servers,
+        idempotent=settings.kafka_idempotent_producer,
+        **settings.kafka_client_options(),
     )
     try:
-        await producer.start()
+        await start_producer(producer, idempotent=settings.kafka_idempotent_producer)
     finally:
         await producer.stop()
 
