@@ -197,7 +197,8 @@ async def test_dashboards_and_alerts_evaluate_against_live_processes(
         "KAFKA_IDEMPOTENT_PRODUCER": "false" if kafka_is_embedded else "true",
         "KAFKA_FETCH_MAX_WAIT_MS": "10" if kafka_is_embedded else "500",
     })
-    consume = await _start([TURNFLOW, "consume", "--agent", "examples.demo_agent:agent"],
+    consume = await _start([TURNFLOW, "consume", "--workers", "1", "--agent",
+                            "examples.demo_agent:agent"],
                            {**env, "METRICS_PORT": str(ports["consume"])})
     schedule = await _start([TURNFLOW, "schedule"], {**env, "METRICS_PORT": str(ports["schedule"])})
     prometheus = Prometheus(prometheus_binary, tmp_path, ports)

@@ -90,7 +90,8 @@ async def test_readiness_follows_the_broker_and_sigterm_in_an_outage_exits_zero(
     await ensure_topics(bootstrap, [TopicSpec(env[k], 1) for k in (
         "INBOUND_TOPIC", "MESSAGES_TOPIC", "SCHEDULE_TOPIC", "DLQ_TOPIC")])
     consume = await asyncio.create_subprocess_exec(
-        TURNFLOW, "consume", "--agent", "tests.integration.harness:counting_agent",
+        TURNFLOW, "consume", "--workers", "1",
+        "--agent", "tests.integration.harness:counting_agent",
         env={**env, "METRICS_PORT": str(ports["consume"])}, stderr=asyncio.subprocess.PIPE,
     )
     schedule = await asyncio.create_subprocess_exec(
