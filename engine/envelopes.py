@@ -160,10 +160,17 @@ def parse_understand(response: ModelResponse, plan: UnderstandPlan) -> Judgement
 
 
 def parse_speak(response: ModelResponse) -> tuple[str | None, dict[str, Any]]:
-    """The reply's message and field values (None values dropped)."""
+    """The reply's message and field values (None values dropped).
+
+    Plain text without JSON is the message (a provider asked for none); text that opens like
+    a JSON envelope or a code fence but does not parse is a broken reply, not a message, so it
+    is never sent to the customer: no message, and the speak call fails like an empty one.
+    """
     raw = reply_json(response)
     if raw is None:
         text = (response.text or "").strip()
+        if text.startswith(("{", "```", "[")):
+            return None, {}
         return (text or None), {}
     message = raw.get("message")
     values = {k: v for k, v in raw.items() if k != "message" and v is not None}
