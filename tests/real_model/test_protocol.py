@@ -19,7 +19,7 @@ from tests.examples.host import Conversation
 from tests.fixtures.llama_server import LlamaServer
 from tests.real_model.conftest import REPLY_CAP, Call, Recorder, recording
 
-pytestmark = pytest.mark.real_model
+pytestmark = [pytest.mark.real_model, pytest.mark.timeout(900)]
 
 START = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)  # a Monday, inside the demo's opening hours
 LOOKUP = ToolSpec(name="lookup", description="Find an order by its id.",
