@@ -173,6 +173,9 @@ def error_for_status(
         detail = f"context length exceeded: {detail}"
     elif status not in RETRYABLE_STATUSES and refused_shape(detail):
         kind = "fatal"
+        # Status only: the server's words may quote the request, and so the customer.
+        log.warning("%s: HTTP %s: the server refused the request as malformed; not retried",
+                    provider, status)
         detail = (f"the server refused the request as malformed (retrying cannot help; if it "
                   f"lacks structured output, try another TURNFLOW_MODEL_JSON_MODE): {detail}")
     retry_after = parse_retry_after(response.headers, now) if kind == "retryable" else None

@@ -210,9 +210,13 @@ LLAMA_CPP_PYTHON_500 = {"error": {"message": "[{'type': 'literal_error', 'loc': 
                                   "or 'json_object'\"}]", "type": "internal_server_error"}}
 
 
-async def test_refused_request_shape_fails_once_as_fatal(canned_server: CannedServer) -> None:
+async def test_refused_request_shape_fails_once_as_fatal(
+    canned_server: CannedServer, caplog: pytest.LogCaptureFixture
+) -> None:
     """A 500 whose body says the request is malformed fails fatal at the first call, with the
-    server's words and a hint at the json mode; a plain 500 stays retryable."""
+    server's words and a hint at the json mode, logged by status alone; a plain 500 stays
+    retryable."""
+    caplog.set_level("WARNING")
     canned_server.queue(Canned(500, LLAMA_CPP_PYTHON_500),
                         Canned(500, {"error": {"message": "out of memory"}}))
     async with OpenAIProvider(base_url=canned_server.url, env={}) as provider:
@@ -225,6 +229,8 @@ async def test_refused_request_shape_fails_once_as_fatal(canned_server: CannedSe
     assert "TURNFLOW_MODEL_JSON_MODE" in str(refused.value)
     assert outage.value.kind == "retryable"
     assert len(canned_server.received) == 2
+    warned = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
+    assert warned == ["openai: HTTP 500: the server refused the request as malformed; not retried"]
 
 
 async def test_refused_shape_through_anthropic_is_fatal_too() -> None:
