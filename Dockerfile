@@ -16,6 +16,7 @@ COPY engine ./engine
 COPY store ./store
 COPY consumer ./consumer
 COPY migrations ./migrations
+COPY replay ./replay
 RUN /opt/turnflow/bin/pip install --no-compile . \
  && /opt/turnflow/bin/python -m compileall -q /opt/turnflow/lib
 

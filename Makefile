@@ -5,24 +5,23 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: install test lint unit run run-local-model test-real-model bench bench-engine bench-store \
-	bench-e2e clean
+	bench-e2e bench-replay clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstall only when the project's dependencies change. helm-sdkpy carries Helm's Go library,
-# which tests/helm calls for `helm lint`; only its Python wrapper (unused) needs Python 3.12.
+# Reinstall only when the project's dependencies change.
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
-	$(BIN)/pip install -q --no-deps --ignore-requires-python 'helm-sdkpy==0.1.32'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check engine store consumer migrations tests bench examples
+	$(BIN)/ruff check engine store consumer replay migrations tests bench examples
 	$(BIN)/mypy engine
+	$(BIN)/mypy --strict replay
 
 # The whole suite: lint, unit, scenario, store, consumer, integration, fault and real-model tests
 # (llama.cpp's server with a small model, fetched into ~/.cache/turnflow/models on first use);
@@ -47,13 +46,16 @@ run: $(STAMP)
 run-local-model: $(STAMP)
 	$(BIN)/python -m tests.fixtures.llama_server run -- $(BIN)/turnflow dev $(ARGS)
 
-bench: bench-engine bench-store bench-e2e
+bench: bench-engine bench-store bench-e2e bench-replay
 
 bench-engine: $(STAMP)
 	$(BIN)/python bench/engine_bench.py
 
 bench-store: $(STAMP)
 	$(BIN)/python bench/store_bench.py
+
+bench-replay: $(STAMP)
+	$(BIN)/python bench/replay_bench.py
 
 bench-e2e: $(STAMP)
 	$(BIN)/turnflow bench

@@ -168,15 +168,30 @@ class RunResult:
     p95_ms: float
     p99_ms: float
     profile: str | None = None
+    workers: int = 1
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
 
 
 def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process (Linux ``/proc``), 0.0 where unavailable."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU of a process and its live children (Linux ``/proc``: the workers of
+    ``consume --workers N``), 0.0 where unavailable."""
+    pids = [pid]
+    for entry in Path("/proc").iterdir():
+        fields = _stat(int(entry.name)) if entry.name.isdigit() else None
+        if fields is not None and int(fields[1]) == pid:
+            pids.append(int(entry.name))
+    ticks = 0
+    for one in pids:
+        fields = _stat(one)
+        if fields is not None:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _percentile(values: list[float], share: float) -> float:
@@ -349,9 +364,10 @@ async def _topics(servers: Servers, partitions: int) -> dict[str, str]:
 async def run_once(
     servers: Servers, *, latency_ms: int, partitions: int, sessions: int, inputs: int,
     paced_seconds: float, max_in_flight: int, profile_to: Path | None = None,
-    fetch_max_wait_ms: int | None = None,
+    fetch_max_wait_ms: int | None = None, workers: int = 1,
 ) -> RunResult:
-    """One backlog phase and one paced phase against a fresh consumer process."""
+    """One backlog phase and one paced phase against a fresh ``consume`` (``workers``
+    processes)."""
     topics = await _topics(servers, partitions)
     env = dict(os.environ)
     env.pop("TURNFLOW_CRASH_AT", None)
@@ -365,6 +381,7 @@ async def run_once(
         LATENCY_ENV: str(latency_ms),
         "MAX_IN_FLIGHT": str(max_in_flight),
         "METRICS_PORT": "0",
+        "CONSUME_WORKERS": str(workers),
         "KAFKA_IDEMPOTENT_PRODUCER": "false" if servers.embedded_broker else "true",
     })
     if fetch_max_wait_ms is not None:
@@ -404,6 +421,7 @@ async def run_once(
         cpu_ms_per_turn=cpu * 1000 / len(backlog), paced_rate=paced_rate,
         paced_inputs=len(paced), p50_ms=_percentile(latencies, 0.50),
         p95_ms=_percentile(latencies, 0.95), p99_ms=_percentile(latencies, 0.99),
+        workers=workers,
     )
 
 
@@ -474,6 +492,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--paced-seconds", type=float, default=8.0)
     parser.add_argument("--max-in-flight", type=int, default=64)
     parser.add_argument("--no-profile", action="store_true", help="skip the profiled 0 ms run")
+    parser.add_argument("--processes", type=int, default=2,
+                        help="consumer processes of the extra 0 ms row compared with one "
+                        "(`consume --workers N`; 0 or 1 skips it)")
     parser.add_argument("--fetch-max-wait-ms", type=int, default=None,
                         help="the consumer's KAFKA_FETCH_MAX_WAIT_MS (default: 10 on the "
                         "embedded broker, else the environment's or the setting's default)")
@@ -510,6 +531,16 @@ def run(args: argparse.Namespace) -> int:
                 results.append(result)
                 print(f"  done: {latency} ms, {partitions} partitions, "
                       f"{result.turns_per_s:.0f} turns/s", flush=True)
+        if args.processes > 1 and 0 in latencies:
+            result = asyncio.run(run_once(
+                servers, latency_ms=0, partitions=max(partition_counts),
+                sessions=args.sessions, inputs=args.inputs,
+                paced_seconds=args.paced_seconds, max_in_flight=args.max_in_flight,
+                fetch_max_wait_ms=args.fetch_max_wait_ms, workers=args.processes,
+            ))
+            results.append(result)
+            print(f"  done: 0 ms, {result.partitions} partitions, {args.processes} processes, "
+                  f"{result.turns_per_s:.0f} turns/s", flush=True)
         saves, save_cpu_ms = _store_saves_per_second(servers.database_url, pool, 5.0)
         profile: Counter[str] | None = None
         if not args.no_profile:
@@ -523,24 +554,34 @@ def run(args: argparse.Namespace) -> int:
             profile = profile_summary(profile_file)
 
     print()
-    print(f"{'model latency':>13} {'parts':>5} {'turns/s':>8} {'bound':>7} {'ratio':>6} "
-          f"{'CPU ms/turn':>11} {'paced/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}")
+    print(f"{'model latency':>13} {'parts':>5} {'procs':>5} {'turns/s':>8} {'bound':>7} "
+          f"{'ratio':>6} {'CPU ms/turn':>11} {'paced/s':>8} {'p50 ms':>8} {'p95 ms':>8} "
+          f"{'p99 ms':>8}")
     for r in results:
         if r.latency_ms:
             bound = args.max_in_flight / (per_turn * r.latency_ms / 1000)
             bound_text, ratio_text = f"{bound:7.0f}", f"{r.turns_per_s / bound:6.2f}"
         else:
             bound_text, ratio_text = f"{'-':>7}", f"{'-':>6}"
-        print(f"{r.latency_ms:>10} ms {r.partitions:>5} {r.turns_per_s:>8.0f} {bound_text} "
-              f"{ratio_text} {r.cpu_ms_per_turn:>11.2f} {r.paced_rate:>8.0f} {r.p50_ms:>8.0f} "
-              f"{r.p95_ms:>8.0f} {r.p99_ms:>8.0f}")
+        print(f"{r.latency_ms:>10} ms {r.partitions:>5} {r.workers:>5} {r.turns_per_s:>8.0f} "
+              f"{bound_text} {ratio_text} {r.cpu_ms_per_turn:>11.2f} {r.paced_rate:>8.0f} "
+              f"{r.p50_ms:>8.0f} {r.p95_ms:>8.0f} {r.p99_ms:>8.0f}")
     print()
     print(f"store save transaction alone ({pool} clients, one process): {saves:.0f} saves/s, "
           f"{save_cpu_ms:.2f} ms client CPU per save")
     for r in results:
-        if r.latency_ms == 0:
+        if r.latency_ms == 0 and r.workers == 1:
             print(f"  0 ms, {r.partitions} partition(s): {r.turns_per_s:.0f} turns/s = "
-                  f"{r.turns_per_s / saves:.2f} x the save rate")
+                  f"{r.turns_per_s / saves:.2f} x the save rate; CPU per turn "
+                  f"{r.cpu_ms_per_turn:.2f} ms = {r.cpu_ms_per_turn / save_cpu_ms:.1f} x the "
+                  "save's client CPU")
+    single = {r.partitions: r for r in results if r.latency_ms == 0 and r.workers == 1}
+    for r in results:
+        if r.workers > 1 and r.partitions in single:
+            one = single[r.partitions]
+            print(f"  0 ms, {r.partitions} partitions, {r.workers} processes: "
+                  f"{r.turns_per_s:.0f} turns/s = {r.turns_per_s / one.turns_per_s:.2f} x one "
+                  f"process ({one.turns_per_s:.0f} turns/s)")
     if profile:
         total = sum(profile.values())
         busy = total - profile.get("waiting on I/O (idle)", 0.0)

@@ -32,6 +32,10 @@ COMMANDS: dict[str, Command] = {
     "schedule": Command("consumer.commands.schedule", "run the scheduler service"),
     "dev": Command("consumer.dev", "embedded servers, consumer and scheduler, and a terminal chat"),
     "bench": Command("consumer.commands.bench", "the end-to-end load benchmark (source tree)"),
+    "prune": Command("consumer.commands.prune", "drop model recordings past their retention"),
+    "replay": Command(
+        "consumer.commands.replay", "replay logged conversations against an agent, compare"
+    ),
 }
 
 

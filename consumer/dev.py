@@ -46,7 +46,9 @@ from consumer.scheduler import Scheduler, build_scheduler
 from consumer.service import ConsumerService
 from consumer.settings import Settings
 from consumer.topics import TopicSpec, ensure_topics
-from engine import FlowConfigurationError, ProviderError, TurnRequestError
+from engine import Agent, FlowConfigurationError, ProviderError, TurnRequestError
+from engine.keys import session_tag
+from engine.recording import recorded_agent
 from store import EmbeddedPostgres, EmbeddedServerError, Store
 from store.migrate import upgrade_async
 from store.urls import plain_url
@@ -337,7 +339,9 @@ class Chat:
     async def _show(self, turn: ObservedTurn) -> None:
         request, result = turn.request, turn.result
         if request.get("wake"):
-            self.say(f"  [timer fired: {request['wake']}]")
+            # The chat has one conversation: its tag in the key is noise on screen.
+            shown = str(request["wake"]).replace(f"@{session_tag(self.session_id)}", "", 1)
+            self.say(f"  [timer fired: {shown}]")
         for message in _get(result, "messages", []) or []:
             key = str(_get(message, "key"))
             record = await self._replies.wait_for(key, self._reply_timeout)
@@ -569,6 +573,8 @@ async def run_dev(options: DevOptions) -> int:
         session_id = options.session_id or _new_session_id()
         chat = await _open_chat(settings, session_id, getattr(agent, "name", "agent"), options,
                                 stack)
+        if isinstance(agent, Agent):  # the turn log keeps what `turnflow replay` needs
+            agent = recorded_agent(agent)
         services = DevServices(settings, ObservedAgent(agent, chat.observe, chat.failed))
         await services.start()
         stack.push_async_callback(services.stop)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -37,6 +38,9 @@ from aiokafka.errors import KafkaError
 from consumer import metrics
 from consumer.errors import FencedPublishError, PublishError
 from store import OutboxEntry, OutboxRow, Store, jsoncodec
+
+PRUNE_EVERY_S = 600.0
+"""How often the relay drops expired model recordings (the first pass prunes at once)."""
 
 __all__ = [
     "OutboundRecord",
@@ -225,13 +229,23 @@ class OutboxRelay:
     """Republishes rows committed but left unpublished, every ``interval_s``, until stopped."""
 
     def __init__(
-        self, publisher: OutboxPublisher, store: Store, *, interval_s: float, grace_s: float
+        self,
+        publisher: OutboxPublisher,
+        store: Store,
+        *,
+        interval_s: float,
+        grace_s: float,
+        recording_retention: timedelta | None = None,
+        prune_every_s: float = PRUNE_EVERY_S,
     ) -> None:
         self._publisher = publisher
         self._store = store
         self._interval_s = interval_s
         self._grace = timedelta(seconds=grace_s)
         self._stopping = asyncio.Event()
+        self._retention = recording_retention
+        self._prune_every_s = prune_every_s
+        self._next_prune = 0.0
 
     def stop(self) -> None:
         self._stopping.set()
@@ -247,7 +261,19 @@ class OutboxRelay:
         metrics.OUTBOX_BACKLOG.set(await self._store.outbox_backlog())
         if total:
             log.info("relay published outbox rows", extra={"rows": total})
+        await self.prune_recordings()
         return total
+
+    async def prune_recordings(self) -> int:
+        """Drop model recordings past their retention, at most once per ``prune_every_s``:
+        the retention is a promise about personal data, kept by whoever runs the relay."""
+        if self._retention is None or time.monotonic() < self._next_prune:
+            return 0
+        self._next_prune = time.monotonic() + self._prune_every_s
+        dropped = await self._store.prune_recordings(older_than=self._retention)
+        if dropped:
+            log.info("relay dropped expired model recordings", extra={"turns": dropped})
+        return dropped
 
     async def run(self) -> None:
         while not self._stopping.is_set():

@@ -36,6 +36,7 @@ from consumer import crash, metrics
 from consumer.decisions import VersionConflictsExhausted
 from consumer.outbox import OutboxPublisher
 from consumer.parser import ParsedInput
+from engine.recording import RecordingLevel, Tape, fields_written, taping
 from store import (
     AlreadyApplied,
     OutboxEntry,
@@ -127,6 +128,7 @@ class TurnPipeline:
         topics: OutboundTopics,
         history_limit: int = 50,
         max_version_conflicts: int = 5,
+        recording: RecordingLevel = "off",
     ) -> None:
         self._store = store
         self._agent = agent
@@ -134,6 +136,7 @@ class TurnPipeline:
         self._topics = topics
         self._history_limit = history_limit
         self._max_conflicts = max_version_conflicts
+        self._recording: RecordingLevel = recording
 
     async def apply(
         self, work: TurnWork, *, may_publish: Callable[[], bool] = lambda: True
@@ -152,10 +155,11 @@ class TurnPipeline:
             request = dict(parsed.request)
             request["session"] = loaded.state
             request["history"] = loaded.history
-            result = await self._agent.turn(request)
+            with taping(self._recording) as tape:
+                result = await self._agent.turn(request)
             crash.reached("after_turn")
             version = loaded.version + 1
-            save = self._save_request(work, loaded.version, version, result)
+            save = self._save_request(work, loaded.version, version, result, tape, loaded.state)
             try:
                 saved = await self._store.save_turn(save)
             except VersionConflict:
@@ -216,9 +220,16 @@ class TurnPipeline:
         return PipelineResult(status="skipped")
 
     def _save_request(
-        self, work: TurnWork, expected_version: int, version: int, result: Any
+        self,
+        work: TurnWork,
+        expected_version: int,
+        version: int,
+        result: Any,
+        tape: Tape | None = None,
+        before: dict[str, Any] | None = None,
     ) -> SaveRequest:
         parsed = work.parsed
+        state = _json(_field(result, "session"))
         messages = [_json(m) for m in _field(result, "messages", []) or []]
         schedule = [_json(s) for s in _field(result, "schedule", []) or []]
         outbox = [
@@ -262,11 +273,13 @@ class TurnPipeline:
             skipped=[_json(o) for o in _field(result, "skipped", []) or []],
             llm_calls=int(_field(result, "llm_calls", 0) or 0),
             source=work.source,
+            clock_at=tape.at if tape is not None else None,
+            model_calls=_recording(tape, before, state),
         )
         return SaveRequest(
             session_id=parsed.session_id,
             expected_version=expected_version,
-            state=_json(_field(result, "session")),
+            state=state,
             turn=turn,
             outbox=outbox,
         )
@@ -312,6 +325,19 @@ class TurnPipeline:
             "partition": work.source.partition,
             "offset": work.source.offset,
         }
+
+
+def _recording(tape: Tape | None, before: Any, after: Any) -> dict[str, Any] | None:
+    """The turn's recording as stored: the tape's calls and the fields the turn wrote. None
+    when the agent did not record into the tape (it is not an ``engine.Agent`` wrapped by
+    ``recorded_agent``): an empty list of calls would claim the turn made none."""
+    if tape is None or tape.at is None:
+        return None
+    recorded = tape.to_json()
+    if recorded is None:
+        return None
+    recorded["fields"] = fields_written(before, after)
+    return recorded
 
 
 def turn_outcome(result: Any) -> str | None:

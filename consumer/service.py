@@ -47,6 +47,8 @@ from consumer.parser import Rejected, parse_record
 from consumer.partitions import OffsetWatermarks, QueuedInput, SessionQueues
 from consumer.pipeline import OutboundTopics, TurnAgent, TurnPipeline, TurnWork
 from consumer.settings import Settings
+from engine import Agent
+from engine.recording import recorded_agent
 from store import SourceRecord, Store
 
 __all__ = ["ConsumerService"]
@@ -190,6 +192,8 @@ class ConsumerService:
         publisher = OutboxPublisher(self._store, self._producer)
         observe_model_calls(self._agent)
         self._agent = await attach_postgres_knowledge(self._agent, s.database_url)
+        if isinstance(self._agent, Agent):
+            self._agent = recorded_agent(self._agent)
         self._pipeline = TurnPipeline(
             store=self._store,
             agent=self._agent,
@@ -197,6 +201,7 @@ class ConsumerService:
             topics=OutboundTopics(messages=s.messages_topic, schedule=s.schedule_topic),
             history_limit=s.history_limit,
             max_version_conflicts=s.max_version_conflicts,
+            recording=s.model_recording,
         )
         if self._run_relay:
             self._relay = OutboxRelay(
@@ -204,6 +209,7 @@ class ConsumerService:
                 self._store,
                 interval_s=s.relay_interval_ms / 1000,
                 grace_s=s.relay_grace_ms / 1000,
+                recording_retention=s.recording_retention(),
             )
             self._relay_task = asyncio.create_task(self._relay.run(), name="outbox-relay")
         self._consumer = AIOKafkaConsumer(

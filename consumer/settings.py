@@ -9,6 +9,7 @@ also come from a mounted file: ``KAFKA_SASL_PASSWORD_FILE`` names a file whose c
 from __future__ import annotations
 
 import ssl
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,6 +47,12 @@ class Settings(BaseSettings):
     max_in_flight: int = Field(
         64, ge=1, description="Sessions processed concurrently by one consumer."
     )
+    consume_workers: int = Field(
+        0,
+        ge=0,
+        description="Consumer processes `turnflow consume` runs and keeps alive (0: one per "
+        "available core; `--workers` overrides).",
+    )
     max_buffered_records: int = Field(
         1000, ge=1, description="Fetched records held before fetching pauses (back-pressure)."
     )
@@ -82,6 +89,15 @@ class Settings(BaseSettings):
     )
     relay_grace_ms: int = Field(
         10000, ge=0, description="Rows younger than this are left to the consumer that wrote them."
+    )
+    model_recording: Literal["off", "envelopes", "prompts"] = Field(
+        "envelopes", description="What the turn log keeps of each model call, for replays: "
+        "`off`, `envelopes` (kind, parsed reply, tokens, latency, fields written) or "
+        "`prompts` (also the prompt sent). See docs/replay.md for what it holds of personal data."
+    )
+    model_recording_retention_days: float = Field(
+        30, ge=0, description="Model recordings older than this are dropped by the relay "
+        "(and by `turnflow prune`); 0 keeps them until pruned by hand."
     )
     metrics_port: int = Field(
         9100, ge=0, le=65535, description="Port of `/metrics`, `/healthz`, `/readyz` (0: off)."
@@ -126,6 +142,11 @@ class Settings(BaseSettings):
             raise ValueError("KAFKA_BOOTSTRAP_SERVERS is not set")
         if database and not self.database_url:
             raise ValueError("DATABASE_URL is not set")
+
+    def recording_retention(self) -> timedelta | None:
+        """How long model recordings are kept; None when they are kept until pruned by hand."""
+        days = self.model_recording_retention_days
+        return timedelta(days=days) if days > 0 else None
 
     def kafka_client_options(self) -> dict[str, Any]:
         """Security keyword arguments shared by every aiokafka client we create."""

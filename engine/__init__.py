@@ -48,6 +48,7 @@ from engine.errors import (
     TurnflowError,
     TurnRequestError,
 )
+from engine.keys import session_of
 from engine.knowledge import InMemoryKnowledgeIndex, KnowledgeHit, KnowledgeIndex
 from engine.lifecycle import (
     HANDOFF_CLEARED_EVENT,
@@ -159,6 +160,7 @@ __all__ = [
     "failed",
     "migrate_session",
     "ok",
+    "session_of",
     "skipped",
     "speak_schema",
     "understand_schema",

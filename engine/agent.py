@@ -78,6 +78,13 @@ class AgentConfig:
     silence_triggers: tuple[tuple[Flow, int, SilenceTrigger], ...] = field(default=())
 
 
+class _Keep:
+    """The default of ``Agent.replaced(provider=...)``: leave the provider as it is."""
+
+
+_KEEP = _Keep()
+
+
 def _fail(message: str, flow: Flow | None = None, step_id: str | None = None) -> None:
     raise FlowConfigurationError(message, flow_id=flow.id if flow else None, step_id=step_id)
 
@@ -180,6 +187,20 @@ class Agent:
         lifecycle = self._config.lifecycle.model_copy(update={"knowledge_index": index})
         agent = object.__new__(Agent)
         object.__setattr__(agent, "_config", replace(self._config, lifecycle=lifecycle))
+        return agent
+
+    def replaced(
+        self, *, provider: Provider | _Keep | None = _KEEP, clock: Clock | None = None
+    ) -> Agent:
+        """This agent with another provider and/or clock, everything else shared; the agent
+        itself is left unchanged. Recording and replaying turns swap exactly these two."""
+        changes: dict[str, Any] = {}
+        if not isinstance(provider, _Keep):
+            changes["provider"] = provider
+        if clock is not None:
+            changes["clock"] = clock
+        agent = object.__new__(Agent)
+        object.__setattr__(agent, "_config", replace(self._config, **changes))
         return agent
 
     @property

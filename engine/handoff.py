@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from engine import lifecycle_turn
 from engine.handoff_rules import rule_fired
+from engine.keys import session_key
 from engine.lifecycle_results import HandoffNotice
 from engine.request import Message
 from engine.values import ms
@@ -50,7 +51,8 @@ def on_input(state: TurnState) -> None:
         turn.memory.turns += 1
         return
     state.session.last_user_at = request.at or state.now
-    hand_over(state, notice, key=f"handoff:{request.id or ms(request.at or state.now)}")
+    local = request.id or str(ms(request.at or state.now))
+    hand_over(state, notice, key=session_key("handoff", state.session.id, local))
     state.done = True
 
 
@@ -84,6 +86,7 @@ def settle_requested(state: TurnState) -> bool:
     calls = state.reply.calls if state.reply is not None else 0
     state.outcome("handoff-requested", run, detail=turn.handoff_requested.reason,
                   llm_calls=calls)
-    hand_over(state, turn.handoff_requested, key=f"handoff:{reply_key}",
+    hand_over(state, turn.handoff_requested,
+              key=session_key("handoff", state.session.id, reply_key),
               text=turn.partial_text)
     return True

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.conditions import ConditionContext, holds
 from engine.config import Flow
+from engine.keys import run_id
 from engine.request import HistoryEntry, Message, Outcome, RunChange, ScheduleEntry, Skip
 from engine.session import Claim, Run, Session, Waiting, WaitKind
 
@@ -188,7 +189,7 @@ class TurnState:
     ) -> Run:
         """Append a running run at the flow's first step, claim the flow, apply clear_on_start."""
         run = Run(
-            id=f"r{self.session.next_seq()}",
+            id=run_id(self.session.id, self.session.next_seq()),
             flow_id=flow.id,
             status="running",
             step_id=flow.steps[0].id,

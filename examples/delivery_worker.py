@@ -8,8 +8,9 @@ What a real worker must do, and this one does:
 
 - **Dedupe on ``key``.** The service publishes after it saves, so a crash between the publish
   and the offset commit republishes the same rows with the same ``key``. A key already delivered
-  is skipped. Keys are kept in SQLite (``--dedupe-db``; in memory by default), so a restarted
-  worker still knows what it sent.
+  is skipped. A key is unique across conversations, so it is all the worker needs: two
+  customers at the same step never share one. Keys are kept in SQLite (``--dedupe-db``; in
+  memory by default), so a restarted worker still knows what it sent.
 - **Honour ``after_ms``.** It is the pause after the previous message of the same turn (same
   ``session_id`` and ``input_id``), e.g. a short wait step before a say. The worker sleeps what
   is left of it since that previous message went out.

@@ -10,6 +10,7 @@ from store.errors import AlreadyApplied, EmbeddedServerError, StoreError, Versio
 from store.outbox import OutboxBatch
 from store.records import (
     LoadedSession,
+    LoggedTurn,
     OutboxEntry,
     OutboxRow,
     SavedTurn,
@@ -27,6 +28,7 @@ __all__ = [
     "EmbeddedPostgres",
     "EmbeddedServerError",
     "LoadedSession",
+    "LoggedTurn",
     "OutboxBatch",
     "OutboxEntry",
     "OutboxRow",

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import TextClause, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from store import history, jsoncodec, outbox, saving, timers
+from store import history, jsoncodec, outbox, saving, timers, turn_log
 from store.errors import AlreadyApplied, VersionConflict
 from store.outbox import OutboxBatch
 from store.records import (
     LoadedSession,
+    LoggedTurn,
     SavedTurn,
     SaveRequest,
     SourceRecord,
@@ -167,6 +168,42 @@ class Store:
         )
         return bool(found)
 
+    # -- reading the turn log back (replays) and pruning recordings --------------------------
+
+    async def logged_session_ids(
+        self, *, since: datetime | None = None, until: datetime | None = None
+    ) -> list[str]:
+        """Ids of the sessions with a turn in [since, until) (either bound optional), sorted."""
+        async with self._engine.connect() as connection:
+            result = await connection.execute(
+                turn_log.SESSIONS_IN_WINDOW, {"since": since, "until": until}
+            )
+            return [str(row[0]) for row in result.all()]
+
+    async def logged_turns(self, session_ids: Sequence[str]) -> list[LoggedTurn]:
+        """Every turn-log row of these sessions, by session id then version."""
+        if not session_ids:
+            return []
+        async with self._engine.connect() as connection:
+            result = await connection.execute(
+                turn_log.TURNS_OF_SESSIONS, {"session_ids": list(session_ids)}
+            )
+            return turn_log.logged_turns(list(result.all()))
+
+    async def prune_recordings(self, *, older_than: timedelta, batch: int = 5000) -> int:
+        """Drop the model recordings of turns older than `older_than` (database clock), in
+        batches so no statement holds many row locks; returns how many were dropped."""
+        total = 0
+        while True:
+            async with self._engine.connect() as connection:
+                result = await connection.execute(
+                    turn_log.PRUNE_RECORDINGS,
+                    {"older_than_s": older_than.total_seconds(), "limit": batch},
+                )
+            total += int(result.rowcount)
+            if result.rowcount < batch:
+                return total
+
     # -- outbox -----------------------------------------------------------------------------
 
     @asynccontextmanager
@@ -225,12 +262,14 @@ class Store:
                 timers.UPSERT, timers.upsert_parameters(deleted, upserts)
             )
 
-    async def delete_timers(self, keys: Sequence[str]) -> int:
-        """Delete timers by key; returns how many existed."""
-        if not keys:
+    async def delete_timers(self, ids: Sequence[tuple[str, str]]) -> int:
+        """Delete timers by (session id, key); returns how many existed."""
+        if not ids:
             return 0
         async with self._engine.connect() as connection:
-            result = await connection.execute(timers.DELETE, {"keys": list(keys)})
+            result = await connection.execute(
+                timers.DELETE, {"pairs": timers.pairs_parameter(ids)}
+            )
             return int(result.rowcount)
 
     @asynccontextmanager

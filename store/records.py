@@ -28,7 +28,9 @@ class TurnRecord:
 
     `input` is the turn request without `session`/`history`; the list fields are the
     `TurnResult` fields of the same names in their JSON form. `created_at` defaults to the
-    database clock.
+    database clock. `clock_at` is the time the engine's clock gave the turn (what a replay sets
+    its clock to); `model_calls` is the turn's recording (`engine.recording.Tape.to_json()`
+    plus the fields the turn wrote), None when recording is off.
     """
 
     input: dict[str, Any]
@@ -41,6 +43,8 @@ class TurnRecord:
     llm_calls: int = 0
     source: SourceRecord | None = None
     created_at: datetime | None = None
+    clock_at: datetime | None = None
+    model_calls: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,3 +124,26 @@ class Timer:
     key: str
     session_id: str
     at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedTurn:
+    """One turn-log row as a replay reads it; the list fields as `TurnRecord`'s.
+
+    `clock_at` is None for turns saved before the engine's clock was kept (a replay then falls
+    back to `created_at`); `model_calls` is None when nothing was recorded or it was pruned.
+    """
+
+    session_id: str
+    version: int
+    input: dict[str, Any]
+    messages: list[dict[str, Any]]
+    schedule: list[dict[str, Any]]
+    outcomes: list[dict[str, Any]]
+    started: list[dict[str, Any]]
+    ended: list[dict[str, Any]]
+    skipped: list[dict[str, Any]]
+    llm_calls: int
+    created_at: datetime
+    clock_at: datetime | None = None
+    model_calls: dict[str, Any] | None = None

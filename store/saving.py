@@ -40,14 +40,16 @@ _APPEND_TURN_AND_OUTBOX = """
 , turn AS (
     INSERT INTO turns (
         session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
-        llm_calls, created_at, source_topic, source_partition, source_offset
+        llm_calls, created_at, source_topic, source_partition, source_offset, clock_at,
+        model_calls
     )
     SELECT :session_id, s.version, CAST(:input AS jsonb), CAST(:messages AS jsonb),
            CAST(:schedule AS jsonb), CAST(:outcomes AS jsonb), CAST(:started AS jsonb),
            CAST(:ended AS jsonb), CAST(:skipped AS jsonb), :llm_calls,
            coalesce(CAST(:created_at AS timestamptz), now()),
            CAST(:source_topic AS text), CAST(:source_partition AS integer),
-           CAST(:source_offset AS bigint)
+           CAST(:source_offset AS bigint), CAST(:clock_at AS timestamptz),
+           CAST(:model_calls AS jsonb)
     FROM s
     RETURNING id
 ), out AS (
@@ -80,8 +82,10 @@ def save_parameters(request: SaveRequest) -> dict[str, Any]:
         raise ValueError(f"expected_version must be >= 0, got {request.expected_version}")
     turn = request.turn
     source = turn.source
-    if turn.created_at is not None and turn.created_at.tzinfo is None:
-        raise ValueError("TurnRecord.created_at must be timezone-aware")
+    for name in ("created_at", "clock_at"):
+        value = getattr(turn, name)
+        if value is not None and value.tzinfo is None:
+            raise ValueError(f"TurnRecord.{name} must be timezone-aware")
     parameters: dict[str, Any] = {
         "session_id": request.session_id,
         "version": request.expected_version + 1,
@@ -95,6 +99,8 @@ def save_parameters(request: SaveRequest) -> dict[str, Any]:
         "skipped": jsoncodec.dumps(turn.skipped),
         "llm_calls": turn.llm_calls,
         "created_at": turn.created_at,
+        "clock_at": turn.clock_at,
+        "model_calls": None if turn.model_calls is None else jsoncodec.dumps(turn.model_calls),
         "source_topic": source.topic if source else None,
         "source_partition": source.partition if source else None,
         "source_offset": source.offset if source else None,

@@ -21,6 +21,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     Table,
     Text,
     UniqueConstraint,
@@ -59,7 +60,17 @@ turns = Table(
     Column("source_topic", Text),
     Column("source_partition", Integer),
     Column("source_offset", BigInteger),
+    # What a replay needs beyond the input: the engine's clock for the turn and the model's
+    # side of it (engine/recording.py), the latter pruned after MODEL_RECORDING_RETENTION_DAYS.
+    Column("clock_at", DateTime(timezone=True)),
+    Column("model_calls", JSONB),
     UniqueConstraint("session_id", "version", name="uq_turns_session_version"),
+)
+Index("ix_turns_created_at", turns.c.created_at)
+Index(
+    "ix_turns_recorded",
+    turns.c.created_at,
+    postgresql_where=turns.c.model_calls.isnot(None),
 )
 Index(
     "uq_turns_source",
@@ -92,10 +103,12 @@ Index("ix_outbox_unpublished_id", outbox.c.id, postgresql_where=outbox.c.publish
 timers = Table(
     "timers",
     metadata,
-    Column("key", Text, primary_key=True),
+    Column("key", Text, nullable=False),
     Column("session_id", Text, nullable=False),
     Column("at", DateTime(timezone=True), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # A timer belongs to the conversation that set it: equal keys of two sessions are two rows.
+    PrimaryKeyConstraint("session_id", "key", name="timers_pkey"),
 )
 Index("ix_timers_at", timers.c.at)
 

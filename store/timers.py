@@ -1,5 +1,10 @@
 """Timers: setting them (with `replaces`), deleting them, and claiming the due ones.
 
+A timer is identified by the pair (session id, key), never by the key alone: the key is the
+engine's, and a row belongs to the conversation that scheduled it. An entry's `replaces` deletes
+a key of its own session only, and a claimed row wakes only its own session, so even two
+conversations that minted the same key could neither steal nor cancel each other's timer.
+
 `upsert_timers` applies a batch in order — an entry's `replaces` deletes that key, then the
 entry is set — by folding the batch into one set of deletions and one set of upserts, written
 in one statement (one transaction). Claiming compares with the database clock (`now()`), never
@@ -22,27 +27,33 @@ from store.records import Timer
 
 UPSERT = text("""
 WITH gone AS (
-    DELETE FROM timers WHERE key = ANY(CAST(:deleted AS text[]))
+    DELETE FROM timers t
+    USING jsonb_to_recordset(CAST(:deleted AS jsonb)) AS d(session_id text, key text)
+    WHERE t.session_id = d.session_id AND t.key = d.key
 )
-INSERT INTO timers (key, session_id, at)
-SELECT e.key, e.session_id, e.at
+INSERT INTO timers (session_id, key, at)
+SELECT e.session_id, e.key, e.at
 FROM jsonb_to_recordset(CAST(:entries AS jsonb)) AS e(key text, session_id text, at timestamptz)
-ON CONFLICT (key) DO UPDATE SET session_id = EXCLUDED.session_id, at = EXCLUDED.at
+ON CONFLICT (session_id, key) DO UPDATE SET at = EXCLUDED.at
 """)
 
-DELETE = text("DELETE FROM timers WHERE key = ANY(CAST(:keys AS text[]))")
+DELETE = text("""
+DELETE FROM timers t
+USING jsonb_to_recordset(CAST(:pairs AS jsonb)) AS d(session_id text, key text)
+WHERE t.session_id = d.session_id AND t.key = d.key
+""")
 
 CLAIM_DUE = text("""
 WITH due AS (
     SELECT key, session_id, at FROM timers
     WHERE at <= now()
-    ORDER BY at, key
+    ORDER BY at, session_id, key
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 )
 SELECT now() AS db_now, due.key, due.session_id, due.at
 FROM (SELECT 1) AS one LEFT JOIN due ON true
-ORDER BY due.at, due.key
+ORDER BY due.at, due.session_id, due.key
 """)
 
 NEXT_DUE_IN = text("SELECT EXTRACT(EPOCH FROM (min(at) - clock_timestamp())) FROM timers")
@@ -50,25 +61,37 @@ NEXT_DUE_IN = text("SELECT EXTRACT(EPOCH FROM (min(at) - clock_timestamp())) FRO
 PENDING = text("SELECT count(*) FROM timers")
 
 
-def fold(entries: Iterable[TimerLike]) -> tuple[list[str], list[TimerLike]]:
-    """Reduce an ordered batch to (keys to delete, entries to upsert), disjoint by key."""
-    upserts: dict[str, TimerLike] = {}
-    deleted: set[str] = set()
+TimerId = tuple[str, str]
+"""(session id, key): what identifies a timer."""
+
+
+def fold(entries: Iterable[TimerLike]) -> tuple[list[TimerId], list[TimerLike]]:
+    """Reduce an ordered batch to (timers to delete, entries to upsert), disjoint by
+    (session id, key); a `replaces` acts within its own entry's session."""
+    upserts: dict[TimerId, TimerLike] = {}
+    deleted: set[TimerId] = set()
     for entry in entries:
         if entry.at.tzinfo is None:
-            raise ValueError(f"timer {entry.key!r}: `at` must be timezone-aware")
+            raise ValueError("timer `at` must be timezone-aware")
         if entry.replaces is not None and entry.replaces != entry.key:
-            upserts.pop(entry.replaces, None)
-            deleted.add(entry.replaces)
-        upserts[entry.key] = entry
-        deleted.discard(entry.key)
+            replaced = (entry.session_id, entry.replaces)
+            upserts.pop(replaced, None)
+            deleted.add(replaced)
+        own = (entry.session_id, entry.key)
+        upserts[own] = entry
+        deleted.discard(own)
     return sorted(deleted), list(upserts.values())
 
 
-def upsert_parameters(deleted: list[str], upserts: list[TimerLike]) -> dict[str, Any]:
+def pairs_parameter(ids: Iterable[TimerId]) -> str:
+    """(session id, key) pairs as the JSON `DELETE` and `UPSERT` read."""
+    return jsoncodec.dumps([{"session_id": s, "key": k} for s, k in ids])
+
+
+def upsert_parameters(deleted: list[TimerId], upserts: list[TimerLike]) -> dict[str, Any]:
     """Bind parameters for `UPSERT`."""
     return {
-        "deleted": deleted,
+        "deleted": pairs_parameter(deleted),
         "entries": jsoncodec.dumps(
             [{"key": e.key, "session_id": e.session_id, "at": e.at} for e in upserts]
         ),
@@ -107,10 +130,11 @@ class ClaimedTimers:
         self.db_now = db_now
         self.timers = timers
 
-    async def delete(self, keys: Sequence[str] | None = None) -> int:
-        """Delete fired timers (default: the whole batch); commits with the batch."""
-        chosen = [t.key for t in self.timers] if keys is None else list(keys)
+    async def delete(self, ids: Sequence[TimerId] | None = None) -> int:
+        """Delete fired timers, by (session id, key) (default: the whole batch); commits with
+        the batch."""
+        chosen = [(t.session_id, t.key) for t in self.timers] if ids is None else list(ids)
         if not chosen:
             return 0
-        result = await self._connection.execute(DELETE, {"keys": chosen})
+        result = await self._connection.execute(DELETE, {"pairs": pairs_parameter(chosen)})
         return int(result.rowcount)

@@ -1,8 +1,16 @@
-"""``turnflow consume``: the consumer service (and its outbox relay) until SIGTERM."""
+"""``turnflow consume``: the consumer service (and its outbox relay) until SIGTERM.
+
+With ``--workers N`` (or ``CONSUME_WORKERS``) above 1 it runs N consumer processes under a
+supervisor (``consumer.supervisor``): one per core fills a machine. With 1 it is the consumer
+itself, in this process.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
+import signal
 
 from consumer.agents import load_agent
 from consumer.commands.running import EXIT_CONFIG, fail, run_service
@@ -10,6 +18,12 @@ from consumer.errors import AgentImportError
 from consumer.logs import configure_logging
 from consumer.service import ConsumerService
 from consumer.settings import Settings
+from consumer.supervisor import (
+    WorkerSupervisor,
+    available_cores,
+    worker_command,
+    worker_environment,
+)
 
 __all__ = ["add_arguments", "run"]
 
@@ -18,6 +32,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--agent", help="module:attribute of the agent (default: $AGENT)")
     parser.add_argument(
         "--no-relay", action="store_true", help="do not run the outbox relay in this process"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="consumer processes to run and keep alive (default: $CONSUME_WORKERS, or one per "
+        "available core)",
     )
 
 
@@ -31,9 +53,53 @@ def run(args: argparse.Namespace) -> int:
         return fail("KAFKA_BOOTSTRAP_SERVERS is not set", EXIT_CONFIG)
     if not settings.database_url:
         return fail("DATABASE_URL is not set", EXIT_CONFIG)
+    workers = args.workers if args.workers is not None else settings.consume_workers
+    if workers < 0:
+        return fail("--workers must be 0 (one per core) or more", EXIT_CONFIG)
+    workers = workers or available_cores()
     try:
-        agent = load_agent(agent_path)
+        agent = load_agent(agent_path)  # checked here too, so a bad agent fails once, not N times
     except AgentImportError as exc:
         return fail(str(exc), EXIT_CONFIG)
+    if workers > 1:
+        # Workers that cannot reach a server would only be restarted, again and again: say so
+        # once, as one consumer would, before starting any.
+        code = run_service(lambda: _preflight(settings), lambda: None)
+        if code != 0:
+            return code
+        return _supervise(workers, agent_path, relay=not args.no_relay)
     service = ConsumerService(settings, agent, run_relay=not args.no_relay)
     return run_service(service.run, service.stop)
+
+
+async def _preflight(settings: Settings) -> None:
+    """Connect once to PostgreSQL and the broker; raises what ``run_service`` reports."""
+    from consumer.outbox import new_producer
+    from store import Store
+
+    assert settings.database_url is not None and settings.kafka_bootstrap_servers is not None
+    store = await Store.connect(settings.database_url, pool_size=1, max_overflow=0)
+    await store.close()
+    producer = new_producer(
+        settings.kafka_bootstrap_servers, idempotent=False, **settings.kafka_client_options()
+    )
+    try:
+        await producer.start()
+    finally:
+        await producer.stop()
+
+
+def _supervise(workers: int, agent_path: str, *, relay: bool) -> int:
+    supervisor = WorkerSupervisor(
+        workers,
+        command=lambda i: worker_command(i, agent=agent_path, relay=relay),
+        environment=lambda i: worker_environment(i, dict(os.environ)),
+    )
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, supervisor.stop)
+        return await supervisor.run()
+
+    return asyncio.run(main())

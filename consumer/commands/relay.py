@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
                 store,
                 interval_s=settings.relay_interval_ms / 1000,
                 grace_s=grace_ms / 1000,
+                recording_retention=settings.recording_retention(),
             )
             task = asyncio.create_task(relay.run())
             ready = True

@@ -13,6 +13,7 @@ from datetime import timedelta
 
 from engine import handoff
 from engine.config import EventTrigger, SilenceTrigger, WaitStep
+from engine.keys import session_key
 from engine.moves import take
 from engine.session import INPUT_RING, Run
 from engine.starts import blocked
@@ -70,8 +71,9 @@ def _customer_replied(state: TurnState) -> None:
 def _wake(state: TurnState) -> None:
     key = state.request.wake
     assert key is not None
-    if key.startswith("silence:"):
-        _silence_wake(state, key)
+    silence = _silence_key(state.session.id, key)
+    if silence is not None:
+        _silence_wake(state, key, *silence)
         return
     run = next(
         (r for r in state.session.runs if r.waiting is not None and r.waiting.key == key), None
@@ -102,11 +104,24 @@ def _wake(state: TurnState) -> None:
         state.outcome("trigger-due", run)
 
 
-def _silence_wake(state: TurnState, key: str) -> None:
+def _silence_key(session_id: str, key: str) -> tuple[str, str] | None:
+    """(flow id, time stamp) of a silence wake key, or None when ``key`` is not one.
+
+    Keys are ``silence@{tag}:{flow}:{ms}`` (see ``engine.keys``); a session stored before keys
+    carried their conversation may still be woken by ``silence:{flow}:{session id}:{ms}``."""
+    own = session_key("silence", session_id, "")
+    if key.startswith(own):
+        flow_id, _, stamp = key[len(own) :].rpartition(":")
+        return flow_id, stamp
+    if key.startswith("silence:"):
+        rest, _, stamp = key[len("silence:") :].rpartition(":")
+        suffix = f":{session_id}"
+        return (rest[: -len(suffix)] if rest.endswith(suffix) else rest), stamp
+    return None
+
+
+def _silence_wake(state: TurnState, key: str, flow_id: str, stamp: str) -> None:
     session = state.session
-    rest, _, stamp = key[len("silence:") :].rpartition(":")
-    suffix = f":{session.id}"
-    flow_id = rest[: -len(suffix)] if rest.endswith(suffix) else rest
     spoke_at = session.last_assistant_at
     still_silent = (
         spoke_at is not None

@@ -15,6 +15,7 @@ from datetime import timedelta
 from engine import builtin_tools, handoff
 from engine.collect import maxed, pending, write_fields
 from engine.config import TalkStep
+from engine.keys import session_key
 from engine.moves import take
 from engine.phases.advance import walk
 from engine.session import Run
@@ -99,7 +100,7 @@ def _idle(state: TurnState) -> None:
         return
     request = state.request
     trigger_key = request.id or f"{ms(request.at or state.now)}"
-    state.send(None, "ai", reply.text, f"idle:{trigger_key}", None)
+    state.send(None, "ai", reply.text, session_key("idle", state.session.id, trigger_key), None)
     for patch in reply.patches:
         state.session.data.update(patch)
     state.outcome("idle", step_id="idle", llm_calls=reply.calls, status="idle")
@@ -127,7 +128,7 @@ def _silence_wakes(state: TurnState) -> None:
     if spoke_at is None or (session.last_user_at is not None and session.last_user_at > spoke_at):
         return
     for flow, _, trigger in state.config.silence_triggers:
-        key = f"silence:{flow.id}:{session.id}:{ms(spoke_at)}"
+        key = session_key("silence", session.id, f"{flow.id}:{ms(spoke_at)}")
         previous = session.silence_wakes.get(flow.id)
         if previous == key:
             continue

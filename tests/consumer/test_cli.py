@@ -67,6 +67,20 @@ def test_consume_with_unreachable_servers_exits_non_zero(
     assert len(err) == 1 and err[0].startswith("turnflow: ")
 
 
+@pytest.mark.parametrize("workers", ["1", "3"])
+def test_consume_workers_with_unreachable_servers_exit_once(
+    workers: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With one worker or several, unreachable servers end ``consume`` with exit 1 and one
+    line, before any worker starts (a supervisor would otherwise restart them forever)."""
+    monkeypatch.setenv("DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    args = ["consume", "--workers", workers, "--agent", "tests.integration.harness:counting_agent"]
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("turnflow: ")
+
+
 def test_migrate_without_database_url_fails(capsys: pytest.CaptureFixture[str]) -> None:
     """``migrate`` with no DATABASE_URL exits 2 and says so."""
     assert cli.main(["migrate"]) == 2

@@ -39,42 +39,52 @@ class FakeClaim:
 
 @dataclass
 class FakeTimerStore:
-    """Timers in a dict; ``now`` plays the database clock; claims lock rows until they end."""
+    """Timers in a dict by (session id, key), as the store keeps them; ``now`` plays the
+    database clock; claims lock rows until they end."""
 
     now: datetime = T0
-    rows: dict[str, TimerEntry] = field(default_factory=dict)
-    locked: set[str] = field(default_factory=set)
+    rows: dict[tuple[str, str], TimerEntry] = field(default_factory=dict)
+    locked: set[tuple[str, str]] = field(default_factory=set)
     events: list[str] = field(default_factory=list)
     fail_upsert: bool = False
+
+    def keys(self) -> list[str]:
+        """The stored timers' keys, in insertion order."""
+        return [key for _, key in self.rows]
 
     async def upsert_timers(self, entries: Sequence[TimerEntry]) -> None:
         if self.fail_upsert:
             raise ConnectionError("database down")
         for entry in entries:
             if entry.replaces:
-                self.rows.pop(entry.replaces, None)
-            self.rows[entry.key] = entry
+                self.rows.pop((entry.session_id, entry.replaces), None)
+            self.rows[(entry.session_id, entry.key)] = entry
         self.events.append(f"upsert {[e.key for e in entries]}")
 
     @asynccontextmanager
     async def claim_due(self, limit: int) -> AsyncIterator[FakeClaim]:
         due = sorted(
-            (t for t in self.rows.values() if t.at <= self.now and t.key not in self.locked),
+            (
+                t
+                for t in self.rows.values()
+                if t.at <= self.now and (t.session_id, t.key) not in self.locked
+            ),
             key=lambda t: t.at,
         )[:limit]
+        ids = [(t.session_id, t.key) for t in due]
         claim = FakeClaim(
             timers=[Timer(key=t.key, session_id=t.session_id, at=t.at) for t in due],
             db_now=self.now,
         )
-        self.locked.update(t.key for t in due)
+        self.locked.update(ids)
         try:
             yield claim
             if claim.deleted:
-                for timer in due:
-                    del self.rows[timer.key]
+                for timer_id in ids:
+                    del self.rows[timer_id]
                 self.events.append(f"commit {[t.key for t in due]}")
         finally:
-            self.locked.difference_update(t.key for t in due)
+            self.locked.difference_update(ids)
 
     async def next_due_in(self) -> float | None:
         if not self.rows:
@@ -254,7 +264,7 @@ async def test_intake_applies_replaces_within_a_batch() -> None:
         batches=[{P0: [FakeRecord(0, entry("a")), FakeRecord(1, entry("b", replaces="a"))]}]
     )
     await make_intake(consumer, store, []).step()
-    assert sorted(store.rows) == ["b"]
+    assert sorted(store.keys()) == ["b"]
 
 
 async def test_intake_skips_malformed_record_and_commits_past_it() -> None:
@@ -264,7 +274,7 @@ async def test_intake_skips_malformed_record_and_commits_past_it() -> None:
         batches=[{P0: [FakeRecord(0, b"garbage"), FakeRecord(1, entry("a"))]}]
     )
     assert await make_intake(consumer, store, []).step() == 1
-    assert list(store.rows) == ["a"]
+    assert list(store.keys()) == ["a"]
     assert consumer.committed == [{P0: 2}]
 
 
@@ -327,7 +337,7 @@ async def test_fire_batch_sends_only_due_timers_then_deletes_them() -> None:
     assert await make_firing(store, producer).fire_batch() == 1
     assert [(t, k) for t, k, _ in producer.sent] == [("inbound.turns", b"s1")]
     assert events[-2:] == ["ack due", "commit ['due']"]
-    assert list(store.rows) == ["later"]
+    assert list(store.keys()) == ["later"]
 
 
 async def test_failed_ack_deletes_nothing() -> None:
@@ -339,7 +349,7 @@ async def test_failed_ack_deletes_nothing() -> None:
     producer = FakeProducer(fail_for={"s2"})
     with pytest.raises(ConnectionError):
         await make_firing(store, producer).fire_batch()
-    assert sorted(store.rows) == ["a", "b"]
+    assert sorted(store.keys()) == ["a", "b"]
     assert store.locked == set()
 
 
@@ -353,7 +363,7 @@ async def test_step_fires_in_batches_until_nothing_is_due() -> None:
     producer = FakeProducer()
     sleep_for = await make_firing(store, producer, batch_size=3, max_idle=10).step()
     assert len(producer.sent) == 7
-    assert list(store.rows) == ["next"]
+    assert list(store.keys()) == ["next"]
     assert sleep_for == 2.0
 
 
@@ -371,7 +381,7 @@ async def test_step_backs_off_while_another_replica_holds_the_due_rows() -> None
     free again they fire and the back-off resets."""
     store = FakeTimerStore()
     await store.upsert_timers([timer("s", "held", T0 - timedelta(seconds=1))])
-    store.locked.add("held")
+    store.locked.add(("s", "held"))
     producer = FakeProducer()
     firing = make_firing(store, producer, contended_sleep=0.01, contended_max=0.05)
     sleeps = [await firing.step() for _ in range(5)]
@@ -381,7 +391,7 @@ async def test_step_backs_off_while_another_replica_holds_the_due_rows() -> None
     await store.upsert_timers([timer("s", "later", T0 + timedelta(seconds=3))])
     assert await firing.step() == 3.0
     assert [k for _, k, _ in producer.sent] == [b"s"]
-    store.locked.add("later")
+    store.locked.add(("s", "later"))
     store.now = T0 + timedelta(seconds=4)
     assert await firing.step() == 0.01
 
@@ -441,7 +451,7 @@ async def test_run_survives_a_failing_round_and_retries() -> None:
     try:
         await eventually(lambda: producer.failed >= 2)
         assert not firing.healthy
-        assert list(store.rows) == ["a"]
+        assert list(store.keys()) == ["a"]
         producer.fail_for.clear()
         await eventually(lambda: not store.rows)
         assert [k for _, k, _ in producer.sent] == [b"s1"]
@@ -495,7 +505,7 @@ async def test_pipeline_claims_the_next_batch_before_the_first_is_acked() -> Non
     # Two batches out, none acknowledged: nothing deleted, the third batch not yet claimed.
     assert producer.sent == ["k0", "k1", "k2", "k3"]
     assert len(store.rows) == 5
-    assert store.locked == {"k0", "k1", "k2", "k3"}
+    assert store.locked == {("s", f"k{i}") for i in range(4)}
     for ack in producer.acks:
         ack.set_result(None)
     await eventually(lambda: len(producer.sent) == 5)
@@ -527,7 +537,7 @@ async def test_pipeline_failure_keeps_failed_rows_and_finishes_the_others() -> N
     with pytest.raises(ConnectionError):
         async with asyncio.timeout(30):
             await fired
-    assert sorted(store.rows) == ["k0", "k1"]
+    assert sorted(store.keys()) == ["k0", "k1"]
     assert store.locked == set()
 
 
@@ -557,7 +567,7 @@ async def test_a_batch_failing_to_send_does_not_stall_the_next() -> None:
         async with asyncio.timeout(30):
             await fired
     assert [json.loads(v)["wake"] for _, _, v in producer.sent] == ["k2", "k3"]
-    assert sorted(store.rows) == ["k0", "k1"]
+    assert sorted(store.keys()) == ["k0", "k1"]
     assert store.locked == set()
 
 
@@ -571,7 +581,7 @@ async def test_stop_ends_a_backlog_drain_between_batches() -> None:
     stop.set()
     fired = await make_firing(store, FakeProducer(), batch_size=2, pipeline=1).fire_due(stop)
     assert fired == 2
-    assert sorted(store.rows) == [f"k{i}" for i in range(2, 10)]
+    assert sorted(store.keys()) == [f"k{i}" for i in range(2, 10)]
 
 
 async def test_intake_rewinds_every_partition_even_after_losing_one() -> None:

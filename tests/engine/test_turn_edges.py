@@ -335,7 +335,7 @@ async def test_a_hand_off_child_holds_the_floor_and_speaks() -> None:
     result = await build(provider, flows=flows).turn(message())
     assert [m.text for m in result.messages] == ["Olá!", "Como você se chama?"]
     (child,) = result.session.runs
-    assert (child.flow_id, child.status, child.parent_run_id) == ("y", "asking", "r1")
+    assert (child.flow_id, child.status, child.parent_run_id) == ("y", "asking", "r1@s1")
     assert result.llm_calls == 1
 
 

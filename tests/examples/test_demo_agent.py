@@ -112,7 +112,7 @@ async def test_silence_brings_one_follow_up(chat: Conversation) -> None:
     await chat.say("what are your opening hours?")
     fired = await chat.wait(demo_agent.SILENCE_MS / 1000)
     assert [(key.split(":")[:2], texts(result)) for key, result in fired] == [
-        (["silence", "nudge"], ["Still there? Just reply whenever you're ready."])
+        (["silence@s1", "nudge"], ["Still there? Just reply whenever you're ready."])
     ]
     assert fired[0][1].llm_calls == 0
     assert await chat.wait(demo_agent.SILENCE_MS / 1000 * 3) == []

@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 OURS = [README, ROOT / "examples" / "README.md", *(
-    ROOT / "docs" / name for name in ("concepts.md", "agents.md", "production.md", "operating.md")
+    ROOT / "docs" / name
+    for name in ("concepts.md", "agents.md", "production.md", "operating.md", "replay.md")
 )]
 
 # Variables the docs may name that are not service settings: the model provider's, the demo

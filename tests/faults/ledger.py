@@ -11,6 +11,8 @@ checks return human-readable problems, an empty list when everything holds:
   and text): nothing was published that the log does not hold;
 - ``same_key_same_record``: records seen more than once are identical (a delivery worker that
   drops a repeated key loses nothing);
+- ``keys_owned_by_one_session``: no reply or timer key was published for two sessions (a
+  delivery worker dedupes on the key alone, and the scheduler must wake the right session);
 - ``in_session_order``: per session, the first copies of the replies come in turn-log order
   (version, then position in the turn).
 """
@@ -215,6 +217,20 @@ def same_key_same_record(ledger: Ledger) -> list[str]:
     return problems
 
 
+def keys_owned_by_one_session(ledger: Ledger) -> list[str]:
+    owner: dict[tuple[str, str], str] = {}
+    problems = []
+    for topic, records in (("messages", ledger.messages), ("schedule", ledger.schedule)):
+        for record in records:
+            identity = (topic, record["key"])
+            first = owner.setdefault(identity, record["session_id"])
+            if first != record["session_id"]:
+                problems.append(
+                    f"{topic} key {record['key']!r} sent for {first} and {record['session_id']}"
+                )
+    return problems
+
+
 def in_session_order(log: TurnLog, ledger: Ledger) -> list[str]:
     replies = log.replies()
     positions: dict[str, list[tuple[int, int]]] = defaultdict(list)
@@ -241,5 +257,6 @@ def check_all(log: TurnLog, ledger: Ledger, inputs: Iterable[dict[str, Any]]) ->
         + every_reply_sent(log, ledger)
         + saved_before_sent(log, ledger)
         + same_key_same_record(ledger)
+        + keys_owned_by_one_session(ledger)
         + in_session_order(log, ledger)
     )

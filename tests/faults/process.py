@@ -124,7 +124,7 @@ class ConsumerProcess:
     async def start(self, *, ready_within: float = 30.0, assigned: bool = True) -> None:
         """Start; return once it logged ``consumer ready`` (and got partitions)."""
         self._process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "consumer.cli", "consume",
+            sys.executable, "-m", "consumer.cli", "consume", "--workers", "1",
             env=self._env, cwd=str(REPO), stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         )

@@ -12,6 +12,7 @@ from tests.faults.ledger import (
     check_all,
     every_reply_sent,
     in_session_order,
+    keys_owned_by_one_session,
     same_key_same_record,
     saved_before_sent,
 )
@@ -91,3 +92,13 @@ def test_replies_out_of_turn_log_order_are_reported() -> None:
     assert len(in_session_order(LOG, _ledger(_sent(2, 0, "2:b"), _sent(1, 0, "1:a")))) == 1
     repeat = _ledger(_sent(1, 0, "1:a"), _sent(2, 0, "2:b"), _sent(1, 0, "1:a"))
     assert in_session_order(LOG, repeat) == []
+
+
+def test_a_key_published_for_two_sessions_is_caught() -> None:
+    """The same reply key under two sessions is reported: a delivery worker deduping on the
+    key would drop the second customer's reply."""
+    other = {**_sent(1, 0, "1:a"), "session_id": "t"}
+    assert keys_owned_by_one_session(_ledger(_sent(1, 0, "1:a"), _sent(1, 0, "1:a"))) == []
+    assert keys_owned_by_one_session(_ledger(_sent(1, 0, "1:a"), other)) == [
+        "messages key 'k1.0' sent for s and t"
+    ]

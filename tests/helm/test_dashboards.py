@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from consumer import metrics
-from tests.helm.chart_render import CHART_DIR
+from tests.helm.helm_chart import CHART_DIR
 from tests.helm.promql import dashboard_queries, metric_names
 
 DASHBOARDS = sorted((CHART_DIR / "dashboards").glob("*.json"))

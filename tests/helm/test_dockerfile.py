@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helm.chart_render import chart_values
+from tests.helm.helm_chart import chart_values
 
 ROOT = Path(__file__).resolve().parents[2]
 

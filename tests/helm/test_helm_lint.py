@@ -8,33 +8,29 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.helm.chart_render import CHART_DIR, chart_values, merge_values
+from tests.helm.helm_chart import CHART_DIR
 from tests.helm.helm_lint import lint_chart
 from tests.helm.values_cases import CASES
 
 
-def _chart_copy(tmp_path: Path, overrides: dict[str, Any]) -> Path:
-    # Helm's lint entry point takes a chart directory only: the values go in as values.yaml.
+def _chart_copy(tmp_path: Path) -> Path:
+    # The damage cases add a template, so they lint a copy rather than the chart itself.
     chart = tmp_path / "turnflow"
     shutil.copytree(CHART_DIR, chart)
-    (chart / "values.yaml").write_text(yaml.safe_dump(merge_values(chart_values(), overrides)))
     return chart
 
 
-def test_chart_as_shipped_lints_clean(helm_lib: Path) -> None:
+def test_chart_as_shipped_lints_clean() -> None:
     """helm lint of the chart directory itself reports no error and no warning."""
-    result = lint_chart(CHART_DIR, helm_lib)
+    result = lint_chart(CHART_DIR)
     assert [m for m in result.messages if m[0] in ("ERROR", "WARNING")] == []
 
 
 @pytest.mark.parametrize("overrides", CASES.values(), ids=CASES.keys())
-def test_chart_lints_clean_with_each_value_set(
-    helm_lib: Path, tmp_path: Path, overrides: dict[str, Any]
-) -> None:
+def test_chart_lints_clean_with_each_value_set(overrides: dict[str, Any]) -> None:
     """Helm renders every template without error with defaults, all options on and all off."""
-    result = lint_chart(_chart_copy(tmp_path, overrides), helm_lib)
+    result = lint_chart(CHART_DIR, overrides)
     assert result.errors == [], result.messages
 
 
@@ -57,7 +53,6 @@ def _break_template(chart: Path) -> None:
     ids=["schema: zero in-flight", "schema: plain secret", "invalid YAML", "nil field"],
 )
 def test_helm_lint_reports_errors(
-    helm_lib: Path,
     tmp_path: Path,
     overrides: dict[str, Any],
     damage: Callable[[Path], None] | None,
@@ -65,7 +60,7 @@ def test_helm_lint_reports_errors(
 ) -> None:
     """Helm's lint fails values the schema refuses and templates that do not render or parse,
     so a clean lint above means something."""
-    chart = _chart_copy(tmp_path, overrides)
+    chart = _chart_copy(tmp_path)
     if damage:
         damage(chart)
-    assert path in lint_chart(chart, helm_lib).errors
+    assert path in lint_chart(chart, overrides).errors

@@ -1,4 +1,4 @@
-"""The chart's templates, rendered with the tests' Go-template subset (see gotemplate.py)."""
+"""The chart's templates, rendered by Helm's own template engine (see helm_chart.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from consumer.cli import COMMANDS
 from consumer.settings import Settings
 from engine.providers import anthropic, openai
-from tests.helm.chart_render import CHART_DIR, RenderedChart, render_chart
+from tests.helm.helm_chart import CHART_DIR, RenderedChart, render_chart
 from tests.helm.values_cases import ALL_ON, CASES
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -68,7 +68,8 @@ async def test_consume_process_serves_then_exits_zero_on_sigterm(
         assert code == 0, err
 
     process = await asyncio.create_subprocess_exec(
-        TURNFLOW, "consume", "--agent", "tests.integration.harness:counting_agent",
+        TURNFLOW, "consume", "--workers", "1",
+        "--agent", "tests.integration.harness:counting_agent",
         env=env, stderr=asyncio.subprocess.PIPE,
     )
     assert process.stderr is not None
@@ -145,3 +146,98 @@ async def test_relay_process_republishes_and_exits_zero_on_sigterm(
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def test_consume_workers_share_the_group_survive_a_kill_and_stop_on_sigterm(
+    kafka_bootstrap: str, database_url: str, kafka_is_embedded: bool
+) -> None:
+    """``consume --workers 2`` runs two consumers of one group, each on its own metrics port;
+    forty conversations are all answered; a worker killed with SIGKILL is started again and
+    the conversations go on; SIGTERM stops both and the supervisor exits 0."""
+    suffix = uuid.uuid4().hex[:8]
+    port = free_port()
+    env = dict(os.environ)
+    env.update({
+        "PYTHONPATH": str(REPO),
+        "DATABASE_URL": database_url,
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "INBOUND_TOPIC": f"inbound.turns.workers.{suffix}",
+        "MESSAGES_TOPIC": f"outbound.messages.workers.{suffix}",
+        "SCHEDULE_TOPIC": f"outbound.schedule.workers.{suffix}",
+        "DLQ_TOPIC": f"inbound.turns.dlq.workers.{suffix}",
+        "TOPIC_PARTITIONS": "4",
+        "GROUP_ID": f"workers-{suffix}",
+        "METRICS_PORT": str(port),
+        "METRICS_HOST": "127.0.0.1",
+        "HEARTBEAT_INTERVAL_MS": "500",
+        "SESSION_TIMEOUT_MS": "6000",
+        "KAFKA_IDEMPOTENT_PRODUCER": "false" if kafka_is_embedded else "true",
+    })
+    for args in (["topics"], ["migrate"]):
+        code, _out, err = await run(args, env)
+        assert code == 0, err
+    process = await asyncio.create_subprocess_exec(
+        TURNFLOW, "consume", "--workers", "2",
+        "--agent", "tests.integration.harness:counting_agent", env=env,
+    )
+    sessions = [f"w{i:02d}-{suffix}" for i in range(40)]
+    try:
+        async with httpx.AsyncClient() as client:
+            async with asyncio.timeout(60):
+                for worker_port in (port, port + 1):
+                    while True:
+                        try:
+                            ready = await client.get(f"http://127.0.0.1:{worker_port}/readyz")
+                        except httpx.TransportError:
+                            ready = None
+                        if ready is not None and ready.status_code == 200:
+                            break
+                        await asyncio.sleep(0.2)
+        workers = _children(process.pid)
+        assert len(workers) == 2
+        await produce(kafka_bootstrap, env["INBOUND_TOPIC"], [message(s, "oi") for s in sessions])
+        async with OutboundReader(kafka_bootstrap, env["MESSAGES_TOPIC"]) as replies:
+            await replies.until(
+                lambda v: all(s in verbatim_texts(v) for s in sessions), within=60
+            )
+            os.kill(workers[0], signal.SIGKILL)
+            async with asyncio.timeout(30):
+                while not _replaced(process.pid, workers[0]):  # noqa: ASYNC110 - /proc is the signal
+                    await asyncio.sleep(0.2)
+            await produce(
+                kafka_bootstrap, env["INBOUND_TOPIC"], [message(s, "de novo") for s in sessions]
+            )
+            values = await replies.until(
+                lambda v: all(len(verbatim_texts(v).get(s, [])) >= 2 for s in sessions),
+                within=90,
+            )
+        texts = verbatim_texts(values)
+        for session_id in sessions:
+            assert texts[session_id][:2] == ["1:oi", "2:de novo"], session_id
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), timeout=60) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+def _replaced(pid: int, dead: int) -> bool:
+    """Whether ``pid`` has two live children again, ``dead`` not among them."""
+    children = _children(pid)
+    return len(children) == 2 and dead not in children
+
+
+def _children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return sorted(found)

@@ -65,7 +65,7 @@ async def test_handoff_silence_and_clear_through_the_consumer(service_setup: Set
     ]
     record = next(v for v in values if v["kind"] == "handoff")
     assert record["handoff"]["reason"] == "keyword" and record["handoff"]["tag"] == "suporte"
-    assert record["input_id"] == "m2" and record["key"] == "handoff:m2"
+    assert record["input_id"] == "m2" and record["key"] == f"handoff@{sid}:m2"
     assert "provenance" not in record
     assert loaded.version == 5
     assert loaded.state["metadata"]["lifecycle"]["handoff"] is None

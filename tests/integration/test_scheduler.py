@@ -180,6 +180,33 @@ async def test_replaced_key_never_fires(
     assert reader.woken() == ["new"]
 
 
+async def test_equal_keys_of_many_sessions_each_fire_for_their_own_session(
+    store: Store, kafka_bootstrap: str, topics: dict[str, str], group_id: str
+) -> None:
+    """Thirty sessions schedule the same key (a host's own key, or one stored before keys named
+    their conversation): each fires once, to its own session and partition; one session's
+    `replaces` of that key cancels only its own timer."""
+    sessions = [f"same-{i:02d}" for i in range(30)]
+    entries: list[dict[str, Any]] = [
+        {"session_id": s, "key": "r1:wait:2", "at": soon(1.0)} for s in sessions
+    ]
+    entries.append({"session_id": sessions[0], "key": "moved", "at": soon(1.5),
+                    "replaces": "r1:wait:2"})
+    async with running(store, kafka_bootstrap, topics, group_id), \
+            WakeReader(kafka_bootstrap, topics[INBOUND]) as reader:
+        await produce_entries(kafka_bootstrap, topics[SCHEDULE], entries)
+        async with asyncio.timeout(60):
+            while len(reader.wakes) < len(sessions):
+                await reader.poll()
+        await reader.drain()
+    fired = sorted((w["session_id"], w["wake"]) for w in reader.wakes)
+    assert fired == sorted(
+        [(sessions[0], "moved")] + [(s, "r1:wait:2") for s in sessions[1:]]
+    )
+    assert [k.decode() for k in reader.keys] == [w["session_id"] for w in reader.wakes]
+    assert await store.timers_pending() == 0
+
+
 async def test_rescheduling_a_key_moves_it(
     store: Store, kafka_bootstrap: str, topics: dict[str, str], group_id: str
 ) -> None:

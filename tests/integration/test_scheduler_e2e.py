@@ -132,6 +132,45 @@ async def test_timer_wait_resumes_through_the_scheduler(
     assert await store.timers_pending() == 0
 
 
+async def test_dozens_of_conversations_parked_on_one_step_each_wake_once(
+    store: Store, service_setup: SetupFactory,
+) -> None:
+    """Forty conversations park on the same timer step at once: every one is woken exactly
+    once, for itself, and gets its own nudge; no key is shared between two of them."""
+    setup = await service_setup()
+    run = uuid.uuid4().hex[:6]
+    sessions = [f"park-{run}-{i:02d}" for i in range(40)]
+    settings = setup.settings()
+    async with (
+        running_scheduler(store, setup, group_id=f"{settings.group_id}-scheduler",
+                          options=FiringOptions(max_idle=1.0)),
+        running_consumer(settings, nudging_agent()),
+    ):
+        await setup.produce(
+            [{"session_id": s, "message": "oi", "id": "m1"} for s in sessions]
+        )
+        async with setup.reader() as replies:
+            values = await replies.until(lambda v: len(v) >= 2 * len(sessions), within=90)
+            values = await replies.settle(2.0)
+        async with setup.reader(SCHEDULE) as scheduled:
+            timers = await scheduled.until(lambda v: len(v) >= len(sessions), within=30)
+        async with setup.reader(INBOUND) as inbound:
+            wakes = [v for v in await inbound.settle(1.0) if "wake" in v]
+
+    for session_id in sessions:
+        mine = [v["text"] for v in values if v["session_id"] == session_id]
+        assert mine == ["Olá!", "Ainda está aí?"], session_id
+        turns = await turn_outcomes(setup.database_url, session_id)
+        assert [codes[0] for _, codes in turns[1:]] == ["no-reply"], session_id
+    assert sorted(w["session_id"] for w in wakes) == sorted(sessions)
+    timer_keys = [t["key"] for t in timers]
+    assert len(set(timer_keys)) == len(sessions)
+    assert {w["wake"] for w in wakes} == set(timer_keys)
+    reply_keys = [v["key"] for v in values]
+    assert len(set(reply_keys)) == len(reply_keys)
+    assert await store.timers_pending() == 0
+
+
 class CrashBeforeDeleteStore:
     """The real store, except that the first claim that fires something "crashes" after its
     wakes are acknowledged and before its rows are deleted (the transaction rolls back)."""

@@ -34,7 +34,7 @@ async def test_a_keyword_hands_off_before_any_model_call() -> None:
     notice = sent.handoff
     assert (notice.reason, notice.tag, notice.by) == ("keyword", "suporte", "rule")
     assert "atendente" in sent.handoff.summary.lower()
-    assert sent.key == "handoff:m1"
+    assert sent.key == "handoff@s1:m1"
     assert result.turn_outcome == "handoff"
     assert result.session.metadata["lifecycle"]["handoff"]["reason"] == "keyword"
     assert result.session.last_user_at is not None

@@ -32,12 +32,14 @@ async def test_last_assistant_at_is_set_when_anything_went_out() -> None:
 
 async def test_silence_wake_is_scheduled_after_the_assistant_spoke() -> None:
     """When the assistant spoke last, every silence flow whose if and repeat allow it gets a
-    wake at lastAssistantAt + silence, key silence:${flowId}:${sessionId}:${lastAssistantAtMs}."""
+    wake at lastAssistantAt + silence, key silence:${flowId}:${sessionId}:${lastAssistantAtMs}.
+
+    The key carries the conversation as every engine key does: ``silence@{session}:{flow}:{ms}``."""
     agent, _, clock = code_only_agent([HELLO, NUDGE])
     result = await agent.turn(message("oi", "m1"))
     (entry,) = result.schedule
     stamp = int(clock.now().timestamp() * 1000)
-    assert entry.key == f"silence:nudge:s1:{stamp}"
+    assert entry.key == f"silence@s1:nudge:{stamp}"
     assert entry.at == clock.now() + timedelta(minutes=10)
     assert entry.replaces is None and result.llm_calls == 0
 

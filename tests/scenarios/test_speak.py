@@ -222,7 +222,7 @@ async def test_idle_speaker_message_key_is_idle_and_the_trigger_key() -> None:
     provider = MockProvider([{"message": "Olá! Em que posso ajudar?"}])
     agent = build(provider, idle="IDLE_GUIDELINE_X", flows=[])
     result = await agent.turn(message("bom dia", "m7"))
-    assert [(m.kind, m.key) for m in result.messages] == [("ai", "idle:m7")]
+    assert [(m.kind, m.key) for m in result.messages] == [("ai", "idle@s1:m7")]
     assert "IDLE_GUIDELINE_X" in provider.calls[0].system
     assert set(provider.calls[0].json_schema["properties"]) == {"message"}
     assert [o.llm_calls for o in result.outcomes if o.llm_calls] == [1]
@@ -466,7 +466,7 @@ async def test_unset_idle_speaker_answers_with_no_guideline_of_its_own() -> None
     provider = MockProvider([{"message": "Olá!"}])
     agent = build(provider, flows=[])
     result = await agent.turn(message("bom dia", "m7"))
-    assert [(m.kind, m.key) for m in result.messages] == [("ai", "idle:m7")]
+    assert [(m.kind, m.key) for m in result.messages] == [("ai", "idle@s1:m7")]
     assert DEFAULT_GUIDELINE not in provider.calls[0].system
 
 
@@ -510,7 +510,7 @@ async def test_idle_speaker_may_use_its_tools() -> None:
     assert result.llm_calls == 2
     assert [[t.name for t in c.tools] for c in provider.calls] == [["lookup"], ["lookup"]]
     assert log == [{"email": "m@acme.com"}]
-    assert [(m.key, m.text) for m in result.messages] == [("idle:m9", "Encontrei a ACME.")]
+    assert [(m.key, m.text) for m in result.messages] == [("idle@s1:m9", "Encontrei a ACME.")]
 
 
 async def test_a_talk_step_reached_after_the_reply_waits_for_the_next_message() -> None:

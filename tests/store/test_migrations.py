@@ -107,3 +107,71 @@ def test_the_migrated_schema_matches_the_store_metadata(database_url: str) -> No
             await engine.dispose()
 
     assert _off_loop(asyncio.run, diff()) == []
+
+
+def _rows(url: str, sql: str) -> list[tuple[Any, ...]]:
+    async def read() -> list[tuple[Any, ...]]:
+        connection = await asyncpg.connect(url)
+        try:
+            return [tuple(r) for r in await connection.fetch(sql)]
+        finally:
+            await connection.close()
+
+    return _off_loop(asyncio.run, read())
+
+
+def _waiting_session(session_id: str, key: str, at: str) -> str:
+    """A session saved before keys carried their conversation: run ``r1`` waits on ``key``."""
+    import json
+
+    state = {
+        "id": session_id, "v": 4, "version": 1, "seq": 1, "data": {}, "claims": {},
+        "inputs": ["m1"], "metadata": {},
+        "runs": [{
+            "id": "r1", "flow_id": "order", "status": "waiting", "step_id": "wait", "visit": 2,
+            "waiting": {"key": key, "kind": "timer", "at": at},
+            "started_at": "2026-01-05T09:00:00Z",
+        }],
+    }
+    return json.dumps(state).replace("'", "''")
+
+
+def test_upgrading_keeps_every_timer_and_restores_the_ones_taken_over(scratch_url: str) -> None:
+    """A database from before timers were per conversation: five sessions waited on the same
+    key ``r1:wait:2`` but only the last writer's row survived. After the upgrade every waiting
+    session has its own timer at its own time, the surviving row is kept as it was, and other
+    timers (a silence wake) are untouched."""
+    _off_loop(migrate.upgrade, scratch_url, "0002")
+    sessions = [f"s{i}" for i in range(5)]
+    for i, session_id in enumerate(sessions):
+        at = f"2026-01-05T09:0{i}:00+00:00"
+        _admin(
+            scratch_url,
+            "INSERT INTO sessions (id, version, state) VALUES "
+            f"('{session_id}', 1, '{_waiting_session(session_id, 'r1:wait:2', at)}'::jsonb)",
+        )
+    _admin(
+        scratch_url,
+        "INSERT INTO timers (key, session_id, at) VALUES"
+        " ('r1:wait:2', 's4', '2026-01-05T09:04:00+00:00'),"
+        " ('silence:nudge:s0:1', 's0', '2026-01-05T10:00:00+00:00')",
+    )
+
+    _off_loop(migrate.upgrade, scratch_url)
+
+    rows = _rows(scratch_url, "SELECT session_id, key, extract(epoch FROM at) FROM timers")
+    base = 1767603600  # 2026-01-05T09:00:00Z
+    assert sorted(rows) == sorted(
+        [(s, "r1:wait:2", base + 60 * i) for i, s in enumerate(sessions)]
+        + [("s0", "silence:nudge:s0:1", base + 3600)]
+    )
+    # The pair is the key now: the same key may be set again for another session.
+    _admin(
+        scratch_url,
+        "INSERT INTO timers (key, session_id, at) VALUES ('r1:wait:2', 's9', now())",
+    )
+    with pytest.raises(asyncpg.UniqueViolationError):
+        _admin(
+            scratch_url,
+            "INSERT INTO timers (key, session_id, at) VALUES ('r1:wait:2', 's9', now())",
+        )

@@ -20,6 +20,15 @@ async def _db_now(database_url: str) -> datetime:
         await connection.close()
 
 
+async def _all_pairs(database_url: str) -> list[tuple[str, str]]:
+    connection = await asyncpg.connect(database_url)
+    try:
+        rows = await connection.fetch("SELECT session_id, key FROM timers")
+        return [(r["session_id"], r["key"]) for r in rows]
+    finally:
+        await connection.close()
+
+
 async def _keys(store: Store, limit: int = 100) -> list[str]:
     async with store.claim_due(limit) as batch:
         return [t.key for t in batch.timers]
@@ -98,13 +107,50 @@ async def test_naive_times_are_refused(store: Store) -> None:
     assert await store.timers_pending() == 0
 
 
-async def test_delete_timers_by_key(store: Store, now: datetime) -> None:
-    """Deleting returns how many existed and leaves the others."""
+async def test_delete_timers_by_session_and_key(store: Store, now: datetime) -> None:
+    """Deleting by (session id, key) returns how many existed and leaves the others,
+    including another session's timer under the same key."""
     await store.upsert_timers([
-        TimerEntry(key=k, session_id="s1", at=now + timedelta(hours=1)) for k in "abc"
+        TimerEntry(key=k, session_id=s, at=now + timedelta(hours=1))
+        for k in "abc"
+        for s in ("s1", "s2")
     ])
-    assert await store.delete_timers(["a", "c", "zz"]) == 2
-    assert await store.timers_pending() == 1
+    assert await store.delete_timers([("s1", "a"), ("s1", "c"), ("s1", "zz"), ("s3", "b")]) == 2
+    assert await store.timers_pending() == 4
+
+
+async def test_equal_keys_of_different_sessions_are_different_timers(
+    store: Store, now: datetime
+) -> None:
+    """Forty conversations that set the same key each keep their own timer, due at their own
+    time, and each claimed row names its own session."""
+    sessions = [f"s{i}" for i in range(40)]
+    await store.upsert_timers([
+        TimerEntry(key="r1:wait:1", session_id=s, at=now - timedelta(seconds=i))
+        for i, s in enumerate(sessions)
+    ])
+    assert await store.timers_pending() == 40
+    async with store.claim_due(100) as batch:
+        claimed = {(t.session_id, t.key): t.at for t in batch.timers}
+        await batch.delete()
+    assert claimed == {
+        (s, "r1:wait:1"): now - timedelta(seconds=i) for i, s in enumerate(sessions)
+    }
+    assert await store.timers_pending() == 0
+
+
+async def test_replaces_acts_within_its_own_session(
+    store: Store, now: datetime, database_url: str
+) -> None:
+    """An entry's `replaces` deletes that key of its own session only: another conversation's
+    timer under the same key survives."""
+    later = now + timedelta(hours=1)
+    await store.upsert_timers([
+        TimerEntry(key="old", session_id="s1", at=later),
+        TimerEntry(key="old", session_id="s2", at=later),
+    ])
+    await store.upsert_timers([TimerEntry(key="new", session_id="s2", at=later, replaces="old")])
+    assert sorted(await _all_pairs(database_url)) == [("s1", "old"), ("s2", "new")]
 
 
 async def test_deleting_a_claimed_batch_commits_on_exit(store: Store, now: datetime) -> None:

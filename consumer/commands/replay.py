@@ -1,0 +1,218 @@
+"""``turnflow replay``: logged conversations run again against an agent, compared turn by turn.
+
+    turnflow replay --agent mypkg.bot:agent [--session ID ...] [--since T] [--until T]
+                    [--sample N [--seed S]] [--expect-changes X ...] [--json FILE]
+                    [--junit FILE] [--model recorded|live] [--max-drift PCT]
+    turnflow replay --agent mypkg.bot:agent --from DIR        (golden files, no database)
+    turnflow replay export --out DIR [--session ID ...] [--since T] [--until T] [--sample N]
+
+Exit status: 0 when nothing changed that was not expected (and, with ``--model live``, no
+decision kind drifted past ``--max-drift``), 1 otherwise or when the database is unreachable,
+2 for a bad argument or agent. The report goes to stdout, progress to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from consumer.commands.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
+from consumer.settings import Settings
+
+__all__ = ["add_arguments", "run"]
+
+EXIT_CHANGED = 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", nargs="?", choices=["run", "export"], default="run",
+                        help="run (default): replay and compare; export: write golden files")
+    parser.add_argument("--agent", default=None,
+                        help="`module:attribute` of the agent to replay against (default: $AGENT)")
+    parser.add_argument("--session", action="append", default=[], metavar="ID",
+                        help="replay this session (repeatable; default: every session)")
+    parser.add_argument("--since", type=_when, default=None, metavar="TIME",
+                        help="only sessions with a turn at or after TIME (ISO 8601; a date is "
+                        "midnight UTC)")
+    parser.add_argument("--until", type=_when, default=None, metavar="TIME",
+                        help="only sessions with a turn before TIME")
+    parser.add_argument("--sample", type=_positive, default=None, metavar="N",
+                        help="a random sample of N of the chosen sessions")
+    parser.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
+    parser.add_argument("--expect-changes", nargs="+", action="extend", default=[],
+                        metavar="X", help="changes that do not fail the run: an aspect "
+                        "(messages, outcomes, started, ended, skipped, schedule, fields, error) "
+                        "or a session id")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+                        help="write the report as JSON to FILE")
+    parser.add_argument("--junit", type=Path, default=None, metavar="FILE",
+                        help="write the report as JUnit XML to FILE")
+    parser.add_argument("--from", dest="from_dir", type=Path, default=None, metavar="DIR",
+                        help="replay the golden files of DIR instead of the database (the "
+                        "session, time and sample options choose among them)")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="export: the directory the golden files go to")
+    parser.add_argument("--model", choices=["recorded", "live"], default="recorded",
+                        help="recorded (default): the model's recorded replies; live: ask the "
+                        "agent's provider again and report decision drift")
+    parser.add_argument("--max-drift", type=float, default=None, metavar="PCT",
+                        help="live: fail when a decision kind drifts more than PCT percent")
+    parser.add_argument("--history-limit", type=int, default=None, metavar="N",
+                        help="transcript entries given to each turn (default: $HISTORY_LIMIT)")
+
+
+def _when(value: str) -> datetime:
+    from engine.clock import to_utc
+
+    try:
+        return to_utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
+    except ValueError:
+        raise argparse.ArgumentTypeError("not an ISO 8601 date or time") from None
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return number
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = Settings()
+    if args.action == "export":
+        return _export(args, settings)
+    return _replay(args, settings)
+
+
+def _export(args: argparse.Namespace, settings: Settings) -> int:
+    from replay.golden import write_golden
+    from replay.source import Selection, choose_sessions, read_conversations
+    from store import Store
+
+    if args.out is None:
+        return fail("replay export needs --out DIR", EXIT_CONFIG)
+    if not settings.database_url:
+        return fail("DATABASE_URL is not set", EXIT_CONFIG)
+    url = settings.database_url
+
+    async def export() -> int:
+        store = await Store.connect(url, pool_size=1)
+        try:
+            chosen = await choose_sessions(store, _selection(args, Selection))
+            written = 0
+            async for conversation in read_conversations(store, chosen):
+                write_golden(conversation, args.out)
+                written += 1
+            return written
+        finally:
+            await store.close()
+
+    try:
+        written = asyncio.run(export())
+    except (OSError, _db_errors()) as exc:
+        return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}", EXIT_UNREACHABLE)
+    print(f"turnflow: wrote {written} conversations to {args.out}")
+    return 0
+
+
+def _selection(args: argparse.Namespace, kind: Any) -> Any:
+    return kind(sessions=tuple(args.session), since=args.since, until=args.until,
+                sample=args.sample, seed=args.seed)
+
+
+def _db_errors() -> type[Exception]:
+    from sqlalchemy.exc import DBAPIError
+
+    return DBAPIError
+
+
+def _load(args: argparse.Namespace, settings: Settings) -> Any:
+    from consumer.agents import load_agent
+    from consumer.errors import AgentImportError
+    from engine import Agent
+
+    path = args.agent or settings.agent
+    if not path:
+        raise AgentImportError("--agent or AGENT must name the agent (module:attribute)")
+    agent = load_agent(path)
+    if not isinstance(agent, Agent):
+        raise AgentImportError(f"{path!r} is not an engine.Agent; only those can be replayed")
+    return agent
+
+
+def _replay(args: argparse.Namespace, settings: Settings) -> int:
+    from consumer.errors import AgentImportError
+    from replay.golden import GoldenFileError, read_directory
+    from replay.report import Expectations, junit_xml, report_json, report_text
+    from replay.session import Progress, replay_many
+
+    try:
+        agent = _load(args, settings)
+    except AgentImportError as exc:
+        return fail(str(exc), EXIT_CONFIG)
+    history_limit = args.history_limit if args.history_limit is not None \
+        else settings.history_limit
+    expectations = Expectations.parse(args.expect_changes)
+    if args.from_dir is None and not settings.database_url:
+        return fail("DATABASE_URL is not set (or replay golden files with --from DIR)",
+                    EXIT_CONFIG)
+
+    async def conversations_then(use: Any) -> Any:
+        from replay.source import Selection, choose_sessions, read_conversations, select
+
+        if args.from_dir is not None:
+            conversations = select(read_directory(args.from_dir), _selection(args, Selection))
+            return await use(conversations, len(conversations))
+        from store import Store
+
+        assert settings.database_url is not None
+        store = await Store.connect(settings.database_url, pool_size=1)
+        try:
+            ids = await choose_sessions(store, _selection(args, Selection))
+            return await use(read_conversations(store, ids), len(ids))
+        finally:
+            await store.close()
+
+    async def recorded(conversations: Any, total: int) -> Any:
+        return await replay_many(agent, conversations, expectations=expectations,
+                                 history_limit=history_limit, progress=Progress(total))
+
+    async def live(conversations: Any, total: int) -> Any:
+        from replay.live import live_drift
+
+        return await live_drift(agent, conversations, history_limit=history_limit,
+                                progress=Progress(total))
+
+    try:
+        outcome = asyncio.run(conversations_then(live if args.model == "live" else recorded))
+    except GoldenFileError as exc:
+        return fail(str(exc), EXIT_CONFIG)
+    except (OSError, _db_errors()) as exc:
+        return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}", EXIT_UNREACHABLE)
+    if args.model == "live":
+        return _live_report(args, outcome)
+    print(report_text(outcome))
+    if args.json is not None:
+        args.json.write_text(report_json(outcome) + "\n", encoding="utf-8")
+    if args.junit is not None:
+        args.junit.write_text(junit_xml(outcome) + "\n", encoding="utf-8")
+    return 0 if outcome.ok else EXIT_CHANGED
+
+
+def _live_report(args: argparse.Namespace, drift: Any) -> int:
+    print(drift.text())
+    if args.json is not None:
+        args.json.write_text(drift.json() + "\n", encoding="utf-8")
+    if args.junit is not None:
+        args.junit.write_text(drift.junit(args.max_drift) + "\n", encoding="utf-8")
+    if args.max_drift is not None and drift.exceeds(args.max_drift):
+        print(f"turnflow: decision drift above {args.max_drift:g}%", file=sys.stderr)
+        return EXIT_CHANGED
+    return 0

@@ -1,0 +1,193 @@
+"""``turnflow consume --workers N``: N consumer processes on one machine, kept alive.
+
+One Python process runs its turns on one core, so a machine is filled with one consumer per
+core. The supervisor starts them as child processes, each a member of the consumer group
+(partitions are shared among them like among pods), and:
+
+- restarts a worker that dies, after a back-off that doubles up to ``max_backoff`` and starts
+  over once a worker has run ``healthy_after`` seconds; a worker that exits with the
+  configuration exit code (a bad agent, a missing setting) is not restarted — nothing a
+  restart changes — and the supervisor stops the others and exits with that code;
+- on SIGTERM or SIGINT forwards SIGTERM to every worker, waits for each to drain and exit
+  (SIGKILL after ``stop_timeout``), and exits 0 when every worker did.
+
+Worker ``i`` serves its metrics and health port on ``METRICS_PORT + i`` (ports off stay off),
+and only worker 0 runs the outbox relay: one relay per machine is enough, and more would only
+race each other over the same rows. The supervisor itself opens no port and no connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["SupervisorOptions", "WorkerSupervisor", "available_cores", "worker_command"]
+
+log = logging.getLogger("turnflow.supervisor")
+
+EXIT_CONFIG = 2
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - platforms without sched_getaffinity
+        return max(1, os.cpu_count() or 1)
+
+
+def worker_command(index: int, *, agent: str | None, relay: bool) -> list[str]:
+    """The command line of worker ``index``: a one-process ``turnflow consume``."""
+    command = [sys.executable, "-m", "consumer.cli", "consume", "--workers", "1"]
+    if agent:
+        command += ["--agent", agent]
+    if not relay or index > 0:
+        command.append("--no-relay")
+    return command
+
+
+def worker_environment(index: int, base: dict[str, str]) -> dict[str, str]:
+    """The environment of worker ``index``: its own metrics port, the rest as given."""
+    env = dict(base)
+    port = int(env.get("METRICS_PORT", "9100") or 0)
+    if port:
+        env["METRICS_PORT"] = str(port + index)
+    env["TURNFLOW_WORKER_INDEX"] = str(index)
+    return env
+
+
+@dataclass(frozen=True)
+class SupervisorOptions:
+    """Back-off and stop timings, in seconds."""
+
+    min_backoff: float = 1.0
+    max_backoff: float = 30.0
+    healthy_after: float = 60.0
+    stop_timeout: float = 60.0
+
+
+@dataclass
+class _Worker:
+    index: int
+    process: asyncio.subprocess.Process | None = None
+    started_at: float = 0.0
+    backoff: float = 0.0
+    restarts: int = 0
+    exits: list[int] = field(default_factory=list)
+
+
+class WorkerSupervisor:
+    """Keeps ``workers`` processes running until ``stop()``; see the module docstring.
+
+    ``command(i)`` and ``environment(i)`` give worker ``i``'s command line and environment, so
+    tests can supervise any program.
+    """
+
+    def __init__(
+        self,
+        workers: int,
+        command: Callable[[int], Sequence[str]],
+        environment: Callable[[int], dict[str, str]],
+        options: SupervisorOptions | None = None,
+    ) -> None:
+        if workers < 1:
+            raise ValueError("workers must be at least 1")
+        self._workers = [_Worker(i) for i in range(workers)]
+        self._command = command
+        self._environment = environment
+        self._options = options or SupervisorOptions()
+        self._stopping = asyncio.Event()
+        self.exit_code = 0
+
+    @property
+    def restarts(self) -> int:
+        """How many times a worker was started again after dying."""
+        return sum(w.restarts for w in self._workers)
+
+    def pids(self) -> list[int | None]:
+        """The running workers' process ids, by index (None while one is down)."""
+        return [
+            w.process.pid if w.process is not None and w.process.returncode is None else None
+            for w in self._workers
+        ]
+
+    def stop(self) -> None:
+        """Ask every worker to drain and exit (safe from a signal handler)."""
+        self._stopping.set()
+
+    async def run(self) -> int:
+        """Run until stopped (or a worker reports a configuration error); the exit code."""
+        watchers = [asyncio.create_task(self._keep(w)) for w in self._workers]
+        log.info("supervisor ready", extra={"workers": len(self._workers)})
+        try:
+            await self._stopping.wait()
+        finally:
+            await self._terminate_all()
+            for watcher in watchers:
+                watcher.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
+        log.info("supervisor stopped", extra={"exit_code": self.exit_code})
+        return self.exit_code
+
+    async def _start(self, worker: _Worker) -> asyncio.subprocess.Process:
+        worker.process = await asyncio.create_subprocess_exec(
+            *self._command(worker.index), env=self._environment(worker.index)
+        )
+        worker.started_at = time.monotonic()
+        log.info("worker started", extra={"worker": worker.index, "pid": worker.process.pid})
+        return worker.process
+
+    async def _keep(self, worker: _Worker) -> None:
+        """Start ``worker`` and start it again whenever it dies, until stopping."""
+        options = self._options
+        while not self._stopping.is_set():
+            process = await self._start(worker)
+            code = await process.wait()
+            if self._stopping.is_set():
+                return
+            worker.exits.append(code)
+            if code == EXIT_CONFIG:
+                log.error("worker failed its configuration; stopping",
+                          extra={"worker": worker.index, "exit_code": code})
+                self.exit_code = EXIT_CONFIG
+                self._stopping.set()
+                return
+            ran = time.monotonic() - worker.started_at
+            if ran >= options.healthy_after or worker.backoff == 0:
+                worker.backoff = options.min_backoff
+            else:
+                worker.backoff = min(worker.backoff * 2, options.max_backoff)
+            log.warning("worker exited; restarting",
+                        extra={"worker": worker.index, "exit_code": code,
+                               "ran_s": round(ran, 1), "backoff_s": worker.backoff})
+            worker.restarts += 1
+            try:
+                await asyncio.wait_for(self._stopping.wait(), timeout=worker.backoff)
+            except TimeoutError:
+                continue
+
+    async def _terminate_all(self) -> None:
+        running = [
+            w.process for w in self._workers
+            if w.process is not None and w.process.returncode is None
+        ]
+        for process in running:
+            process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self._options.stop_timeout
+        for process in running:
+            try:
+                code = await asyncio.wait_for(
+                    process.wait(), timeout=max(0.0, deadline - time.monotonic())
+                )
+            except TimeoutError:
+                log.error("worker did not stop in time; killing", extra={"pid": process.pid})
+                process.kill()
+                code = await process.wait()
+            if code != 0 and self.exit_code == 0:
+                self.exit_code = code if code > 0 else 1

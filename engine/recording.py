@@ -1,0 +1,182 @@
+"""Recording the model's side of a turn, so the turn can be replayed later without the model.
+
+A host that wants to replay its turns later must keep what the engine cannot recompute: the
+time the turn ran at and what the model answered. ``recorded_agent`` gives an agent whose
+clock and provider write into the ``Tape`` opened by ``taping()`` around a turn:
+
+    agent = recorded_agent(agent)
+    with taping(level="envelopes") as tape:
+        result = await agent.turn(request)
+    tape.to_json()   # {"at": ..., "calls": [...]} stored with the turn
+
+The tape lives in a context variable, so one agent serves many turns at once (each task sees
+its own tape) and a turn run outside ``taping()`` records nothing. A recording is never allowed
+to fail a turn. ``level``:
+
+    off         nothing about the calls (the turn's time is still kept: it is not personal)
+    envelopes   per call its kind, the parsed reply (JSON envelope, text, tool calls), tokens,
+                latency and failure kind
+    prompts     the same, plus the prompt sent (system text, messages, offered tool names)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from engine.clock import Clock, to_utc
+from engine.errors import ProviderError
+from engine.providers.base import ModelRequest, ModelResponse, Provider, ProviderHooks
+
+if TYPE_CHECKING:
+    from engine.agent import Agent
+
+RecordingLevel = Literal["off", "envelopes", "prompts"]
+RECORDING_LEVELS: tuple[RecordingLevel, ...] = ("off", "envelopes", "prompts")
+TAPE_VERSION = 1
+_ERROR_LIMIT = 300
+
+
+@dataclass
+class Tape:
+    """What one turn's clock and model calls said, in call order."""
+
+    level: RecordingLevel
+    at: datetime | None = None
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any] | None:
+        """The calls as stored with the turn; None when the level keeps nothing."""
+        if self.level == "off":
+            return None
+        return {"v": TAPE_VERSION, "level": self.level, "calls": list(self.calls)}
+
+
+_CURRENT: ContextVar[Tape | None] = ContextVar("turnflow_tape", default=None)
+
+
+@contextmanager
+def taping(level: RecordingLevel = "envelopes") -> Iterator[Tape]:
+    """Open a tape for the turn(s) awaited inside the block, in this task only."""
+    tape = Tape(level=level)
+    token = _CURRENT.set(tape)
+    try:
+        yield tape
+    finally:
+        _CURRENT.reset(token)
+
+
+def reply_json(response: ModelResponse) -> dict[str, Any]:
+    """A reply as stored: its JSON envelope, free text and tool calls (empty parts left out)."""
+    out: dict[str, Any] = {}
+    if response.json is not None:
+        out["json"] = response.json
+    if response.text:
+        out["text"] = response.text
+    if response.tool_calls:
+        out["tool_calls"] = [call.model_dump(mode="json") for call in response.tool_calls]
+    return out
+
+
+def prompt_json(request: ModelRequest) -> dict[str, Any]:
+    """The prompt as stored at level ``prompts``: system text, messages and offered tools."""
+    return {
+        "system": request.system,
+        "messages": [m.model_dump(mode="json", exclude_defaults=True) for m in request.messages],
+        "tools": [tool.name for tool in request.tools],
+    }
+
+
+class RecordingProvider:
+    """Wraps a provider; each call made inside ``taping()`` is written to the open tape."""
+
+    def __init__(self, inner: Provider) -> None:
+        self.inner = inner
+
+    @property
+    def hooks(self) -> ProviderHooks | None:
+        """The wrapped provider's hooks, so call metrics still find them."""
+        hooks = getattr(self.inner, "hooks", None)
+        return hooks if isinstance(hooks, ProviderHooks) else None
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        tape = _CURRENT.get()
+        if tape is None or tape.level == "off":
+            return await self.inner.generate(request)
+        started = time.perf_counter()
+        entry: dict[str, Any] = {"kind": request.schema_name}
+        if tape.level == "prompts":
+            entry["prompt"] = prompt_json(request)
+        try:
+            response = await self.inner.generate(request)
+        except Exception as exc:
+            kind = exc.kind if isinstance(exc, ProviderError) else "retryable"
+            entry |= {"ok": False, "error_kind": kind, "error": str(exc)[:_ERROR_LIMIT]}
+            entry["latency_ms"] = round((time.perf_counter() - started) * 1000, 3)
+            tape.calls.append(entry)
+            raise
+        entry["ok"] = True
+        entry["reply"] = reply_json(response)
+        entry["latency_ms"] = round((time.perf_counter() - started) * 1000, 3)
+        if response.usage is not None:
+            entry["input_tokens"] = response.usage.input_tokens
+            entry["output_tokens"] = response.usage.output_tokens
+        tape.calls.append(entry)
+        return response
+
+
+class RecordingClock:
+    """Wraps a clock; the time a turn inside ``taping()`` reads is kept on its tape."""
+
+    def __init__(self, inner: Clock) -> None:
+        self.inner = inner
+
+    def now(self) -> datetime:
+        value = self.inner.now()
+        tape = _CURRENT.get()
+        if tape is not None and tape.at is None:
+            tape.at = to_utc(value)
+        return value
+
+
+def fields_written(before: Any, after: Any) -> dict[str, Any]:
+    """The session fields a turn set or changed (new value) or removed (None), from the
+    session's JSON form before and after it."""
+    old = before.get("data") if isinstance(before, dict) else None
+    new = after.get("data") if isinstance(after, dict) else None
+    old_data: dict[str, Any] = old if isinstance(old, dict) else {}
+    new_data: dict[str, Any] = new if isinstance(new, dict) else {}
+    written = {k: v for k, v in new_data.items() if k not in old_data or old_data[k] != v}
+    written |= {k: None for k in old_data if k not in new_data}
+    return written
+
+
+def recorded_agent(agent: Agent) -> Agent:
+    """``agent`` with its clock and provider recording into the open tape (idempotent)."""
+    config = agent.config
+    clock = config.clock if isinstance(config.clock, RecordingClock) else RecordingClock(
+        config.clock
+    )
+    provider = config.provider
+    if provider is not None and not isinstance(provider, RecordingProvider):
+        provider = RecordingProvider(provider)
+    return agent.replaced(clock=clock, provider=provider)
+
+
+__all__ = [
+    "RECORDING_LEVELS",
+    "RecordingClock",
+    "RecordingLevel",
+    "RecordingProvider",
+    "Tape",
+    "fields_written",
+    "prompt_json",
+    "recorded_agent",
+    "reply_json",
+    "taping",
+]

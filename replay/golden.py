@@ -1,0 +1,185 @@
+"""Golden files: conversations as plain JSON files an agent's repository can commit.
+
+One file per conversation, written by ``turnflow replay export`` and read by
+``turnflow replay --from DIR`` and ``replay.pytest.assert_replays`` with no database::
+
+    {"format": "turnflow-replay", "version": 1, "session_id": "s-42",
+     "turns": [{"version": 1, "at": "2026-03-02T10:00:00Z", "logged_at": "...",
+                "input": {"message": "hi", "id": "m1"},
+                "calls": [{"kind": "understand", "ok": true, "reply": {"json": {...}}}],
+                "recorded": {"messages": [...], "schedule": [...], "outcomes": [...],
+                             "started": [...], "ended": [...], "skipped": [...],
+                             "llm_calls": 1, "fields": {"name": "Rita"}}}]}
+
+``calls`` and ``fields`` are null when they were not recorded. A file is outside input: reading
+one either gives a ``Conversation`` or raises ``GoldenFileError`` naming the file and what is
+wrong with it, never quoting its content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from engine.clock import to_utc
+from replay.conversations import Conversation, Recorded, RecordedTurn, iso
+
+__all__ = [
+    "FORMAT",
+    "GoldenFileError",
+    "file_name",
+    "golden_json",
+    "parse_golden",
+    "read_directory",
+    "write_golden",
+]
+
+FORMAT = "turnflow-replay"
+VERSION = 1
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+
+class GoldenFileError(ValueError):
+    """A golden file that cannot be read; the message names the file and the problem."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Recorded(_Strict):
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    schedule: list[dict[str, Any]] = Field(default_factory=list)
+    outcomes: list[dict[str, Any]] = Field(default_factory=list)
+    started: list[dict[str, Any]] = Field(default_factory=list)
+    ended: list[dict[str, Any]] = Field(default_factory=list)
+    skipped: list[dict[str, Any]] = Field(default_factory=list)
+    llm_calls: int = Field(0, ge=0)
+    fields: dict[str, Any] | None = None
+
+
+class _Turn(_Strict):
+    version: int = Field(ge=1)
+    at: datetime
+    logged_at: datetime | None = None
+    input: dict[str, Any]
+    calls: list[dict[str, Any]] | None = None
+    recorded: _Recorded
+
+
+class _File(_Strict):
+    format: Literal["turnflow-replay"]
+    version: Literal[1]
+    session_id: str = Field(min_length=1)
+    turns: list[_Turn]
+
+
+def golden_json(conversation: Conversation) -> dict[str, Any]:
+    """The golden file's content for ``conversation``."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "session_id": conversation.session_id,
+        "turns": [
+            {
+                "version": turn.version,
+                "at": iso(turn.at),
+                "logged_at": iso(turn.logged_at),
+                "input": {k: v for k, v in turn.input.items() if k != "session_id"},
+                "calls": turn.calls,
+                "recorded": {
+                    "messages": turn.recorded.messages,
+                    "schedule": turn.recorded.schedule,
+                    "outcomes": turn.recorded.outcomes,
+                    "started": turn.recorded.started,
+                    "ended": turn.recorded.ended,
+                    "skipped": turn.recorded.skipped,
+                    "llm_calls": turn.recorded.llm_calls,
+                    "fields": turn.recorded.fields,
+                },
+            }
+            for turn in conversation.turns
+        ],
+    }
+
+
+def _where(error: dict[str, Any]) -> str:
+    return ".".join(str(part) for part in error.get("loc", ())) or "the file"
+
+
+def parse_golden(raw: bytes, *, name: str = "golden file") -> Conversation:
+    """The conversation in ``raw``, or ``GoldenFileError`` saying what is wrong."""
+    if len(raw) > MAX_FILE_BYTES:
+        raise GoldenFileError(f"{name}: larger than {MAX_FILE_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise GoldenFileError(f"{name}: not UTF-8 (byte {exc.start})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GoldenFileError(f"{name}: not JSON (line {exc.lineno}, column {exc.colno})") from None
+    except RecursionError:
+        raise GoldenFileError(f"{name}: JSON nested too deeply") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise GoldenFileError(f"{name}: not a turnflow replay file (format is not {FORMAT!r})")
+    try:
+        parsed = _File.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise GoldenFileError(f"{name}: {_where(dict(first))}: {first['msg']}") from None
+    except RecursionError:
+        raise GoldenFileError(f"{name}: JSON nested too deeply") from None
+    turns = []
+    for turn in parsed.turns:
+        at = to_utc(turn.at)
+        turns.append(
+            RecordedTurn(
+                version=turn.version,
+                input={"session_id": parsed.session_id, **turn.input},
+                at=at,
+                logged_at=to_utc(turn.logged_at) if turn.logged_at else at,
+                calls=turn.calls,
+                recorded=Recorded(**turn.recorded.model_dump()),
+            )
+        )
+    versions = [t.version for t in turns]
+    if versions != sorted(versions) or len(set(versions)) != len(versions):
+        raise GoldenFileError(f"{name}: turn versions are not strictly increasing")
+    return Conversation(session_id=parsed.session_id, turns=turns)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def file_name(session_id: str) -> str:
+    """A file name for the session: its id made safe, plus a short hash so two ids that make
+    the same safe name still get two files."""
+    safe = _UNSAFE.sub("_", session_id).strip("._")[:80] or "session"
+    digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:8]
+    return f"{safe}-{digest}.json"
+
+
+def write_golden(conversation: Conversation, directory: Path) -> Path:
+    """Write ``conversation`` to ``directory`` (created if missing); returns the file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / file_name(conversation.session_id)
+    content = json.dumps(golden_json(conversation), indent=2, ensure_ascii=False, sort_keys=False)
+    path.write_text(content + "\n", encoding="utf-8")
+    return path
+
+
+def read_directory(directory: Path) -> list[Conversation]:
+    """Every ``*.json`` golden file of ``directory``, by file name."""
+    if not directory.is_dir():
+        raise GoldenFileError(f"{directory}: not a directory")
+    conversations = []
+    for path in sorted(directory.glob("*.json")):
+        conversations.append(parse_golden(path.read_bytes(), name=path.name))
+    return conversations

@@ -1,0 +1,190 @@
+"""Running a conversation's inputs again, in order, on the recorded clock, against an agent.
+
+The replay does what the service did for each turn, with the engine only: the session state
+the previous replayed turn left, the history the service would have loaded (user entries from
+message inputs, assistant entries from the replayed messages, at the logged times, the last
+``history_limit`` of them), the clock set to the time the turn ran at, and a provider that
+stands in for the model (``TapeProvider`` serves the recorded replies; ``--model live`` asks a
+real one). The first turn whose result departs from the recorded one ends the conversation's
+replay: everything after it would differ for that reason alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from engine import Agent, FakeClock, ModelRequest, ModelResponse
+from engine.recording import fields_written
+from replay.compare import Difference, compare
+from replay.conversations import Conversation, Recorded, RecordedTurn, iso
+from replay.tape_provider import TapeProvider
+
+__all__ = [
+    "ConversationReport",
+    "Departure",
+    "ReplayProvider",
+    "TurnReplay",
+    "replay_conversation",
+]
+
+HISTORY_LIMIT = 50
+"""The service's default ``HISTORY_LIMIT``: transcript entries loaded with each turn."""
+
+
+class ReplayProvider(Protocol):
+    """A stand-in for the model that is told each turn's recorded calls before it runs."""
+
+    def load(self, calls: list[dict[str, Any]] | None) -> None: ...
+
+    async def generate(self, request: ModelRequest) -> ModelResponse: ...
+
+
+@dataclass(frozen=True)
+class Departure:
+    """The first turn whose replayed result differs from the recorded one."""
+
+    turn: int  # 1-based position in the conversation
+    version: int
+    kind: str
+    at: str
+    differences: list[Difference]
+    unrecorded: int = 0  # model calls of this turn that had no recorded reply
+
+    @property
+    def aspects(self) -> list[str]:
+        return [d.aspect for d in self.differences]
+
+
+@dataclass
+class TurnReplay:
+    """One replayed turn: the recorded and the replayed result (None when the turn raised)."""
+
+    turn: RecordedTurn
+    replayed: Recorded | None
+    result: Any = None
+
+
+@dataclass
+class ConversationReport:
+    """How one conversation replayed."""
+
+    session_id: str
+    turns: int
+    replayed: int = 0
+    departure: Departure | None = None
+    unrecorded: int = 0
+    skipped: str | None = None  # why it was not replayed at all
+    turn_replays: list[TurnReplay] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        if self.skipped is not None:
+            return "skipped"
+        return "changed" if self.departure is not None else "identical"
+
+
+def _history_entries(turn: RecordedTurn, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The transcript entries the service derives from one saved turn."""
+    entries: list[dict[str, Any]] = []
+    text = turn.input.get("message")
+    if isinstance(text, str):
+        entries.append({"role": "user", "text": text, "at": turn.input.get("at") or turn.logged_at})
+    entries += [{"role": "assistant", "text": m.get("text") or "", "at": turn.logged_at}
+                for m in messages]
+    return entries
+
+
+def as_recorded(result: Any, fields: dict[str, Any] | None) -> Recorded:
+    """A ``TurnResult`` in the turn log's JSON form."""
+    dumped = result.model_dump(mode="json")
+    return Recorded(
+        messages=dumped["messages"],
+        schedule=dumped["schedule"],
+        outcomes=dumped["outcomes"],
+        started=dumped["started"],
+        ended=dumped["ended"],
+        skipped=dumped["skipped"],
+        llm_calls=dumped["llm_calls"],
+        fields=fields,
+    )
+
+
+async def replay_conversation(
+    agent: Agent,
+    conversation: Conversation,
+    *,
+    provider: ReplayProvider | None = None,
+    history_limit: int = HISTORY_LIMIT,
+    stop_at_departure: bool = True,
+    keep_turns: bool = False,
+    on_turn: Callable[[TurnReplay], None] | None = None,
+) -> ConversationReport:
+    """Replay ``conversation`` against ``agent``; the report says where it first departs."""
+    report = ConversationReport(session_id=conversation.session_id, turns=len(conversation.turns))
+    if not conversation.turns:
+        report.skipped = "no turns"
+        return report
+    if not conversation.complete:
+        first = conversation.turns[0].version
+        report.skipped = f"the turn log starts at version {first} or has gaps"
+        return report
+    stand_in = provider if provider is not None else TapeProvider()
+    clock = FakeClock(conversation.turns[0].at)
+    replaying = agent.replaced(provider=stand_in, clock=clock)
+    state: dict[str, Any] | None = None
+    history: list[dict[str, Any]] = []
+    for position, turn in enumerate(conversation.turns, start=1):
+        clock.set(turn.at)
+        stand_in.load(turn.calls)
+        before_unrecorded = _unrecorded(stand_in)
+        request = {
+            **turn.input,
+            "session_id": conversation.session_id,
+            "session": state,
+            "history": history[-history_limit:] if history_limit else [],
+        }
+        error: str | None = None
+        replayed: Recorded | None = None
+        result: Any = None
+        try:
+            result = await replaying.turn(request)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        turn_unrecorded = _unrecorded(stand_in) - before_unrecorded
+        report.unrecorded += turn_unrecorded
+        report.replayed += 1
+        if result is not None:
+            after = result.session.model_dump(mode="json")
+            fields = fields_written(state, after) if turn.recorded.fields is not None else None
+            replayed = as_recorded(result, fields)
+            differences = compare(turn.recorded, replayed)
+        else:
+            differences = [Difference("error", [], [error or "the turn raised"])]
+        step = TurnReplay(turn=turn, replayed=replayed, result=result)
+        if keep_turns:
+            report.turn_replays.append(step)
+        if on_turn is not None:
+            on_turn(step)
+        if differences and report.departure is None:
+            report.departure = Departure(
+                turn=position,
+                version=turn.version,
+                kind=turn.kind,
+                at=iso(turn.at),
+                differences=differences,
+                unrecorded=turn_unrecorded,
+            )
+            if stop_at_departure:
+                break
+        if result is None:
+            break  # nothing to carry on from
+        state = result.session.model_dump(mode="json")
+        history += _history_entries(turn, [m.model_dump(mode="json") for m in result.messages])
+    return report
+
+
+def _unrecorded(provider: Any) -> int:
+    counter = getattr(provider, "unrecorded", None)
+    return sum(counter.values()) if counter is not None else 0

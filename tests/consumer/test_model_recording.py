@@ -1,0 +1,120 @@
+"""The pipeline saves each turn with the engine's clock and, by setting, the model's side."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from consumer.outbox import OutboxPublisher
+from consumer.parser import ParsedInput, parse_record
+from consumer.pipeline import OutboundTopics, TurnPipeline, TurnWork
+from engine import Agent, FakeClock, MockProvider, ModelRequest
+from engine.recording import RecordingLevel, recorded_agent
+from store import SourceRecord
+from tests.consumer.fakes import FakeProducer, FakeStore
+
+FLOWS: list[dict[str, Any]] = [{
+    "id": "order",
+    "on": [{"message": ["order"]}],
+    "steps": [{"id": "ask", "collect": ["size"], "prompt": "Ask the size."},
+              {"id": "done", "say": "Size {{size}}."}],
+}]
+
+
+def _answer(request: ModelRequest) -> dict[str, Any]:
+    words = str(request.meta.get("message") or "").split()
+    size = words[-1] if words and words[-1] in ("S", "M", "L") else None
+    if request.schema_name == "speak":
+        return {"message": "Which size?", "size": size}
+    return {"flows": {"order": 90}, "fields": {"size": size}}
+
+
+def _pipeline(store: FakeStore, level: RecordingLevel, clock: FakeClock) -> TurnPipeline:
+    agent = recorded_agent(Agent(name="Bo", provider=MockProvider([_answer] * 200), clock=clock,
+                                 flows=FLOWS, fields={"size": {"type": "string"}}))
+    return TurnPipeline(store=store, agent=agent,  # type: ignore[arg-type]
+                        publisher=OutboxPublisher(store, FakeProducer()),  # type: ignore[arg-type]
+                        topics=OutboundTopics(messages="m", schedule="s"), recording=level)
+
+
+def _work(session_id: str, text: str, offset: int) -> TurnWork:
+    raw = f'{{"session_id": "{session_id}", "message": "{text}", "id": "{offset}"}}'.encode()
+    parsed = parse_record(session_id.encode(), raw, max_bytes=1000)
+    assert isinstance(parsed, ParsedInput)
+    return TurnWork(parsed=parsed, source=SourceRecord("in", 0, offset))
+
+
+async def test_each_saved_turn_holds_its_own_calls_fields_and_clock() -> None:
+    """Many sessions through one pipeline at once: each turn row holds the engine's clock,
+    its own calls and the fields it wrote, never another session's."""
+    store, clock = FakeStore(), FakeClock("2026-04-01T10:00:00Z")
+    pipeline = _pipeline(store, "envelopes", clock)
+    sizes = ["S", "M", "L"]
+
+    async def session(n: int) -> None:
+        await pipeline.apply(_work(f"s-{n}", "order please", 2 * n))
+        await pipeline.apply(_work(f"s-{n}", f"size {sizes[n % 3]}", 2 * n + 1))
+
+    await asyncio.gather(*(session(n) for n in range(24)))
+    by_session: dict[str, list[Any]] = {}
+    for save in store.saves:
+        by_session.setdefault(save.session_id, []).append(save.turn)
+    assert len(by_session) == 24
+    for session_id, (first, second) in by_session.items():
+        n = int(session_id.split("-")[1])
+        assert first.clock_at == clock.now()
+        assert [c["kind"] for c in first.model_calls["calls"]] == ["understand", "speak"]
+        assert first.model_calls["fields"] == {}
+        assert second.model_calls["fields"] == {"size": sizes[n % 3]}
+        assert [c["reply"]["json"].get("size") for c in second.model_calls["calls"]] == [
+            sizes[n % 3]]
+
+
+async def test_recording_off_keeps_the_clock_but_no_calls() -> None:
+    """With MODEL_RECORDING=off nothing of the model is saved; the turn's time still is."""
+    store, clock = FakeStore(), FakeClock("2026-04-01T10:00:00Z")
+    await _pipeline(store, "off", clock).apply(_work("s-1", "order please", 1))
+    turn = store.saves[0].turn
+    assert turn.model_calls is None and turn.clock_at == clock.now() and turn.llm_calls == 2
+
+
+class _PruningStore:
+    """Counts prune calls and the retention they were given."""
+
+    def __init__(self) -> None:
+        self.prunes: list[float] = []
+
+    async def prune_recordings(self, *, older_than: Any) -> int:
+        self.prunes.append(older_than.total_seconds())
+        return 3
+
+
+async def test_the_relay_prunes_expired_recordings_at_most_once_per_period() -> None:
+    """Retention is enforced by the relay: the first pass prunes, the next ones wait."""
+    from datetime import timedelta
+
+    from consumer.outbox import OutboxRelay
+
+    store = _PruningStore()
+    relay = OutboxRelay(None, store, interval_s=1, grace_s=1,  # type: ignore[arg-type]
+                        recording_retention=timedelta(days=2), prune_every_s=3600)
+    assert await relay.prune_recordings() == 3
+    assert await relay.prune_recordings() == 0
+    assert store.prunes == [2 * 86400]
+    keep = OutboxRelay(None, store, interval_s=1, grace_s=1)  # type: ignore[arg-type]
+    assert await keep.prune_recordings() == 0 and len(store.prunes) == 1
+
+
+async def test_an_agent_that_does_not_record_saves_no_recording() -> None:
+    """A turn run by an agent whose calls cannot be seen saves no recording rather than an
+    empty one that would claim the turn made no model call."""
+    from tests.consumer.test_pipeline import FakeAgent
+
+    store = FakeStore()
+    pipeline = TurnPipeline(store=store, agent=FakeAgent(),  # type: ignore[arg-type]
+                            publisher=OutboxPublisher(store, FakeProducer()),  # type: ignore[arg-type]
+                            topics=OutboundTopics(messages="m", schedule="s"),
+                            recording="envelopes")
+    await pipeline.apply(_work("s-1", "order please", 1))
+    turn = store.saves[0].turn
+    assert turn.model_calls is None and turn.clock_at is None and turn.llm_calls == 1
