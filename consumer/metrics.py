@@ -35,7 +35,14 @@ OUTCOMES = Counter(
 )
 TURN_OUTCOMES = Counter(
     "turnflow_turn_outcomes_total",
-    "Turn-level outcomes (answered, task_completed, handoff, fallback, error).",
+    "Turn-level outcomes (answered, goal_completed, task_completed, handoff, fallback, error, "
+    "gated).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+AI_CREDITS = Counter(
+    "turnflow_ai_credits_total",
+    "AI credits billed by lifecycle agents' turns, by turn outcome.",
     ["outcome"],
     registry=REGISTRY,
 )

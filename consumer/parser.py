@@ -48,7 +48,7 @@ MAX_SESSION_ID_CHARS = 256
 # a producer cannot smuggle ``session`` or ``history`` past the store.
 _SHARED_FIELDS = ("context", "silenced")
 _KIND_FIELDS: dict[str, tuple[str, ...]] = {
-    "message": ("id", "at"),
+    "message": ("id", "at", "images"),
     "wake": (),
     "event": ("payload", "key", "direction"),
     "start": (),
@@ -143,6 +143,11 @@ def _check_fields(kind: str, body: dict[str, Any]) -> str | None:
             return "id must be a string"
         if body.get("at") is not None and not isinstance(body["at"], str):
             return "at must be an ISO 8601 string"
+        images = body.get("images")
+        if images is not None and (
+            not isinstance(images, list) or not all(isinstance(i, dict) for i in images)
+        ):
+            return "images must be a list of objects"
     elif kind == "wake":
         if not isinstance(value, str) or not value:
             return "wake must be a non-empty string key"

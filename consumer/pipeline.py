@@ -51,7 +51,9 @@ __all__ = ["OutboundTopics", "PipelineResult", "TurnAgent", "TurnPipeline", "Tur
 
 log = logging.getLogger("turnflow.pipeline")
 
-_TURN_OUTCOMES = ("answered", "task_completed", "handoff", "fallback", "error")
+_TURN_OUTCOMES = (
+    "answered", "goal_completed", "task_completed", "handoff", "fallback", "error", "gated"
+)
 
 # How long a publish waits for rows of its session that another publisher holds.
 _HELD_ROWS_WAIT_S = 2.0
@@ -106,8 +108,17 @@ def _field(value: Any, name: str, default: Any = None) -> Any:
 
 
 def _message_extras(message: dict[str, Any]) -> dict[str, Any]:
-    """A hand-off's notice and a reply's sources, only on the records that carry them."""
-    return {k: message[k] for k in ("handoff", "provenance") if message.get(k)}
+    """A hand-off's notice, and ``meta`` (``agent_id``, ``provenance``) on every message of a
+    lifecycle agent; plain engine messages keep exactly their own keys."""
+    extras: dict[str, Any] = {}
+    if message.get("handoff"):
+        extras["handoff"] = message["handoff"]
+    if message.get("agent_id") or message.get("provenance"):
+        extras["meta"] = {
+            "agent_id": message.get("agent_id"),
+            "provenance": list(message.get("provenance") or []),
+        }
+    return extras
 
 
 def _iso(value: Any) -> Any:
@@ -312,6 +323,9 @@ class TurnPipeline:
         outcome = turn_outcome(result)
         if outcome is not None:
             metrics.TURN_OUTCOMES.labels(outcome=outcome).inc()
+        credits = _field(result, "credits")
+        if isinstance(credits, int) and credits > 0:
+            metrics.AI_CREDITS.labels(outcome=outcome or "none").inc(credits)
         metrics.TURN_DURATION.observe(time.perf_counter() - started)
         if work.timestamp_ms is not None and (_field(result, "messages", []) or []):
             metrics.INPUT_TO_OUTBOUND.observe(max(0.0, time.time() - work.timestamp_ms / 1000))

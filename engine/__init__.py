@@ -49,8 +49,9 @@ from engine.errors import (
     TurnRequestError,
 )
 from engine.keys import session_of
-from engine.knowledge import InMemoryKnowledgeIndex, KnowledgeHit, KnowledgeIndex
-from engine.lifecycle import (
+from engine.lifecycle.knowledge import InMemoryKnowledgeIndex, KnowledgeHit, KnowledgeIndex
+from engine.lifecycle.results import HandoffNotice, LinkFixReport, Source, TaskResult
+from engine.lifecycle.settings import (
     HANDOFF_CLEARED_EVENT,
     BuiltinTools,
     HandoffRules,
@@ -58,7 +59,6 @@ from engine.lifecycle import (
     LanguageSettings,
     Lifecycle,
 )
-from engine.lifecycle_results import HandoffNotice, LinkFixReport, Source, TaskResult
 from engine.providers import (
     ChatMessage,
     MockProvider,

@@ -38,8 +38,9 @@ from engine.config import (
     parse_model,
 )
 from engine.errors import FlowConfigurationError
-from engine.lifecycle import Lifecycle
-from engine.lifecycle_turn import prepare as prepare_lifecycle
+from engine.lifecycle import images, plan
+from engine.lifecycle.settings import Lifecycle
+from engine.lifecycle.turn import prepare as prepare_lifecycle
 from engine.phases import advance, decide, finish, ingest, load, settle, speak, understand
 from engine.providers.base import Provider
 from engine.request import TurnRequest, TurnResult
@@ -218,6 +219,8 @@ class Agent:
     async def turn(self, request: TurnRequest | dict[str, Any]) -> TurnResult:
         """One turn: the eight phases of seed 000, in order."""
         state = await load.run(self._config, TurnRequest.parse(request))  # 1 Load
+        await plan.check(state)  # lifecycle step 1: the host's plan check, before any call
+        await images.read(state)  # lifecycle step 2: the customer's images, when read at all
         ingest.run(state)  # 2 Ingest
         await understand.run(state)  # 3 Understand
         decide.run(state)  # 4 Decide

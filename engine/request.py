@@ -13,7 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from engine.errors import TurnRequestError
-from engine.lifecycle_results import (
+from engine.lifecycle.results import (
+    GoalResult,
     HandoffNotice,
     LinkFixReport,
     Source,
@@ -49,6 +50,25 @@ class StartInput(_Model):
     flow: str
     input: dict[str, Any] = Field(default_factory=dict)
     key: str
+    # Lifecycle: the flow_only skills this start loads for the conversation.
+    skills: list[str] = Field(default_factory=list)
+
+
+class ImageInput(_Model):
+    """An image the customer sent with a message: a URL or base64 ``data``, with its media
+    type. Which ones are read, and the size and count limits, are the lifecycle's (``images``)."""
+
+    media_type: str = Field(min_length=1, max_length=100)
+    url: str | None = None
+    data: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ImageInput:
+        if (self.url is None) == (self.data is None):
+            raise ValueError("an image needs exactly one of url or data")
+        if self.url is not None and not self.url.startswith(("https://", "http://")):
+            raise ValueError("an image url must start with https:// or http://")
+        return self
 
 
 InputKind = Literal["message", "wake", "event", "start"]
@@ -73,6 +93,9 @@ class TurnRequest(_Model):
     history: list[HistoryEntry] = Field(default_factory=list)
     context: dict[str, Any] = Field(default_factory=dict)
     silenced: Silenced | None = None
+    # With a message only. An entry that is not a valid image stays a dict: the lifecycle
+    # refuses that image with a reason and the message itself is still answered.
+    images: list[ImageInput | dict[str, Any]] = Field(default_factory=list)
 
     @field_validator("session", mode="before")
     @classmethod
@@ -90,6 +113,8 @@ class TurnRequest(_Model):
             raise ValueError(f"exactly one of message, wake, event, start; got {given or 'none'}")
         if self.event is not None and not self.key:
             raise ValueError("an event needs a key")
+        if self.images and self.message is None:
+            raise ValueError("images come only with a message")
         return self
 
     @property
@@ -139,9 +164,10 @@ class Message(_Model):
     run_id: str | None = None
     step_id: str | None = None
     # Lifecycle (opt-in): the hand-off a ``handoff`` message carries; the sources an ``ai``
-    # reply used (at most 8).
+    # reply used (at most 8); the agent that sent it (every message of a lifecycle agent).
     handoff: HandoffNotice | None = Field(default=None, exclude_if=absent)
     provenance: list[Source] = Field(default_factory=list, exclude_if=absent)
+    agent_id: str | None = Field(default=None, exclude_if=absent)
 
 
 class ScheduleEntry(_Model):
@@ -162,6 +188,8 @@ class Outcome(_Model):
     status: str | None = None
     detail: str | None = None
     llm_calls: int = 0
+    # Lifecycle (opt-in): the AI credits of the turn, on its ``billed`` line.
+    credits: int | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class RunChange(_Model):
@@ -192,8 +220,12 @@ class TurnResult(_Model):
     ended: list[RunChange] = Field(default_factory=list)
     skipped: list[Skip] = Field(default_factory=list)
     llm_calls: int = 0
-    # Lifecycle (opt-in): answered | task_completed | handoff | fallback | error (None when
-    # the turn said nothing); what the link check changed; what complete_task returned.
+    # Lifecycle (opt-in): answered | goal_completed | task_completed | handoff | fallback |
+    # error | gated (None when the turn said nothing); what the link check changed; what
+    # complete_task returned.
     turn_outcome: TurnOutcome | None = Field(default=None, exclude_if=absent)
     link_fixes: list[LinkFixReport] = Field(default_factory=list, exclude_if=absent)
     task_result: TaskResult | None = Field(default=None, exclude_if=absent)
+    goal_result: GoalResult | None = Field(default=None, exclude_if=absent)
+    # Lifecycle (opt-in): the AI credits this turn costs (0 for gated, fallback, error turns).
+    credits: int | None = Field(default=None, exclude_if=lambda value: value is None)

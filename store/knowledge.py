@@ -1,7 +1,7 @@
 """The agent's knowledge in PostgreSQL: full-text search behind the ``search_knowledge`` tool.
 
 ``PostgresKnowledgeIndex`` satisfies the engine's ``KnowledgeIndex``: documents are cut into the
-same excerpts as the in-memory index (``engine.knowledge.excerpts``) and stored in
+same excerpts as the in-memory index (``engine.lifecycle.knowledge.excerpts``) and stored in
 ``knowledge_excerpts`` with a generated ``tsvector`` (GIN-indexed, ``simple`` configuration over
 accent-folded text, so accents and case never decide a match, as in memory). A query matches
 any of its words and ranks by ``ts_rank_cd``; the engine then applies FAQ-first and the limits.
@@ -18,8 +18,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from engine.knowledge import KnowledgeHit, excerpts, fold, words
-from engine.lifecycle import KnowledgeDocument
+from engine.lifecycle.knowledge import KnowledgeHit, excerpts, fold, words
+from engine.lifecycle.settings import KnowledgeDocument
 from store.urls import async_url
 
 __all__ = ["PostgresKnowledgeIndex", "tsquery"]

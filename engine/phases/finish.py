@@ -7,7 +7,7 @@ outcome and no skip to show for the turn. ``version`` is left as it came: the st
 
 from __future__ import annotations
 
-from engine import lifecycle_turn
+from engine.lifecycle import turn as lifecycle_turn
 from engine.request import TurnResult
 from engine.state import TurnState
 

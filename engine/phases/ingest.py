@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from engine import handoff
 from engine.config import EventTrigger, SilenceTrigger, WaitStep
 from engine.keys import session_key
+from engine.lifecycle import handoff
 from engine.moves import take
 from engine.session import INPUT_RING, Run
 from engine.starts import blocked

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from engine import builtin_tools, handoff
 from engine.collect import maxed, pending, write_fields
 from engine.config import TalkStep
 from engine.keys import session_key
+from engine.lifecycle import handoff
+from engine.lifecycle import tools as builtin_tools
 from engine.moves import take
 from engine.phases.advance import walk
 from engine.session import Run

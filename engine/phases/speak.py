@@ -13,13 +13,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine import builtin_tools, lifecycle_prompt, lifecycle_turn, reply_check, speak_budget
 from engine.actions import ToolContext, call_handler, read_tool_result
 from engine.collect import pending
 from engine.compaction import summarize
 from engine.config import TalkStep, Tool
 from engine.envelopes import parse_speak, speak_schema
 from engine.errors import MockExhausted, ProviderError
+from engine.lifecycle import prompt as lifecycle_prompt
+from engine.lifecycle import reply_check, speak_budget
+from engine.lifecycle import tools as builtin_tools
+from engine.lifecycle import turn as lifecycle_turn
 from engine.prompt import build_speak
 from engine.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolSpec
 from engine.session import Run
@@ -101,8 +104,9 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
         reply.deferred, reply.error = "fatal", "the agent has no provider"
         return reply
     rounds = 0
+    max_rounds = config.max_tool_loops
     while True:
-        offer = tools if rounds < config.max_tool_loops and speak_budget.tools_left(state) else []
+        offer = speak_budget.round_tools(state, run_, tools) if rounds < max_rounds else []
         request = ModelRequest(
             schema_name="speak",
             system=built.system,

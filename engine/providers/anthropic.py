@@ -69,6 +69,13 @@ def _blocks(message: ChatMessage, *, tool_blocks: bool) -> list[dict[str, Any]]:
         return [{"type": "tool_result", "tool_use_id": message.tool_call_id or "",
                  "content": message.text or NO_NEW_MESSAGE}]
     blocks: list[dict[str, Any]] = []
+    if message.role == "user":  # image blocks first, as the Messages API recommends
+        for image in message.images:
+            source: dict[str, Any] = (
+                {"type": "url", "url": image.url} if image.url else
+                {"type": "base64", "media_type": image.media_type, "data": image.data or ""}
+            )
+            blocks.append({"type": "image", "source": source})
     if message.text:
         blocks.append({"type": "text", "text": message.text})
     if message.role == "assistant":

@@ -22,14 +22,28 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.errors import ProviderError
 
-SchemaName = Literal["understand", "speak", "compact"]
+SchemaName = Literal["understand", "speak", "compact", "skills", "vision"]
+
+
+class ImagePart(BaseModel):
+    """An image a user message carries to a vision-capable model: a URL or base64 ``data``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    media_type: str
+    url: str | None = None
+    data: str | None = None
+
+    def data_url(self) -> str:
+        """The image as one URL: its own, or a ``data:`` URL of the inline bytes."""
+        return self.url or f"data:{self.media_type};base64,{self.data or ''}"
 
 
 class ChatMessage(BaseModel):
     """One entry of the conversation sent to the model.
 
     ``role`` "tool" carries a tool result (``tool_call_id`` set); an assistant entry may carry
-    the ``tool_calls`` it made.
+    the ``tool_calls`` it made; a user entry may carry ``images`` for a vision call.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -38,6 +52,7 @@ class ChatMessage(BaseModel):
     text: str = ""
     tool_call_id: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
+    images: list[ImagePart] = Field(default_factory=list)  # user messages only
 
 
 class ToolSpec(BaseModel):

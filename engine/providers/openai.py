@@ -80,6 +80,13 @@ def _message_entry(message: ChatMessage) -> dict[str, Any]:
     if message.role == "tool":
         return {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.text}
     entry: dict[str, Any] = {"role": message.role, "content": message.text}
+    if message.role == "user" and message.images:  # image content parts, after the text
+        parts: list[dict[str, Any]] = []
+        if message.text:
+            parts.append({"type": "text", "text": message.text})
+        parts += [{"type": "image_url", "image_url": {"url": image.data_url()}}
+                  for image in message.images]
+        entry["content"] = parts
     if message.role == "assistant" and message.tool_calls:
         entry["tool_calls"] = [
             {
@@ -92,8 +99,19 @@ def _message_entry(message: ChatMessage) -> dict[str, Any]:
     return entry
 
 
+def _parts(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if isinstance(content, list):
+        return content
+    return [{"type": "text", "text": content}] if content else []
+
+
 def _merged(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
-    content = "\n\n".join(t for t in (earlier["content"], later["content"]) if t)
+    first, second = earlier["content"], later["content"]
+    content: str | list[dict[str, Any]]
+    if isinstance(first, str) and isinstance(second, str):
+        content = "\n\n".join(t for t in (first, second) if t)
+    else:  # a message with images is a list of parts: the merged turn is one too
+        content = [*_parts(first), *_parts(second)]
     merged = {"role": earlier["role"], "content": content}
     calls = [*earlier.get("tool_calls", []), *later.get("tool_calls", [])]
     if calls:

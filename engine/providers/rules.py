@@ -14,6 +14,9 @@ property the schema names is present, ``null`` when the rules know nothing. It n
   default; pending fields are extracted from the customer's message. Stock replies follow the
   language (English, Portuguese, Spanish) that the message, prompt and asks are written in.
 - compact: a short summary naming how many entries it covers and what the customer said.
+- skills (the lifecycle's skill classifier): the skills whose description shares words with the
+  message, best first, at most two, and the message's language.
+- vision: a fixed note that it cannot see images.
 
 Same request, same response: no clock, no randomness, no state between calls.
 """
@@ -30,6 +33,7 @@ from engine.providers.http import observed
 
 PROVIDER_NAME = "rules"
 POLITE_DEFAULT = "How can I help you?"
+VISION_NOTE = "The customer sent images; the offline provider cannot see them."
 THANKS = "Thank you, got it."
 _STOCK_REPLIES = {
     "en": (THANKS, POLITE_DEFAULT),
@@ -440,6 +444,10 @@ class RuleProvider:
                 return self.understand(request)
             if request.schema_name == "speak":
                 return self.speak(request)
+            if request.schema_name == "skills":
+                return self.skills(request)
+            if request.schema_name == "vision":
+                return ModelResponse(json={"description": VISION_NOTE})
             return self.compact(request)
 
         return await observed(
@@ -520,6 +528,19 @@ class RuleProvider:
         if not _properties(schema):
             return ModelResponse(text=text)
         return ModelResponse(text=text, json=_fill(schema, {**found, "message": text}))
+
+    def skills(self, request: ModelRequest) -> ModelResponse:
+        """The skill classifier: the (at most two) skills whose description shares the most
+        words with the message, and the message's language."""
+        message = str(request.meta.get("message") or "")
+        scored = [
+            (flow_score([str(description)], message), name)
+            for name, description in _dict(request.meta.get("skills")).items()
+        ]
+        picked = [name for score, name in sorted(scored, key=lambda s: -s[0]) if score > 0][:2]
+        marked = any(w in m for w in words(message) for m in _LANGUAGE_MARKERS.values())
+        language = guess_language([message]) if marked else None
+        return ModelResponse(json={"skills": picked, "language": language})
 
     def compact(self, request: ModelRequest) -> ModelResponse:
         entries = request.meta.get("entries")

@@ -117,3 +117,14 @@ def test_arbitrary_json_never_raises(value: object) -> None:
     """Any JSON document yields a ParsedInput or a Rejected."""
     raw = json.dumps(value).encode()
     assert isinstance(parse_record(None, raw, max_bytes=10_000), ParsedInput | Rejected)
+
+
+def test_a_message_carries_its_images_and_a_non_list_is_refused() -> None:
+    """images (a list of objects) ride with a message to the engine, which judges each one;
+    anything else is an invalid field that names images, not its content."""
+    images = [{"media_type": "image/png", "url": "https://cdn.loja.com/a.png"}, {"x": 1}]
+    parsed = parse({"session_id": "s1", "message": "foto", "id": "m1", "images": images})
+    assert isinstance(parsed, ParsedInput) and parsed.request["images"] == images
+    for bad in ("https://a.png", [1, 2], {"url": "x"}):
+        refused = parse({"session_id": "s1", "message": "foto", "images": bad})
+        assert refused == Rejected("invalid-field", "images must be a list of objects")

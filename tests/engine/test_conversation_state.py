@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.conversation_state import (
+from engine.lifecycle.state import (
     MAX_KEYS,
     MAX_TOTAL_BYTES,
     MAX_VALUE_CHARS,

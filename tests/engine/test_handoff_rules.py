@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.handoff_rules import keyword_in, rule_fired
-from engine.lifecycle import HandoffRules, LifecycleMemory
+from engine.lifecycle.handoff_rules import keyword_in, rule_fired
+from engine.lifecycle.settings import HandoffRules, LifecycleMemory
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.knowledge import (
+from engine.lifecycle.knowledge import (
     MAX_CHARS,
     MAX_EXCERPTS,
     MAX_SOURCES,
@@ -15,7 +15,7 @@ from engine.knowledge import (
     search_sources,
     select,
 )
-from engine.lifecycle import KnowledgeDocument
+from engine.lifecycle.settings import KnowledgeDocument
 
 
 def doc(doc_id: str, text: str, *, type: str = "kb", source: str = "kb", title: str = "",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engine.language import Py3LangidDetector, choose_language, detect
-from engine.lifecycle import LanguageSettings
+from engine.lifecycle.language import Py3LangidDetector, choose_language, detect
+from engine.lifecycle.settings import LanguageSettings
 
 
 class ScriptedDetector:

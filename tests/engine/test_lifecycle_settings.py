@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from pydantic import ValidationError
 
-from engine.lifecycle import HandoffRules, KnowledgeDocument, Lifecycle, LifecycleMemory
+from engine.lifecycle.settings import HandoffRules, KnowledgeDocument, Lifecycle, LifecycleMemory
 
 
 def test_defaults_turn_every_feature_off_and_set_the_seed_budgets() -> None:

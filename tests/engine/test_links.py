@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.links import KnownLinks, LinkFix, check_links
+from engine.lifecycle.links import KnownLinks, LinkFix, check_links
 
 PERSONA = "Atendente da Loja. Trocas em https://www.loja.com.br/trocas e suporte@loja.com.br."
 INSTRUCTIONS = "Preços: https://loja.com.br/precos?plano=anual"

@@ -20,14 +20,14 @@ OURS = [README, ROOT / "examples" / "README.md", *(
     for name in ("concepts.md", "agents.md", "production.md", "operating.md", "replay.md")
 )]
 
-# Variables the docs may name that are not service settings: the model provider's, the demo
-# agent's and the test suite's, read outside consumer/settings.py.
+# Variables the docs may name that are not service settings: the model provider's, the web
+# search backend's, the demo agent's and the test suite's, read outside consumer/settings.py.
 OTHER_ENV = {
     "OPENAI_API_KEY", "TURNFLOW_MODEL_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY",
     "ANTHROPIC_BASE_URL", "TURNFLOW_MODEL", "TURNFLOW_MODEL_TIMEOUT", "TURNFLOW_DEMO_SILENCE_MS",
     "TURNFLOW_DEMO_PAYMENT_WAIT_MS", "TURNFLOW_REQUIRE_SERVERS", "KAFKA_SASL_PASSWORD_FILE",
-    "TURNFLOW_BROKER_RESTART_CMD", "TURNFLOW_MODEL_MAX_TOKENS", "TURNFLOW_MODEL_JSON_MODE",
-    "TURNFLOW_MODEL_CACHE",
+    "TURNFLOW_BROKER_RESTART_CMD", "BRAVE_SEARCH_API_KEY", "TURNFLOW_MODEL_MAX_TOKENS",
+    "TURNFLOW_MODEL_JSON_MODE", "TURNFLOW_MODEL_CACHE",
 }
 
 
@@ -85,7 +85,7 @@ def test_engine_names_exist(path: Path) -> None:
         for group in re.findall(r"from engine import ([A-Za-z_, ]+)", text)
         for name in group.split(",")
     }
-    modules = {"config", "providers", "phases"}
+    modules = {"config", "providers", "phases", "lifecycle"}
     assert (dotted - modules) | imported <= set(engine.__all__)
 
 

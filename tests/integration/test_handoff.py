@@ -66,7 +66,7 @@ async def test_handoff_silence_and_clear_through_the_consumer(service_setup: Set
     record = next(v for v in values if v["kind"] == "handoff")
     assert record["handoff"]["reason"] == "keyword" and record["handoff"]["tag"] == "suporte"
     assert record["input_id"] == "m2" and record["key"] == f"handoff@{sid}:m2"
-    assert "provenance" not in record
+    assert record["meta"]["provenance"] == [] and record["meta"]["agent_id"]
     assert loaded.version == 5
     assert loaded.state["metadata"]["lifecycle"]["handoff"] is None
     assert handoffs() == before + 1
@@ -109,7 +109,8 @@ async def test_knowledge_search_runs_on_postgresql_in_the_service(
     assert [r["document_id"] for r in stored] == ["frete", "garantia"]
     [reply] = [v for v in values if v["session_id"] == sid]
     assert reply["text"] == "A garantia é de 12 meses."
-    assert reply["provenance"] == [{"type": "kb", "title": "Garantia",
+    assert reply["meta"]["agent_id"] == name
+    assert reply["meta"]["provenance"] == [{"type": "kb", "title": "Garantia",
                                     "url": "https://loja.com.br/garantia",
                                     "document_id": "garantia"}]
     assert len(provider.calls) == 2

@@ -89,3 +89,31 @@ class SlowProvider:
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         return ModelResponse(json={"message": "tarde demais"})
+
+
+class EchoProvider:
+    """A provider that answers every speak call with the customer's latest message, so many
+    conversations can share it and each reply shows which conversation it answers.
+
+    ``classify`` answers the skill classifier's calls (``schema_name == "skills"``)."""
+
+    def __init__(self, classify: Any = None) -> None:
+        self.calls: list[Any] = []
+        self.classify = classify
+
+    async def generate(self, request: Any) -> ModelResponse:
+        self.calls.append(request)
+        await asyncio.sleep(0)  # let the other conversations interleave
+        if request.schema_name == "skills":
+            return ModelResponse(json=self.classify(request) if self.classify else {})
+        users = [m.text for m in request.messages if m.role == "user"]
+        return ModelResponse(json={"message": f"eco: {users[-1] if users else ''}"})
+
+
+def conversation(session_id: str, text: str, msg_id: str,
+                 result: TurnResult | None = None, **extra: Any) -> dict[str, Any]:
+    """A message turn of conversation ``session_id``, continuing ``result`` when given."""
+    request: dict[str, Any] = {"session_id": session_id, "message": text, "id": msg_id, **extra}
+    if result is not None:
+        request["session"] = result.session
+    return request

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from engine.knowledge import search_knowledge
-from engine.lifecycle import KnowledgeDocument
+from engine.lifecycle.knowledge import search_knowledge
+from engine.lifecycle.settings import KnowledgeDocument
 from store.knowledge import PostgresKnowledgeIndex, tsquery
 
 pytestmark = pytest.mark.integration

@@ -399,3 +399,18 @@ async def test_generate_dispatches_and_reports_to_hooks() -> None:
     assert [(r.provider, r.schema_name, r.ok) for r in records] == [
         ("rules", "understand", True), ("rules", "speak", True), ("rules", "compact", True)]
     assert "demo aid" in provider.description and repr(provider) == "RuleProvider()"
+
+
+async def test_the_skill_classifier_picks_at_most_two_skills_sharing_words() -> None:
+    """The offline classifier: skills whose description shares words with the message, best
+    first, at most two; the language only when marker words tell it."""
+
+    request = ModelRequest(schema_name="skills", system="", messages=[], json_schema={}, meta={
+        "message": "quero trocar o tênis e saber do frete", "skills": {
+            "trocas": "trocas e devoluções de tênis", "frete": "prazos de frete",
+            "boletos": "segunda via de boleto", "tenis": "tênis de corrida"}})
+    answer = (await RuleProvider().generate(request)).json
+    assert answer is not None and len(answer["skills"]) == 2
+    assert "boletos" not in answer["skills"] and answer["language"] == "pt"
+    silent = request.model_copy(update={"meta": {"message": "xyz", "skills": {"a": "b"}}})
+    assert (await RuleProvider().generate(silent)).json == {"skills": [], "language": None}

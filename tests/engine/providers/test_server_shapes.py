@@ -17,7 +17,13 @@ from engine.envelopes import parse_speak
 from engine.errors import ProviderError
 from engine.providers import AnthropicProvider, OpenAIProvider
 from engine.providers.anthropic import messages_body, parse_message
-from engine.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolCall
+from engine.providers.base import (
+    ChatMessage,
+    ImagePart,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+)
 from engine.providers.http import DETAIL_LIMIT, error_for_status, refused_shape
 from engine.providers.openai import NO_NEW_MESSAGE, chat_messages, parse_chat_completion
 from tests.engine.providers.conftest import Canned, CannedServer
@@ -73,6 +79,17 @@ def test_tool_call_turns_keep_their_shape_and_carry_empty_content() -> None:
     assert lone[1]["content"] == ""
 
 
+def test_a_message_with_images_merges_as_content_parts() -> None:
+    """Two user turns in a row, one carrying an image, become one turn of content parts with
+    the text and the image in order."""
+    image = ImagePart(media_type="image/png", url="https://example.test/a.png")
+    messages = chat_messages("", [ChatMessage(role="user", text="oi"),
+                                  ChatMessage(role="user", text="veja", images=[image])])
+    assert messages == [{"role": "user", "content": [
+        {"type": "text", "text": "oi"}, {"type": "text", "text": "veja"},
+        {"type": "image_url", "image_url": {"url": "https://example.test/a.png"}}]}]
+
+
 def test_system_entries_fold_into_the_one_system_message() -> None:
     """A summary carried as a system entry joins the system prompt; the list opens on a user."""
     messages = chat_messages("sys", [ChatMessage(role="system", text="Summary."),
@@ -99,6 +116,8 @@ _message = st.builds(
     tool_call_id=st.none() | st.just("t1"),
     tool_calls=st.lists(st.builds(ToolCall, id=st.just("t1"), name=st.just("lookup")),
                         max_size=1),
+    images=st.lists(st.builds(ImagePart, media_type=st.just("image/png"),
+                              url=st.just("https://example.test/a.png")), max_size=1),
 )
 
 

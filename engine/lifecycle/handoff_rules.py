@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from engine.knowledge import fold
-from engine.lifecycle import HandoffRules, LifecycleMemory
-from engine.lifecycle_results import HandoffNotice
+from engine.lifecycle.knowledge import fold
+from engine.lifecycle.results import HandoffNotice
+from engine.lifecycle.settings import HandoffRules, LifecycleMemory
 
 
 def keyword_in(message: str, keywords: Iterable[str]) -> str | None:

@@ -12,15 +12,20 @@ outcome ``fallback``); with no fallback message the engine's retry path takes ov
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from engine import builtin_tools, lifecycle_turn
+from engine.config import Tool
 from engine.envelopes import parse_speak
-from engine.providers.base import ModelResponse, ToolCall
+from engine.lifecycle import goals, skills
+from engine.lifecycle import tools as builtin_tools
+from engine.lifecycle import turn as lifecycle_turn
+from engine.providers.base import ModelResponse, ToolCall, ToolSpec
 from engine.state import SpeakReply
 
 if TYPE_CHECKING:
+    from engine.lifecycle.turn import LifecycleTurn
     from engine.session import Run
     from engine.state import TurnState
 
@@ -28,10 +33,32 @@ EMPTY = "empty message"
 TIMED_OUT = "turn timeout"
 
 
-def tools_left(state: TurnState) -> bool:
-    """Whether the next call may still offer tools."""
+Offer = list[tuple[str, Tool, ToolSpec]]
+
+
+def round_tools(state: TurnState, run: Run | None, tools: Offer) -> Offer:
+    """The tools one call of the loop offers.
+
+    Without lifecycle settings: ``tools``, as the engine offers them. With them: the agent's
+    tools and this round's built-ins (a skill loaded last round changes both), filtered by the
+    loaded skills' allowlists; once ``max_tool_calls`` is spent only the goal tools remain, for
+    their ``GOAL_HEADROOM`` extra calls; then nothing, so the model answers."""
     turn = lifecycle_turn.of(state)
-    return turn is None or turn.tool_calls < turn.settings.max_tool_calls
+    if turn is None:
+        return tools
+    own = [entry for entry in tools if entry[0] not in builtin_tools.NAMES]
+    offer = own + builtin_tools.offer(state, turn, run)
+    names = set(skills.allowed(turn, [name for name, _, _ in offer]))
+    offer = [entry for entry in offer if entry[0] in names]
+    if turn.tool_calls < turn.settings.max_tool_calls:
+        return offer
+    if goals.active(turn) is not None and turn.tool_calls < _goal_cap(turn):
+        return [entry for entry in offer if entry[0] in goals.GOAL_TOOLS]
+    return []
+
+
+def _goal_cap(turn: LifecycleTurn) -> int:
+    return turn.settings.max_tool_calls + goals.GOAL_HEADROOM
 
 
 def stop_after_tools(state: TurnState) -> bool:
@@ -55,7 +82,9 @@ async def tool_result(
     if text:
         turn.partial_text = text
     turn.tool_calls += 1
-    if turn.tool_calls > turn.settings.max_tool_calls:
+    goal_tool = tool_call.name in goals.GOAL_TOOLS and goals.active(turn) is not None
+    cap = _goal_cap(turn) if goal_tool else turn.settings.max_tool_calls
+    if turn.tool_calls > cap:
         return True, {"error": "tool call limit reached for this turn"}
     if tool_call.name not in offered:
         return True, {"error": f"tool {tool_call.name!r} is not allowed here"}
@@ -71,6 +100,12 @@ async def bounded(state: TurnState, call: Awaitable[SpeakReply]) -> SpeakReply:
     turn = lifecycle_turn.of(state)
     if turn is None:
         return await call
+    try:
+        await skills.prepare(state, turn)  # the classifier has its own budget, before the turn's
+    except BaseException:
+        if inspect.iscoroutine(call):
+            call.close()  # the speak loop never started
+        raise
     before = state.llm_calls
     try:
         async with turn.settings.timer(turn.settings.turn_timeout_s):

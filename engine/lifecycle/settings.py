@@ -14,16 +14,21 @@ Per-session lifecycle facts (turn count, consecutive fallbacks, the hand-off in 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from engine.config import FieldSpec
+
 HANDOFF_CLEARED_EVENT = "handoff_cleared"
 HANDOFF_REASONS = ("user_requested", "cannot_help", "out_of_scope", "sensitive", "other")
 RULE_REASONS = ("keyword", "max_turns", "max_consecutive_fallbacks")
-TURN_OUTCOMES = ("answered", "task_completed", "handoff", "fallback", "error")
+TURN_OUTCOMES = (
+    "answered", "goal_completed", "task_completed", "handoff", "fallback", "error", "gated"
+)
+PLAN_GATED = "plan_gated"
 
 MAX_TOOL_CALLS_DEFAULT = 4
 MAX_TOOL_CALLS_RANGE = (1, 6)
@@ -31,6 +36,8 @@ TURN_TIMEOUT_MS_DEFAULT = 8_000
 TURN_TIMEOUT_MS_RANGE = (2_000, 15_000)
 
 SpeakTimer = Callable[[float], AbstractAsyncContextManager[Any]]
+# The host's plan check: given the session, whether its plan includes the agent (sync or async).
+PlanCheck = Callable[[Any], bool | Awaitable[bool]]
 
 
 class _Model(BaseModel):
@@ -58,12 +65,16 @@ class HandoffRules(_Model):
 
 
 class BuiltinTools(_Model):
-    """Which built-in tools the speak call is offered; each is off unless enabled."""
+    """Which built-in tools the speak call is offered; each is off unless enabled.
+
+    ``load_skill`` and the goal tools are not listed: they are offered whenever there is a
+    skill to load or a goal to pursue."""
 
     handoff: bool = False
     set_state: bool = False
     search_knowledge: bool = False
     complete_task: bool = False
+    web_search: bool = False
 
     def enabled(self) -> list[str]:
         return [name for name, on in self.model_dump().items() if on]
@@ -93,6 +104,69 @@ class KnowledgeDocument(_Model):
     url: str | None = None
 
 
+SKILL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+MAX_SKILL_CHARS = 60_000
+
+
+class GoalSettings(_Model):
+    """A skill's goal: the answers the agent gathers while the skill is loaded, each fitted to
+    its field like a flow's fields (type, enum)."""
+
+    description: str = ""
+    fields: dict[str, FieldSpec] = Field(min_length=1)
+
+
+class Skill(_Model):
+    """A named text the agent reads when the skill is loaded (see ``skills``).
+
+    ``mode``: ``always_on`` (every turn), ``flow_only`` (when the host's start names it),
+    ``model_selected`` (picked by the classifier or loaded by the model with ``load_skill``).
+    ``tool_allowlist``: the tools the agent may use while it is loaded (None: all).
+    """
+
+    name: str = Field(pattern=SKILL_NAME)
+    description: str = ""
+    text: str = Field(max_length=MAX_SKILL_CHARS)
+    mode: Literal["always_on", "flow_only", "model_selected"] = "model_selected"
+    tool_allowlist: list[str] | None = None
+    goal: GoalSettings | None = None
+
+
+IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+
+
+class ImageSettings(_Model):
+    """Image understanding: whether images the customer sends are read, and the limits."""
+
+    understanding: bool = False
+    max_images: int = Field(default=4, ge=1, le=10)
+    max_bytes: int = Field(default=5_000_000, ge=1, le=20_000_000)  # per inline image
+    media_types: list[str] = Field(default_factory=lambda: list(IMAGE_MEDIA_TYPES))
+
+
+WEB_SEARCHES_PER_CONVERSATION = 3
+
+
+class WebSearchSource(_Model):
+    """The agent's web search source: where ``web_search`` looks and how often it may.
+
+    ``backend`` is any object with ``async search(query, *, limit, allowed_domains)`` (see
+    ``web_search``: ``OfflineWebSearch``, ``BraveWebSearch``)."""
+
+    enabled: bool = True
+    allowed_domains: list[str] = Field(default_factory=list)
+    max_per_conversation: int = Field(default=WEB_SEARCHES_PER_CONVERSATION, ge=1)
+    backend: Any
+
+    @field_validator("backend")
+    @classmethod
+    def _searches(cls, value: Any) -> Any:
+        if not callable(getattr(value, "search", None)):
+            raise ValueError("web_search.backend needs an async search(query, *, limit, "
+                             "allowed_domains) method")
+        return value
+
+
 class Lifecycle(_Model):
     """The lifecycle settings; every feature is off unless set."""
 
@@ -111,8 +185,17 @@ class Lifecycle(_Model):
     sources_footer: Literal["urls_only", "urls_and_kb"] | None = None
     source_link_params: dict[str, str] = Field(default_factory=dict)
     knowledge: list[KnowledgeDocument] = Field(default_factory=list)
-    # A ``KnowledgeIndex`` (see knowledge.py); None builds the in-memory index over ``knowledge``.
+    # A ``KnowledgeIndex`` (see ``knowledge``); None builds the in-memory index over ``knowledge``.
     knowledge_index: Any = None
+    skills: list[Skill] = Field(default_factory=list)
+    web_search: WebSearchSource | None = None
+    images: ImageSettings | None = None
+    # The skill classifier's own budget; it runs before the turn's and never counts toward it.
+    classifier_timeout_ms: int = Field(default=1_500, ge=100, le=5_000)
+    # The host's plan check (see ``plan``): None means every turn is included.
+    plan_check: PlanCheck | None = None
+    # ``meta.agent_id`` on every message of the agent; None uses the agent's name.
+    agent_id: str | None = None
     # How the speak call's time budget is enforced: ``timer(seconds)`` is an async context
     # manager that raises ``TimeoutError`` when the time is up. The default is
     # ``asyncio.timeout`` (the event loop's monotonic clock, never the wall clock); tests
@@ -129,6 +212,16 @@ class Lifecycle(_Model):
             seen.add(doc.id)
         return value
 
+    @field_validator("skills")
+    @classmethod
+    def _unique_skills(cls, value: list[Skill]) -> list[Skill]:
+        seen: set[str] = set()
+        for skill in value:
+            if skill.name in seen:
+                raise ValueError(f"duplicate skill name {skill.name!r}")
+            seen.add(skill.name)
+        return value
+
     @model_validator(mode="after")
     def _tag_known(self) -> Lifecycle:
         rules = self.handoff
@@ -139,6 +232,12 @@ class Lifecycle(_Model):
     @property
     def handoff_rules(self) -> HandoffRules:
         return self.handoff or HandoffRules()
+
+    @property
+    def escalation(self) -> bool:
+        """Whether the agent may hand over to a human: hand-off settings are configured or the
+        ``handoff`` tool is on."""
+        return self.handoff is not None or self.tools.handoff
 
     @property
     def turn_timeout_s(self) -> float:
@@ -155,6 +254,9 @@ class LifecycleMemory(BaseModel):
     handoff: dict[str, Any] | None = None
     state: dict[str, str] = Field(default_factory=dict)
     language: str | None = None
+    flow_skills: list[str] = Field(default_factory=list)  # flow_only skills a start named
+    goal: dict[str, Any] | None = None  # the active skill goal: {"skill", "answers"}
+    web_searches: int = 0  # web searches this conversation made
 
     @classmethod
     def read(cls, metadata: dict[str, Any]) -> LifecycleMemory:

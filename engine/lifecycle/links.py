@@ -1,8 +1,9 @@
 """The link check: links on the agent's own domains are verified before a reply leaves.
 
-Own domains are the hosts of the URLs and e-mail addresses written in the agent's persona,
-instructions and knowledge, the URLs of knowledge documents found this turn, and any domain
-the settings add. For each link in the reply on one of those domains (or on a host one typo
+Own domains are the hosts of the URLs and e-mail addresses, and the host names written plainly
+("lojaverde.com.br"), in the agent's persona, instructions, knowledge and loaded skills; the
+URLs of knowledge documents found this turn; the web search source's allowed domains; and any
+domain the settings add. For each link in the reply on one of those domains (or on a host one typo
 away from one):
 
 - it appears word for word in those sources, or is the home page of a known host: kept;
@@ -23,6 +24,16 @@ from urllib.parse import urlsplit
 
 _URL = re.compile(r"(?:https?://|www\.)[^\s<>\"'`\]\[(){}]+", re.IGNORECASE)
 _EMAIL = re.compile(r"[A-Za-z0-9._%+\-]+@([A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)+)")
+# A host name written plainly ("lojaverde.com.br"): labels of letters, digits and hyphens and a
+# final label of letters, not inside a URL, a path or an e-mail address.
+_HOST = re.compile(
+    r"(?<![\w@./:\-])((?:[a-z0-9](?:[a-z0-9\-]{0,61}[a-z0-9])?\.)+[a-z]{2,24})(?![\w\-]|\.\w|@)",
+    re.IGNORECASE,
+)
+_FILE_ENDINGS = frozenset(
+    "pdf png jpg jpeg gif webp svg txt csv doc docx xls xlsx ppt pptx zip html htm php js json "
+    "xml md py".split()
+)
 _TRAILING = ".,;:!?"
 _MARKDOWN = re.compile(r"\[([^\]]*)\]\(\s*([^)\s]+)\s*\)")
 HOST_TYPOS = 2  # a host at most this many edits from an own domain is treated as ours
@@ -54,6 +65,9 @@ class KnownLinks:
                 known.add_url(_strip_trailing(match.group(0)))
             for match in _EMAIL.finditer(text or ""):
                 known.hosts.add(_bare_host(match.group(1)))
+            for match in _HOST.finditer(text or ""):
+                if match.group(1).rsplit(".", 1)[-1].lower() not in _FILE_ENDINGS:
+                    known.hosts.add(_bare_host(match.group(1)))
         for url in urls:
             known.add_url(url)
         for domain in domains:
@@ -275,5 +289,7 @@ def _tidy(text: str) -> str:
     tidied = "".join(out).strip()
     if tidied:
         return tidied
-    # Every sentence was about removed links: keep what is left once the links are out.
-    return re.sub(r"[ \t]{2,}", " ", _LEAD_IN.sub("", text).replace("\x00", "")).strip()
+    # Every sentence was about removed links: keep what is left once the links are out, when
+    # that still says something; otherwise nothing is left (the caller decides what to send).
+    left = re.sub(r"[ \t]{2,}", " ", _LEAD_IN.sub("", text).replace("\x00", "")).strip()
+    return left if len(re.findall(r"\w+", left)) >= MIN_SENTENCE_WORDS else ""

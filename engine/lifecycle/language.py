@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, Protocol
 
-from engine.lifecycle import LanguageSettings
+from engine.lifecycle.settings import LanguageSettings
 
 MIN_CONFIDENCE = 0.3
 MIN_LETTERS = 4

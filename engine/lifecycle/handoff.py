@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine import lifecycle_turn
-from engine.handoff_rules import rule_fired
 from engine.keys import session_key
-from engine.lifecycle_results import HandoffNotice
+from engine.lifecycle import plan
+from engine.lifecycle import turn as lifecycle_turn
+from engine.lifecycle.handoff_rules import rule_fired
+from engine.lifecycle.results import HandoffNotice
 from engine.request import Message
 from engine.values import ms
 
@@ -43,6 +44,8 @@ def on_input(state: TurnState) -> None:
             state.session.last_user_at = request.at or state.now
         state.outcome("handed-off", detail=str(turn.memory.handoff.get("reason")))
         state.done = True
+        return
+    if plan.gate(state, turn):
         return
     if request.kind != "message" or request.message is None:
         return

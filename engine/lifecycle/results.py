@@ -10,7 +10,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TurnOutcome = Literal["answered", "task_completed", "handoff", "fallback", "error"]
+TurnOutcome = Literal[
+    "answered", "goal_completed", "task_completed", "handoff", "fallback", "error", "gated"
+]
 
 
 def absent(value: Any) -> bool:
@@ -61,3 +63,10 @@ class TaskResult(_Model):
     outputs: dict[str, Any] = Field(default_factory=dict)
     run_id: str | None = None
     flow_id: str | None = None
+
+
+class GoalResult(_Model):
+    """A skill goal ``complete_goal`` finished: the skill and the answers gathered."""
+
+    skill: str
+    outputs: dict[str, Any] = Field(default_factory=dict)

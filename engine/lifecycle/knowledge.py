@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from engine.lifecycle import KnowledgeDocument
+from engine.lifecycle.settings import KnowledgeDocument
 
 MAX_EXCERPTS = 5
 MAX_CHARS = 6_000

@@ -1,0 +1,71 @@
+"""Step 1 of a lifecycle turn: the plan check, before any model call and before anything is billed.
+
+The host supplies ``plan_check(session)`` (sync or async): whether the workspace's plan still
+includes the agent. It is asked once per customer message and per host start, the two inputs
+that begin an answer, and never for a session already handed over (it is silent anyway). When
+the plan does not include the agent: no model call, no run starts, nothing is billed, and the
+turn outcome is ``gated``. With escalation on (hand-off settings, or the ``handoff`` tool) the
+conversation is handed over with ``handoff_reason: "plan_gated"``; otherwise the agent stays
+silent.
+
+Wakes and events of plans already running are not asked about: they continue what code started
+(a wait's timer, a host event), and a dropped wake would strand its run. An exception raised by
+the check propagates out of ``turn()``: nothing is saved, and the host retries the input as it
+would after any failure of its own code.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING
+
+from engine.keys import session_key
+from engine.lifecycle.results import HandoffNotice
+from engine.lifecycle.settings import PLAN_GATED
+from engine.values import ms
+
+if TYPE_CHECKING:
+    from engine.lifecycle.turn import LifecycleTurn
+    from engine.state import TurnState
+
+GATED = "gated"
+
+
+async def check(state: TurnState) -> None:
+    """Ask the host's plan check for this input, when it applies; remember the answer."""
+    from engine.lifecycle.turn import of
+
+    turn = of(state)
+    if turn is None:
+        return
+    plan_check = turn.settings.plan_check
+    if plan_check is None or state.ignored or state.request.kind not in ("message", "start"):
+        return
+    if turn.memory.handoff is not None:
+        return
+    answer = plan_check(state.session)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    turn.gated = not bool(answer)
+
+
+def gate(state: TurnState, turn: LifecycleTurn) -> bool:
+    """Ingest: end a gated turn here (hand-off with ``plan_gated``, or silence); True if gated."""
+    if not turn.gated:
+        return False
+    from engine.lifecycle.handoff import hand_over
+
+    request = state.request
+    if request.kind == "message":
+        state.session.last_user_at = request.at or state.now
+    state.outcome(GATED, detail="the plan does not include the agent")
+    if turn.settings.escalation:
+        notice = HandoffNotice(
+            reason=PLAN_GATED,
+            summary="The workspace's plan does not include the agent.",
+            tag=turn.settings.handoff_rules.tag,
+        )
+        local = request.input_id or str(ms(request.at or state.now))
+        hand_over(state, notice, key=session_key("handoff", state.session.id, local))
+    state.done = True
+    return True
