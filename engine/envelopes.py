@@ -199,10 +199,17 @@ def parse_speak(
     response: ModelResponse, offered: Collection[str] = ()
 ) -> tuple[str | None, dict[str, Any], list[str]]:
     """The reply's message, the values of the ``offered`` fields (None values dropped), and
-    the names of the other non-null properties (refused, never written)."""
+    the names of the other non-null properties (refused, never written).
+
+    Plain text without JSON is the message (a provider asked for none); text that opens like
+    a JSON envelope or a code fence but does not parse is a broken reply, not a message, so it
+    is never sent to the customer: no message, and the speak call fails like an empty one.
+    """
     raw = reply_json(response)
     if raw is None:
         text = (response.text or "").strip()
+        if text.startswith(("{", "```", "[")):
+            return None, {}, []
         return (text or None), {}, []
     message = raw.get("message")
     values = {k: v for k, v in raw.items() if k != "message" and v is not None}

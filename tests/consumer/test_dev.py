@@ -16,6 +16,7 @@ from consumer.dev import (
     ObservedTurn,
     format_outcomes,
     parse_chat_line,
+    turn_wait_s,
 )
 from engine import ProviderError
 
@@ -264,3 +265,24 @@ async def test_a_fatal_model_error_ends_the_wait_at_once() -> None:
     await asyncio.wait_for(chat.run(_script("hi")), timeout=30)
     assert "  [the turn failed: ProviderError: HTTP 401 from the model API]" in out.getvalue()
     assert chat.missing == 1
+
+
+def test_turn_wait_follows_the_model_timeout() -> None:
+    """The chat waits for a turn in proportion to the model timeout: three calls (understand,
+    a summary, speak) plus one per tool round when the agent has tools, and a 30 s margin."""
+    from engine import Agent
+    from engine.providers import OpenAIProvider, RuleProvider
+
+    def agent(timeout: float, tools: dict[str, object] | None) -> Agent:
+        return Agent(name="a", provider=OpenAIProvider("", base_url="http://127.0.0.1:1/v1",
+                                                       timeout=timeout), max_tool_loops=2,
+                     tools=tools, flows=[{"id": "f", "on": [{"message": []}],
+                                          "steps": [{"id": "s", "say": "hi"}]}])
+
+    lookup = {"lookup": {"description": "d", "handler": lambda: {}}}
+    assert turn_wait_s(agent(120, None)) == 3 * 120 + 30
+    assert turn_wait_s(agent(120, lookup)) == (3 + 2) * 120 + 30
+    assert turn_wait_s(agent(5, None)) == 60  # never under a minute
+    assert turn_wait_s(Agent(name="r", provider=RuleProvider(), flows=[
+        {"id": "f", "on": [{"message": []}], "steps": [{"id": "s", "say": "hi"}]}])) == 60
+    assert turn_wait_s(None) == 60
