@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint unit run bench bench-engine bench-store bench-e2e bench-replay clean
+.PHONY: install test lint unit run bench bench-engine bench-store bench-e2e bench-replay bench-hot-session clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ bench-replay: $(STAMP)
 
 bench-e2e: $(STAMP)
 	$(BIN)/turnflow bench
+
+# Quiet conversations' latency alone and beside one session with 20,000 waiting inputs.
+bench-hot-session: $(STAMP)
+	$(BIN)/python bench/hot_session_bench.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage

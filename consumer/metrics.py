@@ -92,6 +92,11 @@ CONSUMER_LAG = Gauge(
     ["topic", "partition"],
     registry=REGISTRY,
 )
+PAUSED_PARTITIONS = Gauge(
+    "turnflow_consumer_paused_partitions",
+    "Owned partitions not being fetched because their unfinished records reached their share.",
+    registry=REGISTRY,
+)
 OUTBOX_BACKLOG = Gauge(
     "turnflow_outbox_backlog", "Outbox rows committed but not yet published.", registry=REGISTRY
 )

@@ -12,6 +12,11 @@ its outbox is flushed again.
   session's outbox rows are unpublished, so a turn costs three round trips: load, save, mark.
 - A record already in the turn log is skipped after re-flushing the session's unpublished rows,
   because its replies may be among them (no flush when the load found none).
+- So is an input whose id the conversation already had (a message's ``id``, ``event:{key}``,
+  ``start:{key}``), re-produced at another offset however long ago: a DLQ re-drive or an
+  adapter's retry is answered once (outcome ``duplicate-input``). The load asks, and the save's
+  unique index enforces it against a concurrent writer. Wakes carry no such id: a replayed
+  wake finds nothing waiting on it and the engine answers ``stale-wake``.
 - When the load found no unpublished rows, the turn's own rows go out as one batch through
   ``OutboxPublisher.publish_saved``. Otherwise publishing goes through ``flush_session``: the
   session's older unpublished rows go first. If another publisher holds some of them, this
@@ -39,6 +44,7 @@ from consumer.parser import ParsedInput
 from engine.recording import RecordingLevel, Tape, fields_written, taping
 from store import (
     AlreadyApplied,
+    DuplicateInput,
     OutboxEntry,
     SaveRequest,
     SourceRecord,
@@ -85,7 +91,7 @@ class TurnWork:
 class PipelineResult:
     """What happened to one input."""
 
-    status: Literal["applied", "skipped"]
+    status: Literal["applied", "skipped", "duplicate"]
     version: int | None = None
     messages: int = 0
     schedule: int = 0
@@ -143,14 +149,20 @@ class TurnPipeline:
     ) -> PipelineResult:
         """Apply one input exactly once (per source record) and publish what it produced."""
         parsed, source = work.parsed, work.source
+        input_id = conversation_input_id(parsed.request)
         started = time.perf_counter()
         conflicts = 0
         while True:
             loaded = await self._store.load(
-                parsed.session_id, history_limit=self._history_limit, source=source
+                parsed.session_id,
+                history_limit=self._history_limit,
+                source=source,
+                input_id=input_id,
             )
             if loaded.applied:
                 return await self._skip_replay(work, may_publish, loaded.unpublished)
+            if loaded.duplicate:
+                return await self._skip_duplicate(work, may_publish, loaded.unpublished)
             crash.reached("after_load")
             request = dict(parsed.request)
             request["session"] = loaded.state
@@ -177,6 +189,9 @@ class TurnPipeline:
             except AlreadyApplied:
                 # A concurrent replay of this very record won the save: the same as a replay.
                 return await self._skip_replay(work, may_publish)
+            except DuplicateInput:
+                # A concurrent copy of this input (another offset) won the save.
+                return await self._skip_duplicate(work, may_publish)
             break
 
         crash.reached("after_save")
@@ -218,6 +233,17 @@ class TurnPipeline:
         metrics.REPLAYS_SKIPPED.inc()
         log.info("replay skipped; outbox re-flushed", extra=self._ids(work))
         return PipelineResult(status="skipped")
+
+    async def _skip_duplicate(
+        self, work: TurnWork, may_publish: Callable[[], bool], unpublished: int | None = None
+    ) -> PipelineResult:
+        """Skip an input the conversation already had; flush the session as a replay does (the
+        first copy's replies may still be unpublished)."""
+        if unpublished is None or unpublished > 0:
+            await self._publisher.flush_session(work.parsed.session_id, may_publish=may_publish)
+        metrics.OUTCOMES.labels(code="duplicate-input").inc()
+        log.info("duplicate input skipped; outbox re-flushed", extra=self._ids(work))
+        return PipelineResult(status="duplicate")
 
     def _save_request(
         self,
@@ -275,6 +301,7 @@ class TurnPipeline:
             source=work.source,
             clock_at=tape.at if tape is not None else None,
             model_calls=_recording(tape, before, state),
+            input_id=conversation_input_id(parsed.request),
         )
         return SaveRequest(
             session_id=parsed.session_id,
@@ -338,6 +365,19 @@ def _recording(tape: Tape | None, before: Any, after: Any) -> dict[str, Any] | N
         return None
     recorded["fields"] = fields_written(before, after)
     return recorded
+def conversation_input_id(request: dict[str, Any]) -> str | None:
+    """The id that makes an input a duplicate within its conversation, as the engine reads it:
+    a message's own ``id``, ``event:{key}``, ``start:{key}``; None for wakes and id-less
+    messages (those are deduplicated by their source record only)."""
+    if "message" in request:
+        own = request.get("id")
+        return own if isinstance(own, str) and own else None
+    if "event" in request and isinstance(request.get("key"), str):
+        return f"event:{request['key']}"
+    start = request.get("start")
+    if isinstance(start, dict) and isinstance(start.get("key"), str):
+        return f"start:{start['key']}"
+    return None
 
 
 def turn_outcome(result: Any) -> str | None:

@@ -5,7 +5,9 @@ session's queue. Each session with work has one worker task that takes its input
 offset order; workers of different sessions (even in one partition) run concurrently, at most
 ``max_in_flight`` turns at a time. Offsets are committed per partition up to the watermark of
 ``OffsetWatermarks`` after every fetch round, so a slow session holds back only its partition's
-commit, never other sessions' work. Fetching pauses when too many records wait.
+commit, never other sessions' work. Back-pressure is per partition (``Backpressure``): only a
+partition whose unfinished records reach its share of ``max_buffered_records`` stops being
+fetched, so one hot conversation never makes the quiet ones on other partitions wait.
 
 Ownership. Each assignment of a partition gets a fresh epoch; an input carries the epoch it was
 fetched under and may publish only while that epoch is current. On revoke (and on stop), the
@@ -31,6 +33,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from consumer import crash, metrics
+from consumer.backpressure import Backpressure
 from consumer.decisions import (
     Abandon,
     Commit,
@@ -122,7 +125,9 @@ class ConsumerService:
         self._busy: Counter[TopicPartition] = Counter()
         self._busy_changed = asyncio.Event()
         self._stopping = asyncio.Event()
-        self._paused = False
+        self._backpressure: Backpressure[TopicPartition] = Backpressure(
+            settings.max_buffered_records
+        )
         self._ready = False
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
@@ -261,7 +266,8 @@ class ConsumerService:
         while not self._stopping.is_set():
             self._apply_backpressure(consumer)
             batches = await consumer.getmany(
-                timeout_ms=_FETCH_TIMEOUT_MS, max_records=self._settings.max_buffered_records
+                timeout_ms=_FETCH_TIMEOUT_MS,
+                max_records=self._backpressure.fetch_limit(len(self._epochs)),
             )
             for tp, records in batches.items():
                 epoch = self._epochs.get(tp)
@@ -273,15 +279,22 @@ class ConsumerService:
             self._observe_lag(consumer)
 
     def _apply_backpressure(self, consumer: AIOKafkaConsumer) -> None:
-        pending = self._marks.pending_count()
-        limit = self._settings.max_buffered_records
-        owned = list(self._epochs)
-        if not self._paused and pending >= limit and owned:
-            consumer.pause(*owned)
-            self._paused = True
-        elif self._paused and pending < max(1, limit // 2):
-            consumer.resume(*consumer.assignment())
-            self._paused = False
+        """Pause the partitions that are behind, resume those that caught up; the others are
+        not touched, so their conversations keep their normal latency."""
+        moves = self._backpressure.update(set(self._epochs), self._marks.pending_count)
+        if moves.pause:
+            consumer.pause(*moves.pause)
+            log.info(
+                "partitions paused: too many unfinished records",
+                extra={"partitions": sorted(tp.partition for tp in moves.pause)},
+            )
+        if moves.resume:
+            consumer.resume(*moves.resume)
+            log.info(
+                "partitions resumed",
+                extra={"partitions": sorted(tp.partition for tp in moves.resume)},
+            )
+        metrics.PAUSED_PARTITIONS.set(len(self._backpressure.paused))
 
     def _accept(self, tp: TopicPartition, record: ConsumerRecord[bytes, bytes], epoch: int) -> None:
         self._marks.track(tp, record.offset)
@@ -483,9 +496,8 @@ class ConsumerService:
             self._epochs[tp] = self._epoch_counter
             self._marks.forget([tp])
             self._committed.pop(tp, None)
-        if self._paused and self._consumer is not None:
-            self._consumer.resume(*self._consumer.assignment())
-            self._paused = False
+        # A new assignment starts unpaused in the client; the next round pauses it if needed.
+        self._backpressure.forget(assigned)
         log.info(
             "partitions assigned",
             extra={"partitions": sorted(tp.partition for tp in assigned)},
@@ -527,6 +539,7 @@ class ConsumerService:
             with contextlib.suppress(KeyError):
                 metrics.CONSUMER_LAG.remove(tp.topic, str(tp.partition))
         self._marks.forget(partitions)
+        self._backpressure.forget(partitions)
         log.info(
             "partitions released",
             extra={"reason": reason, "partitions": sorted(tp.partition for tp in partitions),

@@ -54,7 +54,12 @@ class Settings(BaseSettings):
         "available core; `--workers` overrides).",
     )
     max_buffered_records: int = Field(
-        1000, ge=1, description="Fetched records held before fetching pauses (back-pressure)."
+        1000,
+        ge=1,
+        description=(
+            "Fetched records held unfinished, shared by the owned partitions; a partition at its"
+            " share pauses alone (back-pressure)."
+        ),
     )
     max_record_bytes: int = Field(
         65536, ge=1, description="Inbound records larger than this go to the DLQ unread."

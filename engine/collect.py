@@ -3,6 +3,8 @@
 Pending = collect minus known minus fields already asked ``max_asks`` times. Every value the
 model gives goes through ``write_field``: unknown names (``unknown-field``), values that do not
 fit the type (``bad-value``) and values outside the enum (``not-in-enum``) are dropped.
+Names a model call was not offered never get this far: the envelope parsers refuse them and
+``refuse`` records each as ``unknown-field`` (bounded, names only, never the value).
 """
 
 from __future__ import annotations
@@ -49,6 +51,21 @@ def write_field(state: TurnState, name: str, value: Any, run: Run | None = None)
         return False
     state.session.data[name] = fitted
     return True
+
+
+# A reply may hold thousands of made-up names; the turn log keeps the first few and a count.
+MAX_REFUSED_OUTCOMES = 10
+_MAX_NAME_CHARS = 64
+
+
+def refuse(state: TurnState, call: str, names: list[str], run: Run | None = None) -> None:
+    """Record names a ``call`` (understand or speak) returned without being offered them."""
+    for name in names[:MAX_REFUSED_OUTCOMES]:
+        shown = name if len(name) <= _MAX_NAME_CHARS else name[:_MAX_NAME_CHARS] + "..."
+        state.outcome("unknown-field", run, detail=f"{call} was not offered {shown!r}")
+    if len(names) > MAX_REFUSED_OUTCOMES:
+        more = len(names) - MAX_REFUSED_OUTCOMES
+        state.outcome("unknown-field", run, detail=f"{call} returned {more} more names not offered")
 
 
 def write_fields(state: TurnState, values: dict[str, Any], run: Run | None = None) -> None:

@@ -4,12 +4,18 @@ Every property is required and nullable, so the model must answer each one (null
 opinion"). Branch keys travel as short aliases (q1, q2, ...) because a run id is not a legal
 property name; ``parse_understand`` maps them back to ``{run_id}/{step_id}/{index}``. A reply with
 no usable JSON is an empty judgement: nothing the model says is applied before code checks it.
+
+The schema is a request, not a guarantee: a provider may return anything, and a customer can
+steer the model's reply with what they type. So the parsers keep only the names the call
+offered, in every section, and list the others as *refused* (``section.name``) for the phase
+to record as ``unknown-field``; a refused name is never written anywhere.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +64,9 @@ class UnderstandPlan:
     extract: dict[str, dict[str, FieldSpec]] = field(default_factory=dict)
     branches: dict[str, str] = field(default_factory=dict)  # full id -> question
     fields: dict[str, FieldSpec] = field(default_factory=dict)
+    # Known fields offered only because a candidate's clear_on_start would empty them: their
+    # values land only when the run that clears them started.
+    if_cleared: set[str] = field(default_factory=set)
 
     def aliases(self) -> dict[str, str]:
         """alias (q1, q2, ...) -> full branch id, in branch order."""
@@ -108,6 +117,7 @@ class Judgement:
     branches: dict[str, bool] = field(default_factory=dict)
     fields: dict[str, Any] = field(default_factory=dict)
     usable: bool = True
+    refused: list[str] = field(default_factory=list)  # "section.name" the call did not offer
 
 
 _OBJECT = re.compile(r"\{.*\}", re.DOTALL)
@@ -132,39 +142,71 @@ def _section(raw: dict[str, Any], name: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+_UNDERSTAND_SECTIONS = ("flows", "mentions", "extract", "branches", "fields")
+
+
 def parse_understand(response: ModelResponse, plan: UnderstandPlan) -> Judgement:
-    """Read the reply against the plan: unknown keys and wrong types are ignored."""
+    """Read the reply against the plan: names the plan did not offer are refused (never
+    applied), wrong types are ignored, nulls mean no opinion."""
     raw = reply_json(response)
     if raw is None:
         return Judgement(usable=False)
     judgement = Judgement()
+    refused = judgement.refused
+    refused += [k for k, v in raw.items() if k not in _UNDERSTAND_SECTIONS and v is not None]
     for flow_id, score in _section(raw, "flows").items():
-        if flow_id in plan.flows and isinstance(score, int | float) and not isinstance(score, bool):
+        if flow_id not in plan.flows:
+            _refuse(refused, "flows", flow_id, score)
+        elif isinstance(score, int | float) and not isinstance(score, bool):
             judgement.flows[flow_id] = max(0, min(100, int(score)))
     for flow_id, said in _section(raw, "mentions").items():
-        if flow_id in plan.mentions and isinstance(said, bool):
+        if flow_id not in plan.mentions:
+            _refuse(refused, "mentions", flow_id, said)
+        elif isinstance(said, bool):
             judgement.mentions[flow_id] = said
     for flow_id, values in _section(raw, "extract").items():
-        if flow_id in plan.extract and isinstance(values, dict):
+        if flow_id not in plan.extract:
+            _refuse(refused, "extract", flow_id, values)
+        elif isinstance(values, dict):
+            offered = plan.extract[flow_id]
+            for param, value in values.items():
+                if param not in offered:
+                    _refuse(refused, f"extract.{flow_id}", param, value)
             judgement.extract[flow_id] = {
-                k: v for k, v in values.items() if k in plan.extract[flow_id] and v is not None
+                k: v for k, v in values.items() if k in offered and v is not None
             }
     aliases = plan.aliases()
     for alias, answer in _section(raw, "branches").items():
-        if alias in aliases and isinstance(answer, bool):
+        if alias not in aliases:
+            _refuse(refused, "branches", alias, answer)
+        elif isinstance(answer, bool):
             judgement.branches[aliases[alias]] = answer
     for name, value in _section(raw, "fields").items():
-        if value is not None:
+        if name not in plan.fields:
+            _refuse(refused, "fields", name, value)
+        elif value is not None:
             judgement.fields[name] = value
     return judgement
 
 
-def parse_speak(response: ModelResponse) -> tuple[str | None, dict[str, Any]]:
-    """The reply's message and field values (None values dropped)."""
+def _refuse(refused: list[str], section: str, name: str, value: Any) -> None:
+    """Note a name the call did not offer; a null is no opinion and needs no note."""
+    if value is not None:
+        refused.append(f"{section}.{name}")
+
+
+def parse_speak(
+    response: ModelResponse, offered: Collection[str] = ()
+) -> tuple[str | None, dict[str, Any], list[str]]:
+    """The reply's message, the values of the ``offered`` fields (None values dropped), and
+    the names of the other non-null properties (refused, never written)."""
     raw = reply_json(response)
     if raw is None:
         text = (response.text or "").strip()
-        return (text or None), {}
+        return (text or None), {}, []
     message = raw.get("message")
     values = {k: v for k, v in raw.items() if k != "message" and v is not None}
-    return (message.strip() if isinstance(message, str) and message.strip() else None), values
+    refused = [k for k in values if k not in offered]
+    kept = {k: v for k, v in values.items() if k in offered}
+    said = message.strip() if isinstance(message, str) and message.strip() else None
+    return said, kept, refused

@@ -51,7 +51,7 @@ async def tool_result(
     turn = lifecycle_turn.of(state)
     if turn is None:
         return False, None
-    text, _ = parse_speak(response) if response.text or response.json is not None else (None, {})
+    text = parse_speak(response)[0] if response.text or response.json is not None else None
     if text:
         turn.partial_text = text
     turn.tool_calls += 1

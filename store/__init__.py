@@ -6,7 +6,13 @@ local PostgreSQL for development and tests.
 
 from store.database import Store
 from store.embedded import EmbeddedPostgres, start_embedded_postgres
-from store.errors import AlreadyApplied, EmbeddedServerError, StoreError, VersionConflict
+from store.errors import (
+    AlreadyApplied,
+    DuplicateInput,
+    EmbeddedServerError,
+    StoreError,
+    VersionConflict,
+)
 from store.outbox import OutboxBatch
 from store.records import (
     LoadedSession,
@@ -25,6 +31,7 @@ from store.timers import ClaimedTimers
 __all__ = [
     "AlreadyApplied",
     "ClaimedTimers",
+    "DuplicateInput",
     "EmbeddedPostgres",
     "EmbeddedServerError",
     "LoadedSession",

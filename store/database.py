@@ -18,7 +18,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from store import history, jsoncodec, outbox, saving, timers, turn_log
-from store.errors import AlreadyApplied, VersionConflict
+from store.errors import AlreadyApplied, DuplicateInput, VersionConflict
+from store.input_ids import stored_input_id
 from store.outbox import OutboxBatch
 from store.records import (
     LoadedSession,
@@ -31,6 +32,7 @@ from store.timers import ClaimedTimers, TimerLike
 from store.urls import async_url
 
 _SOURCE_INDEX = "uq_turns_source"
+_INPUT_INDEX = "uq_turns_input"
 _PING = text("SELECT 1")
 _VERSION = text("SELECT version FROM sessions WHERE id = :session_id")
 _APPLIED = text(
@@ -95,13 +97,20 @@ class Store:
     # -- sessions and the turn log ----------------------------------------------------------
 
     async def load(
-        self, session_id: str, *, history_limit: int = 20, source: SourceRecord | None = None
+        self,
+        session_id: str,
+        *,
+        history_limit: int = 20,
+        source: SourceRecord | None = None,
+        input_id: str | None = None,
     ) -> LoadedSession:
         """The session's state and version (None/0 when new), its last history entries, how
-        many of its outbox rows are unpublished and whether `source` is already in the turn
-        log — one statement, one round trip."""
+        many of its outbox rows are unpublished, whether `source` is already in the turn log
+        and whether the session already had an input with `input_id` — one statement, one
+        round trip."""
         parameters = {
             "session_id": session_id,
+            "input_id": stored_input_id(input_id),
             "history_limit": history_limit,
             "source_topic": source.topic if source else None,
             "source_partition": source.partition if source else None,
@@ -110,9 +119,11 @@ class Store:
         async with self._engine.connect() as connection:
             row = (await connection.execute(history.LOAD, parameters)).one()
         applied, unpublished = bool(row.applied), int(row.unpublished)
+        duplicate = bool(row.duplicate)
         if row.version is None:
             return LoadedSession(
-                state=None, version=0, history=[], applied=applied, unpublished=unpublished
+                state=None, version=0, history=[], applied=applied, unpublished=unpublished,
+                duplicate=duplicate,
             )
         return LoadedSession(
             state=jsoncodec.loads(row.state),
@@ -120,14 +131,16 @@ class Store:
             history=history.history_entries(row.history),
             applied=applied,
             unpublished=unpublished,
+            duplicate=duplicate,
         )
 
     async def save_turn(self, request: SaveRequest) -> SavedTurn:
         """Write the session, its turn-log row and its outbox rows atomically (one round trip).
 
-        Raises `VersionConflict` when the session is no longer at `expected_version` and
-        `AlreadyApplied` when the turn's source record is already in the log; either way
-        nothing was written.
+        Raises `VersionConflict` when the session is no longer at `expected_version`,
+        `AlreadyApplied` when the turn's source record is already in the log and
+        `DuplicateInput` when the session already has a turn for the turn's `input_id`; in
+        every case nothing was written.
         """
         statement = saving.save_statement(request)
         parameters = saving.save_parameters(request)
@@ -140,6 +153,8 @@ class Store:
                 raise AlreadyApplied(
                     topic=source.topic, partition=source.partition, offset=source.offset
                 ) from None
+            if _INPUT_INDEX in str(exc.orig):
+                raise DuplicateInput(session_id=request.session_id) from None
             raise
         if row.version is None:
             await self._raise_conflict(request)

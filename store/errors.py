@@ -5,6 +5,8 @@ The tree::
     StoreError                  anything the store refuses or cannot do
     ├── VersionConflict         the session moved on since it was loaded; nothing was written
     ├── AlreadyApplied          the source record is already in the turn log; nothing was written
+    ├── DuplicateInput          the conversation already had an input with this id; nothing was
+    │                           written
     └── EmbeddedServerError     the embedded PostgreSQL could not be started
 
 Context travels as keyword-only attributes so callers (metrics, logs, retries) never parse
@@ -38,6 +40,16 @@ class AlreadyApplied(StoreError):
         self.partition = partition
         self.offset = offset
         super().__init__(f"{topic}[{partition}]@{offset} is already in the turn log")
+
+
+class DuplicateInput(StoreError):
+    """The conversation already has a turn for this input id (the same message, event or start
+    re-produced at another offset): skip it like a replay. The id is left out of the message:
+    it came from outside."""
+
+    def __init__(self, *, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id!r}: this input id is already in the turn log")
 
 
 class EmbeddedServerError(StoreError):

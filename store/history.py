@@ -1,9 +1,11 @@
 """Loading a session, its history and what the consumer must know before a turn, in one statement.
 
-Besides the session's state, version and history, the statement answers the two questions the
+Besides the session's state, version and history, the statement answers the questions the
 consumer otherwise asked in round trips of their own: whether the input's source record is
-already in the turn log (a replay, skipped exactly), and how many of the session's outbox rows
-are still unpublished (when none are, the turn's own rows need no fetch of older ones first).
+already in the turn log (a replay, skipped exactly), whether the conversation already had an
+input with the same id (a duplicate re-produced at another offset, however long ago), and how
+many of the session's outbox rows are still unpublished (when none are, the turn's own rows
+need no fetch of older ones first).
 
 History is derived from the turn log, oldest first, as engine.md's transcript: a turn whose
 input is a message gives a user entry (`at` = the input's `at`, else the turn's time), and each
@@ -26,7 +28,10 @@ SELECT s.version, s.state, EXISTS (
     WHERE source_topic = CAST(:source_topic AS text)
       AND source_partition = CAST(:source_partition AS integer)
       AND source_offset = CAST(:source_offset AS bigint)
-) AS applied, (
+) AS applied, EXISTS (
+    SELECT 1 FROM turns
+    WHERE session_id = :session_id AND input_id = CAST(:input_id AS text)
+) AS duplicate, (
     SELECT count(*) FROM outbox
     WHERE session_id = :session_id AND published_at IS NULL
 ) AS unpublished, (

@@ -30,7 +30,8 @@ class TurnRecord:
     `TurnResult` fields of the same names in their JSON form. `created_at` defaults to the
     database clock. `clock_at` is the time the engine's clock gave the turn (what a replay sets
     its clock to); `model_calls` is the turn's recording (`engine.recording.Tape.to_json()`
-    plus the fields the turn wrote), None when recording is off.
+    plus the fields the turn wrote), None when recording is off. `input_id` is the input's own id in its conversation (a message's id,
+    `event:{key}`, `start:{key}`; None for wakes and id-less messages): unique per session.
     """
 
     input: dict[str, Any]
@@ -45,6 +46,7 @@ class TurnRecord:
     created_at: datetime | None = None
     clock_at: datetime | None = None
     model_calls: dict[str, Any] | None = None
+    input_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +87,9 @@ class LoadedSession:
 
     `history` is engine.md's transcript, oldest first: `{"role", "text", "at"}` entries.
     `applied` says whether the source record the load was asked about is already in the turn
-    log (a replay); `unpublished` counts the session's outbox rows not yet published.
+    log (a replay); `duplicate` whether the input id it was asked about is (the same input
+    re-produced at another offset); `unpublished` counts the session's outbox rows not yet
+    published.
     """
 
     state: dict[str, Any] | None
@@ -93,6 +97,7 @@ class LoadedSession:
     history: list[dict[str, Any]]
     applied: bool = False
     unpublished: int = 0
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)

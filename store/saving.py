@@ -3,8 +3,8 @@
 A single statement with data-modifying CTEs is atomic on its own, so on an autocommit
 connection the whole save is one round trip (the statement is prepared once per connection and
 reused). The turn and outbox inserts select from the session write, so when the version check
-fails nothing is written at all; when the source record is already in the turn log the unique
-index aborts the statement and nothing is written either.
+fails nothing is written at all; when the source record or the input's id is already in the
+turn log a unique index aborts the statement and nothing is written either.
 
 Concurrency: a new session is `INSERT ... ON CONFLICT DO NOTHING` (a concurrent creator waits
 for the winner's commit, then inserts nothing); an existing one is `UPDATE ... WHERE version =
@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import TextClause, text
 
 from store import jsoncodec
+from store.input_ids import stored_input_id
 from store.records import SaveRequest
 
 _INSERT_SESSION = """
@@ -41,7 +42,7 @@ _APPEND_TURN_AND_OUTBOX = """
     INSERT INTO turns (
         session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
         llm_calls, created_at, source_topic, source_partition, source_offset, clock_at,
-        model_calls
+        model_calls, input_id
     )
     SELECT :session_id, s.version, CAST(:input AS jsonb), CAST(:messages AS jsonb),
            CAST(:schedule AS jsonb), CAST(:outcomes AS jsonb), CAST(:started AS jsonb),
@@ -49,7 +50,7 @@ _APPEND_TURN_AND_OUTBOX = """
            coalesce(CAST(:created_at AS timestamptz), now()),
            CAST(:source_topic AS text), CAST(:source_partition AS integer),
            CAST(:source_offset AS bigint), CAST(:clock_at AS timestamptz),
-           CAST(:model_calls AS jsonb)
+           CAST(:model_calls AS jsonb), CAST(:input_id AS text)
     FROM s
     RETURNING id
 ), out AS (
@@ -104,6 +105,7 @@ def save_parameters(request: SaveRequest) -> dict[str, Any]:
         "source_topic": source.topic if source else None,
         "source_partition": source.partition if source else None,
         "source_offset": source.offset if source else None,
+        "input_id": stored_input_id(turn.input_id),
         "outbox": jsoncodec.dumps(
             [{"topic": e.topic, "key": e.key, "payload": e.payload} for e in request.outbox]
         ),

@@ -5,6 +5,9 @@ Invariants the store relies on:
   so the turn log has exactly one row per saved version.
 - `turns (source_topic, source_partition, source_offset)` is unique where present: an input
   record is applied at most once, which makes replays exact.
+- `turns (session_id, input_id)` is unique where present: an input the conversation already
+  had (the same message id, event or start key, re-produced at any later offset) is answered
+  once, however long ago (`store.input_ids` says how ids are kept).
 - `outbox.id` comes from a sequence and a session's rows are written while its row is locked,
   so ordering by id is ordering in time within a session.
 """
@@ -64,6 +67,7 @@ turns = Table(
     # side of it (engine/recording.py), the latter pruned after MODEL_RECORDING_RETENTION_DAYS.
     Column("clock_at", DateTime(timezone=True)),
     Column("model_calls", JSONB),
+    Column("input_id", Text),
     UniqueConstraint("session_id", "version", name="uq_turns_session_version"),
 )
 Index("ix_turns_created_at", turns.c.created_at)
@@ -79,6 +83,13 @@ Index(
     turns.c.source_offset,
     unique=True,
     postgresql_where=turns.c.source_topic.isnot(None),
+)
+Index(
+    "uq_turns_input",
+    turns.c.session_id,
+    turns.c.input_id,
+    unique=True,
+    postgresql_where=turns.c.input_id.isnot(None),
 )
 
 outbox = Table(

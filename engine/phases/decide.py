@@ -17,7 +17,7 @@ from engine.phases.understand import Candidates
 from engine.session import Run
 from engine.starts import blocked
 from engine.state import TurnState
-from engine.values import BadValue, coerce
+from engine.values import BadValue, coerce, is_known
 
 START_SCORE = 40
 TAKEOVER_MARGIN = 15
@@ -43,7 +43,15 @@ def run(state: TurnState) -> None:
         _start_routed(state, flow, index)
     elif asker is not None and not state.floor_taken:
         state.floor_run_id = asker.id
-    write_fields(state, judgement.fields)
+    # A known field offered because a candidate would clear it lands only if it was cleared.
+    write_fields(
+        state,
+        {
+            name: value
+            for name, value in judgement.fields.items()
+            if name not in found.plan.if_cleared or not is_known(state.session.data, name)
+        },
+    )
     if asker is not None and asker.status == "asking":
         apply_branches(state, asker, judgement.branches)
 

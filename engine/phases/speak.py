@@ -15,7 +15,7 @@ from typing import Any
 
 from engine import builtin_tools, lifecycle_prompt, lifecycle_turn, reply_check, speak_budget
 from engine.actions import ToolContext, call_handler, read_tool_result
-from engine.collect import pending
+from engine.collect import pending, refuse
 from engine.compaction import summarize
 from engine.config import TalkStep, Tool
 from engine.envelopes import parse_speak, speak_schema
@@ -124,12 +124,11 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
         except Exception as exc:  # anything else a provider raises is retryable
             reply.deferred, reply.error = "retryable", f"{type(exc).__name__}: {exc}"
             return reply
-        text, values = parse_speak(response)
-        # Other known fields stay out (this step does not collect them); names the agent does
-        # not know go on to Settle, which drops and logs them (unknown-field) like phase 4.
-        reply.values.update(
-            {k: v for k, v in values.items() if k in fields or k not in config.fields}
-        )
+        # Only the fields this call offered may be written; any other name (known to the
+        # agent or not) is refused here and recorded as unknown-field, never written.
+        text, values, refused = parse_speak(response, fields)
+        refuse(state, "speak", refused, run_)
+        reply.values.update(values)
         if response.tool_calls and offer:
             messages = await _run_tools(state, run_, offer, response, messages, reply)
             if speak_budget.stop_after_tools(state):

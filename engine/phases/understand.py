@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.collect import pending
+from engine.collect import pending, refuse
 from engine.compaction import summarize
 from engine.config import FieldSpec, Flow, MessageTrigger, TalkStep
 from engine.envelopes import Judgement, UnderstandPlan, parse_understand, understand_schema
@@ -67,6 +67,7 @@ async def run(state: TurnState) -> None:
     except Exception as exc:  # any other provider failure is retryable, and still raised here
         raise ProviderError(f"understand call failed: {exc}", kind="retryable") from exc
     judgement = parse_understand(response, found.plan)
+    refuse(state, "understand", judgement.refused)
     if not judgement.usable:
         state.outcome("unparsed-reply", detail="understand")
         judgement = Judgement()
@@ -87,6 +88,19 @@ def _anywhere(state: TurnState, flow: Flow) -> dict[str, FieldSpec]:
         n: fields[n]
         for n in _collects(flow)
         if fields[n].extract == "anywhere" and not is_known(state.session.data, n)
+    }
+
+
+def _cleared(state: TurnState, flow: Flow) -> dict[str, FieldSpec]:
+    """Known extract-anywhere fields the flow's ``clear_on_start`` would empty if it started:
+    unknown again by the time the judgement's values land, so the call may read them too."""
+    fields = state.config.fields
+    return {
+        n: fields[n]
+        for n in _collects(flow)
+        if n in flow.clear_on_start
+        and fields[n].extract == "anywhere"
+        and is_known(state.session.data, n)
     }
 
 
@@ -160,7 +174,14 @@ def plan(state: TurnState) -> Candidates:
     found.worth = bool(found.plan.flows or found.plan.mentions or found.plan.branches)
     found.worth = found.worth or bool(worth_fields)
     if found.worth:
-        found.plan.fields = {**worth_fields, **extra_fields}
+        starting = [flow for flow, _ in found.eligible]
+        if floor is None and found.catch_all is not None:
+            starting.append(found.catch_all[0])
+        cleared: dict[str, FieldSpec] = {}
+        for flow in starting:
+            cleared.update(_cleared(state, flow))
+        found.plan.fields = {**worth_fields, **extra_fields, **cleared}
+        found.plan.if_cleared = set(cleared)
     return found
 
 

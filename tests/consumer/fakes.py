@@ -1,15 +1,19 @@
-"""In-memory doubles of the store and the producer for consumer unit tests."""
+"""In-memory doubles of the store, the producer and the Kafka consumer for consumer unit tests."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
 from store import (
     AlreadyApplied,
+    DuplicateInput,
     LoadedSession,
     OutboxRow,
     SavedTurn,
@@ -31,11 +35,13 @@ class FakeBatch:
 
 
 class FakeStore:
-    """Sessions, a turn log keyed by source, and an outbox, in memory."""
+    """Sessions, a turn log keyed by source and by (session, input id), and an outbox, in
+    memory."""
 
     def __init__(self) -> None:
         self.sessions: dict[str, tuple[dict[str, Any], int]] = {}
         self.applied: set[tuple[str, int, int]] = set()
+        self.input_ids: set[tuple[str, str]] = set()
         self.rows: list[OutboxRow] = []
         self.published: set[int] = set()
         self.saves: list[SaveRequest] = []
@@ -43,9 +49,15 @@ class FakeStore:
         self.calls: list[str] = []  # the store methods called, in order: the round trips
 
     async def load(
-        self, session_id: str, *, history_limit: int = 20, source: SourceRecord | None = None
+        self,
+        session_id: str,
+        *,
+        history_limit: int = 20,
+        source: SourceRecord | None = None,
+        input_id: str | None = None,
     ) -> LoadedSession:
         self.calls.append("load")
+        duplicate = input_id is not None and (session_id, input_id) in self.input_ids
         state, version = self.sessions.get(session_id, (None, 0))
         applied = source is not None and (
             (source.topic, source.partition, source.offset) in self.applied
@@ -54,7 +66,7 @@ class FakeStore:
             1 for r in self.rows if r.session_id == session_id and r.id not in self.published
         )
         return LoadedSession(state=state, version=version, history=[], applied=applied,
-                             unpublished=unpublished)
+                             unpublished=unpublished, duplicate=duplicate)
 
     async def is_applied(self, topic: str, partition: int, offset: int) -> bool:
         self.calls.append("is_applied")
@@ -71,12 +83,17 @@ class FakeStore:
         if (source.topic, source.partition, source.offset) in self.applied:
             raise AlreadyApplied(topic=source.topic, partition=source.partition,
                                  offset=source.offset)
+        input_key = (request.session_id, request.turn.input_id or "")
+        if request.turn.input_id and input_key in self.input_ids:
+            raise DuplicateInput(session_id=request.session_id)
         _, version = self.sessions.get(request.session_id, (None, 0))
         if version != request.expected_version:
             raise VersionConflict(session_id=request.session_id,
                                   expected=request.expected_version, found=version)
         self.saves.append(request)
         self.applied.add((source.topic, source.partition, source.offset))
+        if request.turn.input_id:
+            self.input_ids.add(input_key)
         self.sessions[request.session_id] = (request.state, version + 1)
         ids = [self.add_row(request.session_id, e.topic, e.payload) for e in request.outbox]
         return SavedTurn(version=version + 1, outbox_ids=ids)
@@ -120,3 +137,76 @@ class FakeProducer:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         future.set_result(None)
         return future
+
+
+class FakeKafkaConsumer:
+    """Just enough of AIOKafkaConsumer for the fetch loop: per-partition logs, pause/resume,
+    commits; every ``getmany`` round is recorded with the partitions paused at that moment.
+
+    Like the real client, a round returns records only of unpaused partitions, from each
+    partition's position on, at most ``max_records`` in all, taking partitions in turn.
+    """
+
+    def __init__(self, partitions: list[TopicPartition]) -> None:
+        self.logs: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = {
+            tp: [] for tp in partitions
+        }
+        self.positions: dict[TopicPartition, int] = dict.fromkeys(partitions, 0)
+        self.paused_now: set[TopicPartition] = set()
+        self.ever_paused: set[TopicPartition] = set()
+        self.rounds: list[tuple[frozenset[TopicPartition], dict[TopicPartition, int]]] = []
+        self.commits: list[dict[TopicPartition, int]] = []
+        self._arrived = asyncio.Event()
+        self._turn = 0
+
+    def append(self, tp: TopicPartition, key: bytes, value: bytes) -> int:
+        """Produce one record to a partition; returns its offset."""
+        log = self.logs[tp]
+        log.append(ConsumerRecord(tp.topic, tp.partition, len(log), 0, 0, key, value, None,
+                                  len(key), len(value), []))
+        self._arrived.set()
+        return len(log) - 1
+
+    async def getmany(
+        self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+        budget = max_records or 1 << 30
+        out: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = {}
+        order = list(self.logs)
+        self._turn = (self._turn + 1) % len(order)
+        for tp in order[self._turn:] + order[: self._turn]:
+            if tp in self.paused_now or budget == 0:
+                continue
+            start = self.positions[tp]
+            taken = self.logs[tp][start : start + budget]
+            if taken:
+                out[tp] = taken
+                self.positions[tp] = start + len(taken)
+                budget -= len(taken)
+        self.rounds.append((frozenset(self.paused_now), {tp: len(r) for tp, r in out.items()}))
+        if not out:
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), timeout=timeout_ms / 1000)
+        return out
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self.paused_now.update(partitions)
+        self.ever_paused.update(partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self.paused_now.difference_update(partitions)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.logs)
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        self.commits.append(dict(offsets))
+
+    def highwater(self, tp: TopicPartition) -> int:
+        return len(self.logs[tp])
+
+    def committed(self, tp: TopicPartition) -> int | None:
+        """The last offset committed for a partition."""
+        marks = [c[tp] for c in self.commits if tp in c]
+        return marks[-1] if marks else None

@@ -12,7 +12,13 @@ from consumer.decisions import VersionConflictsExhausted
 from consumer.errors import FencedPublishError
 from consumer.outbox import OutboxPublisher
 from consumer.parser import ParsedInput, parse_record
-from consumer.pipeline import OutboundTopics, TurnPipeline, TurnWork, turn_outcome
+from consumer.pipeline import (
+    OutboundTopics,
+    TurnPipeline,
+    TurnWork,
+    conversation_input_id,
+    turn_outcome,
+)
 from store import SourceRecord
 from tests.consumer.fakes import FakeProducer, FakeStore
 
@@ -176,3 +182,65 @@ async def test_fenced_consumer_saves_but_does_not_publish() -> None:
 def test_turn_outcome_labels(result: dict[str, Any], expected: str | None) -> None:
     """The dashboard's turn outcome is derived from the result's outcomes, ends and messages."""
     assert turn_outcome(result) == expected
+
+
+async def test_an_input_id_seen_long_ago_is_skipped_at_a_new_offset() -> None:
+    """The same message id re-produced at a later offset, after many other inputs, does not
+    reach the agent; the session's unpublished rows are flushed as for a replay."""
+    store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
+    turns = pipeline(store, agent, producer)
+    await turns.apply(work("first", 1))
+    for n in range(60):
+        await turns.apply(work(f"later-{n}", 2 + n))
+    store.add_row("s1", "out.m", {"text": "left by a crash"})
+    producer.sent.clear()
+    before = metrics.OUTCOMES.labels(code="duplicate-input")._value.get()
+    result = await turns.apply(work("first", 500))
+    assert result.status == "duplicate"
+    assert agent.calls == 61
+    assert sent_values(producer) == [("out.m", "left by a crash")]
+    assert metrics.OUTCOMES.labels(code="duplicate-input")._value.get() == before + 1
+
+
+async def test_the_same_input_id_in_two_conversations_is_answered_in_both() -> None:
+    """Input ids are per conversation: two sessions may both send id "first"."""
+    store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
+    turns = pipeline(store, agent, producer)
+    one = await turns.apply(work("first", 1, "s1"))
+    two = await turns.apply(work("first", 2, "s2"))
+    assert (one.status, two.status) == ("applied", "applied")
+    assert [r.turn.input_id for r in store.saves] == ["first", "first"]
+
+
+async def test_a_duplicate_that_wins_no_load_race_is_refused_at_save() -> None:
+    """When a copy of the input is saved between this turn's load and save, the save's unique
+    check turns it into a skipped duplicate and nothing of it is published."""
+    store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
+    turns = pipeline(store, agent, producer)
+    load = store.load
+
+    async def racing_load(session_id: str, **kwargs: Any) -> Any:
+        loaded = await load(session_id, **kwargs)
+        store.input_ids.add((session_id, "oi"))  # a copy at another offset saved meanwhile
+        return loaded
+
+    store.load = racing_load  # type: ignore[method-assign]
+    result = await turns.apply(work("oi", 9))
+    assert result.status == "duplicate"
+    assert store.saves == [] and producer.sent == []
+
+
+@pytest.mark.parametrize(
+    ("request_", "expected"),
+    [
+        ({"message": "x", "id": "m1"}, "m1"),
+        ({"message": "x"}, None),
+        ({"message": "x", "id": ""}, None),
+        ({"wake": "k"}, None),
+        ({"event": "paid", "key": "e1"}, "event:e1"),
+        ({"start": {"flow": "f", "key": "s1"}}, "start:s1"),
+    ],
+)
+def test_conversation_input_ids(request_: dict[str, Any], expected: str | None) -> None:
+    """Message ids, event keys and start keys dedupe a conversation's inputs; wakes do not."""
+    assert conversation_input_id(request_) == expected

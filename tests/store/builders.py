@@ -16,6 +16,7 @@ def save_request(
     replies: list[str] | None = None,
     outbox: int = 1,
     source: SourceRecord | None = None,
+    input_id: str | None = None,
 ) -> SaveRequest:
     """A save of one turn: `message` in (None for a wake), `replies` out, `outbox` rows."""
     turn_input: dict[str, Any] = {"session_id": session_id}
@@ -35,6 +36,7 @@ def save_request(
                       for i, text in enumerate(replies)],
             llm_calls=len(replies),
             source=source,
+            input_id=input_id,
         ),
         outbox=[
             OutboxEntry(topic="outbound.messages", key=session_id,

@@ -175,3 +175,42 @@ def test_upgrading_keeps_every_timer_and_restores_the_ones_taken_over(scratch_ur
             scratch_url,
             "INSERT INTO timers (key, session_id, at) VALUES ('r1:wait:2', 's9', now())",
         )
+def test_input_ids_are_backfilled_from_the_stored_inputs(scratch_url: str) -> None:
+    """Upgrading fills turns.input_id from each turn's input (message id, event:key, start:key,
+    none for wakes), keeps it on the earliest of repeated ids only, and builds the index."""
+    _off_loop(migrate.upgrade, scratch_url, "0002")
+    rows = [
+        ("a", 1, {"session_id": "a", "message": "hi", "id": "m1"}),
+        ("a", 2, {"session_id": "a", "wake": "k"}),
+        ("a", 3, {"session_id": "a", "event": "paid", "key": "e1"}),
+        ("a", 4, {"session_id": "a", "start": {"flow": "f", "key": "s1"}}),
+        ("a", 5, {"session_id": "a", "message": "again", "id": "m1"}),  # answered twice before
+        ("a", 6, {"session_id": "a", "message": "no id"}),
+        ("a", 7, {"session_id": "a", "message": "pct", "id": "50%"}),
+        ("b", 1, {"session_id": "b", "message": "hi", "id": "m1"}),
+    ]
+
+    async def seed_and_read() -> list[tuple[str, int, str | None]]:
+        import json
+
+        connection = await asyncpg.connect(scratch_url)
+        try:
+            for session_id, version, turn_input in rows:
+                await connection.execute(
+                    "INSERT INTO turns (session_id, version, input) VALUES ($1, $2, $3::jsonb)",
+                    session_id, version, json.dumps(turn_input),
+                )
+            await connection.close()
+            await asyncio.to_thread(_off_loop, migrate.upgrade, scratch_url)
+            connection = await asyncpg.connect(scratch_url)
+            found = await connection.fetch(
+                "SELECT session_id, version, input_id FROM turns ORDER BY session_id, version"
+            )
+            return [(r["session_id"], r["version"], r["input_id"]) for r in found]
+        finally:
+            await connection.close()
+
+    assert _off_loop(asyncio.run, seed_and_read()) == [
+        ("a", 1, "m1"), ("a", 2, None), ("a", 3, "event:e1"), ("a", 4, "start:s1"),
+        ("a", 5, None), ("a", 6, None), ("a", 7, "50%25"), ("b", 1, "m1"),
+    ]
