@@ -30,7 +30,7 @@ def extend(state: TurnState, built: SpeakPrompt) -> SpeakPrompt:
     if settings.language is not None:
         if turn.language is None:
             turn.language = choose_language(
-                settings.language, state.request.message, turn.memory.language
+                settings.language, state.request.text, turn.memory.language
             )
             turn.memory.language = turn.language.code
         blocks.append(
