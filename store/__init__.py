@@ -15,6 +15,7 @@ from store.errors import (
 )
 from store.outbox import OutboxBatch
 from store.records import (
+    ConsumedInput,
     LoadedSession,
     LoggedTurn,
     OutboxEntry,
@@ -31,6 +32,7 @@ from store.timers import ClaimedTimers
 __all__ = [
     "AlreadyApplied",
     "ClaimedTimers",
+    "ConsumedInput",
     "DuplicateInput",
     "EmbeddedPostgres",
     "EmbeddedServerError",

@@ -76,7 +76,7 @@ def test_a_burst_is_one_turn_with_one_understand_and_one_speak() -> None:
         ))
         return first, second
 
-    first, second = asyncio.run(go())
+    _, second = asyncio.run(go())
     assert second.llm_calls <= 2
     assert [c.schema_name for c in provider.calls[2:]] == ["understand", "speak"]
     for call in provider.calls[2:]:
