@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint unit run bench bench-engine bench-store bench-e2e bench-replay bench-hot-session clean
+.PHONY: install test lint unit run bench bench-engine bench-store bench-e2e bench-replay bench-hot-session bench-bursts clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ bench-e2e: $(STAMP)
 # Quiet conversations' latency alone and beside one session with 20,000 waiting inputs.
 bench-hot-session: $(STAMP)
 	$(BIN)/python bench/hot_session_bench.py $(ARGS)
+
+# Bursts of 3 messages at 200 ms model latency: merging off and on, side by side.
+bench-bursts: $(STAMP)
+	$(BIN)/python bench/burst_bench.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage
