@@ -164,6 +164,16 @@ def build_speak(
     return SpeakPrompt(system="\n\n".join(blocks), messages=history_messages(state), meta=meta)
 
 
+def _known_note(state: TurnState, name: str, plan: UnderstandPlan) -> str:
+    """For a field offered for a correction: its value now, and when to answer."""
+    if name not in plan.corrections:
+        return ""
+    return (
+        f" (already known: {state.session.data.get(name)!r}; give a value only when the "
+        "customer changes it, else null)"
+    )
+
+
 def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
     """The understand prompt: what to score, detect, answer and extract."""
     config = state.config
@@ -197,7 +207,7 @@ def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
     if plan.fields:
         lines = [
             f"- {n} ({s.type}{', one of ' + str(s.enum) if s.enum else ''}): "
-            f"{s.description or s.ask or n}"
+            f"{s.description or s.ask or n}{_known_note(state, n, plan)}"
             for n, s in plan.fields.items()
         ]
         blocks.append(_block("fields: values the message states", "\n".join(lines)))
@@ -210,6 +220,7 @@ def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
         "mentions": {k: list(v) for k, v in plan.mentions.items()},
         "branches": {alias: plan.branches[full] for alias, full in plan.aliases().items()},
         "fields": {n: _spec_meta(s) for n, s in plan.fields.items()},
+        **({"corrections": sorted(plan.corrections)} if plan.corrections else {}),
         "extract": {m: {p: _spec_meta(s) for p, s in ps.items()} for m, ps in plan.extract.items()},
         "message": state.request.text,
     }
