@@ -127,3 +127,68 @@ async def test_with_merging_off_each_message_is_its_own_turn(
         async with setup.reader() as reader:
             values = await reader.until(lambda v: len(replies(v).get(sid, [])) >= 3)
     assert replies(values)[sid] == ["x", "y", "z"]
+
+
+async def test_a_correction_during_the_confirmation_end_to_end(
+    service_setup: SetupFactory, database_url: str
+) -> None:
+    """Six conversations with the demo agent reach the confirmation, then change the day:
+    each is asked to confirm again with its own new day, and its stored session has it."""
+    from engine import FakeClock
+    from engine.providers import RuleProvider
+    from examples.demo_agent import build_agent
+
+    setup = await service_setup()
+    days = ["tuesday", "friday", "saturday"]
+    sids = [f"fix-{i}-{uuid.uuid4().hex[:6]}" for i in range(6)]
+    agent = build_agent(RuleProvider(), FakeClock("2026-01-05T09:00:00Z"))
+    steps = [
+        ("book", "I want to book a repair"),
+        ("what", "a tune-up on monday"),
+        ("fix", None),  # "actually make it <day>", the day depending on the conversation
+    ]
+    async with running_consumer(setup.settings(), agent):
+        async with setup.reader() as reader:
+            for n, (label, text) in enumerate(steps):
+                await setup.produce([
+                    {"session_id": s, "id": f"{label}-{s}",
+                     "message": text or f"actually make it {days[i % 3]}"}
+                    for i, s in enumerate(sids)
+                ])
+                await reader.until(lambda v, n=n: all(
+                    sum(1 for r in v if r["session_id"] == s and r["input_id"].startswith(
+                        steps[n][0])) >= 1 for s in sids
+                ))
+            values = await reader.settle(1.0)
+    store = await Store.connect(database_url, pool_size=1, max_overflow=0)
+    try:
+        for i, s in enumerate(sids):
+            asked = [r["text"] for r in values
+                     if r["session_id"] == s and r["input_id"] == f"fix-{s}"]
+            assert asked[0] == f"So: tune-up on {days[i % 3]}. Shall I book it?", s
+            loaded = await store.load(s)
+            assert loaded.state["data"]["day"] == days[i % 3]
+    finally:
+        await store.close()
+
+
+async def test_many_conversations_bursting_at_once_get_one_reply_each_of_their_own(
+    service_setup: SetupFactory,
+) -> None:
+    """Twenty-four conversations send three messages each at once, spread over three
+    partitions; with a quiet window each gets exactly one reply naming its own three
+    messages in order, and one model call."""
+    setup = await service_setup(partitions=3)
+    sids = [f"many-{i}-{uuid.uuid4().hex[:6]}" for i in range(24)]
+    model = EchoModel()
+    model.release.set()
+    records = [msg(s, f"{w}.{s}") for s in sids for w in ("one", "two", "three")]
+    async with running_consumer(setup.settings(burst_window_ms=400), echo_agent(model)):
+        await setup.produce(records)
+        async with setup.reader() as reader:
+            await reader.until(lambda v: all(s in replies(v) for s in sids))
+            values = await reader.settle(1.5)
+    got = replies(values)
+    for s in sids:
+        assert got[s] == [f"one.{s} | two.{s} | three.{s}"], s
+    assert len(model.calls) == len(sids)
