@@ -19,9 +19,12 @@ class Clock(Protocol):
 
 
 def to_utc(value: datetime | str) -> datetime:
-    """Parse an ISO string or normalise a datetime to aware UTC (naive means UTC)."""
+    """Parse an ISO string or normalise a datetime to aware UTC (naive means UTC). Anything
+    else is a ValueError, which validation reports as a bad field, never a crash."""
     if isinstance(value, str):
         value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if not isinstance(value, datetime):
+        raise ValueError("expected an ISO 8601 string or a datetime")
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     return value.astimezone(UTC)

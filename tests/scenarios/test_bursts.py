@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from engine import Agent, FakeClock, MockProvider, TurnResult
 from engine.errors import TurnRequestError
 from tests.scenarios.support import START, codes
@@ -198,3 +201,35 @@ def test_many_sessions_bursting_at_once_keep_their_own_messages() -> None:
         assert result.session.data["day"] == f"day{n}"
         assert result.session.inputs[-3:] == [f"a{n}", f"b{n}", f"c{n}"]
         assert [m.text for m in result.messages] == [f"Noted day{n}.", "Booked."]
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                 max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    burst=st.one_of(
+        _json_values,
+        st.lists(st.fixed_dictionaries(
+            {"message": st.text(max_size=30)},
+            optional={"id": st.one_of(st.none(), st.text(max_size=10)), "at": _json_values},
+        ), max_size=5),
+    )
+)
+def test_any_burst_a_host_sends_is_answered_or_refused_with_a_reason(burst: Any) -> None:
+    """Whatever a host puts in ``burst``, the turn runs or raises TurnRequestError; nothing
+    else escapes, and a refusal never echoes a message's text."""
+    provider = MockProvider([{"flows": {"booking": 0, "other": 0}}])
+    agent = build(provider)
+    request = {"session_id": "s1", "message": "last words", "id": "m-last", "burst": burst}
+    try:
+        result = asyncio.run(agent.turn(request))
+    except TurnRequestError as exc:
+        assert "last words" not in str(exc)
+        return
+    assert "m-last" in result.session.inputs
