@@ -338,7 +338,7 @@ class ConsumerService:
     async def _session_worker(self, session_id: str) -> None:
         try:
             while (entry := self._queues.take(session_id)) is not None:
-                await self._process(await self._with_burst(entry))
+                await self._process(*await self._with_burst(entry))
         finally:
             self._workers.pop(session_id, None)
             if self._queues.is_active(session_id):
@@ -369,7 +369,7 @@ class ConsumerService:
         )
         return [entry, *following]
 
-    async def _process(self, entries: list[_Entry]) -> None:
+    async def _process(self, *entries: _Entry) -> None:
         """Run one turn for ``entries`` (one input, or a burst of one session's messages in
         offset order) and release their offsets together once it is saved and published."""
         first, last = entries[0], entries[-1]
@@ -412,7 +412,7 @@ class ConsumerService:
                         extra=ids | {"reason": decision.reason, "error": type(error).__name__},
                     )
                     for entry in entries:
-                        await self._process([entry])
+                        await self._process(entry)
                     return
                 log.warning(
                     "input sent to the DLQ",
