@@ -148,6 +148,7 @@ class Side:
             "AGENT": "e2e_bench:bench_agent",
             LATENCY_ENV: str(args.latency),
             "METRICS_PORT": "0",
+            "CONSUME_WORKERS": "1",  # one consumer process per side: one process's pause rules
             "KAFKA_IDEMPOTENT_PRODUCER": "false" if servers.embedded_broker else "true",
         })
         if servers.embedded_broker:
