@@ -62,7 +62,7 @@ async def test_a_burst_arriving_while_a_turn_is_in_flight_is_answered_once_toget
     setup = await service_setup()
     sids = [f"burst-{i}-{uuid.uuid4().hex[:6]}" for i in range(8)]
     model = EchoModel()
-    async with running_consumer(setup.settings(), echo_agent(model)) as service:
+    async with running_consumer(setup.settings(merge_bursts=True), echo_agent(model)) as service:
         await setup.produce([msg(s, f"hold {s}") for s in sids])
         await wait_until(lambda: len(model.calls) == len(sids), within=60)
         await setup.produce([msg(s, f"{w} {s}") for s in sids for w in ("hi", "change", "fri")])
@@ -99,11 +99,14 @@ async def test_a_burst_split_by_a_restart_answers_only_the_new_messages(
     model = EchoModel()
     model.release.set()
     await setup.produce([msg(s, f"{w} {s}") for s in sids for w in ("a", "b")])
-    async with running_consumer(setup.settings(burst_window_ms=500), echo_agent(model)):
+    first_group = setup.settings(merge_bursts=True, burst_window_ms=500)
+    async with running_consumer(first_group, echo_agent(model)):
         async with setup.reader() as reader:
             await reader.until(lambda v: all(len(replies(v).get(s, [])) >= 1 for s in sids))
     await setup.produce([msg(s, f"{w} {s}") for s in sids for w in ("c", "d")])
-    fresh_group = setup.settings(burst_window_ms=500, group_id=f"g-{uuid.uuid4().hex[:8]}")
+    fresh_group = setup.settings(
+        merge_bursts=True, burst_window_ms=500, group_id=f"g-{uuid.uuid4().hex[:8]}"
+    )
     async with running_consumer(fresh_group, echo_agent(model)):
         async with setup.reader() as reader:
             await reader.until(lambda v: all(len(replies(v).get(s, [])) >= 2 for s in sids))
@@ -147,7 +150,7 @@ async def test_a_correction_during_the_confirmation_end_to_end(
         ("what", "a tune-up on monday"),
         ("fix", None),  # "actually make it <day>", the day depending on the conversation
     ]
-    async with running_consumer(setup.settings(), agent):
+    async with running_consumer(setup.settings(merge_bursts=True), agent):
         async with setup.reader() as reader:
             for n, (label, text) in enumerate(steps):
                 await setup.produce([
@@ -183,7 +186,8 @@ async def test_many_conversations_bursting_at_once_get_one_reply_each_of_their_o
     model = EchoModel()
     model.release.set()
     records = [msg(s, f"{w}.{s}") for s in sids for w in ("one", "two", "three")]
-    async with running_consumer(setup.settings(burst_window_ms=400), echo_agent(model)):
+    windowed = setup.settings(merge_bursts=True, burst_window_ms=400)
+    async with running_consumer(windowed, echo_agent(model)):
         await setup.produce(records)
         async with setup.reader() as reader:
             await reader.until(lambda v: all(s in replies(v) for s in sids))
