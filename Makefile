@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: install test lint unit run run-local-model test-real-model bench bench-engine bench-store \
-	bench-e2e bench-hot-session bench-replay clean
+	bench-e2e bench-hot-session bench-replay bench-bursts clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,10 @@ bench-e2e: $(STAMP)
 # Quiet conversations' latency alone and beside one session with 20,000 waiting inputs.
 bench-hot-session: $(STAMP)
 	$(BIN)/python bench/hot_session_bench.py $(ARGS)
+
+# Bursts of 3 messages at 200 ms model latency: merging off and on, side by side.
+bench-bursts: $(STAMP)
+	$(BIN)/python bench/burst_bench.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage

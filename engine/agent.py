@@ -271,7 +271,9 @@ def _check_fields(config: AgentConfig, names: list[str], flow: Flow, step_id: st
             _fail(f"unknown field {name!r}", flow, step_id)
 
 
-def _check_move(config: AgentConfig, move: Move | None, flow: Flow, step_id: str) -> None:
+def _check_move(
+    config: AgentConfig, move: Move | None, flow: Flow, step_id: str | None
+) -> None:
     if move is None or move == "end":
         return
     if isinstance(move, str):
@@ -295,6 +297,7 @@ def _validate_flow(config: AgentConfig, flow: Flow) -> None:
         seen.add(step.id)
     _check_condition(config, flow.when, flow, None)
     _check_fields(config, flow.clear_on_start, flow, None)
+    _check_move(config, flow.on_correction, flow, None)
     for instruction in flow.instructions:
         _check_condition(config, instruction.if_, flow, None)
     for trigger in flow.on:
@@ -307,6 +310,7 @@ def _validate_flow(config: AgentConfig, flow: Flow) -> None:
         _check_move(config, step.then, flow, step.id)
         if isinstance(step, TalkStep):
             _check_fields(config, step.collect, flow, step.id)
+            _check_move(config, step.on_correction, flow, step.id)
             for tool in step.tools:
                 if tool not in config.tools:
                     _fail(f"unknown tool {tool!r}", flow, step.id)

@@ -67,6 +67,9 @@ class UnderstandPlan:
     # Known fields offered only because a candidate's clear_on_start would empty them: their
     # values land only when the run that clears them started.
     if_cleared: set[str] = field(default_factory=set)
+    # Known correctable fields offered for a change (the floor run's flow collects them): a
+    # new value replaces the old one with a ``corrected`` outcome.
+    corrections: set[str] = field(default_factory=set)
 
     def aliases(self) -> dict[str, str]:
         """alias (q1, q2, ...) -> full branch id, in branch order."""

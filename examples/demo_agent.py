@@ -9,7 +9,12 @@ It is small on purpose and still shows every piece of an agent (docs/agents.md w
 - a silence flow: after ``TURNFLOW_DEMO_SILENCE_MS`` of quiet (default 5 s) the assistant nudges
   the customer, once per conversation, without the customer doing anything;
 - a ``do`` action that is idempotent on ``ctx.key`` (a replayed input books nothing twice);
-- fields with an ``enum`` (``service``, ``day``).
+- fields with an ``enum`` (``service``, ``day``);
+- a correction: ``day`` is ``correctable``, so "actually, Saturday" at the confirmation changes
+  it and the confirm step's ``on_correction`` goes back to the summary to confirm again.
+
+Several messages sent in a row before the answer (a burst) are answered as one turn by the
+consumer; nothing in the agent is needed for that.
 
 Flows with no talk step (``hours``, ``nudge``) cost zero model calls. The provider comes from the
 environment (an OpenAI-compatible or Anthropic key), else the offline rule-based provider.
@@ -61,10 +66,12 @@ FIELDS: dict[str, dict[str, Any]] = {
         "enum": SERVICES,
         "ask": "Which service does the bike need: a tune-up, a flat-tire fix or brakes?",
     },
+    # correctable: once known, a later message may still change it ("actually, Saturday").
     "day": {
         "type": "string",
         "enum": DAYS,
         "ask": "Which day suits you, Monday to Saturday?",
+        "correctable": True,
     },
     # Read from any message by the understand call, so the confirm step's branch can judge the
     # answer in code before anything is said.
@@ -116,6 +123,8 @@ FLOWS: list[dict[str, Any]] = [
                 "id": "confirm",
                 "collect": ["confirmed"],
                 "prompt": "Ask them to confirm the booking.",
+                # a correction ("make it Saturday") goes back to the summary: re-confirm.
+                "on_correction": "summary",
                 # branch: a "no" starts the booking over with the answers cleared; a "yes"
                 # leaves nothing pending, so the step is done without a speak call.
                 "branches": [
