@@ -5,7 +5,8 @@ BIN    := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint unit run prometheus bench bench-engine bench-store bench-e2e bench-hot-session bench-replay clean
+.PHONY: install test lint unit run run-local-model test-real-model prometheus bench bench-engine bench-store \
+	bench-e2e bench-hot-session bench-replay bench-bursts clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,9 +37,17 @@ lint: $(STAMP)
 	$(BIN)/mypy engine
 	$(BIN)/mypy --strict replay
 
-# The whole suite: lint, unit, scenario, store, consumer, integration and fault tests.
+# The whole suite: lint, unit, scenario, store, consumer, integration, fault and real-model tests
+# (llama.cpp's server with a small model, fetched into ~/.cache/turnflow/models on first use);
+# the longer real-model tests are `make test-real-model`.
 test: lint
-	$(BIN)/pytest -q -p no:cacheprovider --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
+	$(BIN)/pytest -q -p no:cacheprovider --cov --cov-report=term:skip-covered \
+		-m "not real_model_slow" $(PYTEST_ARGS)
+
+# Every real-model test, the demo's scripted chat through the consumer included.
+test-real-model: $(STAMP)
+	$(BIN)/pytest -q -p no:cacheprovider -m "real_model or real_model_slow" tests/real_model \
+		$(PYTEST_ARGS)
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/engine tests/scenarios
@@ -46,6 +55,11 @@ unit: $(STAMP)
 # Ctrl-C ends the chat with exit 0, so make reports nothing.
 run: $(RUN_STAMP)
 	$(BIN)/turnflow dev $(ARGS)
+
+# `make run` against a real model on this machine: llama.cpp's server with SmolLM2-135M-Instruct,
+# started before the chat and stopped after it.
+run-local-model: $(STAMP)
+	$(BIN)/python -m tests.fixtures.llama_server run -- $(BIN)/turnflow dev $(ARGS)
 
 bench: bench-engine bench-store bench-e2e bench-replay
 
@@ -64,6 +78,10 @@ bench-e2e: $(STAMP)
 # Quiet conversations' latency alone and beside one session with 20,000 waiting inputs.
 bench-hot-session: $(STAMP)
 	$(BIN)/python bench/hot_session_bench.py $(ARGS)
+
+# Bursts of 3 messages at 200 ms model latency: merging off and on, side by side.
+bench-bursts: $(STAMP)
+	$(BIN)/python bench/burst_bench.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage

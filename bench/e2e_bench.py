@@ -383,6 +383,8 @@ async def run_once(
         "METRICS_PORT": "0",
         "CONSUME_WORKERS": str(workers),
         "KAFKA_IDEMPOTENT_PRODUCER": "false" if servers.embedded_broker else "true",
+        # One turn per input: the figures are per input, and each input's reply is awaited.
+        "MERGE_BURSTS": "false",
     })
     if fetch_max_wait_ms is not None:
         env["KAFKA_FETCH_MAX_WAIT_MS"] = str(fetch_max_wait_ms)

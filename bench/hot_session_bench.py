@@ -150,6 +150,8 @@ class Side:
             "METRICS_PORT": "0",
             "CONSUME_WORKERS": "1",  # one consumer process per side: one process's pause rules
             "KAFKA_IDEMPOTENT_PRODUCER": "false" if servers.embedded_broker else "true",
+            # One turn per input: the hot backlog is applied one input at a time, as measured.
+            "MERGE_BURSTS": "false",
         })
         if servers.embedded_broker:
             env["KAFKA_FETCH_MAX_WAIT_MS"] = "10"  # as `turnflow dev` does on this broker

@@ -498,7 +498,7 @@ class DevOptions:
     script: Path | None = None
     session_id: str | None = None
     data_dir: Path = Path(".turnflow")
-    reply_timeout: float = 60.0
+    reply_timeout: float | None = None  # None: from the model's timeout (``turn_wait_s``)
     out: TextIO = field(default_factory=lambda: sys.stdout)
     interactive: bool = field(default_factory=lambda: sys.stdin.isatty())
 
@@ -570,6 +570,8 @@ async def run_dev(options: DevOptions) -> int:
     status("turnflow dev")
     status(f"  agent     {agent_path} ({getattr(agent, 'name', '?')})")
     status(f"  model     {describe_provider(_provider_of(agent))}")
+    if options.reply_timeout is None:
+        options.reply_timeout = turn_wait_s(agent)
     own_database, own_broker = settings.database_url, settings.kafka_bootstrap_servers
     async with contextlib.AsyncExitStack() as stack:
         database_url = await _database(settings, options.data_dir, stack, status)
@@ -798,6 +800,25 @@ def _provider_of(agent: Any) -> Any:
     return getattr(config, "provider", None) or getattr(agent, "provider", None)
 
 
+MIN_TURN_WAIT_S = 60.0
+TURN_WAIT_MARGIN_S = 30.0
+
+
+def turn_wait_s(agent: Any) -> float:
+    """How long the chat waits for one input's turn and replies: every model call the turn may
+    make at the provider's own timeout (understand, a history summary, speak, and one more per
+    tool round when the agent has tools), plus a margin for the broker and the store; never
+    under 60 s. A fixed wait would print a slow model's replies against the next input."""
+    timeout = getattr(_provider_of(agent), "timeout", None)
+    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+        return MIN_TURN_WAIT_S
+    config = getattr(agent, "config", None)
+    tool_rounds = int(getattr(config, "max_tool_loops", 0) or 0) if getattr(
+        config, "tools", None) else 0
+    calls = 3 + tool_rounds
+    return max(MIN_TURN_WAIT_S, calls * float(timeout) + TURN_WAIT_MARGIN_S)
+
+
 def describe_provider(provider: Any) -> str:
     """One safe line naming the model provider (providers describe themselves, never the key)."""
     if provider is None:
@@ -1010,7 +1031,7 @@ async def _open_chat(
         inbound_topic=settings.inbound_topic,
         replies=replies,
         out=options.out,
-        reply_timeout=options.reply_timeout,
+        reply_timeout=options.reply_timeout or MIN_TURN_WAIT_S,
         echo=options.script is not None or not options.interactive,
     )
     chat.log_path = options.data_dir / "dev.log"

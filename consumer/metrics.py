@@ -45,6 +45,23 @@ LLM_CALLS_PER_TURN = Histogram(
     buckets=(0, 1, 2, 3, 4),
     registry=REGISTRY,
 )
+INPUTS_PER_TURN = Histogram(
+    "turnflow_inputs_per_turn",
+    "Inputs one turn answered: 1, or the messages of a burst answered together.",
+    buckets=(1, 2, 3, 4, 6, 8, 12, 20),
+    registry=REGISTRY,
+)
+CUSTOMER_MESSAGES = Counter(
+    "turnflow_customer_messages_total",
+    "Customer messages answered by turns (each message of a burst counts).",
+    registry=REGISTRY,
+)
+MESSAGE_TURN_LLM_CALLS = Counter(
+    "turnflow_message_turn_llm_calls_total",
+    "Model calls spent by turns that answered customer messages; divided by "
+    "turnflow_customer_messages_total it is the model calls per customer message.",
+    registry=REGISTRY,
+)
 LLM_CALLS = Counter(
     "turnflow_llm_calls_total",
     "Model calls, by call kind (understand, speak, compact).",

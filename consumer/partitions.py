@@ -9,14 +9,16 @@ backwards, and forgetting a partition (revoked) drops its state.
 
 ``SessionQueues`` — inputs of one session wait in offset order behind the one being processed;
 a session is *active* from its first enqueue until its queue runs dry. Different sessions are
-independent, so a slow session never holds up another one in the same partition.
+independent, so a slow session never holds up another one in the same partition. A worker may
+take the run of inputs waiting right behind the one it took (``take_following``): the messages
+of a burst, answered as one turn.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -113,6 +115,18 @@ class SessionQueues(Generic[P, T]):
         self._queues.pop(session_id, None)
         self._active.discard(session_id)
         return None
+
+    def take_following(
+        self, session_id: str, accept: Callable[[QueuedInput[P, T]], bool], limit: int
+    ) -> list[QueuedInput[P, T]]:
+        """Take, oldest first, the session's waiting inputs while ``accept`` holds, at most
+        ``limit``: the rest of a burst behind the input just taken. The first input refused
+        stops it, so inputs are still answered in offset order."""
+        queue = self._queues.get(session_id)
+        taken: list[QueuedInput[P, T]] = []
+        while queue and len(taken) < limit and accept(queue[0]):
+            taken.append(queue.popleft())
+        return taken
 
     def drop_partitions(self, partitions: Iterable[P]) -> list[QueuedInput[P, T]]:
         """Remove the queued (not yet taken) inputs of these partitions; return them."""

@@ -44,6 +44,7 @@ from consumer.parser import ParsedInput
 from engine.recording import RecordingLevel, Tape, fields_written, taping
 from store import (
     AlreadyApplied,
+    ConsumedInput,
     DuplicateInput,
     OutboxEntry,
     SaveRequest,
@@ -53,7 +54,14 @@ from store import (
     VersionConflict,
 )
 
-__all__ = ["OutboundTopics", "PipelineResult", "TurnAgent", "TurnPipeline", "TurnWork"]
+__all__ = [
+    "OutboundTopics",
+    "PipelineResult",
+    "TurnAgent",
+    "TurnPipeline",
+    "TurnWork",
+    "burst_of",
+]
 
 log = logging.getLogger("turnflow.pipeline")
 
@@ -80,11 +88,44 @@ class OutboundTopics:
 
 @dataclass(frozen=True)
 class TurnWork:
-    """A parsed input and where it came from."""
+    """A parsed input and where it came from; for a burst, the last message, with the earlier
+    ones (each with its own record) in ``earlier``, oldest first."""
 
     parsed: ParsedInput
     source: SourceRecord
     timestamp_ms: int | None = None
+    earlier: tuple[TurnWork, ...] = ()
+
+    @property
+    def parts(self) -> list[TurnWork]:
+        """Every input of the turn, oldest first, each one alone."""
+        if not self.earlier:
+            return [self]
+        return [*self.earlier, TurnWork(self.parsed, self.source, self.timestamp_ms)]
+
+
+def burst_of(parts: list[TurnWork]) -> TurnWork:
+    """One work item answering ``parts`` (messages of one session, oldest first) together."""
+    if len(parts) == 1:
+        return parts[0]
+    last = parts[-1]
+    return TurnWork(
+        parsed=last.parsed,
+        source=last.source,
+        timestamp_ms=parts[0].timestamp_ms,
+        earlier=tuple(parts[:-1]),
+    )
+
+
+def _request_of(work: TurnWork) -> dict[str, Any]:
+    """The turn request of a work item: a burst's earlier messages go into ``burst``."""
+    request = dict(work.parsed.request)
+    if work.earlier:
+        request["burst"] = [
+            {k: p.parsed.request[k] for k in ("message", "id", "at") if k in p.parsed.request}
+            for p in work.earlier
+        ]
+    return request
 
 
 @dataclass(frozen=True)
@@ -97,6 +138,7 @@ class PipelineResult:
     schedule: int = 0
     llm_calls: int = 0
     conflicts: int = 0
+    inputs: int = 1
 
 
 def _json(value: Any) -> Any:
@@ -157,30 +199,34 @@ class TurnPipeline:
         self, work: TurnWork, *, may_publish: Callable[[], bool] = lambda: True
     ) -> PipelineResult:
         """Apply one input exactly once (per source record) and publish what it produced."""
-        parsed, source = work.parsed, work.source
-        input_id = conversation_input_id(parsed.request)
+        parsed = work.parsed
+        asked = work.parts
         started = time.perf_counter()
         conflicts = 0
         while True:
             loaded = await self._store.load(
                 parsed.session_id,
                 history_limit=self._history_limit,
-                source=source,
-                input_id=input_id,
+                sources=[p.source for p in asked],
+                input_ids=[i for p in asked if (i := conversation_input_id(p.parsed.request))],
             )
             if loaded.applied:
                 return await self._skip_replay(work, may_publish, loaded.unpublished)
-            if loaded.duplicate:
+            live, consumed = _still_new(asked, loaded.applied_sources, loaded.duplicate_ids)
+            if not live:
                 return await self._skip_duplicate(work, may_publish, loaded.unpublished)
+            work = burst_of(live)
             crash.reached("after_load")
-            request = dict(parsed.request)
+            request = _request_of(work)
             request["session"] = loaded.state
             request["history"] = loaded.history
             with taping(self._recording) as tape:
                 result = await self._agent.turn(request)
             crash.reached("after_turn")
             version = loaded.version + 1
-            save = self._save_request(work, loaded.version, version, result, tape, loaded.state)
+            save = self._save_request(
+                work, loaded.version, version, result, tape, loaded.state, consumed
+            )
             try:
                 saved = await self._store.save_turn(save)
             except VersionConflict:
@@ -231,6 +277,7 @@ class TurnPipeline:
             schedule=len(schedule),
             llm_calls=int(_field(result, "llm_calls", 0) or 0),
             conflicts=conflicts,
+            inputs=len(work.parts),
         )
 
     async def _skip_replay(
@@ -262,6 +309,7 @@ class TurnPipeline:
         result: Any,
         tape: Tape | None = None,
         before: dict[str, Any] | None = None,
+        consumed: tuple[ConsumedInput, ...] = (),
     ) -> SaveRequest:
         parsed = work.parsed
         state = _json(_field(result, "session"))
@@ -299,7 +347,7 @@ class TurnPipeline:
             for s in schedule
         ]
         turn = TurnRecord(
-            input=dict(parsed.request),
+            input=_request_of(work),
             messages=messages,
             schedule=schedule,
             outcomes=[_json(o) for o in _field(result, "outcomes", []) or []],
@@ -308,9 +356,10 @@ class TurnPipeline:
             skipped=[_json(o) for o in _field(result, "skipped", []) or []],
             llm_calls=int(_field(result, "llm_calls", 0) or 0),
             source=work.source,
-            input_id=conversation_input_id(parsed.request),
             clock_at=tape.at if tape is not None else None,
             model_calls=_recording(tape, before, state),
+            input_id=conversation_input_id(parsed.request),
+            earlier=consumed,
         )
         return SaveRequest(
             session_id=parsed.session_id,
@@ -343,6 +392,10 @@ class TurnPipeline:
         llm_calls = int(_field(result, "llm_calls", 0) or 0)
         metrics.TURNS.labels(kind=work.parsed.kind).inc()
         metrics.LLM_CALLS_PER_TURN.observe(llm_calls)
+        metrics.INPUTS_PER_TURN.observe(len(work.parts))
+        if work.parsed.kind == "message":
+            metrics.CUSTOMER_MESSAGES.inc(len(work.parts))
+            metrics.MESSAGE_TURN_LLM_CALLS.inc(llm_calls)
         for outcome in _field(result, "outcomes", []) or []:
             metrics.OUTCOMES.labels(code=str(_field(outcome, "code", "unknown"))).inc()
         outcome = turn_outcome(result)
@@ -366,6 +419,45 @@ class TurnPipeline:
         }
 
 
+def _recording(tape: Tape | None, before: Any, after: Any) -> dict[str, Any] | None:
+    """The turn's recording as stored: the tape's calls and the fields the turn wrote. None
+    when the agent did not record into the tape (it is not an ``engine.Agent`` wrapped by
+    ``recorded_agent``): an empty list of calls would claim the turn made none."""
+    if tape is None or tape.at is None:
+        return None
+    recorded = tape.to_json()
+    if recorded is None:
+        return None
+    recorded["fields"] = fields_written(before, after)
+    return recorded
+
+
+def _still_new(
+    asked: list[TurnWork], applied: frozenset[SourceRecord], duplicates: frozenset[str]
+) -> tuple[list[TurnWork], tuple[ConsumedInput, ...]]:
+    """The inputs of a turn the log does not have yet (neither their record nor their id;
+    an id repeated within the burst counts once), and what the turn records as consumed
+    besides its last input: the other new ones with their ids, and the records of the
+    duplicates without (so a replay of those records is recognised as one)."""
+    seen = set(duplicates)
+    live: list[TurnWork] = []
+    dropped: list[TurnWork] = []
+    for part in asked:
+        if part.source in applied:
+            continue
+        own = conversation_input_id(part.parsed.request)
+        if own is not None and own in seen:
+            dropped.append(part)
+            continue
+        if own is not None:
+            seen.add(own)
+        live.append(part)
+    consumed = [
+        ConsumedInput(p.source, conversation_input_id(p.parsed.request)) for p in live[:-1]
+    ] + [ConsumedInput(p.source, None) for p in dropped]
+    return live, tuple(consumed)
+
+
 def conversation_input_id(request: dict[str, Any]) -> str | None:
     """The id that makes an input a duplicate within its conversation, as the engine reads it:
     a message's own ``id``, ``event:{key}``, ``start:{key}``; None for wakes and id-less
@@ -379,19 +471,6 @@ def conversation_input_id(request: dict[str, Any]) -> str | None:
     if isinstance(start, dict) and isinstance(start.get("key"), str):
         return f"start:{start['key']}"
     return None
-
-
-def _recording(tape: Tape | None, before: Any, after: Any) -> dict[str, Any] | None:
-    """The turn's recording as stored: the tape's calls and the fields the turn wrote. None
-    when the agent did not record into the tape (it is not an ``engine.Agent`` wrapped by
-    ``recorded_agent``): an empty list of calls would claim the turn made none."""
-    if tape is None or tape.at is None:
-        return None
-    recorded = tape.to_json()
-    if recorded is None:
-        return None
-    recorded["fields"] = fields_written(before, after)
-    return recorded
 
 
 def turn_outcome(result: Any) -> str | None:

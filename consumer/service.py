@@ -9,6 +9,11 @@ commit, never other sessions' work. Back-pressure is per partition (``Backpressu
 partition whose unfinished records reach its share of ``max_buffered_records`` stops being
 fetched, so one hot conversation never makes the quiet ones on other partitions wait.
 
+Bursts. When a session's worker takes a message and more messages of that session already wait
+behind it (``MERGE_BURSTS``, optionally after ``BURST_WINDOW_MS`` of quiet), it takes them too
+and the pipeline answers them as one turn; their offsets are released together, after the
+turn's save and publish, so a crash before then replays all of them.
+
 Ownership. Each assignment of a partition gets a fresh epoch; an input carries the epoch it was
 fetched under and may publish only while that epoch is current. On revoke (and on stop), the
 service stops taking work from those partitions, lets in-flight turns finish for up to
@@ -50,7 +55,7 @@ from consumer.model_calls import observe_model_calls
 from consumer.outbox import OutboxPublisher, OutboxRelay, new_producer, start_producer
 from consumer.parser import Rejected, parse_record
 from consumer.partitions import OffsetWatermarks, QueuedInput, SessionQueues
-from consumer.pipeline import OutboundTopics, TurnAgent, TurnPipeline, TurnWork
+from consumer.pipeline import OutboundTopics, TurnAgent, TurnPipeline, TurnWork, burst_of
 from consumer.round_trips import RoundTrips, broker_probe, database_probe
 from consumer.settings import Settings
 from engine import Agent
@@ -71,6 +76,9 @@ class _Input:
     work: TurnWork
     record: ConsumerRecord[bytes, bytes]
     epoch: int
+
+
+_Entry = QueuedInput[TopicPartition, _Input]
 
 
 def _agent_name(agent: Any) -> str:
@@ -356,7 +364,7 @@ class ConsumerService:
     async def _session_worker(self, session_id: str) -> None:
         try:
             while (entry := self._queues.take(session_id)) is not None:
-                await self._process(entry)
+                await self._process(*await self._with_burst(entry))
         finally:
             self._workers.pop(session_id, None)
             if self._queues.is_active(session_id):
@@ -364,10 +372,37 @@ class ConsumerService:
                 # assignment starts this session afresh.
                 self._queues.discard_session(session_id)
 
-    async def _process(self, entry: QueuedInput[TopicPartition, _Input]) -> None:
-        tp, item = entry.partition, entry.item
-        work = item.work
-        ids = {"session_id": work.parsed.session_id, "input_id": work.parsed.input_id}
+    async def _with_burst(self, entry: _Entry) -> list[_Entry]:
+        """The input taken and, when it is a message, the messages of its session waiting
+        right behind it (after the quiet period, if one is set): they are answered as one
+        turn. Wakes, events and starts never wait and never join a burst."""
+        settings = self._settings
+        if not settings.merge_bursts or entry.item.work.parsed.kind != "message":
+            return [entry]
+        if settings.burst_window_ms > 0:
+            await self._sleep(settings.burst_window_ms / 1000)
+        tp, epoch = entry.partition, entry.item.epoch
+
+        def joins(waiting: _Entry) -> bool:
+            return (
+                waiting.item.work.parsed.kind == "message"
+                and waiting.partition == tp
+                and waiting.item.epoch == epoch
+            )
+
+        following = self._queues.take_following(
+            entry.session_id, joins, settings.burst_max_messages - 1
+        )
+        return [entry, *following]
+
+    async def _process(self, *entries: _Entry) -> None:
+        """Run one turn for ``entries`` (one input, or a burst of one session's messages in
+        offset order) and release their offsets together once it is saved and published."""
+        first, last = entries[0], entries[-1]
+        tp, item = first.partition, first.item
+        work = burst_of([e.item.work for e in entries])
+        ids = {"session_id": work.parsed.session_id, "input_id": work.parsed.input_id,
+               "inputs": len(entries)}
         attempt = 1
         while True:
             if not self._owns(tp, item.epoch):
@@ -388,19 +423,30 @@ class ConsumerService:
                     metrics.IN_FLIGHT.dec()
             decision = decide(error, attempt=attempt, policy=self._policy)
             if isinstance(decision, Commit):
-                self._done(tp, entry.offset, item.epoch)
+                for entry in entries:
+                    self._done(tp, entry.offset, item.epoch)
                 return
             if isinstance(decision, Abandon):
                 log.info("input abandoned", extra=ids | {"reason": decision.reason})
                 return
             if isinstance(decision, DeadLetter):
+                if len(entries) > 1:
+                    # One bad message must not take the others with it: answer each alone,
+                    # so only the one that fails on its own reaches the DLQ.
+                    log.warning(
+                        "burst failed; answering its messages one by one",
+                        extra=ids | {"reason": decision.reason, "error": type(error).__name__},
+                    )
+                    for entry in entries:
+                        await self._process(entry)
+                    return
                 log.warning(
                     "input sent to the DLQ",
                     extra=ids | {"reason": decision.reason, "attempt": attempt,
                                  "error": type(error).__name__},
                 )
                 metrics.TURN_OUTCOMES.labels(outcome="error").inc()
-                await self._dead_letter_then_done(tp, item.record, item.epoch, decision)
+                await self._dead_letter_then_done(tp, last.item.record, item.epoch, decision)
                 return
             assert isinstance(decision, Retry)
             metrics.INPUT_RETRIES.inc()

@@ -66,6 +66,21 @@ class Settings(BaseSettings):
             " share pauses alone (back-pressure)."
         ),
     )
+    merge_bursts: bool = Field(
+        True,
+        description="Answer a session's messages that already wait behind the one taken as one"
+        " turn (a burst).",
+    )
+    burst_window_ms: int = Field(
+        0,
+        ge=0,
+        le=10000,
+        description="Quiet period before a session's message turn runs, for more of its messages"
+        " to join the burst (0: merge only what already waits; wakes and events never wait).",
+    )
+    burst_max_messages: int = Field(
+        20, ge=1, description="Most messages one burst turn answers; the rest make the next."
+    )
     max_record_bytes: int = Field(
         65536, ge=1, description="Inbound records larger than this go to the DLQ unread."
     )

@@ -287,14 +287,18 @@ def _check_fields(config: AgentConfig, names: list[str], flow: Flow, step_id: st
             _fail(f"unknown field {name!r}", flow, step_id)
 
 
-def _check_templates(config: AgentConfig, value: Any, flow: Flow, step_id: str) -> None:
+def _check_templates(
+    config: AgentConfig, value: Any, flow: Flow, step_id: str | None
+) -> None:
     """A template naming an undeclared field would render empty on every turn: refuse it."""
     for template, name in template_fields(value):
         if name not in config.fields:
             _fail(f"template {template} names unknown field {name!r}", flow, step_id)
 
 
-def _check_move(config: AgentConfig, move: Move | None, flow: Flow, step_id: str) -> None:
+def _check_move(
+    config: AgentConfig, move: Move | None, flow: Flow, step_id: str | None
+) -> None:
     if move is None or move == "end":
         return
     if isinstance(move, str):
@@ -320,6 +324,7 @@ def _validate_flow(config: AgentConfig, flow: Flow) -> None:
         seen.add(step.id)
     _check_condition(config, flow.when, flow, None)
     _check_fields(config, flow.clear_on_start, flow, None)
+    _check_move(config, flow.on_correction, flow, None)
     for instruction in flow.instructions:
         _check_condition(config, instruction.if_, flow, None)
     for trigger in flow.on:
@@ -333,6 +338,7 @@ def _validate_flow(config: AgentConfig, flow: Flow) -> None:
         if isinstance(step, TalkStep):
             _check_fields(config, step.collect, flow, step.id)
             _check_templates(config, step.question, flow, step.id)
+            _check_move(config, step.on_correction, flow, step.id)
             for tool in step.tools:
                 if tool not in config.tools:
                     _fail(f"unknown tool {tool!r}", flow, step.id)

@@ -30,6 +30,8 @@ def to_utc(value: datetime | str) -> datetime:
             value = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             raise ValueError("not an ISO 8601 time") from None
+    if not isinstance(value, datetime):
+        raise ValueError("expected an ISO 8601 string or a datetime")
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     try:

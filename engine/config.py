@@ -49,6 +49,9 @@ class FieldSpec(_Model):
     description: str | None = None
     extract: Literal["step", "anywhere"] = "step"
     max_asks: int = Field(default=3, ge=1)
+    # Offered again, once known, to understand calls made anyway while a run of a flow that
+    # collects it holds the floor: the customer may change it ("actually, saturday").
+    correctable: bool = False
 
 
 class StepMove(_Model):
@@ -145,6 +148,9 @@ class TalkStep(_Model):
     tools: list[str] = Field(default_factory=list)
     instructions: list[dict[str, Any]] = Field(default_factory=list)
     then: Move | None = None
+    # Where the run goes when a correctable field changes while it asks here (else the
+    # flow's ``on_correction``; neither: it stays and the new value simply stands).
+    on_correction: Move | None = None
 
 
 class SayStep(_Model):
@@ -252,6 +258,7 @@ class Flow(_Model):
     clear_on_start: list[str] = Field(default_factory=list)
     on_end: Literal["end", "stay"] = "end"
     instructions: list[Instruction] = Field(default_factory=list)
+    on_correction: Move | None = None
 
     _positions: dict[str, int] = PrivateAttr(default_factory=dict)
 

@@ -67,6 +67,9 @@ class UnderstandPlan:
     # Known fields offered only because a candidate's clear_on_start would empty them: their
     # values land only when the run that clears them started.
     if_cleared: set[str] = field(default_factory=set)
+    # Known correctable fields offered for a change (the floor run's flow collects them): a
+    # new value replaces the old one with a ``corrected`` outcome.
+    corrections: set[str] = field(default_factory=set)
 
     def aliases(self) -> dict[str, str]:
         """alias (q1, q2, ...) -> full branch id, in branch order."""
@@ -199,10 +202,17 @@ def parse_speak(
     response: ModelResponse, offered: Collection[str] = ()
 ) -> tuple[str | None, dict[str, Any], list[str]]:
     """The reply's message, the values of the ``offered`` fields (None values dropped), and
-    the names of the other non-null properties (refused, never written)."""
+    the names of the other non-null properties (refused, never written).
+
+    Plain text without JSON is the message (a provider asked for none); text that opens like
+    a JSON envelope or a code fence but does not parse is a broken reply, not a message, so it
+    is never sent to the customer: no message, and the speak call fails like an empty one.
+    """
     raw = reply_json(response)
     if raw is None:
         text = (response.text or "").strip()
+        if text.startswith(("{", "```", "[")):
+            return None, {}, []
         return (text or None), {}, []
     message = raw.get("message")
     values = {k: v for k, v in raw.items() if k != "message" and v is not None}

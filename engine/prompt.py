@@ -49,17 +49,29 @@ def _spec_meta(spec: FieldSpec) -> dict[str, Any]:
 
 
 def history_messages(state: TurnState) -> list[ChatMessage]:
-    """The host's history (as trimmed by Load) plus this turn's message."""
+    """The host's history (as trimmed by Load) plus this turn's message (each message of a
+    burst as its own entry)."""
     out = [
         ChatMessage(role="assistant" if e.role == "assistant" else "user", text=e.text)
         for e in state.history
         if e.role in ("user", "assistant")
     ]
-    message = state.request.message
-    already_there = bool(out) and out[-1].role == "user" and out[-1].text == message
-    if message is not None and not already_there:  # a host may log the message before the turn
-        out.append(ChatMessage(role="user", text=message))
+    said = [p.message for p in state.request.parts]
+    tail = [(m.role, m.text) for m in out[len(out) - len(said) :]] if said else []
+    already_there = len(out) >= len(said) and tail == [("user", text) for text in said]
+    if said and not already_there:  # a host may log the messages before the turn
+        out.extend(ChatMessage(role="user", text=text) for text in said)
     return out
+
+
+def customer_message(state: TurnState) -> str | None:
+    """The Customer message block's text: the message, or a burst's messages numbered in the
+    order they were sent (the model sees each one and answers them together)."""
+    parts = state.request.parts
+    if len(parts) <= 1:
+        return state.request.message
+    lines = [f"{i}. {p.message}" for i, p in enumerate(parts, start=1)]
+    return f"The customer sent {len(parts)} messages in a row:\n" + "\n".join(lines)
 
 
 def _instructions(state: TurnState, run: Run | None, items: list[Instruction]) -> list[str]:
@@ -115,7 +127,7 @@ def build_speak(
         rules += _instructions(state, run, step_items)
     if rules:
         blocks.append(_block("Instructions", "\n".join(f"- {r}" for r in rules)))
-    message = state.request.message
+    message = customer_message(state)
     history_ends_with_user = bool(state.history) and state.history[-1].role == "user"
     if message is not None:
         blocks.append(_block("Customer message", message))
@@ -144,12 +156,22 @@ def build_speak(
         "prompt": (step.prompt if step else idle_prompt),
         "pending": {n: _spec_meta(config.fields[n]) for n in pending},
         "known": dict(known),
-        "message": message,
+        "message": state.request.text,
         "already_sent": list(state.sent),
         "retry": retry and message is None and history_ends_with_user,
         "idle": run is None,
     }
     return SpeakPrompt(system="\n\n".join(blocks), messages=history_messages(state), meta=meta)
+
+
+def _known_note(state: TurnState, name: str, plan: UnderstandPlan) -> str:
+    """For a field offered for a correction: its value now, and when to answer."""
+    if name not in plan.corrections:
+        return ""
+    return (
+        f" (already known: {state.session.data.get(name)!r}; give a value only when the "
+        "customer changes it, else null)"
+    )
 
 
 def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
@@ -185,11 +207,11 @@ def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
     if plan.fields:
         lines = [
             f"- {n} ({s.type}{', one of ' + str(s.enum) if s.enum else ''}): "
-            f"{s.description or s.ask or n}"
+            f"{s.description or s.ask or n}{_known_note(state, n, plan)}"
             for n, s in plan.fields.items()
         ]
         blocks.append(_block("fields: values the message states", "\n".join(lines)))
-    blocks.append(_block("Customer message", state.request.message or ""))
+    blocks.append(_block("Customer message", customer_message(state) or ""))
     blocks.append(
         _block("Response format", "Answer with one JSON object with exactly the sections above.")
     )
@@ -198,7 +220,8 @@ def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
         "mentions": {k: list(v) for k, v in plan.mentions.items()},
         "branches": {alias: plan.branches[full] for alias, full in plan.aliases().items()},
         "fields": {n: _spec_meta(s) for n, s in plan.fields.items()},
+        **({"corrections": sorted(plan.corrections)} if plan.corrections else {}),
         "extract": {m: {p: _spec_meta(s) for p, s in ps.items()} for m, ps in plan.extract.items()},
-        "message": state.request.message,
+        "message": state.request.text,
     }
     return SpeakPrompt(system="\n\n".join(blocks), messages=history_messages(state), meta=meta)

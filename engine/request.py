@@ -71,6 +71,15 @@ class ImageInput(_Model):
         return self
 
 
+class BurstMessage(_Model):
+    """An earlier message of a burst: sent before the request's own ``message``, answered in
+    the same turn. ``id`` and ``at`` mean what the request's own do."""
+
+    message: str
+    id: str | None = None
+    at: OptionalUtcDatetime = None
+
+
 InputKind = Literal["message", "wake", "event", "start"]
 
 
@@ -89,6 +98,9 @@ class TurnRequest(_Model):
     key: str | None = None
     direction: Literal["inbound", "outbound"] = "inbound"
     start: StartInput | None = None
+    # Earlier messages answered in this turn with ``message`` (oldest first): a customer who
+    # sends several messages before the first is answered gets one reply to all of them.
+    burst: list[BurstMessage] = Field(default_factory=list, exclude_if=absent)
     session: Session | None = None
     history: list[HistoryEntry] = Field(default_factory=list)
     context: dict[str, Any] = Field(default_factory=dict)
@@ -115,6 +127,8 @@ class TurnRequest(_Model):
             raise ValueError("an event needs a key")
         if self.images and self.message is None:
             raise ValueError("images come only with a message")
+        if self.burst and self.message is None:
+            raise ValueError("a burst comes with a message: its last")
         return self
 
     @property
@@ -138,6 +152,38 @@ class TurnRequest(_Model):
             return f"event:{self.key}"
         assert self.start is not None
         return f"start:{self.start.key}"
+
+    @property
+    def parts(self) -> list[BurstMessage]:
+        """Every customer message of the turn, oldest first: the burst, then ``message``
+        (empty for other kinds)."""
+        if self.message is None:
+            return []
+        return [*self.burst, BurstMessage(message=self.message, id=self.id, at=self.at)]
+
+    @property
+    def input_ids(self) -> list[str]:
+        """Every id this turn records in ``session.inputs``: a burst's ids, then its own."""
+        if self.burst:
+            return [p.id for p in self.parts if p.id is not None]
+        own = self.input_id
+        return [] if own is None else [own]
+
+    @property
+    def text(self) -> str | None:
+        """The customer's words of this turn: the message, or a burst's messages one per
+        line; None for other kinds."""
+        if self.message is None:
+            return None
+        return "\n".join(p.message for p in self.parts)
+
+    def only(self, parts: list[BurstMessage]) -> TurnRequest:
+        """This message request narrowed to ``parts`` (non-empty, oldest first): the last
+        becomes ``message``, the others the burst."""
+        last = parts[-1]
+        return self.model_copy(
+            update={"message": last.message, "id": last.id, "at": last.at, "burst": parts[:-1]}
+        )
 
     @classmethod
     def parse(cls, value: TurnRequest | dict[str, Any]) -> TurnRequest:

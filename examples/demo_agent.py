@@ -12,12 +12,17 @@ It is small on purpose and still shows every piece of an agent (docs/agents.md w
 - a ``do`` action that is idempotent on ``ctx.key`` (a replayed input books nothing twice);
 - fields with an ``enum`` (``service``, ``day``);
 - a customer who takes a few turns to answer still gets booked, and a flow that gives up on a
-  field never shows an empty value or calls the action without it (the guards below).
+  field never shows an empty value or calls the action without it (the guards below);
+- a correction: ``day`` is ``correctable``, so "actually, Saturday" at the confirmation changes
+  it and the confirm step's ``on_correction`` goes back to the summary to confirm again.
 
 Every speak of a talk step that collects several fields counts one ask of *each* field still
 missing, so a customer who answers one question at a time spends asks of the other. The
 booking's fields therefore get a larger ``max_asks``, and every step that renders or acts on a
 collected value sits behind an ``if`` that checks the value is known.
+
+Several messages sent in a row before the answer (a burst) are answered as one turn by the
+consumer; nothing in the agent is needed for that.
 
 Flows with no talk step (``hours``, ``nudge``) cost zero model calls. The provider comes from the
 environment (an OpenAI-compatible or Anthropic key), else the offline rule-based provider.
@@ -83,11 +88,13 @@ FIELDS: dict[str, dict[str, Any]] = {
         "ask": "Which service does the bike need: a tune-up, a flat-tire fix or brakes?",
         "max_asks": ANSWER_TURNS,
     },
+    # correctable: once known, a later message may still change it ("actually, Saturday").
     "day": {
         "type": "string",
         "enum": DAYS,
         "ask": "Which day suits you, Monday to Saturday?",
         "max_asks": ANSWER_TURNS,
+        "correctable": True,
     },
     # Read from any message by the understand call, so the confirm step's branch can judge the
     # answer in code before anything is said.
@@ -153,6 +160,8 @@ FLOWS: list[dict[str, Any]] = [
                 "id": "confirm",
                 "collect": ["confirmed"],
                 "prompt": "Ask them to confirm the booking.",
+                # a correction ("make it Saturday") goes back to the summary: re-confirm.
+                "on_correction": "summary",
                 # branch: a "no" starts the booking over with the answers cleared; a "yes"
                 # leaves nothing pending, so the step is done without a speak call.
                 "branches": [

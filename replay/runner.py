@@ -86,10 +86,16 @@ class ConversationReport:
 
 
 def _history_entries(turn: RecordedTurn, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The transcript entries the service derives from one saved turn."""
+    """The transcript entries the service derives from one saved turn: a burst turn gives one
+    customer entry per message, its earlier ones first."""
     entries: list[dict[str, Any]] = []
     text = turn.input.get("message")
     if isinstance(text, str):
+        burst = turn.input.get("burst")
+        for part in burst if isinstance(burst, list) else []:
+            if isinstance(part, dict) and isinstance(part.get("message"), str):
+                entries.append({"role": "user", "text": part["message"],
+                                "at": part.get("at") or turn.logged_at})
         entries.append({"role": "user", "text": text, "at": turn.input.get("at") or turn.logged_at})
     entries += [{"role": "assistant", "text": m.get("text") or "", "at": turn.logged_at}
                 for m in messages]

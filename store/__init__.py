@@ -15,6 +15,7 @@ from store.errors import (
 )
 from store.outbox import OutboxBatch
 from store.records import (
+    ConsumedInput,
     DeadLetterRecord,
     LoadedSession,
     LoggedTurn,
@@ -32,6 +33,7 @@ from store.timers import ClaimedTimers
 __all__ = [
     "AlreadyApplied",
     "ClaimedTimers",
+    "ConsumedInput",
     "DeadLetterRecord",
     "DuplicateInput",
     "EmbeddedPostgres",

@@ -8,6 +8,7 @@ explicit transaction on a dedicated connection for the span of an `async with` b
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -34,10 +35,14 @@ from store.urls import async_url
 
 _SOURCE_INDEX = "uq_turns_source"
 _INPUT_INDEX = "uq_turns_input"
+_EARLIER_SOURCE_INDEX = "uq_turn_sources_source"
+_EARLIER_INPUT_INDEX = "uq_turn_sources_input"
 _PING = text("SELECT 1")
 _VERSION = text("SELECT version FROM sessions WHERE id = :session_id")
 _APPLIED = text(
     "SELECT EXISTS (SELECT 1 FROM turns WHERE source_topic = :topic"
+    " AND source_partition = :partition AND source_offset = :offset)"
+    " OR EXISTS (SELECT 1 FROM turn_sources WHERE source_topic = :topic"
     " AND source_partition = :partition AND source_offset = :offset)"
 )
 
@@ -104,35 +109,45 @@ class Store:
         history_limit: int = 20,
         source: SourceRecord | None = None,
         input_id: str | None = None,
+        sources: Sequence[SourceRecord] = (),
+        input_ids: Sequence[str] = (),
     ) -> LoadedSession:
         """The session's state and version (None/0 when new), its last history entries, how
-        many of its outbox rows are unpublished, whether `source` is already in the turn log
-        and whether the session already had an input with `input_id` — one statement, one
-        round trip."""
+        many of its outbox rows are unpublished, which of the turn's source records (`source`,
+        or `sources` for a burst) are already in the turn log and which of its input ids
+        (`input_id`, or `input_ids`) the session already had — one statement, one round trip."""
+        asked_sources = list(sources) or ([source] if source is not None else [])
+        asked_ids = [i for i in (*input_ids, *([] if input_ids else [input_id])) if i]
+        stored_ids = [stored_input_id(i) for i in asked_ids]
         parameters = {
             "session_id": session_id,
-            "input_id": stored_input_id(input_id),
+            "input_ids": stored_ids,
             "history_limit": history_limit,
-            "source_topic": source.topic if source else None,
-            "source_partition": source.partition if source else None,
-            "source_offset": source.offset if source else None,
+            "source_topics": [s.topic for s in asked_sources],
+            "source_partitions": [s.partition for s in asked_sources],
+            "source_offsets": [s.offset for s in asked_sources],
         }
         async with self._engine.connect() as connection:
             row = (await connection.execute(history.LOAD, parameters)).one()
-        applied, unpublished = bool(row.applied), int(row.unpublished)
-        duplicate = bool(row.duplicate)
+        applied_sources = frozenset(asked_sources[n - 1] for n in row.applied or ())
+        duplicate_ids = frozenset(asked_ids[n - 1] for n in row.duplicate or ())
+        found = LoadedSession(
+            state=None,
+            version=0,
+            history=[],
+            applied=bool(asked_sources) and len(applied_sources) == len(set(asked_sources)),
+            duplicate=bool(asked_ids) and len(duplicate_ids) == len(set(asked_ids)),
+            applied_sources=applied_sources,
+            duplicate_ids=duplicate_ids,
+            unpublished=int(row.unpublished),
+        )
         if row.version is None:
-            return LoadedSession(
-                state=None, version=0, history=[], applied=applied, unpublished=unpublished,
-                duplicate=duplicate,
-            )
-        return LoadedSession(
+            return found
+        return dataclasses.replace(
+            found,
             state=jsoncodec.loads(row.state),
             version=int(row.version),
             history=history.history_entries(row.history),
-            applied=applied,
-            unpublished=unpublished,
-            duplicate=duplicate,
         )
 
     async def save_turn(self, request: SaveRequest) -> SavedTurn:
@@ -154,8 +169,13 @@ class Store:
                 raise AlreadyApplied(
                     topic=source.topic, partition=source.partition, offset=source.offset
                 ) from None
-            if _INPUT_INDEX in str(exc.orig):
+            if _INPUT_INDEX in str(exc.orig) or _EARLIER_INPUT_INDEX in str(exc.orig):
                 raise DuplicateInput(session_id=request.session_id) from None
+            if _EARLIER_SOURCE_INDEX in str(exc.orig):
+                first = next(e.source for e in request.turn.earlier if e.source is not None)
+                raise AlreadyApplied(
+                    topic=first.topic, partition=first.partition, offset=first.offset
+                ) from None
             raise
         if row.version is None:
             await self._raise_conflict(request)

@@ -1,14 +1,15 @@
 """Loading a session, its history and what the consumer must know before a turn, in one statement.
 
 Besides the session's state, version and history, the statement answers the questions the
-consumer otherwise asked in round trips of their own: whether the input's source record is
-already in the turn log (a replay, skipped exactly), whether the conversation already had an
-input with the same id (a duplicate re-produced at another offset, however long ago), and how
-many of the session's outbox rows are still unpublished (when none are, the turn's own rows
-need no fetch of older ones first).
+consumer otherwise asked in round trips of their own: which of the turn's source records are
+already in the turn log or among a burst turn's `turn_sources` (a replay, skipped exactly),
+which of its input ids the conversation already had (a duplicate re-produced at another
+offset, however long ago), and how many of the session's outbox rows are still unpublished
+(when none are, the turn's own rows need no fetch of older ones first).
 
-History is derived from the turn log, oldest first, as engine.md's transcript: a turn whose
-input is a message gives a user entry (`at` = the input's `at`, else the turn's time), and each
+History is derived from the turn log, oldest first, as the engine's transcript: a turn whose
+input is a message gives a user entry (`at` = the input's `at`, else the turn's time) — a burst
+turn one per message, its earlier messages first — and each
 message the turn sent gives an assistant entry (`at` = the turn's time). Only the last N turns
 that produced any entry are read, so the cost does not grow with the length of the log.
 """
@@ -23,15 +24,27 @@ from sqlalchemy import text
 from store import jsoncodec
 
 LOAD = text("""
-SELECT s.version, s.state, EXISTS (
-    SELECT 1 FROM turns
-    WHERE source_topic = CAST(:source_topic AS text)
-      AND source_partition = CAST(:source_partition AS integer)
-      AND source_offset = CAST(:source_offset AS bigint)
-) AS applied, EXISTS (
-    SELECT 1 FROM turns
-    WHERE session_id = :session_id AND input_id = CAST(:input_id AS text)
-) AS duplicate, (
+SELECT s.version, s.state, (
+    SELECT coalesce(array_agg(x.n ORDER BY x.n), '{}')
+    FROM unnest(
+        CAST(:source_topics AS text[]), CAST(:source_partitions AS integer[]),
+        CAST(:source_offsets AS bigint[])
+    ) WITH ORDINALITY AS x(topic, part, off, n)
+    WHERE EXISTS (
+        SELECT 1 FROM turns
+        WHERE source_topic = x.topic AND source_partition = x.part AND source_offset = x.off
+    ) OR EXISTS (
+        SELECT 1 FROM turn_sources
+        WHERE source_topic = x.topic AND source_partition = x.part AND source_offset = x.off
+    )
+) AS applied, (
+    SELECT coalesce(array_agg(x.n ORDER BY x.n), '{}')
+    FROM unnest(CAST(:input_ids AS text[])) WITH ORDINALITY AS x(input_id, n)
+    WHERE EXISTS (
+        SELECT 1 FROM turns WHERE session_id = :session_id AND input_id = x.input_id
+    ) OR EXISTS (
+        SELECT 1 FROM turn_sources WHERE session_id = :session_id AND input_id = x.input_id
+    )) AS duplicate, (
     SELECT count(*) FROM outbox
     WHERE session_id = :session_id AND published_at IS NULL
 ) AS unpublished, (
@@ -47,6 +60,17 @@ SELECT s.version, s.state, EXISTS (
             LIMIT :history_limit
         ) AS t
         CROSS JOIN LATERAL (
+            SELECT b.ord - 1000000 AS ord, jsonb_build_object(
+                'role', 'user',
+                'text', b.part ->> 'message',
+                'at', coalesce(nullif(b.part -> 'at', 'null'::jsonb), to_jsonb(t.created_at))
+            ) AS entry
+            FROM jsonb_array_elements(
+                CASE WHEN jsonb_typeof(t.input -> 'burst') = 'array' THEN t.input -> 'burst'
+                     ELSE '[]'::jsonb END
+            ) WITH ORDINALITY AS b(part, ord)
+            WHERE t.input ? 'message'
+            UNION ALL
             SELECT 0::bigint AS ord, jsonb_build_object(
                 'role', 'user',
                 'text', t.input ->> 'message',

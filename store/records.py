@@ -32,7 +32,8 @@ class TurnRecord:
     its clock to); `model_calls` is the turn's recording (`engine.recording.Tape.to_json()`
     plus the fields the turn wrote), None when recording is off. `input_id` is the input's own
     id in its conversation (a message's id, `event:{key}`, `start:{key}`; None for wakes and
-    id-less messages): unique per session.
+    id-less messages): unique per session. `earlier` lists the other records a burst turn
+    consumed (its earlier messages, oldest first); `source` and `input_id` are its last one's.
     """
 
     input: dict[str, Any]
@@ -47,6 +48,15 @@ class TurnRecord:
     created_at: datetime | None = None
     clock_at: datetime | None = None
     model_calls: dict[str, Any] | None = None
+    input_id: str | None = None
+    earlier: tuple[ConsumedInput, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedInput:
+    """One record a burst turn consumed besides its last: where it came from and its id."""
+
+    source: SourceRecord | None
     input_id: str | None = None
 
 
@@ -90,7 +100,9 @@ class LoadedSession:
     `applied` says whether the source record the load was asked about is already in the turn
     log (a replay); `duplicate` whether the input id it was asked about is (the same input
     re-produced at another offset); `unpublished` counts the session's outbox rows not yet
-    published.
+    published. Asked about several records and ids (a burst), `applied_sources` and
+    `duplicate_ids` say which of them the log already has, and `applied`/`duplicate` are true
+    only when all of them are.
     """
 
     state: dict[str, Any] | None
@@ -99,6 +111,8 @@ class LoadedSession:
     applied: bool = False
     unpublished: int = 0
     duplicate: bool = False
+    applied_sources: frozenset[SourceRecord] = frozenset()
+    duplicate_ids: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

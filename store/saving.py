@@ -4,7 +4,8 @@ A single statement with data-modifying CTEs is atomic on its own, so on an autoc
 connection the whole save is one round trip (the statement is prepared once per connection and
 reused). The turn and outbox inserts select from the session write, so when the version check
 fails nothing is written at all; when the source record or the input's id is already in the
-turn log a unique index aborts the statement and nothing is written either.
+turn log a unique index aborts the statement and nothing is written either. A burst turn's
+earlier records and ids go to `turn_sources` in the same statement.
 
 Concurrency: a new session is `INSERT ... ON CONFLICT DO NOTHING` (a concurrent creator waits
 for the winner's commit, then inserts nothing); an existing one is `UPDATE ... WHERE version =
@@ -53,6 +54,16 @@ _APPEND_TURN_AND_OUTBOX = """
            CAST(:model_calls AS jsonb), CAST(:input_id AS text)
     FROM s
     RETURNING id
+), earlier AS (
+    INSERT INTO turn_sources (
+        turn_id, session_id, source_topic, source_partition, source_offset, input_id
+    )
+    SELECT turn.id, :session_id, e.topic, e.part, e.off, e.input_id
+    FROM turn, ROWS FROM (
+        jsonb_to_recordset(CAST(:earlier AS jsonb))
+            AS (topic text, part integer, off bigint, input_id text)
+    ) AS e
+    RETURNING id
 ), out AS (
     INSERT INTO outbox (session_id, topic, key, payload)
     SELECT :session_id, e.topic, e.key, e.payload
@@ -64,6 +75,7 @@ _APPEND_TURN_AND_OUTBOX = """
 )
 SELECT (SELECT version FROM s) AS version,
        (SELECT count(*) FROM turn) AS turns,
+       (SELECT count(*) FROM earlier) AS earlier,
        (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM out) AS outbox_ids
 """
 
@@ -106,6 +118,17 @@ def save_parameters(request: SaveRequest) -> dict[str, Any]:
         "source_partition": source.partition if source else None,
         "source_offset": source.offset if source else None,
         "input_id": stored_input_id(turn.input_id),
+        "earlier": jsoncodec.dumps(
+            [
+                {
+                    "topic": e.source.topic if e.source else None,
+                    "part": e.source.partition if e.source else None,
+                    "off": e.source.offset if e.source else None,
+                    "input_id": stored_input_id(e.input_id),
+                }
+                for e in turn.earlier
+            ]
+        ),
         "outbox": jsoncodec.dumps(
             [{"topic": e.topic, "key": e.key, "payload": e.payload} for e in request.outbox]
         ),

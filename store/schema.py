@@ -8,6 +8,10 @@ Invariants the store relies on:
 - `turns (session_id, input_id)` is unique where present: an input the conversation already
   had (the same message id, event or start key, re-produced at any later offset) is answered
   once, however long ago (`store.input_ids` says how ids are kept).
+- `turn_sources` holds the other records a burst turn consumed (several messages answered as
+  one turn; the turn's own columns hold its last): its source and input id are unique like the
+  turn's. Uniqueness across the two tables needs no index: a session's turns are saved one at
+  a time under its version check, and the load before each save looks in both.
 - `outbox.id` comes from a sequence and a session's rows are written while its row is locked,
   so ordering by id is ordering in time within a session.
 """
@@ -20,6 +24,7 @@ from sqlalchemy import (
     Column,
     Computed,
     DateTime,
+    ForeignKey,
     Identity,
     Index,
     Integer,
@@ -93,6 +98,39 @@ Index(
     postgresql_where=turns.c.input_id.isnot(None),
 )
 
+turn_sources = Table(
+    "turn_sources",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column(
+        "turn_id",
+        BigInteger,
+        ForeignKey("turns.id", ondelete="CASCADE", name="fk_turn_sources_turn"),
+        nullable=False,
+    ),
+    Column("session_id", Text, nullable=False),
+    Column("source_topic", Text),
+    Column("source_partition", Integer),
+    Column("source_offset", BigInteger),
+    Column("input_id", Text),
+)
+Index("ix_turn_sources_turn", turn_sources.c.turn_id)
+Index(
+    "uq_turn_sources_source",
+    turn_sources.c.source_topic,
+    turn_sources.c.source_partition,
+    turn_sources.c.source_offset,
+    unique=True,
+    postgresql_where=turn_sources.c.source_topic.isnot(None),
+)
+Index(
+    "uq_turn_sources_input",
+    turn_sources.c.session_id,
+    turn_sources.c.input_id,
+    unique=True,
+    postgresql_where=turn_sources.c.input_id.isnot(None),
+)
+
 outbox = Table(
     "outbox",
     metadata,
@@ -160,4 +198,6 @@ dead_letters = Table(
     UniqueConstraint("source", name="uq_dead_letters_source"),
 )
 
-TABLE_NAMES = ("sessions", "turns", "outbox", "timers", "knowledge_excerpts", "dead_letters")
+TABLE_NAMES = (
+    "sessions", "turns", "turn_sources", "outbox", "timers", "knowledge_excerpts", "dead_letters"
+)

@@ -49,7 +49,7 @@ def on_input(state: TurnState) -> None:
         return
     if request.kind != "message" or request.message is None:
         return
-    notice = rule_fired(rules, request.message, turn.memory)
+    notice = rule_fired(rules, request.text or request.message, turn.memory)
     if notice is None:
         turn.memory.turns += 1
         return

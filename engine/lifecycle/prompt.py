@@ -61,7 +61,7 @@ def extend(state: TurnState, built: SpeakPrompt) -> SpeakPrompt:
     if settings.language is not None:
         if turn.language is None:
             turn.language = choose_language(
-                settings.language, state.request.message, turn.memory.language
+                settings.language, state.request.text, turn.memory.language
             )
             if turn.classified_language and turn.language.source in _DETECTABLE:
                 # The skill classifier read the message too; its reading is the detection.

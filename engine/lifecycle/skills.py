@@ -95,7 +95,7 @@ def unloaded_selectable(turn: LifecycleTurn) -> list[Skill]:
 async def classify(state: TurnState, turn: LifecycleTurn) -> None:
     """The fast classifier call: preload up to two model_selected skills, detect the language."""
     provider = state.config.provider
-    message = state.request.message
+    message = state.request.text
     candidates = unloaded_selectable(turn)
     if provider is None or message is None or not candidates:
         return

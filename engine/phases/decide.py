@@ -3,15 +3,18 @@
 1. Routing (skipped when a run took the floor in Ingest): a takeover needs a score >= 40 that
    beats the asker's by >= 15; with no asker the best score >= 40 starts, else the first
    catch-all, else nobody. 2. Mention runs, in flow order. 3. The routed run starts (applying
-   ``clear_on_start``) or resumes, and holds the floor. 4. Field values, validated one by one.
+   ``clear_on_start``) or resumes, and holds the floor. 4. Field values, validated one by one;
+   a known ``correctable`` field offered for a change takes a new valid value (outcome
+   ``corrected``) and the asking run takes its step's or flow's ``on_correction`` move.
 5. The first true branch of the asking step.
 """
 
 from __future__ import annotations
 
 from engine.collect import write_fields
-from engine.config import Flow
+from engine.config import Flow, TalkStep
 from engine.envelopes import Judgement
+from engine.moves import take
 from engine.phases.advance import apply_branches
 from engine.phases.understand import Candidates
 from engine.session import Run
@@ -49,11 +52,52 @@ def run(state: TurnState) -> None:
         {
             name: value
             for name, value in judgement.fields.items()
-            if name not in found.plan.if_cleared or not is_known(state.session.data, name)
+            if (name not in found.plan.if_cleared or not is_known(state.session.data, name))
+            and name not in found.plan.corrections
         },
     )
+    corrected = _corrections(state, found, judgement, asker)
+    if asker is not None and asker.status == "asking" and corrected:
+        _react(state, asker)
     if asker is not None and asker.status == "asking":
         apply_branches(state, asker, judgement.branches)
+
+
+def _corrections(
+    state: TurnState, found: Candidates, judgement: Judgement, asker: Run | None
+) -> bool:
+    """Write each offered correction that is valid and differs from the known value; True
+    when one did. The outcome names the field, never the value."""
+    corrected = False
+    for name in sorted(found.plan.corrections):
+        value = judgement.fields.get(name)
+        if value is None:
+            continue
+        try:
+            fitted = coerce(name, state.config.fields.get(name), value)
+        except BadValue as bad:
+            state.outcome(bad.code, asker, detail=bad.detail)
+            continue
+        if state.session.data.get(name) == fitted:
+            continue
+        state.session.data[name] = fitted
+        state.outcome("corrected", asker, detail=name)
+        corrected = True
+    return corrected
+
+
+def _react(state: TurnState, run: Run) -> None:
+    """The author's reaction to a correction: the asking step's ``on_correction``, else the
+    flow's; with neither the run keeps asking where it is."""
+    flow = state.flow(run.flow_id)
+    step = flow.step(run.step_id) if flow else None
+    if flow is None or not isinstance(step, TalkStep):
+        return
+    move = step.on_correction if step.on_correction is not None else flow.on_correction
+    if move is None:
+        return
+    run.status = "running"
+    take(state, run, flow, step, move)
 
 
 def _best(found: Candidates, judgement: Judgement) -> tuple[tuple[Flow, int] | None, int]:

@@ -1,6 +1,7 @@
 """Phase 2, Ingest: what the input itself means, before anything is judged.
 
-Message: replays dropped, ``last_user_at`` set, timer waits with an ``else`` take it.
+Message: replays dropped (each message of a burst on its own), ``last_user_at`` set from the
+last, timer waits with an ``else`` take it.
 Wake: a silence wake starts its flow while the silence still holds; any other key belongs to
 the one run waiting on it. Event: inbound counts as the customer, outbound as the assistant;
 event waits take ``then``; event triggers start (or park, with ``after_ms``). Start: the host
@@ -26,8 +27,13 @@ def run(state: TurnState) -> None:
     if state.done:
         return
     request = state.request
-    input_id = request.input_id
-    if input_id is not None:
+    if request.burst:
+        _burst_ids(state)
+        if state.done:
+            return
+        request = state.request
+    elif request.input_id is not None:
+        input_id = request.input_id
         if input_id in state.session.inputs:
             state.outcome("duplicate-input", detail=input_id)
             state.ignored = state.done = True
@@ -45,6 +51,29 @@ def run(state: TurnState) -> None:
         _event(state)
     else:
         _start(state)
+
+
+def _burst_ids(state: TurnState) -> None:
+    """Record every id of a burst; the messages the session already had (or that repeat an
+    earlier one of the burst) are dropped from the turn, and a burst of nothing but such
+    messages is a duplicate."""
+    request = state.request
+    seen = set(state.session.inputs)
+    fresh = []
+    for part in request.parts:
+        if part.id is not None and part.id in seen:
+            continue
+        if part.id is not None:
+            seen.add(part.id)
+        fresh.append(part)
+    if not fresh:
+        state.outcome("duplicate-input", detail=request.parts[-1].id)
+        state.ignored = state.done = True
+        return
+    if len(fresh) < len(request.parts):
+        state.request = request.only(fresh)
+    ids = [p.id for p in fresh if p.id is not None]
+    state.session.inputs = [*state.session.inputs, *ids][-INPUT_RING:]
 
 
 def _take_floor(state: TurnState, run: Run) -> None:

@@ -3,8 +3,9 @@
 Code first works out what there is to judge (candidates, mentions, branches, fields), then
 takes one of three zero-call shortcuts when it can: nothing to judge; a lone eligible flow
 with nobody on the floor, no catch-all and a silent idle speaker; a floor holder with nothing
-to compare. Otherwise one ``understand`` call. A provider failure raises ``ProviderError``:
-nothing ran, nothing is saved, the host retries the input.
+to compare. Otherwise one ``understand`` call, which also offers the floor run's known
+``correctable`` fields for a change (never a reason to call on its own). A provider failure
+raises ``ProviderError``: nothing ran, nothing is saved, the host retries the input.
 """
 
 from __future__ import annotations
@@ -182,7 +183,24 @@ def plan(state: TurnState) -> Candidates:
             cleared.update(_cleared(state, flow))
         found.plan.fields = {**worth_fields, **extra_fields, **cleared}
         found.plan.if_cleared = set(cleared)
+        if floor_flow is not None:
+            # Only now that a call is made anyway: a correction never costs a call.
+            correctable = _correctable(state, floor_flow, found.plan.fields)
+            found.plan.fields.update(correctable)
+            found.plan.corrections = set(correctable)
     return found
+
+
+def _correctable(
+    state: TurnState, flow: Flow, offered: dict[str, FieldSpec]
+) -> dict[str, FieldSpec]:
+    """Known correctable fields the flow collects, not offered for another reason."""
+    fields = state.config.fields
+    return {
+        n: fields[n]
+        for n in _collects(flow)
+        if fields[n].correctable and n not in offered and is_known(state.session.data, n)
+    }
 
 
 def _phrases(flow: Flow) -> list[str]:

@@ -9,6 +9,10 @@ become ``ToolCall`` values. The system prompt is the top-level ``system`` field.
 The Messages API wants user and assistant turns, a user turn first and last, and no empty text
 blocks: consecutive entries of one role are merged into one turn, tool results ride in a user
 turn, and a conversation that would open or end on the assistant gets a short user placeholder.
+
+A reply stopped at the token limit (``stop_reason: "max_tokens"``), or one that asked for the
+envelope and carries neither it nor a tool call, is raised as a retryable ``ProviderError``
+with the reason logged: none of it is ever used as text.
 """
 
 from __future__ import annotations
@@ -32,9 +36,12 @@ from engine.providers.base import (
     Usage,
 )
 from engine.providers.http import (
+    NOT_JSON,
     JsonApiProvider,
     decode_json_object,
     malformed,
+    truncation,
+    unusable_reply,
     usage_from,
 )
 
@@ -146,15 +153,22 @@ def _usage(raw: Any) -> Usage | None:
     return usage_from(raw, input_key="input_tokens", output_key="output_tokens")
 
 
-def parse_message(body: Mapping[str, Any], *, envelope_tool: str | None) -> ModelResponse:
-    """A ``ModelResponse`` from a Messages API body; ``ProviderError`` when it has no content.
+def parse_message(
+    body: Mapping[str, Any], *, envelope_tool: str | None, max_tokens: int | None = None
+) -> ModelResponse:
+    """A ``ModelResponse`` from a Messages API body; a retryable ``ProviderError`` when it has no
+    content, stopped at the token limit, or lacks the envelope it was asked for.
 
     ``envelope_tool`` names the forced tool whose input is the JSON envelope (None when the
     request asked for none); a JSON object written as plain text is accepted as well.
+    ``max_tokens`` only names the cap in the error.
     """
     content = body.get("content")
     if not isinstance(content, list):
         raise malformed(PROVIDER_NAME, "no content list in the body")
+    stop = body.get("stop_reason")
+    if stop == "max_tokens":
+        raise truncation(PROVIDER_NAME, reason="max_tokens", max_tokens=max_tokens)
     texts: list[str] = []
     envelope: dict[str, Any] | None = None
     calls: list[ToolCall] = []
@@ -177,6 +191,8 @@ def parse_message(body: Mapping[str, Any], *, envelope_tool: str | None) -> Mode
     text = "".join(texts)
     if envelope is None and envelope_tool is not None and text:
         envelope = decode_json_object(text)
+    if envelope is None and envelope_tool is not None and not calls:
+        raise unusable_reply(PROVIDER_NAME, f"{NOT_JSON} (stop reason {stop!r})")
     usage = _usage(body.get("usage"))
     return ModelResponse(text=text, json=envelope, tool_calls=calls, usage=usage)
 
@@ -234,7 +250,7 @@ class AnthropicProvider(JsonApiProvider):
             body = messages_body(request, model=self.model, max_tokens=self.max_tokens)
             reply = await self._api.post("v1/messages", body)
             envelope = envelope_tool_name(request) if request.json_schema else None
-            return parse_message(reply, envelope_tool=envelope)
+            return parse_message(reply, envelope_tool=envelope, max_tokens=self.max_tokens)
 
         return await self._observed(request, call)
 

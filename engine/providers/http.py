@@ -3,9 +3,13 @@
 Every failure of a call leaves as ``ProviderError``:
 
     retryable   408, 409, 425, 429 and every 5xx; timeouts; connection and other network
-                errors; a 2xx whose body is not the JSON object the API documents
+                errors; a 2xx whose body is not the JSON object the API documents; a reply
+                cut off at the token limit, or not the JSON object the call asked for
     fatal       401, 403 and every other 4xx (a prompt past the context window is a 400);
-                a request that cannot be sent at all (bad URL, an illegal header value)
+                any status whose error body says the request itself is malformed (some
+                servers answer a request shape they do not support with a 500, and retrying
+                the same body can never pass); a request that cannot be sent at all (bad URL,
+                an illegal header value)
 
 ``Retry-After`` (seconds or an HTTP-date) and ``retry-after-ms`` become ``retry_after`` seconds.
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -31,10 +36,25 @@ from engine.clock import Clock, SystemClock
 from engine.errors import ProviderError, ProviderErrorKind
 from engine.providers.base import CallRecord, ModelRequest, ModelResponse, ProviderHooks, Usage
 
+log = logging.getLogger(__name__)
+
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
 """4xx statuses that mean "not now" rather than "never"; every 5xx is retryable too."""
 
-_DETAIL_LIMIT = 300
+DETAIL_LIMIT = 2000
+"""How much of a server's own error text a ``ProviderError`` keeps: enough for the server's
+explanation (validation errors list every field), bounded so a huge body never floods a log."""
+
+REFUSED_SHAPE_HINTS = (
+    "invalid_request_error", "input should be", "validation error", "field required",
+    "extra inputs are not permitted", "unrecognized request argument", "literal_error",
+    "must be one of", "is not supported", "unsupported parameter", "unsupported value",
+    "cannot have 2 or more", "bad request", "invalid request", "invalid type for",
+)
+"""Phrases by which servers say "this request is malformed" in an error body. A body with one
+of them is fatal whatever the status: llama-cpp-python, for one, answers an unsupported
+``response_format`` with HTTP 500 and a validation error."""
+
 _CONTEXT_HINTS = ("context_length", "context length", "context window", "prompt is too long",
                   "maximum context", "too many tokens")
 
@@ -136,15 +156,28 @@ def _api_detail(response: httpx.Response) -> str:
     return response.text.strip()
 
 
+def refused_shape(detail: str) -> bool:
+    """Whether an error body says the request itself is malformed (see ``REFUSED_SHAPE_HINTS``)."""
+    lowered = detail.lower()
+    return any(hint in lowered for hint in REFUSED_SHAPE_HINTS)
+
+
 def error_for_status(
     response: httpx.Response, *, provider: str, now: datetime, secrets: tuple[Secret, ...]
 ) -> ProviderError:
     """The ``ProviderError`` a non-2xx response stands for."""
     status = response.status_code
     kind = status_kind(status)
-    detail = redact(_api_detail(response), secrets)[:_DETAIL_LIMIT]
+    detail = redact(_api_detail(response), secrets)[:DETAIL_LIMIT]
     if status in (400, 413) and any(hint in detail.lower() for hint in _CONTEXT_HINTS):
         detail = f"context length exceeded: {detail}"
+    elif status not in RETRYABLE_STATUSES and refused_shape(detail):
+        kind = "fatal"
+        # Status only: the server's words may quote the request, and so the customer.
+        log.warning("%s: HTTP %s: the server refused the request as malformed; not retried",
+                    provider, status)
+        detail = (f"the server refused the request as malformed (retrying cannot help; if it "
+                  f"lacks structured output, try another TURNFLOW_MODEL_JSON_MODE): {detail}")
     retry_after = parse_retry_after(response.headers, now) if kind == "retryable" else None
     message = f"{provider}: HTTP {status}" + (f": {detail}" if detail else "")
     return ProviderError(message, kind=kind, status=status, retry_after=retry_after)
@@ -218,7 +251,7 @@ class JsonApi:
                 kind="retryable",
             ) from None
         except httpx.HTTPError as exc:
-            detail = redact(str(exc), self._secrets)[:_DETAIL_LIMIT]
+            detail = redact(str(exc), self._secrets)[:DETAIL_LIMIT]
             raise ProviderError(
                 f"{self.provider}: {type(exc).__name__}: {detail}", kind=_transport_kind(exc)
             ) from None
@@ -241,17 +274,41 @@ def malformed(provider: str, why: str, *, status: int | None = None) -> Provider
     return ProviderError(f"{provider}: malformed response: {why}", kind="retryable", status=status)
 
 
+def unusable_reply(provider: str, why: str) -> ProviderError:
+    """A reply that came back whole but cannot be used (cut off at the token limit, not the
+    JSON object asked for): logged with the reason and raised retryable, so the engine treats it
+    like any failed call (the retry ladder or the fallback) and none of it reaches a customer.
+    ``why`` never quotes the reply, which may echo the customer's words."""
+    log.warning("%s: unusable reply: %s", provider, why)
+    return ProviderError(f"{provider}: unusable reply: {why}", kind="retryable")
+
+
+def truncation(provider: str, *, reason: str, max_tokens: int | None) -> ProviderError:
+    """The error for a reply the server stopped at its token limit."""
+    cap = f"max_tokens {max_tokens}" if max_tokens is not None else "the server's own cap"
+    return unusable_reply(
+        provider, f"cut off at the token limit (stop reason {reason!r}, {cap}); raise "
+        "TURNFLOW_MODEL_MAX_TOKENS if this repeats")
+
+
+NOT_JSON = "the reply is not the JSON object the call asked for"
+
+
 def decode_json_object(text: str) -> dict[str, Any] | None:
-    """The JSON object in a model's text, tolerating a Markdown code fence; None when absent."""
+    """The JSON object in a model's text, tolerating a Markdown code fence or words around one
+    object; None when there is none."""
     text = text.strip()
     if text.startswith("```"):
         text = text.removeprefix("```json").removeprefix("```JSON").removeprefix("```")
         text = text.removesuffix("```").strip()
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+    for candidate in (text, text[text.find("{"):text.rfind("}") + 1]):
+        try:
+            value = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
 
 
 async def observed(
@@ -358,6 +415,9 @@ class JsonApiProvider:
 
 
 __all__ = [
+    "DETAIL_LIMIT",
+    "NOT_JSON",
+    "REFUSED_SHAPE_HINTS",
     "RETRYABLE_STATUSES",
     "JsonApi",
     "JsonApiProvider",
@@ -369,6 +429,9 @@ __all__ = [
     "observed",
     "parse_retry_after",
     "redact",
+    "refused_shape",
     "status_kind",
+    "truncation",
+    "unusable_reply",
     "usage_from",
 ]

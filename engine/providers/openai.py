@@ -1,13 +1,29 @@
 """``OpenAIProvider``: any OpenAI-compatible chat-completions server (OpenAI, vLLM, Ollama,
 LiteLLM, OpenRouter, ...), chosen by ``base_url``.
 
-A request with a ``json_schema`` asks for strict structured output
-(``response_format: {"type": "json_schema", ...}``; ``json_mode="json_object"`` or ``"none"``
-for servers that lack it) and the reply's content is decoded into ``ModelResponse.json``;
-content that is not a JSON object leaves ``json`` None and the engine treats it as an empty
-judgement. Tools go out as ``{"type": "function"}`` entries and tool calls
-come back as ``ToolCall`` values; arguments that are not a JSON object become ``{}`` (logged,
-never raised) so one sloppy call cannot fail a turn.
+A request with a ``json_schema`` asks for structured output in the form ``json_mode`` names,
+since servers speak different ones:
+
+    json_schema          ``{"type": "json_schema", "json_schema": {name, strict, schema}}``
+                         (OpenAI, vLLM, llama.cpp's server)
+    json_object_schema   ``{"type": "json_object", "schema": ...}`` (llama.cpp's server and
+                         llama-cpp-python, which refuses ``json_schema``)
+    json_object          ``{"type": "json_object"}``: any JSON object, the schema only in the prompt
+    none                 no ``response_format``: the prompt alone asks for JSON
+
+The reply's content is decoded into ``ModelResponse.json``. A reply the server cut off at the
+token limit (``finish_reason: "length"``), or whose content is not the JSON object asked for
+(and no tool call), is raised as a retryable ``ProviderError``: none of it is ever used as text.
+Tools go out as ``{"type": "function"}`` entries with ``tool_choice: "auto"`` (some servers
+never call a tool without it) and tool calls come back as ``ToolCall`` values; arguments that
+are not a JSON object become ``{}`` (logged, never raised) so one sloppy call cannot fail a
+turn.
+
+The message list is one every server takes: extra system entries are folded into the system
+prompt, consecutive entries of one role are merged (llama.cpp refuses two assistant messages at
+the end), an assistant entry with tool calls carries ``content: ""`` rather than null, and a
+conversation that would open or end on the assistant gets a short user placeholder (a server
+that takes a trailing assistant message as the start of its own reply would continue it).
 
 Building the body and parsing the reply are plain functions, tested without a server.
 """
@@ -33,9 +49,12 @@ from engine.providers.base import (
     Usage,
 )
 from engine.providers.http import (
+    NOT_JSON,
     JsonApiProvider,
     decode_json_object,
     malformed,
+    truncation,
+    unusable_reply,
     usage_from,
 )
 
@@ -46,8 +65,15 @@ DEFAULT_MODEL = "gpt-4o-mini"
 API_KEY_ENV = ("TURNFLOW_MODEL_API_KEY", "OPENAI_API_KEY")
 PROVIDER_NAME = "openai"
 
-JsonMode = Literal["json_schema", "json_object", "none"]
-"""How a schema is asked for: strict JSON schema, any JSON object, or only by the prompt."""
+JsonMode = Literal["json_schema", "json_object_schema", "json_object", "none"]
+"""How a schema is asked for (see the module docstring)."""
+
+JSON_MODES: tuple[JsonMode, ...] = ("json_schema", "json_object_schema", "json_object", "none")
+DEFAULT_MAX_TOKENS = 1024
+"""The reply cap sent when none is set: far above any envelope the engine asks for, far below a
+runaway reply that would hold the server until the timeout."""
+NO_NEW_MESSAGE = "(no new message)"
+"""Stands in for a user turn a server requires where the conversation has none."""
 
 
 def _message_entry(message: ChatMessage) -> dict[str, Any]:
@@ -62,7 +88,6 @@ def _message_entry(message: ChatMessage) -> dict[str, Any]:
                   for image in message.images]
         entry["content"] = parts
     if message.role == "assistant" and message.tool_calls:
-        entry["content"] = message.text or None
         entry["tool_calls"] = [
             {
                 "id": call.id,
@@ -74,6 +99,65 @@ def _message_entry(message: ChatMessage) -> dict[str, Any]:
     return entry
 
 
+def _parts(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if isinstance(content, list):
+        return content
+    return [{"type": "text", "text": content}] if content else []
+
+
+def _merged(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
+    first, second = earlier["content"], later["content"]
+    content: str | list[dict[str, Any]]
+    if isinstance(first, str) and isinstance(second, str):
+        content = "\n\n".join(t for t in (first, second) if t)
+    else:  # a message with images is a list of parts: the merged turn is one too
+        content = [*_parts(first), *_parts(second)]
+    merged = {"role": earlier["role"], "content": content}
+    calls = [*earlier.get("tool_calls", []), *later.get("tool_calls", [])]
+    if calls:
+        merged["tool_calls"] = calls
+    return merged
+
+
+def chat_messages(system: str, messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """The ``messages`` of a chat-completions body: one system entry first, no two consecutive
+    entries of one role (tool results aside; tool calls of merged turns are kept in order),
+    never opening or ending on the assistant."""
+    system_parts = [system] if system else []
+    system_parts += [m.text for m in messages if m.role == "system" and m.text]
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "system":
+            continue
+        entry = _message_entry(message)
+        if message.role != "tool" and not entry["content"] and "tool_calls" not in entry:
+            continue  # an empty turn says nothing and some servers refuse it
+        if out and out[-1]["role"] == entry["role"] and entry["role"] in ("user", "assistant"):
+            out[-1] = _merged(out[-1], entry)
+            continue
+        out.append(entry)
+    if not out or out[0]["role"] not in ("user",):
+        out.insert(0, {"role": "user", "content": NO_NEW_MESSAGE})
+    if out[-1]["role"] == "assistant":
+        out.append({"role": "user", "content": NO_NEW_MESSAGE})
+    head = [{"role": "system", "content": "\n\n".join(system_parts)}] if system_parts else []
+    return head + out
+
+
+def response_format(request: ModelRequest, json_mode: JsonMode) -> dict[str, Any] | None:
+    """The ``response_format`` that asks for ``request.json_schema`` in ``json_mode``."""
+    if not request.json_schema or json_mode == "none":
+        return None
+    if json_mode == "json_object":
+        return {"type": "json_object"}
+    if json_mode == "json_object_schema":
+        return {"type": "json_object", "schema": request.json_schema}
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": request.schema_name, "strict": True, "schema": request.json_schema},
+    }
+
+
 def chat_completion_body(
     request: ModelRequest,
     *,
@@ -83,23 +167,14 @@ def chat_completion_body(
     json_mode: JsonMode = "json_schema",
 ) -> dict[str, Any]:
     """The JSON body of ``POST /chat/completions`` for one request."""
-    messages: list[dict[str, Any]] = []
-    if request.system:
-        messages.append({"role": "system", "content": request.system})
-    messages.extend(_message_entry(message) for message in request.messages)
-    body: dict[str, Any] = {"model": model, "messages": messages}
-    if request.json_schema and json_mode == "json_object":
-        body["response_format"] = {"type": "json_object"}
-    elif request.json_schema and json_mode == "json_schema":
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {
-                "name": request.schema_name,
-                "strict": True,
-                "schema": request.json_schema,
-            },
-        }
+    body: dict[str, Any] = {
+        "model": model, "messages": chat_messages(request.system, request.messages)
+    }
+    wanted = response_format(request, json_mode)
+    if wanted is not None:
+        body["response_format"] = wanted
     if request.tools:
+        body["tool_choice"] = "auto"
         body["tools"] = [
             {
                 "type": "function",
@@ -157,8 +232,12 @@ def _usage(raw: Any) -> Usage | None:
     return usage_from(raw, input_key="prompt_tokens", output_key="completion_tokens")
 
 
-def parse_chat_completion(body: Mapping[str, Any], *, wants_json: bool) -> ModelResponse:
-    """A ``ModelResponse`` from a chat-completions body; ``ProviderError`` without a message."""
+def parse_chat_completion(
+    body: Mapping[str, Any], *, wants_json: bool, max_tokens: int | None = None
+) -> ModelResponse:
+    """A ``ModelResponse`` from a chat-completions body; a retryable ``ProviderError`` for a body
+    without a message, a reply cut off at the token limit, or (``wants_json``) content that is
+    not a JSON object when no tool was called. ``max_tokens`` only names the cap in the error."""
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise malformed(PROVIDER_NAME, "no choices in the body")
@@ -172,11 +251,15 @@ def parse_chat_completion(body: Mapping[str, Any], *, wants_json: bool) -> Model
             if isinstance(part, dict) and isinstance(part.get("text"), str)
         )
     text = content if isinstance(content, str) else ""
+    finish = choices[0].get("finish_reason")
+    if finish == "length":
+        raise truncation(PROVIDER_NAME, reason="length", max_tokens=max_tokens)
+    tool_calls = _tool_calls(message.get("tool_calls"))
+    decoded = decode_json_object(text) if wants_json and text else None
+    if wants_json and decoded is None and not tool_calls:
+        raise unusable_reply(PROVIDER_NAME, f"{NOT_JSON} (finish reason {finish!r})")
     return ModelResponse(
-        text=text,
-        json=decode_json_object(text) if wants_json and text else None,
-        tool_calls=_tool_calls(message.get("tool_calls")),
-        usage=_usage(body.get("usage")),
+        text=text, json=decoded, tool_calls=tool_calls, usage=_usage(body.get("usage"))
     )
 
 
@@ -195,7 +278,7 @@ class OpenAIProvider(JsonApiProvider):
         model: str = DEFAULT_MODEL,
         base_url: str = DEFAULT_BASE_URL,
         timeout: float = 60.0,
-        max_tokens: int | None = None,
+        max_tokens: int | None = DEFAULT_MAX_TOKENS,
         temperature: float | None = None,
         json_mode: JsonMode = "json_schema",
         hooks: ProviderHooks | None = None,
@@ -240,9 +323,20 @@ class OpenAIProvider(JsonApiProvider):
                 temperature=self.temperature, json_mode=self.json_mode,
             )
             reply = await self._api.post("chat/completions", body)
-            return parse_chat_completion(reply, wants_json=bool(request.json_schema))
+            return parse_chat_completion(
+                reply, wants_json=bool(request.json_schema), max_tokens=self.max_tokens
+            )
 
         return await self._observed(request, call)
 
 
-__all__ = ["JsonMode", "OpenAIProvider", "chat_completion_body", "parse_chat_completion"]
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "JSON_MODES",
+    "JsonMode",
+    "OpenAIProvider",
+    "chat_completion_body",
+    "chat_messages",
+    "parse_chat_completion",
+    "response_format",
+]

@@ -6,16 +6,19 @@
                                                   TURNFLOW_MODEL)
     nothing                                    -> RuleProvider, the offline demo aid
 
-``TURNFLOW_MODEL_TIMEOUT`` (seconds) applies to either HTTP provider; ``TURNFLOW_MODEL_JSON_MODE``
-(``json_schema`` by default, ``json_object`` or ``none``) to an OpenAI-compatible server that lacks
-strict JSON-schema output. Every provider returned has
-a ``description`` naming what was chosen, never the key, so a host can log it at start-up.
+The tuning variables are in ``MODEL_SETTINGS``; the README's model table is ``model_env_table()``
+so the two never drift. They are read here, not with the service settings, because the agent
+module builds its provider and the engine imports nothing of the service. A tuning value that
+cannot be read raises ``ValueError`` naming the variable, so a typo never silently picks a
+mode the server refuses. Every provider returned has a ``description`` naming what was chosen,
+never the key, so a host can log it at start-up.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from engine.providers import anthropic, openai
 from engine.providers.anthropic import AnthropicProvider
@@ -24,6 +27,44 @@ from engine.providers.openai import OpenAIProvider
 from engine.providers.rules import RuleProvider
 
 ChosenProvider = OpenAIProvider | AnthropicProvider | RuleProvider
+DEFAULT_TIMEOUT_S = 60.0
+
+
+class ModelSetting(NamedTuple):
+    """One environment variable of the model provider, as the README's table shows it."""
+
+    name: str
+    default: str
+    meaning: str
+
+
+MODEL_SETTINGS: tuple[ModelSetting, ...] = (
+    ModelSetting("OPENAI_BASE_URL", "", "URL of an OpenAI-compatible server (`/v1` included); "
+                 "alone, without a key, it picks that server (a local one)."),
+    ModelSetting("TURNFLOW_MODEL_API_KEY", "", "API key of the OpenAI-compatible server "
+                 "(`OPENAI_API_KEY` also works)."),
+    ModelSetting("ANTHROPIC_API_KEY", "", "API key of the Anthropic Messages API "
+                 "(`ANTHROPIC_BASE_URL` picks another server)."),
+    ModelSetting("TURNFLOW_MODEL", "", "Model name sent with each request (default "
+                 f"`{openai.DEFAULT_MODEL}` or `{anthropic.DEFAULT_MODEL}`)."),
+    ModelSetting("TURNFLOW_MODEL_TIMEOUT", f"{DEFAULT_TIMEOUT_S:g}", "Seconds one model call "
+                 "may take; `turnflow dev` waits for a turn in proportion to it."),
+    ModelSetting("TURNFLOW_MODEL_MAX_TOKENS", str(openai.DEFAULT_MAX_TOKENS), "Cap on the "
+                 "tokens of one reply; a reply cut off there is a failed call, never sent."),
+    ModelSetting("TURNFLOW_MODEL_JSON_MODE", "json_schema", "How an OpenAI-compatible server is "
+                 "asked for structured replies: `json_schema`, `json_object_schema` (a "
+                 "`json_object` carrying the schema, for llama-cpp-python), `json_object` "
+                 "or `none` (the prompt alone)."),
+)
+
+
+def model_env_table() -> str:
+    """The README's model table, in Markdown, from ``MODEL_SETTINGS``."""
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    for setting in MODEL_SETTINGS:
+        shown = f"`{setting.default}`" if setting.default else ""
+        lines.append(f"| `{setting.name}` | {shown} | {setting.meaning} |")
+    return "\n".join(lines)
 
 
 def _timeout(environ: Mapping[str, str]) -> float:
@@ -31,24 +72,43 @@ def _timeout(environ: Mapping[str, str]) -> float:
     try:
         value = float(raw)
     except ValueError:
-        return 60.0
-    return value if value > 0 else 60.0
+        return DEFAULT_TIMEOUT_S
+    return value if value > 0 else DEFAULT_TIMEOUT_S
 
 
 def _json_mode(environ: Mapping[str, str]) -> openai.JsonMode:
     raw = environ.get("TURNFLOW_MODEL_JSON_MODE", "").strip().lower()
-    if raw == "json_object":
-        return "json_object"
-    if raw == "none":
-        return "none"
-    return "json_schema"
+    if not raw:
+        return "json_schema"
+    for mode in openai.JSON_MODES:
+        if raw == mode:
+            return mode
+    raise ValueError(
+        f"TURNFLOW_MODEL_JSON_MODE must be one of {', '.join(openai.JSON_MODES)}; "
+        f"got {raw[:40]!r}"
+    )
+
+
+def _max_tokens(environ: Mapping[str, str]) -> int:
+    raw = environ.get("TURNFLOW_MODEL_MAX_TOKENS", "").strip()
+    if not raw:
+        return openai.DEFAULT_MAX_TOKENS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(
+            f"TURNFLOW_MODEL_MAX_TOKENS must be a whole number of tokens above 0; got {raw[:40]!r}"
+        )
+    return value
 
 
 def provider_from_env(
     env: Mapping[str, str] | None = None, *, hooks: ProviderHooks | None = None
 ) -> ChosenProvider:
     """The provider the environment names (see the module docstring); ``.description`` says
-    which was chosen."""
+    which was chosen. ``ValueError`` naming the variable when a tuning value is unreadable."""
     environ = os.environ if env is None else env
     model = environ.get("TURNFLOW_MODEL") or None
     openai_key = next((environ[n] for n in openai.API_KEY_ENV if environ.get(n)), None)
@@ -59,6 +119,7 @@ def provider_from_env(
             model=model or openai.DEFAULT_MODEL,
             base_url=openai_url or openai.DEFAULT_BASE_URL,
             timeout=_timeout(environ),
+            max_tokens=_max_tokens(environ),
             json_mode=_json_mode(environ),
             hooks=hooks,
         )
@@ -69,9 +130,11 @@ def provider_from_env(
             model=model or anthropic.DEFAULT_MODEL,
             base_url=environ.get("ANTHROPIC_BASE_URL") or anthropic.DEFAULT_BASE_URL,
             timeout=_timeout(environ),
+            max_tokens=_max_tokens(environ),
             hooks=hooks,
         )
     return RuleProvider(hooks=hooks)
 
 
-__all__ = ["ChosenProvider", "provider_from_env"]
+__all__ = ["MODEL_SETTINGS", "ChosenProvider", "ModelSetting", "model_env_table",
+           "provider_from_env"]

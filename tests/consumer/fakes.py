@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -59,20 +59,29 @@ class FakeStore:
         history_limit: int = 20,
         source: SourceRecord | None = None,
         input_id: str | None = None,
+        sources: Sequence[SourceRecord] = (),
+        input_ids: Sequence[str] = (),
     ) -> LoadedSession:
         self.calls.append("load")
-        duplicate = input_id is not None and (session_id, input_id) in self.input_ids
+        asked_sources = list(sources) or ([source] if source is not None else [])
+        asked_ids = [i for i in (list(input_ids) or [input_id]) if i]
+        duplicate_ids = frozenset(i for i in asked_ids if (session_id, i) in self.input_ids)
         state, version = self.sessions.get(session_id, (None, 0))
-        applied = source is not None and (
-            (source.topic, source.partition, source.offset) in self.applied
+        applied_sources = frozenset(
+            s for s in asked_sources if (s.topic, s.partition, s.offset) in self.applied
         )
         unpublished = sum(
             1 for r in self.rows if r.session_id == session_id and r.id not in self.published
         )
-        if duplicate and source is not None:
-            self.duplicates.add((source.topic, source.partition, source.offset))
-        return LoadedSession(state=state, version=version, history=[], applied=applied,
-                             unpublished=unpublished, duplicate=duplicate)
+        if asked_ids and len(duplicate_ids) == len(set(asked_ids)):
+            self.duplicates.update((s.topic, s.partition, s.offset) for s in asked_sources)
+        return LoadedSession(
+            state=state, version=version, history=[],
+            applied=bool(asked_sources) and len(applied_sources) == len(set(asked_sources)),
+            unpublished=unpublished,
+            duplicate=bool(asked_ids) and len(duplicate_ids) == len(set(asked_ids)),
+            applied_sources=applied_sources, duplicate_ids=duplicate_ids,
+        )
 
     async def is_applied(self, topic: str, partition: int, offset: int) -> bool:
         self.calls.append("is_applied")
@@ -96,10 +105,19 @@ class FakeStore:
         if version != request.expected_version:
             raise VersionConflict(session_id=request.session_id,
                                   expected=request.expected_version, found=version)
+        for earlier in request.turn.earlier:
+            if earlier.input_id and (request.session_id, earlier.input_id) in self.input_ids:
+                raise DuplicateInput(session_id=request.session_id)
         self.saves.append(request)
         self.applied.add((source.topic, source.partition, source.offset))
         if request.turn.input_id:
             self.input_ids.add(input_key)
+        for earlier in request.turn.earlier:
+            if earlier.source is not None:
+                s = earlier.source
+                self.applied.add((s.topic, s.partition, s.offset))
+            if earlier.input_id:
+                self.input_ids.add((request.session_id, earlier.input_id))
         self.sessions[request.session_id] = (request.state, version + 1)
         ids = [self.add_row(request.session_id, e.topic, e.payload) for e in request.outbox]
         return SavedTurn(version=version + 1, outbox_ids=ids)

@@ -17,6 +17,7 @@ from consumer.dev import (
     ObservedTurn,
     format_outcomes,
     parse_chat_line,
+    turn_wait_s,
 )
 from engine import ProviderError
 
@@ -299,3 +300,24 @@ def test_the_session_option_says_every_run_starts_fresh() -> None:
     dev.add_arguments(parser)
     help_text = " ".join(parser.format_help().split())
     assert "every run starts with empty servers" in help_text
+
+
+def test_turn_wait_follows_the_model_timeout() -> None:
+    """The chat waits for a turn in proportion to the model timeout: three calls (understand,
+    a summary, speak) plus one per tool round when the agent has tools, and a 30 s margin."""
+    from engine import Agent
+    from engine.providers import OpenAIProvider, RuleProvider
+
+    def agent(timeout: float, tools: dict[str, object] | None) -> Agent:
+        return Agent(name="a", provider=OpenAIProvider("", base_url="http://127.0.0.1:1/v1",
+                                                       timeout=timeout), max_tool_loops=2,
+                     tools=tools, flows=[{"id": "f", "on": [{"message": []}],
+                                          "steps": [{"id": "s", "say": "hi"}]}])
+
+    lookup = {"lookup": {"description": "d", "handler": lambda: {}}}
+    assert turn_wait_s(agent(120, None)) == 3 * 120 + 30
+    assert turn_wait_s(agent(120, lookup)) == (3 + 2) * 120 + 30
+    assert turn_wait_s(agent(5, None)) == 60  # never under a minute
+    assert turn_wait_s(Agent(name="r", provider=RuleProvider(), flows=[
+        {"id": "f", "on": [{"message": []}], "steps": [{"id": "s", "say": "hi"}]}])) == 60
+    assert turn_wait_s(None) == 60

@@ -279,7 +279,8 @@ async def run_loop(
     agent = counting_agent()
     service = ConsumerService(
         Settings(kafka_bootstrap_servers="127.0.0.1:1", max_record_bytes=LIMIT, max_retries=1,
-                 retry_backoff_ms=0, retry_backoff_max_ms=0, dlq_topic="dlq"),
+                 retry_backoff_ms=0, retry_backoff_max_ms=0, dlq_topic="dlq",
+                 merge_bursts=False),  # one turn per record: each record's own fate is checked
         agent, store=store,  # type: ignore[arg-type]
     )
     service._consumer = LoopConsumer()  # type: ignore[assignment]

@@ -63,6 +63,7 @@ def test_billed_credits_are_counted_by_turn_outcome() -> None:
             kind = "message"
 
         timestamp_ms = None
+        parts = ("one message",)
 
     def value(outcome: str) -> float:
         found = metrics.REGISTRY.get_sample_value(

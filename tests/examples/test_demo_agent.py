@@ -163,3 +163,18 @@ def test_silence_delay_comes_from_the_environment(monkeypatch: pytest.MonkeyPatc
     finally:
         monkeypatch.delenv("TURNFLOW_DEMO_SILENCE_MS")
         importlib.reload(demo_agent)
+
+
+async def test_a_changed_day_at_the_confirmation_is_confirmed_again(chat: Conversation) -> None:
+    """"Actually friday" at the confirmation: the day is corrected (named, not valued, in the
+    outcome) and the summary asks again with the new day; "yes" then books friday."""
+    await chat.say("I want to book a repair")
+    await chat.say("a tune-up on monday")
+    changed = await chat.say("actually make it friday")
+    assert chat.session.data["day"] == "friday"
+    assert ("confirm", "corrected") in codes(changed)
+    assert all("friday" not in (o.detail or "") for o in changed.outcomes)
+    assert texts(changed)[0] == "So: tune-up on friday. Shall I book it?"
+    assert changed.llm_calls <= 2
+    booked = await chat.say("yes")
+    assert texts(booked)[0].startswith("Booked: tune-up on friday")

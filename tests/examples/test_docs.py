@@ -10,6 +10,7 @@ import pytest
 import engine
 from consumer import metrics
 from consumer.settings import Settings, env_table
+from engine.providers.settings import model_env_table
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -25,7 +26,8 @@ OTHER_ENV = {
     "OPENAI_API_KEY", "TURNFLOW_MODEL_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY",
     "ANTHROPIC_BASE_URL", "TURNFLOW_MODEL", "TURNFLOW_MODEL_TIMEOUT", "TURNFLOW_DEMO_SILENCE_MS",
     "TURNFLOW_DEMO_PAYMENT_WAIT_MS", "TURNFLOW_REQUIRE_SERVERS", "KAFKA_SASL_PASSWORD_FILE",
-    "TURNFLOW_BROKER_RESTART_CMD", "BRAVE_SEARCH_API_KEY",
+    "TURNFLOW_BROKER_RESTART_CMD", "BRAVE_SEARCH_API_KEY", "TURNFLOW_MODEL_MAX_TOKENS",
+    "TURNFLOW_MODEL_JSON_MODE", "TURNFLOW_MODEL_CACHE",
 }
 
 
@@ -43,6 +45,11 @@ def test_readme_first_screen_has_the_two_commands() -> None:
 def test_env_table_is_the_settings_table(path: Path) -> None:
     """The configuration table is exactly what ``env_table()`` renders from the settings."""
     assert env_table() in _text(path)
+
+
+def test_model_table_is_the_model_settings_table() -> None:
+    """The README's model table is exactly what ``model_env_table()`` renders."""
+    assert model_env_table() in _text(README)
 
 
 def test_every_setting_is_documented() -> None:

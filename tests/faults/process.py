@@ -68,6 +68,8 @@ class FaultSetup:
             "AGENT": AGENT,
             "METRICS_PORT": "0",
             "MAX_IN_FLIGHT": "16",
+            # One turn per record: the fault tests count replies per input.
+            "MERGE_BURSTS": "false",
             "HEARTBEAT_INTERVAL_MS": "300",
             "SESSION_TIMEOUT_MS": "3000",
             "DRAIN_TIMEOUT_MS": "3000",

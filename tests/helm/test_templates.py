@@ -21,6 +21,8 @@ _PROVIDER_SETTINGS = {
     "OPENAI_BASE_URL",
     "ANTHROPIC_BASE_URL",
     "TURNFLOW_MODEL_TIMEOUT",
+    "TURNFLOW_MODEL_MAX_TOKENS",
+    "TURNFLOW_MODEL_JSON_MODE",
 }
 _MODEL_KEY_ENV = {*openai.API_KEY_ENV, anthropic.API_KEY_ENV}
 _SECRET_ENV = {"DATABASE_URL", "KAFKA_SASL_PASSWORD", *_MODEL_KEY_ENV}
@@ -396,3 +398,20 @@ def test_every_container_runs_a_turnflow_command() -> None:
     args = {c["name"]: c["args"] for c in _containers(render_chart())}
     assert args == {"consumer": ["consume"], "scheduler": ["schedule"], "migrate": ["migrate"]}
     assert all(a[0] in COMMANDS for a in args.values())
+
+
+def test_model_tuning_values_reach_the_configmap() -> None:
+    """model.maxTokens and model.jsonMode become the provider's variables; unset, neither is
+    written and the provider's defaults hold."""
+    data = render_chart(ALL_ON).one("ConfigMap", "turnflow")["data"]
+    assert data["TURNFLOW_MODEL_MAX_TOKENS"] == "512"
+    assert data["TURNFLOW_MODEL_JSON_MODE"] == "json_object_schema"
+    defaults = render_chart().one("ConfigMap", "turnflow")["data"]
+    assert not {"TURNFLOW_MODEL_MAX_TOKENS", "TURNFLOW_MODEL_JSON_MODE"} & set(defaults)
+
+
+def test_chart_json_modes_are_the_providers() -> None:
+    """The values schema allows exactly the json modes the OpenAI-compatible provider reads."""
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    allowed = schema["properties"]["model"]["properties"]["jsonMode"]["enum"]
+    assert allowed == ["", *openai.JSON_MODES]

@@ -18,6 +18,8 @@ ALL_ON: dict[str, Any] = {
         "openaiBaseUrl": "https://llm.internal/v1",
         "anthropicBaseUrl": "https://anthropic.internal",
         "timeoutSeconds": 20,
+        "maxTokens": 512,
+        "jsonMode": "json_object_schema",
     },
     "extraConfig": {"HISTORY_LIMIT": 20},
     "imagePullSecrets": [{"name": "registry"}],

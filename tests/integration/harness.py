@@ -160,6 +160,8 @@ def make_settings(
         "heartbeat_interval_ms": 500,
         "relay_interval_ms": 500,
         "relay_grace_ms": 3000,
+        # One turn per record unless a test asks for bursts: most tests count replies per input.
+        "merge_bursts": False,
     }
     values.update(overrides)
     return Settings(**values)

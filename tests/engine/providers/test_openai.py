@@ -22,7 +22,11 @@ from engine.providers.base import (
     ToolSpec,
     Usage,
 )
-from engine.providers.openai import chat_completion_body, parse_chat_completion
+from engine.providers.openai import (
+    DEFAULT_MAX_TOKENS,
+    chat_completion_body,
+    parse_chat_completion,
+)
 from tests.engine.providers.conftest import Canned, CannedServer
 
 KEY = "sk-test-SECRET-0123456789"
@@ -81,9 +85,12 @@ def test_body_without_schema_or_tools_is_plain_chat() -> None:
 
 
 def test_body_json_modes_for_servers_without_json_schema() -> None:
-    """json_object asks for any JSON object; none leaves the schema to the prompt."""
+    """json_object_schema carries the schema in a json_object, json_object asks for any JSON
+    object, none leaves the schema to the prompt."""
+    with_schema = chat_completion_body(speak_request(), model="m", json_mode="json_object_schema")
     as_object = chat_completion_body(speak_request(), model="m", json_mode="json_object")
     by_prompt = chat_completion_body(speak_request(), model="m", json_mode="none")
+    assert with_schema["response_format"] == {"type": "json_object", "schema": SCHEMA}
     assert as_object["response_format"] == {"type": "json_object"}
     assert "response_format" not in by_prompt
     assert parse_chat_completion(completion('{"message": "x", "nome": null}'),
@@ -96,6 +103,7 @@ def test_body_with_tools_sends_function_tools() -> None:
                                 temperature=0.0)
     assert body["tools"] == [{"type": "function", "function": {
         "name": "lookup", "description": "Find an order", "parameters": LOOKUP.parameters}}]
+    assert body["tool_choice"] == "auto"
     assert (body["max_tokens"], body["temperature"]) == (50, 0.0)
 
 
@@ -108,7 +116,7 @@ def test_body_replays_tool_rounds() -> None:
         ChatMessage(role="tool", tool_call_id="t1", text='{"status": "shipped"}'),
     ])
     messages = chat_completion_body(request, model="m")["messages"]
-    assert messages[1] == {"role": "assistant", "content": None, "tool_calls": [
+    assert messages[1] == {"role": "assistant", "content": "", "tool_calls": [
         {"id": "t1", "type": "function",
          "function": {"name": "lookup", "arguments": '{"id": "7"}'}}]}
     assert messages[2] == {"role": "tool", "tool_call_id": "t1",
@@ -135,10 +143,15 @@ def test_parse_json_reply_and_usage() -> None:
     assert response.usage == Usage(input_tokens=12, output_tokens=5)
 
 
-def test_parse_non_json_content_leaves_json_empty() -> None:
-    """Content that is not a JSON object gives json None and keeps the text."""
-    response = parse_chat_completion(completion("sorry, no JSON"), wants_json=True)
-    assert response.json is None and response.text == "sorry, no JSON"
+def test_parse_non_json_content_is_a_retryable_failure() -> None:
+    """Content that is not the JSON object asked for fails the call, retryable, without
+    quoting the reply; without a schema the same text is a plain reply."""
+    with pytest.raises(ProviderError) as caught:
+        parse_chat_completion(completion("sorry, no JSON"), wants_json=True)
+    assert caught.value.kind == "retryable" and "sorry" not in str(caught.value)
+    assert "not the JSON object" in str(caught.value)
+    assert parse_chat_completion(completion("sorry, no JSON"), wants_json=False).text == (
+        "sorry, no JSON")
 
 
 def test_parse_tool_calls_including_malformed_arguments(caplog: pytest.LogCaptureFixture) -> None:
@@ -374,7 +387,8 @@ async def test_mock_transport_body_and_text_reply() -> None:
     async with OpenAIProvider(KEY, transport=httpx.MockTransport(handler)) as provider:
         response = await provider.generate(speak_request(schema=False))
     assert response.text == "Olá" and response.json is None
-    assert set(bodies[0]) == {"model", "messages"}
+    assert set(bodies[0]) == {"model", "messages", "max_tokens"}
+    assert bodies[0]["max_tokens"] == DEFAULT_MAX_TOKENS
 
 
 async def test_mock_transport_network_errors_are_retryable() -> None:

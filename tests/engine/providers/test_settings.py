@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from engine.providers import (
     AnthropicProvider,
     OpenAIProvider,
@@ -9,6 +11,8 @@ from engine.providers import (
     RuleProvider,
     provider_from_env,
 )
+from engine.providers.openai import DEFAULT_MAX_TOKENS
+from engine.providers.settings import MODEL_SETTINGS, model_env_table
 
 SECRET = "sk-env-SECRET-42"
 
@@ -37,12 +41,42 @@ def test_turnflow_key_alone_chooses_openai_defaults() -> None:
 
 
 def test_json_mode_from_environment() -> None:
-    """TURNFLOW_MODEL_JSON_MODE picks json_object or none; anything else keeps json_schema."""
+    """TURNFLOW_MODEL_JSON_MODE picks any of the four modes; unset keeps json_schema."""
     modes = [provider_from_env({"OPENAI_BASE_URL": "http://127.0.0.1:1/v1",
                                 "TURNFLOW_MODEL_JSON_MODE": raw})
-             for raw in ("json_object", "NONE", "bogus")]
+             for raw in ("json_object", "NONE", "json_object_schema", " json_schema ", "")]
     assert [p.json_mode for p in modes if isinstance(p, OpenAIProvider)] == [
-        "json_object", "none", "json_schema"]
+        "json_object", "none", "json_object_schema", "json_schema", "json_schema"]
+
+
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [("TURNFLOW_MODEL_JSON_MODE", "bogus"), ("TURNFLOW_MODEL_MAX_TOKENS", "lots"),
+     ("TURNFLOW_MODEL_MAX_TOKENS", "0"), ("TURNFLOW_MODEL_MAX_TOKENS", "-5")],
+)
+def test_unreadable_tuning_value_names_the_variable(name: str, raw: str) -> None:
+    """A json mode or token cap that cannot be read raises ValueError naming the variable."""
+    with pytest.raises(ValueError, match=name):
+        provider_from_env({"OPENAI_BASE_URL": "http://127.0.0.1:1/v1", name: raw})
+
+
+def test_max_tokens_from_environment_for_both_http_providers() -> None:
+    """TURNFLOW_MODEL_MAX_TOKENS caps both HTTP providers; unset gives the default cap."""
+    capped = provider_from_env({"OPENAI_BASE_URL": "http://127.0.0.1:1/v1",
+                                "TURNFLOW_MODEL_MAX_TOKENS": "77"})
+    claude = provider_from_env({"ANTHROPIC_API_KEY": SECRET, "TURNFLOW_MODEL_MAX_TOKENS": "88"})
+    default = provider_from_env({"OPENAI_BASE_URL": "http://127.0.0.1:1/v1"})
+    assert isinstance(capped, OpenAIProvider) and capped.max_tokens == 77
+    assert isinstance(claude, AnthropicProvider) and claude.max_tokens == 88
+    assert isinstance(default, OpenAIProvider) and default.max_tokens == DEFAULT_MAX_TOKENS
+
+
+def test_model_env_table_names_every_tuning_variable() -> None:
+    """The README's model table lists each model variable with its default."""
+    table = model_env_table()
+    for setting in MODEL_SETTINGS:
+        assert f"| `{setting.name}` |" in table
+    assert f"| `TURNFLOW_MODEL_MAX_TOKENS` | `{DEFAULT_MAX_TOKENS}` |" in table
 
 
 def test_base_url_alone_chooses_a_keyless_local_server() -> None:
