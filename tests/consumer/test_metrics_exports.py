@@ -40,6 +40,14 @@ def test_each_process_exports_only_its_own_families_and_no_created_series() -> N
         assert not [name for name in exported if name.endswith("_created")]
 
 
+def test_every_metric_is_served_by_some_process() -> None:
+    """A metric defined in consumer/metrics.py but in no process's families would never be
+    exported: each family belongs to consume, schedule or relay."""
+    served = {f._name for families in metrics.PROCESS_FAMILIES.values() for f in families}
+    defined = {m.name for m in metrics.REGISTRY.collect()}
+    assert defined - served == set()
+
+
 def test_known_label_values_exist_at_zero_before_any_increment() -> None:
     """Every DLQ reason, turn outcome and input kind has a series from the start, so an alert
     on increase() sees the first dead letter of each reason."""
