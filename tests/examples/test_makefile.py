@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,8 +19,11 @@ def _dry_run(tmp_path: Path, target: str) -> list[str]:
     make = shutil.which("make")
     if make is None:
         pytest.skip("make is not installed")
-    done = subprocess.run([make, "-n", target], cwd=tmp_path, capture_output=True, text=True,
-                          check=True)
+    # Run as a top-level make even under `make test`: a nested make prints "Entering/Leaving
+    # directory" lines among the commands.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    done = subprocess.run([make, "--no-print-directory", "-n", target], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, check=True)
     return done.stdout.splitlines()
 
 
