@@ -1,6 +1,6 @@
 """turnflow's turn engine: the AI understands, the code is in control.
 
-The public API of ``shared/spec/engine.md``; everything a host needs is importable from here.
+The engine's public API: everything a host needs is importable from here.
 """
 
 from engine.actions import (
