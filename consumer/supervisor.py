@@ -52,12 +52,11 @@ def worker_command(index: int, *, agent: str | None, relay: bool) -> list[str]:
     return command
 
 
-def worker_environment(index: int, base: dict[str, str]) -> dict[str, str]:
-    """The environment of worker ``index``: its own metrics port, the rest as given."""
+def worker_environment(index: int, base: dict[str, str], *, first_port: int) -> dict[str, str]:
+    """The environment of worker ``index``: metrics on ``first_port + index`` (``first_port``
+    0 keeps every worker's port off), the rest as given."""
     env = dict(base)
-    port = int(env.get("METRICS_PORT", "9100") or 0)
-    if port:
-        env["METRICS_PORT"] = str(port + index)
+    env["METRICS_PORT"] = str(first_port + index if first_port else 0)
     env["TURNFLOW_WORKER_INDEX"] = str(index)
     return env
 

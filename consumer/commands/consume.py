@@ -8,9 +8,7 @@ itself, in this process.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import signal
 
 from consumer.agents import load_agent
 from consumer.commands.running import EXIT_CONFIG, fail, run_service
@@ -67,7 +65,10 @@ def run(args: argparse.Namespace) -> int:
         code = run_service(lambda: _preflight(settings, workers), lambda: None)
         if code != 0:
             return code
-        return _supervise(workers, agent_path, relay=not args.no_relay)
+        return _supervise(
+            workers, agent_path, relay=not args.no_relay,
+            first_port=settings.metrics_port_for("consume"),
+        )
     service = ConsumerService(settings, agent, run_relay=not args.no_relay)
     return run_service(service.run, service.stop)
 
@@ -96,17 +97,10 @@ async def _preflight(settings: Settings, workers: int) -> None:
         await producer.stop()
 
 
-def _supervise(workers: int, agent_path: str, *, relay: bool) -> int:
+def _supervise(workers: int, agent_path: str, *, relay: bool, first_port: int) -> int:
     supervisor = WorkerSupervisor(
         workers,
         command=lambda i: worker_command(i, agent=agent_path, relay=relay),
-        environment=lambda i: worker_environment(i, dict(os.environ)),
+        environment=lambda i: worker_environment(i, dict(os.environ), first_port=first_port),
     )
-
-    async def main() -> int:
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, supervisor.stop)
-        return await supervisor.run()
-
-    return asyncio.run(main())
+    return run_service(supervisor.run, supervisor.stop)

@@ -29,17 +29,20 @@ def fail(message: str, code: int) -> int:
     return code
 
 
-def run_service(run: Callable[[], Awaitable[None]], stop: Callable[[], None]) -> int:
-    """Run ``run()`` until it returns; SIGTERM/SIGINT call ``stop()``. Returns the exit code."""
+def run_service(
+    run: Callable[[], Awaitable[int | None]], stop: Callable[[], None]
+) -> int:
+    """Run ``run()`` until it returns; SIGTERM/SIGINT call ``stop()``. Returns the exit code:
+    the one ``run()`` returned (a supervisor's), else 0."""
 
-    async def main() -> None:
+    async def main() -> int | None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop)
-        await run()
+        return await run()
 
     try:
-        asyncio.run(main())
+        code = asyncio.run(main())
     except AgentImportError as exc:
         return fail(str(exc), EXIT_CONFIG)
     except (KafkaConnectionError, OSError) as exc:
@@ -50,7 +53,7 @@ def run_service(run: Callable[[], Awaitable[None]], stop: Callable[[], None]) ->
         return fail(f"Kafka failed: {type(exc).__name__}", EXIT_UNREACHABLE)
     except ConsumerError as exc:
         return fail(str(exc), EXIT_UNREACHABLE)
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 def _describe(exc: BaseException) -> str:

@@ -51,7 +51,7 @@ def _supervisor(folder: Path, workers: int) -> WorkerSupervisor:
     return WorkerSupervisor(
         workers,
         command=lambda i: [sys.executable, "-c", WORKER, str(folder)],
-        environment=lambda i: worker_environment(i, dict(os.environ)),
+        environment=lambda i: worker_environment(i, dict(os.environ), first_port=0),
         options=FAST,
     )
 
@@ -127,7 +127,7 @@ async def test_a_worker_that_ignores_sigterm_is_killed_and_the_exit_code_says_so
     supervisor = WorkerSupervisor(
         1,
         command=lambda i: [sys.executable, "-c", WORKER, str(tmp_path)],
-        environment=lambda i: worker_environment(i, dict(os.environ)),
+        environment=lambda i: worker_environment(i, dict(os.environ), first_port=0),
         options=SupervisorOptions(stop_timeout=0.5),
     )
     running = asyncio.create_task(supervisor.run())
@@ -138,8 +138,10 @@ async def test_a_worker_that_ignores_sigterm_is_killed_and_the_exit_code_says_so
 
 def test_each_worker_gets_its_own_metrics_port_and_one_relay() -> None:
     """Worker i serves on METRICS_PORT + i (0 stays off); only worker 0 runs the relay."""
-    assert worker_environment(2, {"METRICS_PORT": "9100"})["METRICS_PORT"] == "9102"
-    assert worker_environment(2, {"METRICS_PORT": "0"})["METRICS_PORT"] == "0"
+    port = worker_environment(2, {"METRICS_PORT": "9100"}, first_port=9100)["METRICS_PORT"]
+    assert port == "9102"
+    assert worker_environment(2, {}, first_port=9100)["METRICS_PORT"] == "9102"
+    assert worker_environment(2, {"METRICS_PORT": "0"}, first_port=0)["METRICS_PORT"] == "0"
     assert "--no-relay" not in worker_command(0, agent="a:b", relay=True)
     assert "--no-relay" in worker_command(1, agent="a:b", relay=True)
     assert "--no-relay" in worker_command(0, agent="a:b", relay=False)
