@@ -29,6 +29,31 @@ TURNFLOW = str(Path(sys.executable).with_name("turnflow"))
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _service_env(
+    label: str, suffix: str, port: int, bootstrap: str, database_url: str, embedded: bool,
+    *, partitions: int,
+) -> dict[str, str]:
+    """The environment of a service process on this test's own topics, group and port."""
+    env = dict(os.environ)
+    env.update({
+        "PYTHONPATH": str(REPO),  # the agent lives in the test tree
+        "DATABASE_URL": database_url,
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "INBOUND_TOPIC": f"inbound.turns.{label}.{suffix}",
+        "MESSAGES_TOPIC": f"outbound.messages.{label}.{suffix}",
+        "SCHEDULE_TOPIC": f"outbound.schedule.{label}.{suffix}",
+        "DLQ_TOPIC": f"inbound.turns.dlq.{label}.{suffix}",
+        "TOPIC_PARTITIONS": str(partitions),
+        "GROUP_ID": f"{label}-{suffix}",
+        "METRICS_PORT": str(port),
+        "METRICS_HOST": "127.0.0.1",
+        "HEARTBEAT_INTERVAL_MS": "500",
+        "SESSION_TIMEOUT_MS": "6000",
+        "KAFKA_IDEMPOTENT_PRODUCER": "false" if embedded else "true",
+    })
+    return env
+
+
 async def run(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
         TURNFLOW, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
@@ -46,23 +71,8 @@ async def test_consume_process_serves_then_exits_zero_on_sigterm(
     and exits 0 after SIGTERM."""
     suffix = uuid.uuid4().hex[:8]
     port = free_port()
-    env = dict(os.environ)
-    env.update({
-        "PYTHONPATH": str(REPO),  # the agent lives in the test tree
-        "DATABASE_URL": database_url,
-        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "INBOUND_TOPIC": f"inbound.turns.proc.{suffix}",
-        "MESSAGES_TOPIC": f"outbound.messages.proc.{suffix}",
-        "SCHEDULE_TOPIC": f"outbound.schedule.proc.{suffix}",
-        "DLQ_TOPIC": f"inbound.turns.dlq.proc.{suffix}",
-        "TOPIC_PARTITIONS": "2",
-        "GROUP_ID": f"proc-{suffix}",
-        "METRICS_PORT": str(port),
-        "METRICS_HOST": "127.0.0.1",
-        "HEARTBEAT_INTERVAL_MS": "500",
-        "SESSION_TIMEOUT_MS": "6000",
-        "KAFKA_IDEMPOTENT_PRODUCER": "false" if kafka_is_embedded else "true",
-    })
+    env = _service_env("proc", suffix, port, kafka_bootstrap, database_url, kafka_is_embedded,
+                       partitions=2)
     for args in (["topics"], ["topics"], ["migrate"]):
         code, _out, err = await run(args, env)
         assert code == 0, err
@@ -156,23 +166,8 @@ async def test_consume_workers_share_the_group_survive_a_kill_and_stop_on_sigter
     the conversations go on; SIGTERM stops both and the supervisor exits 0."""
     suffix = uuid.uuid4().hex[:8]
     port = free_port()
-    env = dict(os.environ)
-    env.update({
-        "PYTHONPATH": str(REPO),
-        "DATABASE_URL": database_url,
-        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "INBOUND_TOPIC": f"inbound.turns.workers.{suffix}",
-        "MESSAGES_TOPIC": f"outbound.messages.workers.{suffix}",
-        "SCHEDULE_TOPIC": f"outbound.schedule.workers.{suffix}",
-        "DLQ_TOPIC": f"inbound.turns.dlq.workers.{suffix}",
-        "TOPIC_PARTITIONS": "4",
-        "GROUP_ID": f"workers-{suffix}",
-        "METRICS_PORT": str(port),
-        "METRICS_HOST": "127.0.0.1",
-        "HEARTBEAT_INTERVAL_MS": "500",
-        "SESSION_TIMEOUT_MS": "6000",
-        "KAFKA_IDEMPOTENT_PRODUCER": "false" if kafka_is_embedded else "true",
-    })
+    env = _service_env("workers", suffix, port, kafka_bootstrap, database_url, kafka_is_embedded,
+                       partitions=4)
     for args in (["topics"], ["migrate"]):
         code, _out, err = await run(args, env)
         assert code == 0, err
