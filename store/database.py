@@ -18,7 +18,7 @@ from sqlalchemy import TextClause, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from store import dead_letters, history, jsoncodec, outbox, saving, timers, turn_log
+from store import dead_letters, direct, history, jsoncodec, outbox, saving, timers, turn_log
 from store.errors import AlreadyApplied, DuplicateInput, VersionConflict
 from store.input_ids import stored_input_id
 from store.outbox import OutboxBatch
@@ -127,10 +127,10 @@ class Store:
             "source_partitions": [s.partition for s in asked_sources],
             "source_offsets": [s.offset for s in asked_sources],
         }
-        async with self._engine.connect() as connection:
-            row = (await connection.execute(history.LOAD, parameters)).one()
-        applied_sources = frozenset(asked_sources[n - 1] for n in row.applied or ())
-        duplicate_ids = frozenset(asked_ids[n - 1] for n in row.duplicate or ())
+        row = await direct.fetchrow(self._engine, history.LOAD_DIRECT, parameters)
+        assert row is not None  # the statement always returns its one row
+        applied_sources = frozenset(asked_sources[n - 1] for n in row["applied"] or ())
+        duplicate_ids = frozenset(asked_ids[n - 1] for n in row["duplicate"] or ())
         found = LoadedSession(
             state=None,
             version=0,
@@ -139,15 +139,15 @@ class Store:
             duplicate=bool(asked_ids) and len(duplicate_ids) == len(set(asked_ids)),
             applied_sources=applied_sources,
             duplicate_ids=duplicate_ids,
-            unpublished=int(row.unpublished),
+            unpublished=int(row["unpublished"]),
         )
-        if row.version is None:
+        if row["version"] is None:
             return found
         return dataclasses.replace(
             found,
-            state=jsoncodec.loads(row.state),
-            version=int(row.version),
-            history=history.history_entries(row.history),
+            state=jsoncodec.loads(row["state"]),
+            version=int(row["version"]),
+            history=history.history_entries(row["history"]),
         )
 
     async def save_turn(self, request: SaveRequest) -> SavedTurn:
@@ -158,11 +158,10 @@ class Store:
         `DuplicateInput` when the session already has a turn for the turn's `input_id`; in
         every case nothing was written.
         """
-        statement = saving.save_statement(request)
+        statement = saving.direct_statement(request)
         parameters = saving.save_parameters(request)
         try:
-            async with self._engine.connect() as connection:
-                row = (await connection.execute(statement, parameters)).one()
+            row = await direct.fetchrow(self._engine, statement, parameters)
         except IntegrityError as exc:
             source = request.turn.source
             if source is not None and _SOURCE_INDEX in str(exc.orig):
@@ -177,9 +176,12 @@ class Store:
                     topic=first.topic, partition=first.partition, offset=first.offset
                 ) from None
             raise
-        if row.version is None:
+        assert row is not None  # the statement always returns its one row
+        if row["version"] is None:
             await self._raise_conflict(request)
-        return SavedTurn(version=int(row.version), outbox_ids=[int(i) for i in row.outbox_ids])
+        return SavedTurn(
+            version=int(row["version"]), outbox_ids=[int(i) for i in row["outbox_ids"]]
+        )
 
     async def _raise_conflict(self, request: SaveRequest) -> None:
         """Explain a save that wrote nothing: a replayed record, or a lost race."""
@@ -267,9 +269,7 @@ class Store:
         """Mark outbox rows published outside a fetch; returns how many changed."""
         if not ids:
             return 0
-        async with self._engine.connect() as connection:
-            result = await connection.execute(outbox.MARK_PUBLISHED, {"ids": list(ids)})
-            return int(result.rowcount)
+        return await direct.execute(self._engine, outbox.MARK_PUBLISHED_DIRECT, {"ids": list(ids)})
 
     async def outbox_backlog(self) -> int:
         """How many outbox rows are waiting to be published."""

@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import text
 
 from store import jsoncodec
+from store.direct import positional
 
 LOAD = text("""
 SELECT s.version, s.state, (
@@ -90,6 +91,8 @@ SELECT s.version, s.state, (
 FROM (SELECT 1) AS one
 LEFT JOIN sessions AS s ON s.id = :session_id
 """)
+
+LOAD_DIRECT = positional(LOAD)  # the same statement for the store's direct path
 
 
 def _parse_at(value: Any) -> Any:

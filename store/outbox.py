@@ -17,6 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import jsoncodec
+from store.direct import positional
 from store.records import OutboxRow
 
 _FETCH = """
@@ -49,6 +50,8 @@ MARK_PUBLISHED = text("""
 UPDATE outbox SET published_at = now()
 WHERE id = ANY(CAST(:ids AS bigint[])) AND published_at IS NULL
 """)
+
+MARK_PUBLISHED_DIRECT = positional(MARK_PUBLISHED)  # the same statement, store's direct path
 
 BACKLOG = text("SELECT count(*) FROM outbox WHERE published_at IS NULL")
 

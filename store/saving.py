@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import TextClause, text
 
 from store import jsoncodec
+from store.direct import Positional, positional
 from store.input_ids import stored_input_id
 from store.records import SaveRequest
 
@@ -82,6 +83,16 @@ SELECT (SELECT version FROM s) AS version,
 # Built once: parsing a statement's bind parameters costs more than running it on a warm pool.
 SAVE_NEW = text("WITH s AS (" + _INSERT_SESSION + ")" + _APPEND_TURN_AND_OUTBOX)
 SAVE_EXISTING = text("WITH s AS (" + _UPDATE_SESSION + ")" + _APPEND_TURN_AND_OUTBOX)
+
+
+# The same two statements for the store's direct path (asyncpg's ``$n`` parameters).
+SAVE_NEW_DIRECT = positional(SAVE_NEW)
+SAVE_EXISTING_DIRECT = positional(SAVE_EXISTING)
+
+
+def direct_statement(request: SaveRequest) -> Positional:
+    """`save_statement(request)` in asyncpg's form."""
+    return SAVE_NEW_DIRECT if request.expected_version == 0 else SAVE_EXISTING_DIRECT
 
 
 def save_statement(request: SaveRequest) -> TextClause:

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import asyncpg
 import pytest
 from sqlalchemy import event
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
 
-from store import SourceRecord, Store
+from store import SourceRecord, Store, direct
 from tests.store.builders import save_request
 
 
@@ -31,6 +32,22 @@ def sent(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         return await start(self)
 
     monkeypatch.setattr(AsyncAdapt_asyncpg_connection, "_start_transaction", start_transaction)
+
+    # The per-turn statements run on the asyncpg connection directly (store/direct.py): they
+    # are counted by the store's own hook, and one sent inside a transaction says so.
+    def driver_call(name: str) -> Any:
+        original = getattr(asyncpg.Connection, name)
+
+        async def call(self: asyncpg.Connection, query: str, *args: Any, **kwargs: Any) -> Any:
+            if self.is_in_transaction():
+                log.append("BEGIN")
+            return await original(self, query, *args, **kwargs)
+
+        return call
+
+    for name in ("fetchrow", "execute"):
+        monkeypatch.setattr(asyncpg.Connection, name, driver_call(name))
+    monkeypatch.setattr(direct, "statement_listeners", [log.append])
     engine = store.engine.sync_engine
     event.listen(engine, "before_cursor_execute", on_statement)
     yield log
