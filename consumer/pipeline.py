@@ -9,7 +9,9 @@ its outbox is flushed again.
 - A version conflict (another writer saved first) reloads and reruns, at most
   ``max_version_conflicts`` times, then raises ``VersionConflictsExhausted`` for ``decisions``.
 - The load also says whether the record is already in the turn log and how many of the
-  session's outbox rows are unpublished, so a turn costs three round trips: load, save, mark.
+  session's outbox rows are unpublished, so a turn costs three round trips: load, save, mark;
+  the save and the mark are shared with the turns that finish at the same time (one statement
+  for all of them: ``SaveGroup``, ``PublishedMarks``), each turn keeping its own outcome.
 - A record already in the turn log is skipped after re-flushing the session's unpublished rows,
   because its replies may be among them (no flush when the load found none).
 - So is an input whose id the conversation already had (a message's ``id``, ``event:{key}``,
@@ -39,6 +41,7 @@ from typing import Any, Literal, Protocol
 
 from consumer import crash, metrics
 from consumer.decisions import VersionConflictsExhausted
+from consumer.group_commit import SaveGroup
 from consumer.outbox import OutboxPublisher
 from consumer.parser import ParsedInput
 from engine.recording import RecordingLevel, Tape, fields_written, taping
@@ -194,6 +197,7 @@ class TurnPipeline:
         self._history_limit = history_limit
         self._max_conflicts = max_version_conflicts
         self._recording: RecordingLevel = recording
+        self._saves = SaveGroup(store)
 
     async def apply(
         self, work: TurnWork, *, may_publish: Callable[[], bool] = lambda: True
@@ -228,7 +232,7 @@ class TurnPipeline:
                 work, loaded.version, version, result, tape, loaded.state, consumed
             )
             try:
-                saved = await self._store.save_turn(save)
+                saved = await self._saves.save(save)
             except VersionConflict:
                 conflicts += 1
                 metrics.VERSION_CONFLICTS.inc()

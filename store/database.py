@@ -183,6 +183,44 @@ class Store:
             version=int(row["version"]), outbox_ids=[int(i) for i in row["outbox_ids"]]
         )
 
+    async def save_turns(self, requests: Sequence[SaveRequest]) -> list[SavedTurn | Exception]:
+        """Save several sessions' turns in one statement (a group commit). For each request, in
+        order: its `SavedTurn`, or the error `save_turn` raises for it alone (`VersionConflict`,
+        `AlreadyApplied`, `DuplicateInput`, or a database error), returned, not raised.
+
+        Each session may appear once. Every save keeps its own version check: one that fails
+        writes nothing and the others commit. When the statement fails as a whole (a replay or a
+        duplicate input among them aborts it on a unique index; or any other error), each
+        request goes through `save_turn` alone, so each gets exactly its own outcome.
+        """
+        if len(requests) <= 1:
+            return [await self._save_alone(request) for request in requests]
+        try:
+            parameters = saving.save_many_parameters(requests)
+            rows = await direct.fetch(self._engine, saving.SAVE_MANY_DIRECT, parameters)
+        except Exception:
+            return [await self._save_alone(request) for request in requests]
+        results: list[SavedTurn | Exception] = []
+        for request, row in zip(requests, rows, strict=True):
+            if row["version"] is None:
+                results.append(await self._save_alone(request, conflict=True))
+            else:
+                ids = [int(i) for i in row["outbox_ids"]]
+                results.append(SavedTurn(version=int(row["version"]), outbox_ids=ids))
+        return results
+
+    async def _save_alone(
+        self, request: SaveRequest, *, conflict: bool = False
+    ) -> SavedTurn | Exception:
+        """`save_turn`'s outcome, the error returned; with `conflict`, the explanation of a
+        save that wrote nothing (`_raise_conflict`)."""
+        try:
+            if conflict:
+                await self._raise_conflict(request)
+            return await self.save_turn(request)
+        except Exception as error:
+            return error
+
     async def _raise_conflict(self, request: SaveRequest) -> None:
         """Explain a save that wrote nothing: a replayed record, or a lost race."""
         source = request.turn.source

@@ -34,7 +34,7 @@ from sqlalchemy import TextClause
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-__all__ = ["Positional", "execute", "fetchrow", "positional", "statement_listeners"]
+__all__ = ["Positional", "execute", "fetch", "fetchrow", "positional", "statement_listeners"]
 
 # ":name" but not the second colon of a "::type" cast, nor a colon inside a word.
 _PARAMETER = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
@@ -84,6 +84,25 @@ async def fetchrow(
             return await driver.fetchrow(statement.sql, *arguments)
         except asyncio.CancelledError:
             # Cancelled mid-protocol: the connection's state is unknown, so it leaves the pool.
+            await connection.invalidate()
+            raise
+        except Exception as error:
+            raise await _as_sqlalchemy(connection, driver, statement, error) from error
+
+
+async def fetch(
+    engine: AsyncEngine, statement: Positional, parameters: Mapping[str, Any]
+) -> list[asyncpg.Record]:
+    """Run ``statement`` and return all its rows."""
+    arguments = statement.arguments(parameters)
+    async with engine.connect() as connection:
+        driver = await _driver(connection)
+        for listener in statement_listeners:
+            listener(statement.sql)
+        try:
+            rows: list[asyncpg.Record] = await driver.fetch(statement.sql, *arguments)
+            return rows
+        except asyncio.CancelledError:
             await connection.invalidate()
             raise
         except Exception as error:

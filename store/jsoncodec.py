@@ -1,8 +1,9 @@
 """JSON encoding for jsonb parameters.
 
 The store sends JSON as text and casts it in SQL (`CAST(:x AS jsonb)`), so one encoder decides
-how non-JSON Python values are written: datetimes and dates as ISO 8601, UUIDs and Decimals as
-strings (no float rounding), pydantic models in their JSON mode, sets and tuples as lists.
+how non-JSON Python values are written: datetimes and dates as ISO 8601 (UTC as "Z"), UUIDs
+and Decimals as strings (no float rounding), pydantic models in their JSON mode, sets and
+tuples as lists.
 
 PostgreSQL's jsonb cannot hold U+0000, and one NUL in a customer's message must not make a
 session unsavable, so NULs are written as U+FFFD (the replacement character).

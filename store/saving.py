@@ -16,6 +16,7 @@ commit order.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import TextClause, text
@@ -147,3 +148,129 @@ def save_parameters(request: SaveRequest) -> dict[str, Any]:
     if request.expected_version > 0:
         parameters["expected_version"] = request.expected_version
     return parameters
+
+
+# -- many turns in one statement (group commit) -------------------------------------------------
+#
+# The same writes as above for several sessions at once: one row of `r` per save, each with its
+# own version check. A save whose check fails writes nothing and comes back with a NULL
+# version, exactly as it would alone; the others commit. Its rows' columns travel as parallel
+# arrays (JSON as text, cast per row), one array per column. The caller gives each session at
+# most once per statement, so `UPDATE ... FROM r` matches a session row to one save.
+
+_SAVE_MANY = """
+WITH r AS (
+    SELECT * FROM unnest(
+        CAST(:session_ids AS text[]), CAST(:expected_versions AS bigint[]),
+        CAST(:states AS text[]), CAST(:inputs AS text[]), CAST(:messages AS text[]),
+        CAST(:schedules AS text[]), CAST(:outcomes AS text[]), CAST(:starteds AS text[]),
+        CAST(:endeds AS text[]), CAST(:skippeds AS text[]), CAST(:llm_calls AS integer[]),
+        CAST(:created_ats AS timestamptz[]), CAST(:clock_ats AS timestamptz[]),
+        CAST(:model_calls AS text[]), CAST(:source_topics AS text[]),
+        CAST(:source_partitions AS integer[]), CAST(:source_offsets AS bigint[]),
+        CAST(:input_ids AS text[]), CAST(:earliers AS text[]), CAST(:outboxes AS text[])
+    ) WITH ORDINALITY AS r(
+        session_id, expected_version, state, input, messages, schedule, outcomes, started,
+        ended, skipped, llm_calls, created_at, clock_at, model_calls, source_topic,
+        source_partition, source_offset, input_id, earlier, outbox, n
+    )
+), updated AS (
+    UPDATE sessions AS s
+    SET version = r.expected_version + 1, state = CAST(r.state AS jsonb), updated_at = now()
+    FROM r
+    WHERE r.expected_version > 0 AND s.id = r.session_id AND s.version = r.expected_version
+    RETURNING s.id, s.version
+), created AS (
+    INSERT INTO sessions (id, version, state)
+    SELECT r.session_id, 1, CAST(r.state AS jsonb) FROM r
+    WHERE r.expected_version = 0
+    ORDER BY r.n
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id, version
+), s AS (
+    SELECT id, version FROM updated UNION ALL SELECT id, version FROM created
+), saved AS (
+    SELECT r.*, s.version AS new_version FROM r JOIN s ON s.id = r.session_id
+), turn AS (
+    INSERT INTO turns (
+        session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
+        llm_calls, created_at, source_topic, source_partition, source_offset, clock_at,
+        model_calls, input_id
+    )
+    SELECT saved.session_id, saved.new_version, CAST(saved.input AS jsonb),
+           CAST(saved.messages AS jsonb), CAST(saved.schedule AS jsonb),
+           CAST(saved.outcomes AS jsonb), CAST(saved.started AS jsonb),
+           CAST(saved.ended AS jsonb), CAST(saved.skipped AS jsonb), saved.llm_calls,
+           coalesce(saved.created_at, now()), saved.source_topic, saved.source_partition,
+           saved.source_offset, saved.clock_at, CAST(saved.model_calls AS jsonb),
+           saved.input_id
+    FROM saved
+    ORDER BY saved.n
+    RETURNING id, session_id
+), earlier AS (
+    INSERT INTO turn_sources (
+        turn_id, session_id, source_topic, source_partition, source_offset, input_id
+    )
+    SELECT turn.id, turn.session_id, e.topic, e.part, e.off, e.input_id
+    FROM turn JOIN saved ON saved.session_id = turn.session_id, ROWS FROM (
+        jsonb_to_recordset(CAST(saved.earlier AS jsonb))
+            AS (topic text, part integer, off bigint, input_id text)
+    ) AS e
+    RETURNING id
+), out AS (
+    INSERT INTO outbox (session_id, topic, key, payload)
+    SELECT saved.session_id, e.topic, e.key, e.payload
+    FROM saved, ROWS FROM (
+        jsonb_to_recordset(CAST(saved.outbox AS jsonb)) AS (topic text, key text, payload jsonb)
+    ) WITH ORDINALITY AS e(topic, key, payload, m)
+    ORDER BY saved.n, e.m
+    RETURNING id, session_id
+)
+SELECT r.n, s.version,
+       (SELECT coalesce(array_agg(out.id ORDER BY out.id), '{}') FROM out
+        WHERE out.session_id = r.session_id) AS outbox_ids,
+       (SELECT count(*) FROM earlier) AS earlier
+FROM r LEFT JOIN s ON s.id = r.session_id
+ORDER BY r.n
+"""
+
+SAVE_MANY = text(_SAVE_MANY)
+SAVE_MANY_DIRECT = positional(SAVE_MANY)
+
+# Parameter of the single save -> array parameter of the statement above.
+_MANY_COLUMNS = {
+    "session_id": "session_ids",
+    "state": "states",
+    "input": "inputs",
+    "messages": "messages",
+    "schedule": "schedules",
+    "outcomes": "outcomes",
+    "started": "starteds",
+    "ended": "endeds",
+    "skipped": "skippeds",
+    "llm_calls": "llm_calls",
+    "created_at": "created_ats",
+    "clock_at": "clock_ats",
+    "model_calls": "model_calls",
+    "source_topic": "source_topics",
+    "source_partition": "source_partitions",
+    "source_offset": "source_offsets",
+    "input_id": "input_ids",
+    "earlier": "earliers",
+    "outbox": "outboxes",
+}
+
+
+def save_many_parameters(requests: Sequence[SaveRequest]) -> dict[str, Any]:
+    """Bind parameters for `SAVE_MANY` (each session at most once in `requests`)."""
+    sessions = [r.session_id for r in requests]
+    if len(set(sessions)) != len(sessions):
+        raise ValueError("a session may appear only once in a group save")
+    columns: dict[str, list[Any]] = {name: [] for name in _MANY_COLUMNS.values()}
+    columns["expected_versions"] = []
+    for request in requests:
+        one = save_parameters(request)
+        for single, many in _MANY_COLUMNS.items():
+            columns[many].append(one[single])
+        columns["expected_versions"].append(request.expected_version)
+    return dict(columns)

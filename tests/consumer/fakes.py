@@ -87,6 +87,16 @@ class FakeStore:
         self.calls.append("is_applied")
         return (topic, partition, offset) in self.applied
 
+    async def save_turns(self, requests: Sequence[SaveRequest]) -> list[SavedTurn | Exception]:
+        """The real store's contract: each request's own outcome, errors returned."""
+        results: list[SavedTurn | Exception] = []
+        for request in requests:
+            try:
+                results.append(await self.save_turn(request))
+            except Exception as error:
+                results.append(error)
+        return results
+
     async def save_turn(self, request: SaveRequest) -> SavedTurn:
         self.calls.append("save_turn")
         if self.rival_writes:

@@ -40,7 +40,8 @@ async def test_state_round_trips_every_json_type(store: Store) -> None:
 
 
 async def test_python_values_are_stored_in_their_json_form(store: Store) -> None:
-    """Datetimes, dates, UUIDs and Decimals are written as ISO / exact strings."""
+    """Datetimes, dates, UUIDs and Decimals are written as ISO / exact strings (UTC as "Z",
+    the form the engine's own JSON dumps use)."""
     at = datetime(2026, 11, 30, 6, 0, 1, 123456, tzinfo=UTC)
     state = {
         "last_user_at": at,
@@ -52,7 +53,7 @@ async def test_python_values_are_stored_in_their_json_form(store: Store) -> None
     await store.save_turn(save_request("s1", 0, state=state))
     loaded = await store.load("s1")
     assert loaded.state == {
-        "last_user_at": "2026-11-30T06:00:01.123456+00:00",
+        "last_user_at": "2026-11-30T06:00:01.123456Z",
         "day": "2026-11-30",
         "id": "12345678-1234-5678-1234-567812345678",
         "price": "19.90",

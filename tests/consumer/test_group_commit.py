@@ -1,0 +1,97 @@
+"""SaveGroup: turns finishing together share one statement, each keeping its own outcome."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from consumer.group_commit import SaveGroup
+from store import AlreadyApplied, SavedTurn, SourceRecord, Store, VersionConflict, direct
+from tests.consumer.fakes import FakeStore
+from tests.store.builders import save_request
+
+
+async def test_sixty_conversations_share_statements_and_keep_their_rows(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[str] = []
+    monkeypatch.setattr(direct, "statement_listeners", [sent.append])
+    group = SaveGroup(store)
+    requests = [
+        save_request(f"c{n}", 0, outbox=1 + n % 2, source=SourceRecord("in", n % 3, n))
+        for n in range(60)
+    ]
+    results = await asyncio.gather(*(group.save(r) for r in requests))
+    assert all(r.version == 1 for r in results)
+    assert len(sent) < len(requests)  # the first goes alone, the rest in groups
+    ids = [i for r in results for i in r.outbox_ids]
+    assert len(ids) == len(set(ids))
+    for request, result in zip(requests, results, strict=True):
+        assert len(result.outbox_ids) == len(request.outbox)
+        assert (await store.load(request.session_id)).unpublished == len(request.outbox)
+
+
+async def test_each_waiter_gets_its_own_error(store: Store) -> None:
+    await store.save_turn(save_request("a", 0, source=SourceRecord("in", 0, 1)))
+    group = SaveGroup(store)
+    outcomes = await asyncio.gather(
+        group.save(save_request("b", 0)),
+        group.save(save_request("a", 4)),  # stale
+        group.save(save_request("c", 0, source=SourceRecord("in", 0, 1))),  # a's record
+        group.save(save_request("d", 0)),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[0], SavedTurn) and isinstance(outcomes[3], SavedTurn)
+    assert isinstance(outcomes[1], VersionConflict)
+    assert isinstance(outcomes[2], AlreadyApplied)
+
+
+async def test_one_session_is_never_twice_in_a_statement() -> None:
+    """Two saves of one session (the consumer never makes them at once, but if it did) go in
+    different statements, in arrival order: the second sees the first's version."""
+    store = FakeStore()
+    groups: list[list[str]] = []
+    save_turns = store.save_turns
+
+    async def recorded(requests: list) -> list:  # type: ignore[type-arg]
+        groups.append([r.session_id for r in requests])
+        return await save_turns(requests)
+
+    store.save_turns = recorded  # type: ignore[method-assign]
+    group = SaveGroup(store)  # type: ignore[arg-type]
+    first = save_request("s", 0, source=SourceRecord("in", 0, 1))
+    second = save_request("s", 1, source=SourceRecord("in", 0, 2))
+    other = save_request("t", 0, source=SourceRecord("in", 0, 3))
+    results = await asyncio.gather(group.save(first), group.save(second), group.save(other))
+    assert [r.version for r in results] == [1, 2, 1]
+    assert all(len(g) == len(set(g)) for g in groups)
+
+
+async def test_a_cancelled_waiter_does_not_stop_the_others() -> None:
+    store = FakeStore()
+    group = SaveGroup(store)  # type: ignore[arg-type]
+    gate = asyncio.Event()
+    save_turns = store.save_turns
+
+    async def slow(requests: list) -> list:  # type: ignore[type-arg]
+        await gate.wait()
+        return await save_turns(requests)
+
+    store.save_turns = slow  # type: ignore[method-assign]
+    first = asyncio.create_task(group.save(save_request("a", 0, source=SourceRecord("in", 0, 1))))
+    await asyncio.sleep(0)
+    second = asyncio.create_task(group.save(save_request("b", 0, source=SourceRecord("in", 0, 2))))
+    third = asyncio.create_task(group.save(save_request("c", 0, source=SourceRecord("in", 0, 3))))
+    await asyncio.sleep(0)
+    second.cancel()
+    gate.set()
+    assert (await first).version == 1
+    assert (await third).version == 1
+    with pytest.raises(asyncio.CancelledError):
+        await second
+
+
+def test_a_group_needs_room_for_one() -> None:
+    with pytest.raises(ValueError, match="max_group"):
+        SaveGroup(FakeStore(), max_group=0)  # type: ignore[arg-type]
