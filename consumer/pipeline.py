@@ -10,8 +10,8 @@ its outbox is flushed again.
   ``max_version_conflicts`` times, then raises ``VersionConflictsExhausted`` for ``decisions``.
 - The load also says whether the record is already in the turn log and how many of the
   session's outbox rows are unpublished, so a turn costs three round trips: load, save, mark;
-  the save and the mark are shared with the turns that finish at the same time (one statement
-  for all of them: ``SaveGroup``, ``PublishedMarks``), each turn keeping its own outcome.
+  each is shared with the turns that start or finish at the same time (one statement for all
+  of them: ``LoadGroup``, ``SaveGroup``, ``PublishedMarks``), each turn keeping its own outcome.
 - A record already in the turn log is skipped after re-flushing the session's unpublished rows,
   because its replies may be among them (no flush when the load found none).
 - So is an input whose id the conversation already had (a message's ``id``, ``event:{key}``,
@@ -41,7 +41,7 @@ from typing import Any, Literal, Protocol
 
 from consumer import crash, metrics
 from consumer.decisions import VersionConflictsExhausted
-from consumer.group_commit import SaveGroup
+from consumer.groups import LoadGroup, SaveGroup
 from consumer.outbox import OutboxPublisher
 from consumer.parser import ParsedInput
 from engine.recording import RecordingLevel, Tape, fields_written, taping
@@ -49,6 +49,7 @@ from store import (
     AlreadyApplied,
     ConsumedInput,
     DuplicateInput,
+    LoadRequest,
     OutboxEntry,
     SaveRequest,
     SourceRecord,
@@ -197,6 +198,7 @@ class TurnPipeline:
         self._history_limit = history_limit
         self._max_conflicts = max_version_conflicts
         self._recording: RecordingLevel = recording
+        self._loads = LoadGroup(store, history_limit=history_limit)
         self._saves = SaveGroup(store)
 
     async def apply(
@@ -208,11 +210,14 @@ class TurnPipeline:
         started = time.perf_counter()
         conflicts = 0
         while True:
-            loaded = await self._store.load(
-                parsed.session_id,
-                history_limit=self._history_limit,
-                sources=[p.source for p in asked],
-                input_ids=[i for p in asked if (i := conversation_input_id(p.parsed.request))],
+            loaded = await self._loads.load(
+                LoadRequest(
+                    parsed.session_id,
+                    sources=tuple(p.source for p in asked),
+                    input_ids=tuple(
+                        i for p in asked if (i := conversation_input_id(p.parsed.request))
+                    ),
+                )
             )
             if loaded.applied:
                 return await self._skip_replay(work, may_publish, loaded.unpublished)

@@ -25,6 +25,7 @@ from store.outbox import OutboxBatch
 from store.records import (
     DeadLetterRecord,
     LoadedSession,
+    LoadRequest,
     LoggedTurn,
     SavedTurn,
     SaveRequest,
@@ -45,6 +46,31 @@ _APPLIED = text(
     " OR EXISTS (SELECT 1 FROM turn_sources WHERE source_topic = :topic"
     " AND source_partition = :partition AND source_offset = :offset)"
 )
+
+
+def _loaded(request: LoadRequest, row: Any) -> LoadedSession:
+    """One row of the load statement as the turn's `LoadedSession`."""
+    asked_sources, asked_ids = request.sources, request.input_ids
+    applied_sources = frozenset(asked_sources[n - 1] for n in row["applied"] or ())
+    duplicate_ids = frozenset(asked_ids[n - 1] for n in row["duplicate"] or ())
+    found = LoadedSession(
+        state=None,
+        version=0,
+        history=[],
+        applied=bool(asked_sources) and len(applied_sources) == len(set(asked_sources)),
+        duplicate=bool(asked_ids) and len(duplicate_ids) == len(set(asked_ids)),
+        applied_sources=applied_sources,
+        duplicate_ids=duplicate_ids,
+        unpublished=int(row["unpublished"]),
+    )
+    if row["version"] is None:
+        return found
+    return dataclasses.replace(
+        found,
+        state=jsoncodec.loads(row["state"]),
+        version=int(row["version"]),
+        history=history.history_entries(row["history"]),
+    )
 
 
 class Store:
@@ -116,39 +142,35 @@ class Store:
         many of its outbox rows are unpublished, which of the turn's source records (`source`,
         or `sources` for a burst) are already in the turn log and which of its input ids
         (`input_id`, or `input_ids`) the session already had — one statement, one round trip."""
-        asked_sources = list(sources) or ([source] if source is not None else [])
-        asked_ids = [i for i in (*input_ids, *([] if input_ids else [input_id])) if i]
-        stored_ids = [stored_input_id(i) for i in asked_ids]
+        asked = LoadRequest(
+            session_id,
+            sources=tuple(sources) or ((source,) if source is not None else ()),
+            input_ids=tuple(i for i in (*input_ids, *([] if input_ids else [input_id])) if i),
+        )
+        return (await self.load_many([asked], history_limit=history_limit))[0]
+
+    async def load_many(
+        self, requests: Sequence[LoadRequest], *, history_limit: int = 20
+    ) -> list[LoadedSession]:
+        """`load` for several sessions in one statement (the consumer groups the loads of turns
+        that start together); one result per request, in order."""
+        if not requests:
+            return []
         parameters = {
-            "session_id": session_id,
-            "input_ids": stored_ids,
+            "session_ids": [r.session_id for r in requests],
+            "sources": [
+                jsoncodec.dumps(
+                    [{"topic": s.topic, "part": s.partition, "off": s.offset} for s in r.sources]
+                )
+                for r in requests
+            ],
+            "input_ids": [
+                jsoncodec.dumps([stored_input_id(i) for i in r.input_ids]) for r in requests
+            ],
             "history_limit": history_limit,
-            "source_topics": [s.topic for s in asked_sources],
-            "source_partitions": [s.partition for s in asked_sources],
-            "source_offsets": [s.offset for s in asked_sources],
         }
-        row = await direct.fetchrow(self._engine, history.LOAD_DIRECT, parameters)
-        assert row is not None  # the statement always returns its one row
-        applied_sources = frozenset(asked_sources[n - 1] for n in row["applied"] or ())
-        duplicate_ids = frozenset(asked_ids[n - 1] for n in row["duplicate"] or ())
-        found = LoadedSession(
-            state=None,
-            version=0,
-            history=[],
-            applied=bool(asked_sources) and len(applied_sources) == len(set(asked_sources)),
-            duplicate=bool(asked_ids) and len(duplicate_ids) == len(set(asked_ids)),
-            applied_sources=applied_sources,
-            duplicate_ids=duplicate_ids,
-            unpublished=int(row["unpublished"]),
-        )
-        if row["version"] is None:
-            return found
-        return dataclasses.replace(
-            found,
-            state=jsoncodec.loads(row["state"]),
-            version=int(row["version"]),
-            history=history.history_entries(row["history"]),
-        )
+        rows = await direct.fetch(self._engine, history.LOAD_DIRECT, parameters)
+        return [_loaded(request, row) for request, row in zip(requests, rows, strict=True)]
 
     async def save_turn(self, request: SaveRequest) -> SavedTurn:
         """Write the session, its turn-log row and its outbox rows atomically (one round trip).

@@ -1,4 +1,7 @@
-"""Loading a session, its history and what the consumer must know before a turn, in one statement.
+"""Loading sessions, their history and what the consumer must know before a turn, in one statement.
+
+One row per session asked for (several at once when turns start together; the consumer groups
+them), in the order asked.
 
 Besides the session's state, version and history, the statement answers the questions the
 consumer otherwise asked in round trips of their own: which of the turn's source records are
@@ -25,11 +28,10 @@ from store import jsoncodec
 from store.direct import positional
 
 LOAD = text("""
-SELECT s.version, s.state, (
+SELECT q.n, s.version, s.state, (
     SELECT coalesce(array_agg(x.n ORDER BY x.n), '{}')
-    FROM unnest(
-        CAST(:source_topics AS text[]), CAST(:source_partitions AS integer[]),
-        CAST(:source_offsets AS bigint[])
+    FROM ROWS FROM (
+        jsonb_to_recordset(CAST(q.sources AS jsonb)) AS (topic text, part integer, off bigint)
     ) WITH ORDINALITY AS x(topic, part, off, n)
     WHERE EXISTS (
         SELECT 1 FROM turns
@@ -40,14 +42,14 @@ SELECT s.version, s.state, (
     )
 ) AS applied, (
     SELECT coalesce(array_agg(x.n ORDER BY x.n), '{}')
-    FROM unnest(CAST(:input_ids AS text[])) WITH ORDINALITY AS x(input_id, n)
+    FROM jsonb_array_elements_text(CAST(q.input_ids AS jsonb)) WITH ORDINALITY AS x(input_id, n)
     WHERE EXISTS (
-        SELECT 1 FROM turns WHERE session_id = :session_id AND input_id = x.input_id
+        SELECT 1 FROM turns WHERE session_id = q.session_id AND input_id = x.input_id
     ) OR EXISTS (
-        SELECT 1 FROM turn_sources WHERE session_id = :session_id AND input_id = x.input_id
+        SELECT 1 FROM turn_sources WHERE session_id = q.session_id AND input_id = x.input_id
     )) AS duplicate, (
     SELECT count(*) FROM outbox
-    WHERE session_id = :session_id AND published_at IS NULL
+    WHERE session_id = q.session_id AND published_at IS NULL
 ) AS unpublished, (
     SELECT coalesce(jsonb_agg(h.entry ORDER BY h.version, h.ord), '[]'::jsonb)
     FROM (
@@ -55,7 +57,7 @@ SELECT s.version, s.state, (
         FROM (
             SELECT version, input, messages, created_at
             FROM turns
-            WHERE session_id = :session_id
+            WHERE session_id = q.session_id
               AND (input ? 'message' OR jsonb_array_length(messages) > 0)
             ORDER BY version DESC
             LIMIT :history_limit
@@ -88,8 +90,11 @@ SELECT s.version, s.state, (
         LIMIT :history_limit
     ) AS h
 ) AS history
-FROM (SELECT 1) AS one
-LEFT JOIN sessions AS s ON s.id = :session_id
+FROM unnest(
+    CAST(:session_ids AS text[]), CAST(:sources AS text[]), CAST(:input_ids AS text[])
+) WITH ORDINALITY AS q(session_id, sources, input_ids, n)
+LEFT JOIN sessions AS s ON s.id = q.session_id
+ORDER BY q.n
 """)
 
 LOAD_DIRECT = positional(LOAD)  # the same statement for the store's direct path

@@ -93,6 +93,16 @@ class SavedTurn:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadRequest:
+    """What a turn asks of its load: the session, and the source records and input ids (all of
+    a burst's) whose presence in the turn log makes it a replay or a duplicate."""
+
+    session_id: str
+    sources: tuple[SourceRecord, ...] = ()
+    input_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class LoadedSession:
     """A session as stored: `state` None and `version` 0 when it does not exist yet.
 

@@ -17,6 +17,7 @@ from store import (
     DeadLetterRecord,
     DuplicateInput,
     LoadedSession,
+    LoadRequest,
     OutboxRow,
     SavedTurn,
     SaveRequest,
@@ -86,6 +87,16 @@ class FakeStore:
     async def is_applied(self, topic: str, partition: int, offset: int) -> bool:
         self.calls.append("is_applied")
         return (topic, partition, offset) in self.applied
+
+    async def load_many(
+        self, requests: Sequence[LoadRequest], *, history_limit: int = 20
+    ) -> list[LoadedSession]:
+        """The real store's contract: one result per request, in order."""
+        return [
+            await self.load(r.session_id, history_limit=history_limit, sources=r.sources,
+                            input_ids=r.input_ids)
+            for r in requests
+        ]
 
     async def save_turns(self, requests: Sequence[SaveRequest]) -> list[SavedTurn | Exception]:
         """The real store's contract: each request's own outcome, errors returned."""

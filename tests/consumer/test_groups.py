@@ -6,8 +6,16 @@ import asyncio
 
 import pytest
 
-from consumer.group_commit import SaveGroup
-from store import AlreadyApplied, SavedTurn, SourceRecord, Store, VersionConflict, direct
+from consumer.groups import LoadGroup, SaveGroup
+from store import (
+    AlreadyApplied,
+    LoadRequest,
+    SavedTurn,
+    SourceRecord,
+    Store,
+    VersionConflict,
+    direct,
+)
 from tests.consumer.fakes import FakeStore
 from tests.store.builders import save_request
 
@@ -95,3 +103,20 @@ async def test_a_cancelled_waiter_does_not_stop_the_others() -> None:
 def test_a_group_needs_room_for_one() -> None:
     with pytest.raises(ValueError, match="max_group"):
         SaveGroup(FakeStore(), max_group=0)  # type: ignore[arg-type]
+
+
+async def test_loads_started_together_share_statements(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(50):
+        await store.save_turn(save_request(f"l{n}", 0, replies=[f"hello {n}"],
+                                           source=SourceRecord("in", 0, 5000 + n)))
+    sent: list[str] = []
+    monkeypatch.setattr(direct, "statement_listeners", [sent.append])
+    group = LoadGroup(store, history_limit=10)
+    asks = [LoadRequest(f"l{n}", sources=(SourceRecord("in", 0, 5000 + n),)) for n in range(50)]
+    loaded = await asyncio.gather(*(group.load(a) for a in asks))
+    assert len(sent) < len(asks)
+    for n, one in enumerate(loaded):
+        assert one.version == 1 and one.applied
+        assert [e["text"] for e in one.history if e["role"] == "assistant"] == [f"hello {n}"]
