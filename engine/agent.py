@@ -234,7 +234,13 @@ class Agent:
 
     async def turn(self, request: TurnRequest | dict[str, Any]) -> TurnResult:
         """One turn: the eight phases of docs/concepts.md, in order."""
-        state = await load.run(self._config, TurnRequest.parse(request))  # 1 Load
+        # A session dict inside a dict request is validated into a Session no caller holds:
+        # Load lets the turn write that one instead of copying it again.
+        stored = request.get("session") if isinstance(request, dict) else None
+        parsed = TurnRequest.parse(request)
+        state = await load.run(  # 1 Load
+            self._config, parsed, stored if isinstance(stored, dict) else None
+        )
         await plan.check(state)  # lifecycle step 1: the host's plan check, before any call
         await images.read(state)  # lifecycle step 2: the customer's images, when read at all
         ingest.run(state)  # 2 Ingest

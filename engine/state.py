@@ -1,12 +1,13 @@
 """``TurnState``: the working memory of one turn, passed from phase to phase.
 
-It holds the deep-copied session (the only session the phases write), the result lines as
-they accumulate, and the few facts one phase leaves for a later one (who holds the floor, who
-speaks, who already answered). It lives for one ``turn()`` call and is never returned.
+It holds the turn's own copy of the session (the only session the phases write), the result
+lines as they accumulate, and the few facts one phase leaves for a later one (who holds the
+floor, who speaks, who already answered). It lives for one ``turn()`` call and is never returned.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -56,7 +57,8 @@ class TurnState:
     request: TurnRequest
     now: datetime
     session: Session
-    original: Session
+    # The session as it came in, for ``changed``: built only when a turn asks (see original()).
+    original_of: Callable[[], Session]
     history: list[HistoryEntry]
     ignored: bool = False
     done: bool = False
@@ -125,6 +127,10 @@ class TurnState:
         if not suspended:
             return None
         return max(suspended, key=lambda r: r.suspended_seq or 0)
+
+    def original(self) -> Session:
+        """The session as the turn received it (a fresh one when none came)."""
+        return self.original_of()
 
     def live(self, run_id: str) -> Run | None:
         return self.session.run(run_id)
