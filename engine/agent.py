@@ -78,6 +78,9 @@ class AgentConfig:
     message_triggers: tuple[tuple[Flow, int, MessageTrigger], ...] = field(default=())
     mention_triggers: tuple[tuple[Flow, int, MentionTrigger], ...] = field(default=())
     silence_triggers: tuple[tuple[Flow, int, SilenceTrigger], ...] = field(default=())
+    # Whether any flow has a wait step with an ``else`` (taken when the customer replies to a
+    # run parked there); when none has, a message turn skips looking through the live runs.
+    waits_with_else: bool = True
 
 
 class _Keep:
@@ -185,6 +188,11 @@ class Agent:
             message_triggers=_first_triggers(parsed_flows, MessageTrigger),
             mention_triggers=_first_triggers(parsed_flows, MentionTrigger),
             silence_triggers=_first_triggers(parsed_flows, SilenceTrigger),
+            waits_with_else=any(
+                isinstance(step, WaitStep) and step.else_ is not None
+                for flow in parsed_flows
+                for step in flow.steps
+            ),
         )
         _validate(config)
         object.__setattr__(self, "_config", config)
