@@ -7,7 +7,8 @@ What is measured, all in-process with a ``FakeClock`` and no I/O:
 
 - a code-only turn: a fresh session, one message, a 10-step flow of say/do/if/wait steps;
 - the same kind of turn against sessions with 10, 100 and 1,000 data fields and with 1, 10 and
-  50 live runs parked on event waits (the deep copy and every phase scale with the session);
+  50 live runs parked on event waits (the deep copy and every phase scale with the session),
+  the 50 runs passed both as a ``Session`` and as the JSON dict a host stores;
 - a model turn (understand + speak) against a zero-latency provider, so the figure is the
   engine's own cost, and turns spending only an understand or only a speak call;
 - the engine's own work per call kind in isolation: building the prompt, building the JSON
@@ -208,6 +209,15 @@ def rows(iterations: int) -> list[tuple[str, float, float]]:
             return await agent.turn(request)
 
         add(f"code-only turn, {count} live runs", with_runs)
+
+    # The service's path: the consumer passes the session as it is stored, a JSON dict.
+    stored = asyncio.run(session_with_runs(agent, MAX_LIVE_RUNS)).model_dump(mode="json")
+
+    async def with_stored_runs() -> Any:
+        request = {"session_id": "s1", "message": "oi", "id": "m1", "session": stored}
+        return await agent.turn(request)
+
+    add(f"code-only turn, {MAX_LIVE_RUNS} live runs, session as stored JSON", with_stored_runs)
 
     envelope = {"message": "Prazer! Qual o seu e-mail?", "nome": "Maria", "email": None}
     provider = InstantProvider(

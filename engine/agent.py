@@ -78,6 +78,9 @@ class AgentConfig:
     message_triggers: tuple[tuple[Flow, int, MessageTrigger], ...] = field(default=())
     mention_triggers: tuple[tuple[Flow, int, MentionTrigger], ...] = field(default=())
     silence_triggers: tuple[tuple[Flow, int, SilenceTrigger], ...] = field(default=())
+    # Whether any flow has a wait step with an ``else`` (taken when the customer replies to a
+    # run parked there); when none has, a message turn skips looking through the live runs.
+    waits_with_else: bool = True
 
 
 class _Keep:
@@ -185,6 +188,11 @@ class Agent:
             message_triggers=_first_triggers(parsed_flows, MessageTrigger),
             mention_triggers=_first_triggers(parsed_flows, MentionTrigger),
             silence_triggers=_first_triggers(parsed_flows, SilenceTrigger),
+            waits_with_else=any(
+                isinstance(step, WaitStep) and step.else_ is not None
+                for flow in parsed_flows
+                for step in flow.steps
+            ),
         )
         _validate(config)
         object.__setattr__(self, "_config", config)
@@ -234,7 +242,13 @@ class Agent:
 
     async def turn(self, request: TurnRequest | dict[str, Any]) -> TurnResult:
         """One turn: the eight phases of docs/concepts.md, in order."""
-        state = await load.run(self._config, TurnRequest.parse(request))  # 1 Load
+        # A session dict inside a dict request is validated into a Session no caller holds:
+        # Load lets the turn write that one instead of copying it again.
+        stored = request.get("session") if isinstance(request, dict) else None
+        parsed = TurnRequest.parse(request)
+        state = await load.run(  # 1 Load
+            self._config, parsed, stored if isinstance(stored, dict) else None
+        )
         await plan.check(state)  # lifecycle step 1: the host's plan check, before any call
         await images.read(state)  # lifecycle step 2: the customer's images, when read at all
         ingest.run(state)  # 2 Ingest

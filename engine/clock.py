@@ -25,12 +25,23 @@ def to_utc(value: datetime | str) -> datetime:
     years 1-9999 once moved to UTC (``9999-12-31T23:00:00-05:00``). The message never quotes
     the text: it may be a customer's, and errors travel to logs and dead letters.
     """
-    if isinstance(value, str):
+    if type(value) is datetime:
+        if value.tzinfo is UTC:  # the common case: a time this module already normalised
+            return value
+    elif isinstance(value, str):
+        text = value
         try:
-            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            # Python 3.11 reads a trailing "Z" itself; the rewrite is the fallback that keeps
+            # exactly the strings accepted before.
+            value = datetime.fromisoformat(text)
         except ValueError:
-            raise ValueError("not an ISO 8601 time") from None
-    if not isinstance(value, datetime):
+            try:
+                value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            except ValueError:
+                raise ValueError("not an ISO 8601 time") from None
+        if value.tzinfo is UTC:
+            return value
+    elif not isinstance(value, datetime):
         raise ValueError("expected an ISO 8601 string or a datetime")
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)

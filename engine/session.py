@@ -8,10 +8,10 @@ counter kept in the session, so a replay of the same inputs mints the same ids.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 
 from engine.clock import to_utc
 
@@ -37,7 +37,11 @@ class _Model(BaseModel):
 
 
 class Waiting(_Model):
-    """Why a run is parked: the wake ``key`` that resumes it, and when or what it waits for."""
+    """Why a run is parked: the wake ``key`` that resumes it, and when or what it waits for.
+
+    Frozen: a turn replaces it, never edits it, so a session's copy can share it."""
+
+    model_config = ConfigDict(frozen=True)
 
     key: str
     kind: WaitKind
@@ -74,7 +78,11 @@ class Run(_Model):
 
 
 class Claim(_Model):
-    """A record that something already happened here: a flow start or a ``once`` say."""
+    """A record that something already happened here: a flow start or a ``once`` say.
+
+    Frozen, like ``Waiting``: a new claim replaces the old one."""
+
+    model_config = ConfigDict(frozen=True)
 
     at: UtcDatetime
     count: int = 1
@@ -105,6 +113,119 @@ class Session(_Model):
     def next_seq(self) -> int:
         self.seq += 1
         return self.seq
+
+
+_ANY_DICT: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+M = TypeVar("M", bound=BaseModel)
+
+
+def _values(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` rebuilt the way ``model_dump`` rebuilds a ``dict[str, Any]`` field: every
+    nested dict, list, tuple and set is new; strings, numbers and other objects are shared."""
+    return _ANY_DICT.dump_python(value) if value else {}
+
+
+# Setters of the four slots every pydantic model instance has: a copy fills them directly.
+_SET_DICT = BaseModel.__dict__["__dict__"].__set__
+_SET_FIELDS_SET = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_SET_EXTRA = BaseModel.__dict__["__pydantic_extra__"].__set__
+_SET_PRIVATE = BaseModel.__dict__["__pydantic_private__"].__set__
+
+
+def _new(cls: type[M], values: dict[str, Any]) -> M:
+    """A ``cls`` holding ``values``, built without validation (the values are already valid),
+    every field counted as set, as validating a full dump leaves it."""
+    model = object.__new__(cls)
+    _SET_DICT(model, values)
+    _SET_FIELDS_SET(model, set(cls.model_fields))
+    _SET_EXTRA(model, None)
+    _SET_PRIVATE(model, None)
+    return model
+
+
+_RUN_FIELDS = frozenset(Run.model_fields)
+_SESSION_FIELDS = frozenset(Session.model_fields)
+
+
+class _Reshaped(Exception):
+    """The session is not as validation leaves one; copy it by the round trip instead."""
+
+
+def copy_session(session: Session) -> Session:
+    """A deep copy of ``session`` that shares nothing a turn writes.
+
+    Equal to ``Session.model_validate(session.model_dump())``, the round trip this replaces,
+    at a fraction of its cost: the session and its runs are new objects; their lists and dicts
+    are new, and the values in ``data``, ``metadata`` and run ``input`` are rebuilt as
+    ``model_dump`` rebuilds them. The frozen ``Waiting`` and ``Claim`` records and the times
+    are shared: nothing edits them (so their ``model_fields_set`` is the caller's; the
+    session's and the runs' count every field, as after the round trip). A session edited by
+    hand into a shape validation would change (a time not in UTC, a run or claim given as a
+    dict) takes the round trip, which normalises it or raises as it did.
+    """
+    try:
+        return _copy(session)
+    except (_Reshaped, AttributeError):  # AttributeError: a record of another shape
+        return Session.model_validate(session.model_dump())
+
+
+def _copy(session: Session) -> Session:
+    # One pass, inlined: this runs once per live run on every turn given a Session.
+    if type(session) is not Session or session.__pydantic_extra__ or session.__pydantic_private__:
+        raise _Reshaped
+    for at in (session.last_user_at, session.last_assistant_at):
+        if at is not None and at.tzinfo is not UTC:
+            raise _Reshaped
+    new = object.__new__
+    dump = _ANY_DICT.dump_python
+    run_fields = _RUN_FIELDS
+    runs = []
+    for run in session.runs:
+        if type(run) is not Run:  # (a Run has no extra or private values to carry over)
+            raise _Reshaped
+        values = run.__dict__.copy()
+        waiting = values["waiting"]
+        if values["started_at"].tzinfo is not UTC or (
+            waiting is not None and waiting.at is not None and waiting.at.tzinfo is not UTC
+        ):
+            raise _Reshaped
+        values["input"] = dump(values["input"]) if values["input"] else {}
+        values["asked"] = values["asked"].copy()
+        copied = new(Run)
+        _SET_DICT(copied, values)
+        _SET_FIELDS_SET(copied, set(run_fields))
+        _SET_EXTRA(copied, None)
+        _SET_PRIVATE(copied, None)
+        runs.append(copied)
+    for claim in session.claims.values():
+        if claim.at.tzinfo is not UTC:
+            raise _Reshaped
+    values = session.__dict__.copy()
+    values["data"] = _values(session.data)
+    values["metadata"] = _values(session.metadata)
+    values["runs"] = runs
+    values["claims"] = dict(session.claims)
+    values["inputs"] = list(session.inputs)
+    values["silence_wakes"] = dict(session.silence_wakes)
+    return _new(Session, values)
+
+
+def detach_values(session: Session) -> None:
+    """Rebuild, in place, the values of ``data``, ``metadata`` and every run's ``input`` as
+    ``copy_session`` does. For a session just validated from a caller's dict: validation builds
+    new containers for the session's own fields but keeps the values inside ``Any`` fields by
+    reference, so without this a turn writing into a nested value would write the caller's.
+    Every field of the session and its runs then counts as set, as after a round trip."""
+    fields = session.__dict__
+    fields["data"] = _values(session.data)
+    fields["metadata"] = _values(session.metadata)
+    if len(session.__pydantic_fields_set__) != len(_SESSION_FIELDS):  # a full dump has all
+        _SET_FIELDS_SET(session, set(_SESSION_FIELDS))
+    for run in session.runs:
+        if run.input:
+            run.__dict__["input"] = _ANY_DICT.dump_python(run.input)
+        if len(run.__pydantic_fields_set__) != len(_RUN_FIELDS):
+            _SET_FIELDS_SET(run, set(_RUN_FIELDS))
 
 
 def fresh_session(session_id: str) -> Session:

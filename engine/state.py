@@ -1,12 +1,13 @@
 """``TurnState``: the working memory of one turn, passed from phase to phase.
 
-It holds the deep-copied session (the only session the phases write), the result lines as
-they accumulate, and the few facts one phase leaves for a later one (who holds the floor, who
-speaks, who already answered). It lives for one ``turn()`` call and is never returned.
+It holds the turn's own copy of the session (the only session the phases write), the result
+lines as they accumulate, and the few facts one phase leaves for a later one (who holds the
+floor, who speaks, who already answered). It lives for one ``turn()`` call and is never returned.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -56,7 +57,8 @@ class TurnState:
     request: TurnRequest
     now: datetime
     session: Session
-    original: Session
+    # The session as it came in, for ``changed``: built only when a turn asks (see original()).
+    original_of: Callable[[], Session]
     history: list[HistoryEntry]
     ignored: bool = False
     done: bool = False
@@ -83,6 +85,10 @@ class TurnState:
     compaction_pending: PendingSummary | None = None
     candidates: Candidates | None = None
     lifecycle: Any = None  # a LifecycleTurn, only for agents with lifecycle settings
+    # live()'s index of session.runs by id, and the list object and length it was built from.
+    _run_index: dict[str, Run] = field(default_factory=dict, repr=False)
+    _indexed_runs: list[Run] | None = field(default=None, repr=False)
+    _indexed_count: int = field(default=-1, repr=False)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -126,8 +132,21 @@ class TurnState:
             return None
         return max(suspended, key=lambda r: r.suspended_seq or 0)
 
+    def original(self) -> Session:
+        """The session as the turn received it (a fresh one when none came)."""
+        return self.original_of()
+
     def live(self, run_id: str) -> Run | None:
-        return self.session.run(run_id)
+        """``session.run(run_id)`` through an index of the runs by id. The index is rebuilt
+        when ``session.runs`` is another list or another length: the phases only append a run
+        or assign a new list without one, never replace a run in place."""
+        runs = self.session.runs
+        if runs is not self._indexed_runs or len(runs) != self._indexed_count:
+            # Reversed, so a (hand-made) duplicate id finds its first run, as run() does.
+            self._run_index = {run.id: run for run in reversed(runs)}
+            self._indexed_runs = runs
+            self._indexed_count = len(runs)
+        return self._run_index.get(run_id)
 
     # --- writing ------------------------------------------------------------------------------
 
@@ -160,7 +179,7 @@ class TurnState:
         self, run: Run, reason: str, *, code: str | None = None, detail: str | None = None
     ) -> None:
         """Remove ``run`` from the session and log why (``code`` defaults to the reason)."""
-        if self.session.run(run.id) is None:
+        if self.live(run.id) is None:
             return
         self.session.runs = [r for r in self.session.runs if r.id != run.id]
         self.outcome(code or reason, run, detail=detail, status="ended")

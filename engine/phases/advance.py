@@ -89,16 +89,14 @@ def apply_branches(state: TurnState, run: Run, judged: dict[str, bool] | None) -
 
 
 async def _queue(state: TurnState) -> None:
-    order = [r.id for r in state.session.runs]
-    seen = set(order)
+    # The runs in session order, then those started while walking. A parked run is passed over
+    # before any lookup; any other is walked only if it is still live (an earlier walk may
+    # have ended it). Runs are never replaced in the list, so a live id is the same object.
+    order = list(state.session.runs)
+    seen = {r.id for r in order}
     minted = state.session.seq
-    index = 0
-    while index < len(order):
-        current = state.live(order[index])
-        index += 1
-        if current is None:
-            continue
-        if current.status in ("waiting", "suspended"):
+    for current in order:  # runs appended to ``order`` below are reached too
+        if current.status in ("waiting", "suspended") or state.live(current.id) is not current:
             continue
         if current.status == "asking":
             if not state.is_message or current.id in state.moved_runs:
@@ -111,7 +109,7 @@ async def _queue(state: TurnState) -> None:
             for r in state.session.runs:
                 if r.id not in seen:
                     seen.add(r.id)
-                    order.append(r.id)
+                    order.append(r)
 
 
 def _premise_holds(state: TurnState, run: Run, flow: Flow) -> bool:

@@ -18,15 +18,10 @@ def run(state: TurnState) -> TurnResult:
     session = state.session
     if state.ignored:
         changed = False
-    else:
-        same = session == state.original
-        changed = not (
-            same
-            and not state.messages
-            and not state.schedule
-            and not state.outcomes
-            and not state.skipped
-        )
+    elif state.messages or state.schedule or state.outcomes or state.skipped:
+        changed = True
+    else:  # only now is the pre-turn session needed (and, for some inputs, built)
+        changed = session != state.original()
     return TurnResult(
         session=session,
         changed=changed,

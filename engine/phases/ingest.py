@@ -83,6 +83,8 @@ def _take_floor(state: TurnState, run: Run) -> None:
 
 def _customer_replied(state: TurnState) -> None:
     """Every run parked on a timer wait with an ``else`` takes it, in start order."""
+    if not state.config.waits_with_else:
+        return
     for run in list(state.session.runs):
         if run.status != "waiting" or run.waiting is None or run.waiting.kind != "timer":
             continue

@@ -1,6 +1,9 @@
 """Phase 1, Load: the clock, a deep copy of the session (or a fresh one), trimmed history.
 
-The session passed in is never touched again: every later phase writes the copy. A wake with
+The session passed in is never touched again: every later phase writes the copy. A session
+that came as a dict inside a dict request was validated into a ``Session`` nobody else holds,
+so that one becomes the turn's session (its ``Any`` values rebuilt, which validation shares
+with the caller's dict) instead of being copied again. A wake with
 no session does nothing (``no-session``). An input's ``at`` later than the clock is read as
 now: an input cannot have happened after the turn that takes it, and a customer's last word
 dated in the future (a skewed host clock, or year 9999) would outlast every later reply and keep
@@ -10,38 +13,52 @@ call, when needed, runs right before the turn's first model call (see ``compacti
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from engine.clock import to_utc
 from engine.compaction import trim
 from engine.request import TurnRequest
-from engine.session import Session, fresh_session
+from engine.session import Session, copy_session, detach_values, fresh_session, migrate_session
 from engine.state import TurnState
 
 if TYPE_CHECKING:
     from engine.agent import AgentConfig
 
 
-async def run(config: AgentConfig, request: TurnRequest) -> TurnState:
-    """Build the turn's working state."""
+async def run(
+    config: AgentConfig, request: TurnRequest, stored: dict[str, Any] | None = None
+) -> TurnState:
+    """Build the turn's working state.
+
+    ``stored`` is the caller's session dict when ``request.session`` was validated from it for
+    this turn alone (``Agent.turn`` given a dict); the turn then writes ``request.session``
+    itself and reads the pre-turn session back from ``stored`` only if ``changed`` needs it.
+    """
     now = to_utc(config.clock.now())
     if request.at is not None and request.at > now:
         request = request.model_copy(update={"at": now})
-    if request.session is not None:
-        original = request.session
-        # A dump/validate round trip through pydantic-core is the deep copy: every container
-        # is rebuilt, and it costs a fraction of copy.deepcopy on a large session.
-        session = Session.model_validate(request.session.model_dump())
-    else:
-        original = fresh_session(request.session_id)
+    original: Callable[[], Session]
+    if request.session is None:
         session = fresh_session(request.session_id)
+        original = partial(fresh_session, request.session_id)
+    elif stored is not None:
+        session = request.session
+        detach_values(session)
+        original = partial(migrate_session, stored)
+    else:
+        # copy_session rebuilds what a dump/validate round trip would, without validating.
+        caller = request.session
+        session = copy_session(caller)
+        original = partial(_same, caller)
     history = [entry.model_copy() for entry in request.history]
     state = TurnState(
         config=config,
         request=request,
         now=now,
         session=session,
-        original=original,
+        original_of=original,
         history=history,
     )
     if request.kind == "wake" and request.session is None:
@@ -51,3 +68,7 @@ async def run(config: AgentConfig, request: TurnRequest) -> TurnState:
     if config.compaction is not None:
         trim(state)
     return state
+
+
+def _same(session: Session) -> Session:
+    return session
