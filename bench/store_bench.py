@@ -5,7 +5,8 @@ fixed time through `Store.save_turn` (session update + turn-log row + two outbox
 shape a reply with a timer writes). Then pgbench, on the same server in the same run, updates
 one row per transaction of a sessions-like table with the same number of clients — the floor
 any save must pay. The ratio says what the turn log, the outbox and the Python client cost on
-top of that floor.
+top of that floor. Last, the same workers save through the consumer's `SaveGroup`, which puts
+the saves in flight at the same time into one statement (a group commit).
 
     python bench/store_bench.py [--seconds 5] [--levels 1,8,32]
 
@@ -31,7 +32,7 @@ import asyncpg
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 
-from store import OutboxEntry, SaveRequest, SourceRecord, Store, TurnRecord, jsoncodec
+from store import OutboxEntry, SaveRequest, SourceRecord, Store, TurnRecord, direct, jsoncodec
 from store.scratch import execute_sql, scratch_database
 
 STATE = {
@@ -82,10 +83,16 @@ def _request(session_id: str, version: int, topic: str, offset: int) -> SaveRequ
 
 
 async def _saves_per_second(
-    url: str, clients: int, seconds: float
+    url: str, clients: int, seconds: float, *, grouped: bool = False
 ) -> tuple[float, float, float]:
-    """Run `clients` savers for `seconds`; return (saves/s, statements/save, client CPU ms/save)."""
+    """Run `clients` savers for `seconds`; return (saves/s, statements/save, client CPU ms/save).
+    With `grouped`, the savers go through the consumer's `SaveGroup` (saves in flight at the
+    same time share one statement) instead of calling `Store.save_turn` each."""
+    from consumer.groups import SaveGroup
+
     store = await Store.connect(url, pool_size=clients, max_overflow=0)
+    group = SaveGroup(store)
+    save = group.save if grouped else store.save_turn
     statements = 0
 
     def count(*_: object) -> None:
@@ -93,6 +100,7 @@ async def _saves_per_second(
         statements += 1
 
     event.listen(store._engine.sync_engine, "before_cursor_execute", count)
+    direct.statement_listeners.append(count)
     run = uuid.uuid4().hex[:8]
     offsets = iter(range(10**12))
     saves = 0
@@ -104,7 +112,7 @@ async def _saves_per_second(
         topic = f"inbound.turns.{run}"
         version = 0
         while time.perf_counter() < deadline:
-            await store.save_turn(_request(session_id, version, topic, next(offsets)))
+            await save(_request(session_id, version, topic, next(offsets)))
             version += 1
             saves += 1
 
@@ -120,6 +128,7 @@ async def _saves_per_second(
         await asyncio.gather(*(saver(n) for n in range(clients)))
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     finally:
+        direct.statement_listeners.remove(count)
         try:
             await _forget(store, runs)
         finally:
@@ -186,11 +195,16 @@ def main() -> None:
         _, per_save, _ = asyncio.run(_saves_per_second(url, 1, 1.0))
         print(f"statements per save: {per_save:.2f} (autocommit: one round trip, one commit)")
         print(f"{'clients':>7} {'store saves/s':>14} {'pgbench tps':>12} {'ratio':>6}"
-              f" {'client CPU ms/save':>19}")
+              f" {'client CPU ms/save':>19} {'grouped saves/s':>16} {'statements/save':>16}"
+              f" {'CPU ms/save':>12}")
         for clients in levels:
             saves, _, cpu_ms = asyncio.run(_saves_per_second(url, clients, options.seconds))
             tps = _pgbench_tps(url, clients, options.seconds, script)
-            print(f"{clients:>7} {saves:>14.0f} {tps:>12.0f} {saves / tps:>6.2f} {cpu_ms:>19.2f}")
+            grouped, per_group_save, group_cpu_ms = asyncio.run(
+                _saves_per_second(url, clients, options.seconds, grouped=True)
+            )
+            print(f"{clients:>7} {saves:>14.0f} {tps:>12.0f} {saves / tps:>6.2f} {cpu_ms:>19.2f}"
+                  f" {grouped:>16.0f} {per_group_save:>16.2f} {group_cpu_ms:>12.2f}")
 
 
 async def _server_version(url: str) -> str:
