@@ -443,12 +443,17 @@ _CATEGORIES = (
 
 
 _ENGINE_DIR = f"{REPO / 'engine'}/"  # the project's engine, not sqlalchemy/engine/
+_RULES = f"{REPO / 'engine' / 'providers' / 'rules.py'}:"
 
 
 def _category(path: list[str]) -> str:
     # Importing modules at start-up is not a turn's cost, whichever package is imported.
     if any(p.endswith(":_find_and_load") for p in path):
         return "start-up (imports)"
+    # The offline rule provider answers in the model's place: its work is the model's, not
+    # the engine's (a hosted model costs this process only the HTTP call).
+    if any(p.startswith(_RULES) for p in path):
+        return "model (offline stand-in)"
     if any(p.startswith(_ENGINE_DIR) for p in path):
         return "engine"
     for entry in reversed(path):

@@ -75,59 +75,44 @@ async def fetchrow(
     engine: AsyncEngine, statement: Positional, parameters: Mapping[str, Any]
 ) -> asyncpg.Record | None:
     """Run ``statement`` and return its first row (None when it returned none)."""
-    arguments = statement.arguments(parameters)
-    async with engine.connect() as connection:
-        driver = await _driver(connection)
-        for listener in statement_listeners:
-            listener(statement.sql)
-        try:
-            return await driver.fetchrow(statement.sql, *arguments)
-        except asyncio.CancelledError:
-            # Cancelled mid-protocol: the connection's state is unknown, so it leaves the pool.
-            await connection.invalidate()
-            raise
-        except Exception as error:
-            raise await _as_sqlalchemy(connection, driver, statement, error) from error
+    row: asyncpg.Record | None = await _run(engine, statement, parameters, "fetchrow")
+    return row
 
 
 async def fetch(
     engine: AsyncEngine, statement: Positional, parameters: Mapping[str, Any]
 ) -> list[asyncpg.Record]:
     """Run ``statement`` and return all its rows."""
-    arguments = statement.arguments(parameters)
-    async with engine.connect() as connection:
-        driver = await _driver(connection)
-        for listener in statement_listeners:
-            listener(statement.sql)
-        try:
-            rows: list[asyncpg.Record] = await driver.fetch(statement.sql, *arguments)
-            return rows
-        except asyncio.CancelledError:
-            await connection.invalidate()
-            raise
-        except Exception as error:
-            raise await _as_sqlalchemy(connection, driver, statement, error) from error
+    rows: list[asyncpg.Record] = await _run(engine, statement, parameters, "fetch")
+    return rows
 
 
 async def execute(
     engine: AsyncEngine, statement: Positional, parameters: Mapping[str, Any]
 ) -> int:
     """Run ``statement``; the number of rows it changed (from the command tag)."""
+    tag: str = await _run(engine, statement, parameters, "execute")
+    count = tag.rsplit(" ", 1)[-1]
+    return int(count) if count.isdigit() else 0
+
+
+async def _run(
+    engine: AsyncEngine, statement: Positional, parameters: Mapping[str, Any], method: str
+) -> Any:
+    """``statement`` through the asyncpg connection's ``method`` on a pooled connection."""
     arguments = statement.arguments(parameters)
     async with engine.connect() as connection:
         driver = await _driver(connection)
         for listener in statement_listeners:
             listener(statement.sql)
         try:
-            tag = await driver.execute(statement.sql, *arguments)
+            return await getattr(driver, method)(statement.sql, *arguments)
         except asyncio.CancelledError:
             # Cancelled mid-protocol: the connection's state is unknown, so it leaves the pool.
             await connection.invalidate()
             raise
         except Exception as error:
             raise await _as_sqlalchemy(connection, driver, statement, error) from error
-    count = tag.rsplit(" ", 1)[-1]
-    return int(count) if count.isdigit() else 0
 
 
 async def _driver(connection: AsyncConnection) -> asyncpg.Connection:
