@@ -9,7 +9,7 @@ explicit transaction on a dedicated connection for the span of an `async with` b
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -71,6 +71,14 @@ def _loaded(request: LoadRequest, row: Any) -> LoadedSession:
         version=int(row["version"]),
         history=history.history_entries(row["history"]),
     )
+
+
+async def _outcome(call: Awaitable[Any]) -> Any:
+    """What ``call`` returns, or the exception it raised (returned, not raised)."""
+    try:
+        return await call
+    except Exception as error:
+        return error
 
 
 class Store:
@@ -169,7 +177,7 @@ class Store:
             ],
             "history_limit": history_limit,
         }
-        rows = await direct.fetch(self._engine, history.LOAD_DIRECT, parameters)
+        rows = await direct.fetch(self._engine, history.LOAD, parameters)
         return [_loaded(request, row) for request, row in zip(requests, rows, strict=True)]
 
     async def save_turn(self, request: SaveRequest) -> SavedTurn:
@@ -180,7 +188,7 @@ class Store:
         `DuplicateInput` when the session already has a turn for the turn's `input_id`; in
         every case nothing was written.
         """
-        statement = saving.direct_statement(request)
+        statement = saving.save_statement(request)
         parameters = saving.save_parameters(request)
         try:
             row = await direct.fetchrow(self._engine, statement, parameters)
@@ -216,32 +224,21 @@ class Store:
         request goes through `save_turn` alone, so each gets exactly its own outcome.
         """
         if len(requests) <= 1:
-            return [await self._save_alone(request) for request in requests]
+            return [await _outcome(self.save_turn(request)) for request in requests]
         try:
             parameters = saving.save_many_parameters(requests)
-            rows = await direct.fetch(self._engine, saving.SAVE_MANY_DIRECT, parameters)
+            rows = await direct.fetch(self._engine, saving.SAVE_MANY, parameters)
         except Exception:
-            return [await self._save_alone(request) for request in requests]
+            return [await _outcome(self.save_turn(request)) for request in requests]
         results: list[SavedTurn | Exception] = []
         for request, row in zip(requests, rows, strict=True):
             if row["version"] is None:
-                results.append(await self._save_alone(request, conflict=True))
+                # Wrote nothing: the explanation `save_turn` would raise (it always raises).
+                results.append(await _outcome(self._raise_conflict(request)))
             else:
                 ids = [int(i) for i in row["outbox_ids"]]
                 results.append(SavedTurn(version=int(row["version"]), outbox_ids=ids))
         return results
-
-    async def _save_alone(
-        self, request: SaveRequest, *, conflict: bool = False
-    ) -> SavedTurn | Exception:
-        """`save_turn`'s outcome, the error returned; with `conflict`, the explanation of a
-        save that wrote nothing (`_raise_conflict`)."""
-        try:
-            if conflict:
-                await self._raise_conflict(request)
-            return await self.save_turn(request)
-        except Exception as error:
-            return error
 
     async def _raise_conflict(self, request: SaveRequest) -> None:
         """Explain a save that wrote nothing: a replayed record, or a lost race."""

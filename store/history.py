@@ -22,12 +22,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
-
 from store import jsoncodec
 from store.direct import positional
 
-LOAD = text("""
+LOAD = positional("""
 SELECT q.n, s.version, s.state, (
     SELECT coalesce(array_agg(x.n ORDER BY x.n), '{}')
     FROM ROWS FROM (
@@ -97,7 +95,6 @@ LEFT JOIN sessions AS s ON s.id = q.session_id
 ORDER BY q.n
 """)
 
-LOAD_DIRECT = positional(LOAD)  # the same statement for the store's direct path
 
 
 def _parse_at(value: Any) -> Any:

@@ -19,8 +19,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import TextClause, text
-
 from store import jsoncodec
 from store.direct import Positional, positional
 from store.input_ids import stored_input_id
@@ -81,22 +79,13 @@ SELECT (SELECT version FROM s) AS version,
        (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM out) AS outbox_ids
 """
 
-# Built once: parsing a statement's bind parameters costs more than running it on a warm pool.
-SAVE_NEW = text("WITH s AS (" + _INSERT_SESSION + ")" + _APPEND_TURN_AND_OUTBOX)
-SAVE_EXISTING = text("WITH s AS (" + _UPDATE_SESSION + ")" + _APPEND_TURN_AND_OUTBOX)
+# Built once, in asyncpg's form (``$n`` parameters): the store runs them on the pooled asyncpg
+# connection directly (store/direct.py).
+SAVE_NEW = positional("WITH s AS (" + _INSERT_SESSION + ")" + _APPEND_TURN_AND_OUTBOX)
+SAVE_EXISTING = positional("WITH s AS (" + _UPDATE_SESSION + ")" + _APPEND_TURN_AND_OUTBOX)
 
 
-# The same two statements for the store's direct path (asyncpg's ``$n`` parameters).
-SAVE_NEW_DIRECT = positional(SAVE_NEW)
-SAVE_EXISTING_DIRECT = positional(SAVE_EXISTING)
-
-
-def direct_statement(request: SaveRequest) -> Positional:
-    """`save_statement(request)` in asyncpg's form."""
-    return SAVE_NEW_DIRECT if request.expected_version == 0 else SAVE_EXISTING_DIRECT
-
-
-def save_statement(request: SaveRequest) -> TextClause:
+def save_statement(request: SaveRequest) -> Positional:
     """The statement for this request: insert for a new session, versioned update otherwise."""
     return SAVE_NEW if request.expected_version == 0 else SAVE_EXISTING
 
@@ -228,14 +217,12 @@ WITH r AS (
 )
 SELECT r.n, s.version,
        (SELECT coalesce(array_agg(out.id ORDER BY out.id), '{}') FROM out
-        WHERE out.session_id = r.session_id) AS outbox_ids,
-       (SELECT count(*) FROM earlier) AS earlier
+        WHERE out.session_id = r.session_id) AS outbox_ids
 FROM r LEFT JOIN s ON s.id = r.session_id
 ORDER BY r.n
 """
 
-SAVE_MANY = text(_SAVE_MANY)
-SAVE_MANY_DIRECT = positional(SAVE_MANY)
+SAVE_MANY = positional(_SAVE_MANY)
 
 # Parameter of the single save -> array parameter of the statement above.
 _MANY_COLUMNS = {
