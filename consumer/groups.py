@@ -22,7 +22,7 @@ from typing import Generic, TypeVar
 
 from store import LoadedSession, LoadRequest, SavedTurn, SaveRequest, Store
 
-__all__ = ["LoadGroup", "SaveGroup"]
+__all__ = ["Grouped", "LoadGroup", "SaveGroup"]
 
 MAX_GROUP = 100
 """Requests per statement at most; more wait for the next one."""
@@ -31,18 +31,22 @@ Request = TypeVar("Request")
 Result = TypeVar("Result")
 
 
-class _Group(Generic[Request, Result]):
-    """One statement in flight at a time; what arrives meanwhile goes in the next one."""
+class Grouped(Generic[Request, Result]):
+    """One statement in flight at a time; what arrives meanwhile goes in the next one.
+
+    ``run`` takes a group's requests and gives one result (or exception) per request, in
+    order; an exception it raises reaches every waiter of the group. ``max_group`` caps a group
+    (None: no cap); with ``key``, requests with equal keys never share a group."""
 
     def __init__(
         self,
         run: Callable[[list[Request]], Awaitable[Sequence[Result | Exception]]],
         *,
-        max_group: int,
+        max_group: int | None,
         key: Callable[[Request], object] | None = None,
         name: str,
     ) -> None:
-        if max_group < 1:
+        if max_group is not None and max_group < 1:
             raise ValueError(f"max_group must be at least 1, got {max_group}")
         self._run = run
         self._max = max_group
@@ -85,13 +89,15 @@ class _Group(Generic[Request, Result]):
         """The next group (oldest first, at most ``max_group``, each key once) and the rest,
         in arrival order."""
         if self._key is None:
+            if self._max is None:
+                return waiting, []
             return waiting[: self._max], waiting[self._max :]
         group: list[tuple[Request, asyncio.Future[Result]]] = []
         rest: list[tuple[Request, asyncio.Future[Result]]] = []
         keys: set[object] = set()
         for entry in waiting:
             key = self._key(entry[0])
-            if len(group) < self._max and key not in keys:
+            if (self._max is None or len(group) < self._max) and key not in keys:
                 keys.add(key)
                 group.append(entry)
             else:
@@ -103,7 +109,7 @@ class SaveGroup:
     """Saves turns for many sessions at once (a group commit)."""
 
     def __init__(self, store: Store, *, max_group: int = MAX_GROUP) -> None:
-        self._group: _Group[SaveRequest, SavedTurn] = _Group(
+        self._group: Grouped[SaveRequest, SavedTurn] = Grouped(
             store.save_turns, max_group=max_group, key=lambda r: r.session_id,
             name="group-save",
         )
@@ -120,7 +126,7 @@ class LoadGroup:
         async def load(requests: list[LoadRequest]) -> list[LoadedSession]:
             return await store.load_many(requests, history_limit=history_limit)
 
-        self._group: _Group[LoadRequest, LoadedSession] = _Group(
+        self._group: Grouped[LoadRequest, LoadedSession] = Grouped(
             load, max_group=max_group, name="group-load"
         )
 

@@ -44,6 +44,7 @@ from aiokafka.errors import BrokerResponseError, KafkaError
 from consumer import metrics
 from consumer.errors import FencedPublishError, ProducerIdError, PublishError
 from consumer.failures import cannot_succeed, describe
+from consumer.groups import Grouped
 from store import DeadLetterRecord, OutboxEntry, OutboxRow, Store, jsoncodec
 
 PRUNE_EVERY_S = 600.0
@@ -122,38 +123,21 @@ class OutboundRecord(Protocol):
 
 class PublishedMarks:
     """Marks rows published for many turns at once: one statement in flight at a time, and
-    everything that arrives meanwhile goes in the next one, so under load a mark costs a
-    fraction of a round trip and when idle it goes out at once."""
+    everything that arrives meanwhile goes in the next one (``consumer.groups.Grouped``), so
+    under load a mark costs a fraction of a round trip and when idle it goes out at once."""
 
     def __init__(self, store: Store) -> None:
-        self._store = store
-        self._ids: list[int] = []
-        self._waiters: list[asyncio.Future[None]] = []
-        self._flushing: asyncio.Task[None] | None = None
+        async def mark_all(groups: list[Sequence[int]]) -> list[None]:
+            await store.mark_published([row_id for ids in groups for row_id in ids])
+            return [None] * len(groups)
+
+        self._group: Grouped[Sequence[int], None] = Grouped(
+            mark_all, max_group=None, name="outbox-marks"
+        )
 
     async def mark(self, ids: Sequence[int]) -> None:
         """Return once ``ids`` are marked published; raise what the statement raised."""
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._ids.extend(ids)
-        self._waiters.append(waiter)
-        if self._flushing is None or self._flushing.done():
-            self._flushing = asyncio.create_task(self._flush(), name="outbox-marks")
-        await waiter
-
-    async def _flush(self) -> None:
-        while self._waiters:
-            ids, waiters = self._ids, self._waiters
-            self._ids, self._waiters = [], []
-            try:
-                await self._store.mark_published(ids)
-            except Exception as exc:
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_exception(exc)
-            else:
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
+        await self._group.submit(ids)
 
 
 class OutboxPublisher:
