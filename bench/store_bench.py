@@ -128,7 +128,9 @@ async def _saves_per_second(
         await asyncio.gather(*(saver(n) for n in range(clients)))
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     finally:
+        # The cleanup's statements are not saves: stop counting first.
         direct.statement_listeners.remove(count)
+        event.remove(store._engine.sync_engine, "before_cursor_execute", count)
         try:
             await _forget(store, runs)
         finally:
