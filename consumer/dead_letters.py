@@ -23,10 +23,16 @@ from typing import Protocol
 
 from aiokafka.structs import ConsumerRecord
 
-from consumer.failures import cannot_succeed
+from consumer.failures import cannot_succeed, describe
 from store import DeadLetterRecord
 
-__all__ = ["KEPT_IN", "DeadLetterPublisher", "DeadLetterStore", "dead_letter_headers"]
+__all__ = [
+    "KEPT_IN",
+    "DeadLetterPublisher",
+    "DeadLetterStore",
+    "dead_letter_headers",
+    "keep_unsendable",
+]
 
 KEPT_IN = "dead_letters"
 
@@ -120,3 +126,29 @@ class DeadLetterPublisher:
             headers=[*own, ("kept-in", KEPT_IN.encode()), ("kept-id", str(row_id).encode())],
         )
         return row_id
+
+
+async def keep_unsendable(
+    store: DeadLetterStore,
+    *,
+    source: str,
+    topic: str,
+    error: BaseException,
+    key: str | None,
+    value: bytes,
+) -> tuple[str, int]:
+    """Keep something the broker can never take (an outbox row, a timer's wake) in the
+    ``dead_letters`` table, under the reason ``consumer.failures`` gives ``error``; the reason
+    and the row id."""
+    reason = cannot_succeed(error) or "invalid-data"
+    kept = await store.keep_dead_letter(
+        DeadLetterRecord(
+            source=source,
+            topic=topic,
+            reason=reason,
+            detail=describe(error),
+            key=None if key is None else key.encode("utf-8", "backslashreplace"),
+            value=value,
+        )
+    )
+    return reason, kept

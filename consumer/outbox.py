@@ -42,10 +42,11 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import BrokerResponseError, KafkaError
 
 from consumer import metrics
+from consumer.dead_letters import keep_unsendable
 from consumer.errors import FencedPublishError, ProducerIdError, PublishError
-from consumer.failures import cannot_succeed, describe
+from consumer.failures import cannot_succeed
 from consumer.groups import Grouped
-from store import DeadLetterRecord, OutboxEntry, OutboxRow, Store, jsoncodec
+from store import OutboxEntry, OutboxRow, Store, jsoncodec
 
 PRUNE_EVERY_S = 600.0
 """How often the relay drops expired model recordings (the first pass prunes at once)."""
@@ -254,17 +255,13 @@ class OutboxPublisher:
     async def _set_aside(self, row_id: int, row: OutboundRecord, error: BaseException) -> None:
         """Keep a row the broker can never take in ``dead_letters``; it is then marked
         published with its batch."""
-        reason = cannot_succeed(error) or "invalid-data"
-        payload = jsoncodec.dumps(row.payload).encode("utf-8", "backslashreplace")
-        kept = await self._store.keep_dead_letter(
-            DeadLetterRecord(
-                source=f"outbox:{row_id}",
-                topic=row.topic,
-                reason=reason,
-                detail=describe(error),
-                key=row.key.encode("utf-8", "backslashreplace") if row.key is not None else None,
-                value=payload,
-            )
+        reason, kept = await keep_unsendable(
+            self._store,
+            source=f"outbox:{row_id}",
+            topic=row.topic,
+            error=error,
+            key=row.key,
+            value=jsoncodec.dumps(row.payload).encode("utf-8", "backslashreplace"),
         )
         metrics.DLQ.labels(reason=reason).inc()
         log.error(

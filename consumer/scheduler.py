@@ -47,7 +47,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from consumer import metrics
 from consumer.closing import close_quietly
-from consumer.failures import cannot_succeed, describe
+from consumer.dead_letters import keep_unsendable
+from consumer.failures import cannot_succeed
 from consumer.health import HealthServer, start_health_server
 from consumer.outbox import encode_payload, new_producer, start_producer
 from consumer.round_trips import RoundTrips, broker_probe, database_probe
@@ -276,19 +277,15 @@ class TimerFiring:
 
     async def _set_aside(self, timer: Timer, error: BaseException) -> None:
         """Keep a timer whose wake can never be produced; its row is deleted with the batch."""
-        reason = cannot_succeed(error) or "invalid-data"
         # Keyed by session and key: the same key may be set for two sessions.
         identity = f"{timer.session_id}\n{timer.key}".encode("utf-8", "backslashreplace")
-        digest = hashlib.sha256(identity).hexdigest()
-        kept = await self._store.keep_dead_letter(
-            DeadLetterRecord(
-                source=f"timer:{digest}",
-                topic=self._topic,
-                reason=reason,
-                detail=describe(error),
-                key=timer.session_id.encode("utf-8", "backslashreplace"),
-                value=wake_record(timer)[1],
-            )
+        reason, kept = await keep_unsendable(
+            self._store,
+            source=f"timer:{hashlib.sha256(identity).hexdigest()}",
+            topic=self._topic,
+            error=error,
+            key=timer.session_id,
+            value=wake_record(timer)[1],
         )
         metrics.SCHEDULE_REFUSED.labels(reason=reason).inc()
         log.error(
