@@ -167,6 +167,15 @@ class WebSearchSource(_Model):
         return value
 
 
+def _refuse_repeats(names: list[str], what: str) -> None:
+    """Raise naming the first of ``names`` that appears twice."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"duplicate {what} {name!r}")
+        seen.add(name)
+
+
 class Lifecycle(_Model):
     """The lifecycle settings; every feature is off unless set."""
 
@@ -205,21 +214,13 @@ class Lifecycle(_Model):
     @field_validator("knowledge")
     @classmethod
     def _unique_ids(cls, value: list[KnowledgeDocument]) -> list[KnowledgeDocument]:
-        seen: set[str] = set()
-        for doc in value:
-            if doc.id in seen:
-                raise ValueError(f"duplicate knowledge document id {doc.id!r}")
-            seen.add(doc.id)
+        _refuse_repeats([doc.id for doc in value], "knowledge document id")
         return value
 
     @field_validator("skills")
     @classmethod
     def _unique_skills(cls, value: list[Skill]) -> list[Skill]:
-        seen: set[str] = set()
-        for skill in value:
-            if skill.name in seen:
-                raise ValueError(f"duplicate skill name {skill.name!r}")
-            seen.add(skill.name)
+        _refuse_repeats([skill.name for skill in value], "skill name")
         return value
 
     @model_validator(mode="after")
