@@ -191,11 +191,9 @@ class TurnPipeline:
         max_version_conflicts: int = 5,
         recording: RecordingLevel = "off",
     ) -> None:
-        self._store = store
         self._agent = agent
         self._publisher = publisher
         self._topics = topics
-        self._history_limit = history_limit
         self._max_conflicts = max_version_conflicts
         self._recording: RecordingLevel = recording
         self._loads = LoadGroup(store, history_limit=history_limit)

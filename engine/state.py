@@ -57,8 +57,9 @@ class TurnState:
     request: TurnRequest
     now: datetime
     session: Session
-    # The session as it came in, for ``changed``: built only when a turn asks (see original()).
-    original_of: Callable[[], Session]
+    # The session as it came in (a fresh one when none came), for ``changed``: built only when
+    # a turn calls it.
+    original: Callable[[], Session]
     history: list[HistoryEntry]
     ignored: bool = False
     done: bool = False
@@ -131,10 +132,6 @@ class TurnState:
         if not suspended:
             return None
         return max(suspended, key=lambda r: r.suspended_seq or 0)
-
-    def original(self) -> Session:
-        """The session as the turn received it (a fresh one when none came)."""
-        return self.original_of()
 
     def live(self, run_id: str) -> Run | None:
         """``session.run(run_id)`` through an index of the runs by id. The index is rebuilt

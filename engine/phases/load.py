@@ -58,7 +58,7 @@ async def run(
         request=request,
         now=now,
         session=session,
-        original_of=original,
+        original=original,
         history=history,
     )
     if request.kind == "wake" and request.session is None:
