@@ -129,7 +129,7 @@ INPUT_RETRIES = Counter(
     registry=REGISTRY,
 )
 IN_FLIGHT = Gauge(
-    "turnflow_in_flight_sessions", "Sessions with an input being processed.", registry=REGISTRY
+    "turnflow_in_flight_sessions", "Turns running, from load to save.", registry=REGISTRY
 )
 CONSUMER_LAG = Gauge(
     "turnflow_consumer_lag",

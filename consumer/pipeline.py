@@ -200,9 +200,16 @@ class TurnPipeline:
         self._saves = SaveGroup(store)
 
     async def apply(
-        self, work: TurnWork, *, may_publish: Callable[[], bool] = lambda: True
+        self,
+        work: TurnWork,
+        *,
+        may_publish: Callable[[], bool] = lambda: True,
+        on_saved: Callable[[], None] = lambda: None,
     ) -> PipelineResult:
-        """Apply one input exactly once (per source record) and publish what it produced."""
+        """Apply one input exactly once (per source record) and publish what it produced.
+
+        ``on_saved`` is called once the turn is saved, before its publish: the caller's turn
+        slot can go to another session's turn then."""
         parsed = work.parsed
         asked = work.parts
         started = time.perf_counter()
@@ -257,6 +264,7 @@ class TurnPipeline:
             break
 
         crash.reached("after_save")
+        on_saved()
         if loaded.unpublished:
             await self._publish(parsed.session_id, saved.outbox_ids, may_publish)
         else:

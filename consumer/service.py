@@ -81,6 +81,29 @@ class _Input:
 _Entry = QueuedInput[TopicPartition, _Input]
 
 
+class _Slot:
+    """One of the ``max_in_flight`` turn slots, given back once: when the turn is saved (its
+    publish and mark are broker and database round trips that need no model call, so they do
+    not hold a slot another session's turn could use) or, at the latest, when the attempt
+    ends. The session's worker still waits for the publish before its next input, so a
+    session's order is unchanged."""
+
+    def __init__(self, slots: asyncio.Semaphore) -> None:
+        self._slots = slots
+        self._held = False
+
+    async def take(self) -> None:
+        await self._slots.acquire()
+        self._held = True
+        metrics.IN_FLIGHT.inc()
+
+    def give_back(self) -> None:
+        if self._held:
+            self._held = False
+            metrics.IN_FLIGHT.dec()
+            self._slots.release()
+
+
 def _agent_name(agent: Any) -> str:
     name = getattr(agent, "name", None)
     return name if isinstance(name, str) else type(agent).__name__
@@ -408,19 +431,23 @@ class ConsumerService:
             if not self._owns(tp, item.epoch):
                 return
             error: BaseException | None = None
-            async with self._slots, self._busy_on(tp):
-                if not self._owns(tp, item.epoch):
-                    return  # the partition moved while this input waited for a slot
-                metrics.IN_FLIGHT.inc()
-                try:
-                    assert self._pipeline is not None
-                    await self._pipeline.apply(
-                        work, may_publish=lambda: self._owns(tp, item.epoch)
-                    )
-                except Exception as exc:
-                    error = exc
-                finally:
-                    metrics.IN_FLIGHT.dec()
+            slot = _Slot(self._slots)
+            await slot.take()
+            try:
+                async with self._busy_on(tp):
+                    if not self._owns(tp, item.epoch):
+                        return  # the partition moved while this input waited for a slot
+                    try:
+                        assert self._pipeline is not None
+                        await self._pipeline.apply(
+                            work,
+                            may_publish=lambda: self._owns(tp, item.epoch),
+                            on_saved=slot.give_back,
+                        )
+                    except Exception as exc:
+                        error = exc
+            finally:
+                slot.give_back()
             decision = decide(error, attempt=attempt, policy=self._policy)
             if isinstance(decision, Commit):
                 for entry in entries:

@@ -50,7 +50,10 @@ class Settings(BaseSettings):
         None, description="`module:attribute` of the `engine.Agent` the consumer runs."
     )
     max_in_flight: int = Field(
-        64, ge=1, description="Sessions processed concurrently by one consumer."
+        64,
+        ge=1,
+        description="Turns one consumer runs at once, from load through model calls to save "
+        "(a saved turn's publish does not hold one).",
     )
     consume_workers: int = Field(
         0,

@@ -4,6 +4,7 @@ group has already moved the partitions (a zombie)."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 from aiokafka.structs import TopicPartition
@@ -142,3 +143,96 @@ async def test_input_waiting_for_a_slot_is_dropped_when_its_partition_moves() ->
         service._slots.release()
     await waiting
     assert pipeline.applied == []
+
+
+class PublishBlockedPipeline:
+    """Saves at once, then waits on ``publish`` for every session but the one in ``free``."""
+
+    def __init__(self, free: str) -> None:
+        self.free = free
+        self.publish = asyncio.Event()
+        self.saved: list[str] = []
+        self.finished: list[str] = []
+
+    async def apply(self, work: Any, *, on_saved: Any, **_: object) -> None:
+        session_id = work.parsed.session_id
+        self.saved.append(session_id)
+        on_saved()
+        on_saved()  # a second call must not give a second slot back
+        if session_id != self.free:
+            await self.publish.wait()
+        self.finished.append(session_id)
+
+
+def queued(service: ConsumerService, session_id: str, offset: int) -> Any:
+    from consumer.parser import ParsedInput
+    from consumer.partitions import QueuedInput
+    from consumer.pipeline import TurnWork
+    from consumer.service import _Input
+    from store import SourceRecord
+
+    work = TurnWork(
+        parsed=ParsedInput(session_id, "wake", {"session_id": session_id, "wake": "k"},
+                           f"wake:{session_id}"),
+        source=SourceRecord("in", 0, offset),
+    )
+    record = SimpleNamespace(offset=offset, partition=TP.partition)
+    return QueuedInput(session_id, TP, offset,
+                       _Input(work=work, record=record,  # type: ignore[arg-type]
+                              epoch=service._epochs[TP]))
+
+
+async def test_a_saved_turn_gives_its_slot_back_before_its_publish() -> None:
+    """With one slot, a turn whose publish is slow does not hold the next session's turn:
+    the slot is given back (once) when the turn is saved, and the offsets are released only
+    after each turn's publish."""
+    settings = Settings(kafka_bootstrap_servers="127.0.0.1:1",
+                        database_url="postgresql://nobody@127.0.0.1:1/x", max_in_flight=1)
+    service = ConsumerService(settings, NoAgent())
+    service._consumer = FakeConsumer(generation=3)  # type: ignore[assignment]
+    service._on_assigned({TP})
+    pipeline = PublishBlockedPipeline(free="s2")
+    service._pipeline = pipeline  # type: ignore[assignment]
+    for offset in (0, 1):
+        service._marks.track(TP, offset)
+    first = asyncio.create_task(service._process(queued(service, "s1", 0)))
+    second = asyncio.create_task(service._process(queued(service, "s2", 1)))
+    await asyncio.wait_for(second, timeout=5)
+    assert pipeline.finished == ["s2"]  # ran while s1's publish was still waiting
+    assert not first.done()
+    assert service._marks.committable(TP) == 0  # s1's offset is not released before its publish
+    pipeline.publish.set()
+    await asyncio.wait_for(first, timeout=5)
+    assert pipeline.finished == ["s2", "s1"]
+    assert service._marks.committable(TP) == 2
+    # Each attempt gave exactly one slot back, whatever on_saved's calls: one slot is free.
+    assert not service._slots.locked()
+    await service._slots.acquire()
+    assert service._slots.locked()
+
+
+async def test_a_turn_that_fails_before_its_save_gives_its_slot_back() -> None:
+    """A slot is returned when the attempt ends even if the turn never reached its save."""
+
+    class Failing:
+        async def apply(self, work: Any, **_: object) -> None:
+            raise ValueError("bad")
+
+    settings = Settings(kafka_bootstrap_servers="127.0.0.1:1",
+                        database_url="postgresql://nobody@127.0.0.1:1/x", max_in_flight=1,
+                        max_retries=0)
+    service = ConsumerService(settings, NoAgent())
+    service._consumer = FakeConsumer(generation=3)  # type: ignore[assignment]
+    service._on_assigned({TP})
+    service._pipeline = Failing()  # type: ignore[assignment]
+    service._dead_letters = None
+    sent: list[str] = []
+
+    async def dead_letter(record: object, reason: str, detail: str) -> None:
+        sent.append(reason)
+
+    service._send_dead_letter = dead_letter  # type: ignore[method-assign]
+    service._marks.track(TP, 0)
+    await asyncio.wait_for(service._process(queued(service, "s1", 0)), timeout=5)
+    assert sent  # the failure took its path (the DLQ) ...
+    assert not service._slots.locked()  # ... and the slot came back
