@@ -6,12 +6,16 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from consumer.health import HealthServer
-from consumer.logs import MAX_FIELD_CHARS, JsonFormatter
+from consumer.logs import MAX_FIELD_CHARS, SAFE_FIELDS, JsonFormatter
 from consumer.settings import Settings, env_table
 
 
@@ -179,3 +183,39 @@ def _record(**extra: object) -> logging.LogRecord:
                                None, None)
     record.__dict__.update(extra)
     return record
+
+
+@given(st.floats(min_value=0, max_value=4_102_444_800, allow_nan=False))
+def test_log_time_is_the_records_time_in_utc_to_the_millisecond(created: float) -> None:
+    """The formatter's per-second cache writes the same time as formatting it afresh."""
+    formatter = JsonFormatter()
+    for moment in (created, created + 0.25, created + 1.5):  # a cached second, then a new one
+        record = _record()
+        record.created = moment
+        expected = datetime.fromtimestamp(moment, UTC).isoformat(timespec="milliseconds")
+        assert json.loads(formatter.format(record))["time"] == expected
+
+
+@given(st.dictionaries(st.sampled_from(sorted(SAFE_FIELDS)),
+                       st.none() | st.booleans() | st.integers() | st.floats() | st.text()
+                       | st.lists(st.text(max_size=3), max_size=60)))
+def test_any_safe_field_value_makes_one_bounded_json_line(extra: dict[str, object]) -> None:
+    """Whatever a field holds (any unicode, lone surrogates, NaN, long lists), the line is
+    one JSON object, writable as UTF-8, with every string cut to the field limit."""
+    line = JsonFormatter().format(_record(**extra))
+    assert "\n" not in line
+    line.encode("utf-8")
+    parsed = json.loads(line)
+    for name, value in extra.items():
+        shown = parsed[name]
+        if isinstance(value, str):
+            assert len(shown) <= MAX_FIELD_CHARS + len(f"...(+{len(value)} chars)") + 5 * len(value)
+            if len(value) <= MAX_FIELD_CHARS and value.isascii():
+                assert shown == value
+        elif isinstance(value, list):
+            assert len(shown) <= 51
+        elif isinstance(value, float) and not math.isfinite(value):
+            assert shown is None  # NaN and infinities are not JSON: written as null
+        else:
+            assert shown == value
+    json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
