@@ -46,6 +46,7 @@ from consumer.dead_letters import keep_unsendable
 from consumer.errors import FencedPublishError, ProducerIdError, PublishError
 from consumer.failures import cannot_succeed
 from consumer.groups import Grouped
+from consumer.partitioner import CachedPartitioner
 from store import OutboxEntry, OutboxRow, Store, jsoncodec
 
 PRUNE_EVERY_S = 600.0
@@ -83,7 +84,8 @@ async def start_producer(producer: AIOKafkaProducer, *, idempotent: bool) -> Non
 def new_producer(
     bootstrap_servers: str, *, idempotent: bool = True, **client_options: Any
 ) -> AIOKafkaProducer:
-    """The producer every publisher uses: all in-sync replicas ack, idempotent, ordered.
+    """The producer every publisher uses: all in-sync replicas ack, idempotent, ordered, keys
+    partitioned as every Kafka client partitions them (``CachedPartitioner``).
 
     ``idempotent=False`` is for brokers without producer ids (the embedded one); aiokafka keeps
     one request in flight per partition either way, so order holds, and a retried send may
@@ -94,6 +96,7 @@ def new_producer(
         acks="all",
         enable_idempotence=idempotent,
         linger_ms=2,
+        partitioner=CachedPartitioner(),
         **client_options,
     )
 
