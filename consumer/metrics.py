@@ -15,6 +15,7 @@ of a series that appears already at 1.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any, get_args
 
@@ -69,7 +70,7 @@ LLM_CALLS = Counter(
     registry=REGISTRY,
 )
 OUTCOMES = Counter(
-    "turnflow_outcomes_total", "Outcome lines, by seed outcome code.", ["code"], registry=REGISTRY
+    "turnflow_outcomes_total", "Outcome lines, by outcome code.", ["code"], registry=REGISTRY
 )
 TURN_OUTCOMES = Counter(
     "turnflow_turn_outcomes_total",
@@ -293,3 +294,11 @@ def exported_names() -> set[str]:
         elif metric.type == "histogram":
             names.update(f"{metric.name}{s}" for s in ("_bucket", "_sum", "_count"))
     return names
+
+
+@functools.lru_cache(maxsize=1024)
+def child(metric: Any, value: str) -> Any:
+    """``metric.labels(value)`` for a metric with one label, kept per value: the consumer
+    counts by kind and outcome on every turn, and a label lookup costs more than the count.
+    Only for metrics whose children are never removed (the lag gauge's are)."""
+    return metric.labels(value)

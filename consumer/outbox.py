@@ -245,7 +245,7 @@ class OutboxPublisher:
         failed: BaseException | None = None
         for (row_id, row, _), outcome in zip(acks, outcomes, strict=True):
             if not isinstance(outcome, BaseException):
-                metrics.OUTBOX_PUBLISHED.labels(topic=row.topic).inc()
+                metrics.child(metrics.OUTBOX_PUBLISHED, row.topic).inc()
             elif cannot_succeed(outcome) is not None:
                 aside.append((row_id, row, outcome))
             elif failed is None:

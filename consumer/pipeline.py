@@ -405,17 +405,17 @@ class TurnPipeline:
 
     def _observe(self, work: TurnWork, result: Any, started: float) -> None:
         llm_calls = int(_field(result, "llm_calls", 0) or 0)
-        metrics.TURNS.labels(kind=work.parsed.kind).inc()
+        metrics.child(metrics.TURNS, work.parsed.kind).inc()
         metrics.LLM_CALLS_PER_TURN.observe(llm_calls)
         metrics.INPUTS_PER_TURN.observe(len(work.parts))
         if work.parsed.kind == "message":
             metrics.CUSTOMER_MESSAGES.inc(len(work.parts))
             metrics.MESSAGE_TURN_LLM_CALLS.inc(llm_calls)
         for outcome in _field(result, "outcomes", []) or []:
-            metrics.OUTCOMES.labels(code=str(_field(outcome, "code", "unknown"))).inc()
+            metrics.child(metrics.OUTCOMES, str(_field(outcome, "code", "unknown"))).inc()
         outcome = turn_outcome(result)
         if outcome is not None:
-            metrics.TURN_OUTCOMES.labels(outcome=outcome).inc()
+            metrics.child(metrics.TURN_OUTCOMES, outcome).inc()
         credits = _field(result, "credits")
         if isinstance(credits, int) and credits > 0:
             metrics.AI_CREDITS.labels(outcome=outcome or "none").inc(credits)

@@ -101,3 +101,15 @@ async def test_a_flow_handing_over_to_a_flow_is_counted_as_answered() -> None:
     assert turn_outcome(moved) == "answered"
     finished = await chat.say("what are your opening hours?")
     assert [e.reason for e in finished.ended] and turn_outcome(finished) == "answered"
+
+
+def test_a_kept_child_counts_into_the_same_series_as_labels() -> None:
+    """``metrics.child`` is ``labels`` remembered: counts through either land in one series."""
+    from consumer import metrics
+
+    before = metrics.TURNS.labels(kind="wake")._value.get()
+    metrics.child(metrics.TURNS, "wake").inc()
+    metrics.TURNS.labels(kind="wake").inc()
+    metrics.child(metrics.TURNS, "wake").inc(2)
+    assert metrics.TURNS.labels(kind="wake")._value.get() == before + 4
+    assert metrics.child(metrics.TURNS, "wake") is metrics.TURNS.labels("wake")
