@@ -267,14 +267,19 @@ class Flow(_Model):
         for i, step in enumerate(self.steps):
             self._positions.setdefault(step.id, i)
 
+    # step() and index() read _positions from the private-attribute slot directly: a turn
+    # calls them at every step it walks, and ``self._positions`` goes through pydantic's
+    # ``__getattr__`` fallback each time (about half the cost of the lookup).
+
     def step(self, step_id: str) -> AnyStep | None:
         """The step with this id, or None."""
-        i = self._positions.get(step_id)
+        i = self.__pydantic_private__["_positions"].get(step_id)  # type: ignore[index]
         return None if i is None else self.steps[i]
 
     def index(self, step_id: str) -> int:
         """The step's position in ``steps``, or -1."""
-        return self._positions.get(step_id, -1)
+        positions: dict[str, int] = self.__pydantic_private__["_positions"]  # type: ignore[index]
+        return positions.get(step_id, -1)
 
 
 class Action(_Model):

@@ -27,12 +27,12 @@ def scopes(state: TurnState, run: Run | None) -> dict[str, Any]:
     }
 
 
-def goto(run: Run, step_id: str) -> None:
+def goto(state: TurnState, run: Run, step_id: str) -> None:
     """Enter ``step_id``: a new visit, a fresh retry ladder."""
     run.step_id = step_id
     run.visit += 1
     run.retries = 0
-    run.status = "running"
+    state.set_status(run, "running")
 
 
 def take(state: TurnState, run: Run, flow: Flow, step: AnyStep, move: Move | None) -> bool:
@@ -40,20 +40,20 @@ def take(state: TurnState, run: Run, flow: Flow, step: AnyStep, move: Move | Non
     if move is None:
         index = flow.index(step.id)
         if 0 <= index < len(flow.steps) - 1:
-            goto(run, flow.steps[index + 1].id)
+            goto(state, run, flow.steps[index + 1].id)
             return True
         return _reach_end(state, run, flow)
     if move == "end":
         state.end_run(run, "completed")
         return False
     if isinstance(move, str):
-        goto(run, move)
+        goto(state, run, move)
         return True
     if isinstance(move, StepMove):
         for name in move.clear:
             state.session.data.pop(name, None)
             run.asked.pop(name, None)
-        goto(run, move.step)
+        goto(state, run, move.step)
         return True
     assert isinstance(move, FlowMove)
     return _hand_off(state, run, move)
@@ -63,7 +63,7 @@ def _reach_end(state: TurnState, run: Run, flow: Flow) -> bool:
     if flow.on_end != "stay" or run.last_talk_step_id is None:
         state.end_run(run, "completed")
         return False
-    goto(run, run.last_talk_step_id)
+    goto(state, run, run.last_talk_step_id)
     run.stay_step_id = run.last_talk_step_id
     others = [r for r in state.asking() if r.id != run.id]
     if others and state.routed_run_id != run.id:
@@ -71,7 +71,7 @@ def _reach_end(state: TurnState, run: Run, flow: Flow) -> bool:
     else:
         for other in others:
             state.suspend(other)
-        run.status = "asking"
+        state.set_status(run, "asking")
     state.outcome("stay", run)
     return False
 

@@ -16,7 +16,7 @@ from engine.conditions import ConditionContext, holds
 from engine.config import Flow
 from engine.keys import run_id
 from engine.request import HistoryEntry, Message, Outcome, RunChange, ScheduleEntry, Skip
-from engine.session import Claim, Run, Session, Waiting, WaitKind
+from engine.session import Claim, Run, RunStatus, Session, Waiting, WaitKind
 
 if TYPE_CHECKING:
     from engine.agent import AgentConfig
@@ -90,6 +90,12 @@ class TurnState:
     _run_index: dict[str, Run] = field(default_factory=dict, repr=False)
     _indexed_runs: list[Run] | None = field(default=None, repr=False)
     _indexed_count: int = field(default=-1, repr=False)
+    # The runs whose status is "asking" or "suspended", keyed by id(run): built by one scan at
+    # the first query, then kept by set_status (the only writer of a run's status), new_run
+    # and end_run; rebuilt when session.runs is another list or length than those left it.
+    _held: dict[str, dict[int, Run]] | None = field(default=None, repr=False)
+    _held_runs: list[Run] | None = field(default=None, repr=False)
+    _held_count: int = field(default=-1, repr=False)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -121,17 +127,44 @@ class TurnState:
         return holds(condition, self.cond_ctx(run, input), self.config.conditions)
 
     def asking(self) -> list[Run]:
-        return [r for r in self.session.runs if r.status == "asking"]
+        """The asking runs, in session order."""
+        return self._having("asking")
 
     def asker(self) -> Run | None:
-        askers = self.asking()
+        askers = self._having("asking")
         return askers[-1] if askers else None
 
+    def suspended(self) -> list[Run]:
+        """The suspended runs, in session order."""
+        return self._having("suspended")
+
     def most_recently_suspended(self) -> Run | None:
-        suspended = [r for r in self.session.runs if r.status == "suspended"]
+        suspended = self._having("suspended")
         if not suspended:
             return None
         return max(suspended, key=lambda r: r.suspended_seq or 0)
+
+    def _having(self, status: RunStatus) -> list[Run]:
+        """``[r for r in session.runs if r.status == status]`` for "asking" or "suspended".
+
+        Every phase asks for the asker or the suspended stack, some several times, and most
+        turns have neither: with the index, a session of parked runs answers without a scan.
+        The index may also hold a run that has since left the session (ended, or a list
+        replaced), so a non-empty answer is still read off ``session.runs``, in its order.
+        """
+        runs = self.session.runs
+        held = self._held
+        if held is None or runs is not self._held_runs or len(runs) != self._held_count:
+            held = self._held = {"asking": {}, "suspended": {}}
+            for run in runs:
+                if run.status in held:
+                    held[run.status][id(run)] = run
+            self._held_runs = runs
+            self._held_count = len(runs)
+        members = held[status]
+        if not members:
+            return []
+        return [r for r in runs if id(r) in members]
 
     def live(self, run_id: str) -> Run | None:
         """``session.run(run_id)`` through an index of the runs by id. The index is rebuilt
@@ -178,14 +211,34 @@ class TurnState:
         """Remove ``run`` from the session and log why (``code`` defaults to the reason)."""
         if self.live(run.id) is None:
             return
-        self.session.runs = [r for r in self.session.runs if r.id != run.id]
+        runs = self.session.runs
+        self.session.runs = [r for r in runs if r.id != run.id]
+        if self._held is not None and runs is self._held_runs:
+            # Still the list the index follows, so the index follows the new one.
+            for members in self._held.values():
+                members.pop(id(run), None)
+            self._held_runs = self.session.runs
+            self._held_count += len(self.session.runs) - len(runs)
         self.outcome(code or reason, run, detail=detail, status="ended")
         self.ended.append(RunChange(run_id=run.id, flow_id=run.flow_id, reason=reason))
         if self.floor_run_id == run.id:
             self.floor_run_id = None
 
+    def set_status(self, run: Run, status: RunStatus) -> None:
+        """Set ``run.status``: the one place a turn writes it, so the index behind
+        ``asking()`` and ``suspended()`` changes with it."""
+        old = run.status
+        run.status = status
+        held = self._held
+        if held is not None and old != status:
+            key = id(run)
+            if old in held:
+                held[old].pop(key, None)
+            if status in held:
+                held[status][key] = run
+
     def suspend(self, run: Run) -> None:
-        run.status = "suspended"
+        self.set_status(run, "suspended")
         run.suspended_seq = self.session.next_seq()
 
     def claim(self, key: str) -> None:
@@ -216,6 +269,8 @@ class TurnState:
             origin=origin,
         )
         self.session.runs.append(run)
+        if self.session.runs is self._held_runs:
+            self._held_count += 1  # a new run is "running": nothing for the index to hold
         self.claim(f"flow:{flow.id}")
         for name in flow.clear_on_start:
             self.session.data.pop(name, None)
@@ -233,7 +288,7 @@ class TurnState:
         """Leave ``run`` waiting under ``key`` and schedule the wake that resumes it at ``at``:
         a parked run always has its wake, whatever parked it (a wait step, a deferred action,
         a delayed trigger, a speak retry)."""
-        run.status = "waiting"
+        self.set_status(run, "waiting")
         run.waiting = Waiting(key=key, kind=kind, at=at, event=event)
         self.schedule_wake(key, at)
 

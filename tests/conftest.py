@@ -1,3 +1,29 @@
 """Shared test configuration: the server fixtures live in tests/fixtures/."""
 
+from __future__ import annotations
+
+import pytest
+
+from engine.session import Run
+from engine.state import TurnState
+
 pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.broker"]
+
+
+@pytest.fixture(autouse=True)
+def _status_index_checked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every turn of every test checks ``TurnState``'s index of asking and suspended runs
+    against the scan it replaces, on every query (see tests/engine/test_status_index.py)."""
+    if request.node.get_closest_marker("unchecked_status_index"):
+        return
+    having = TurnState._having
+
+    def checked_having(self: TurnState, status: str) -> list[Run]:
+        found = having(self, status)  # type: ignore[arg-type]
+        expected = [r for r in self.session.runs if r.status == status]
+        assert len(found) == len(expected) and all(
+            a is b for a, b in zip(found, expected, strict=True)
+        ), f"the index of {status!r} runs is out of step with the runs"
+        return found
+
+    monkeypatch.setattr(TurnState, "_having", checked_having)

@@ -58,7 +58,7 @@ def answered(state: TurnState) -> bool:
 
 
 def _resume(state: TurnState, run: Run) -> None:
-    run.status = "asking"
+    state.set_status(run, "asking")
     run.suspended_seq = None
     state.outcome("resumed", run)
     if state.is_message:
@@ -81,7 +81,7 @@ def apply_branches(state: TurnState, run: Run, judged: dict[str, bool] | None) -
         else:
             hit = bool(judged and judged.get(f"{run.id}/{step.id}/{index}") is True)
         if hit:
-            run.status = "running"
+            state.set_status(run, "running")
             state.outcome("branch", run, detail=str(index))
             take(state, run, flow, step, branch.then)
             return True
@@ -185,7 +185,7 @@ def _talk(
     silenced = state.request.silenced
     if silenced is not None:
         if was_asking:
-            run.status = "asking"
+            state.set_status(run, "asking")
             state.outcome("silenced", run, detail=silenced.reason)
             return False
         state.end_run(run, "silenced", detail=silenced.reason)
@@ -197,7 +197,7 @@ def _talk(
     for other in state.asking():
         if other.id != run.id:
             state.suspend(other)
-    run.status = "asking"
+    state.set_status(run, "asking")
     if after_speak:
         state.outcome("awaiting-reply", run)
         return False

@@ -96,7 +96,7 @@ def _react(state: TurnState, run: Run) -> None:
     move = step.on_correction if step.on_correction is not None else flow.on_correction
     if move is None:
         return
-    run.status = "running"
+    state.set_status(run, "running")
     take(state, run, flow, step, move)
 
 
@@ -128,12 +128,12 @@ def _route(
 
 
 def _start_routed(state: TurnState, flow: Flow, index: int) -> None:
-    suspended = [r for r in state.session.runs if r.flow_id == flow.id and r.status == "suspended"]
+    suspended = [r for r in state.suspended() if r.flow_id == flow.id]
     if suspended:
         resumed = max(suspended, key=lambda r: r.suspended_seq or 0)
         for other in state.asking():
             state.suspend(other)
-        resumed.status = "asking"
+        state.set_status(resumed, "asking")
         resumed.suspended_seq = None
         state.outcome("resumed", resumed)
         state.routed_run_id = state.floor_run_id = resumed.id

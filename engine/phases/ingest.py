@@ -93,7 +93,8 @@ def _customer_replied(state: TurnState) -> None:
         if not isinstance(step, WaitStep) or step.else_ is None:
             continue
         assert flow is not None
-        run.status, run.waiting = "running", None
+        state.set_status(run, "running")
+        run.waiting = None
         state.outcome("replied", run)
         _take_floor(state, run)
         take(state, run, flow, step, step.else_)
@@ -114,7 +115,8 @@ def _wake(state: TurnState) -> None:
         state.ignored = state.done = True
         return
     kind = run.waiting.kind
-    run.status, run.waiting = "running", None
+    state.set_status(run, "running")
+    run.waiting = None
     _take_floor(state, run)
     flow = state.flow(run.flow_id)
     step = flow.step(run.step_id) if flow else None
@@ -195,7 +197,8 @@ def _event(state: TurnState) -> None:
             continue
         flow = state.flow(run.flow_id)
         step = flow.step(run.step_id) if flow else None
-        run.status, run.waiting = "running", None
+        state.set_status(run, "running")
+        run.waiting = None
         _take_floor(state, run)
         state.outcome("event-arrived", run, detail=name)
         if flow is not None and isinstance(step, WaitStep):

@@ -40,7 +40,7 @@ async def run(state: TurnState) -> None:
     if not state.asking():
         resumed = state.most_recently_suspended()
         if resumed is not None:
-            resumed.status = "asking"
+            state.set_status(resumed, "asking")
             resumed.suspended_seq = None
             state.outcome("resumed", resumed)
     _silence_wakes(state)
@@ -79,7 +79,7 @@ async def _apply_reply(state: TurnState) -> None:
         state.outcome("max-asks", run, detail=name)
     if run.stay_step_id == step.id:
         return  # stays for the next message; that message's answer is the next visit
-    run.status = "running"
+    state.set_status(run, "running")
     if take(state, run, flow, step, step.then):
         await walk(state, run, after_speak=True)
     # A hand-off on the way starts a child that has not moved yet: it moves now, under the same
