@@ -505,6 +505,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile-out", type=Path, default=None,
                         help="keep the profiled run's pyinstrument session at this path "
                         "(read it with `pyinstrument --load PATH`)")
+    parser.add_argument("--profile-latency", type=float, default=0.0,
+                        help="model latency of the profiled run, ms per call (default 0)")
     parser.add_argument("--processes", type=int, default=2,
                         help="consumer processes of the extra 0 ms row compared with one "
                         "(`consume --workers N`; 0 or 1 skips it)")
@@ -561,7 +563,7 @@ def run(args: argparse.Namespace) -> int:
                 Path(stack.enter_context(tempfile.TemporaryDirectory())) / "p.pyisession"
             )
             asyncio.run(run_once(
-                servers, latency_ms=0, partitions=max(partition_counts),
+                servers, latency_ms=args.profile_latency, partitions=max(partition_counts),
                 sessions=args.sessions, inputs=args.inputs, paced_seconds=1.0,
                 max_in_flight=args.max_in_flight, profile_to=profile_file,
                 fetch_max_wait_ms=args.fetch_max_wait_ms,
@@ -602,7 +604,8 @@ def run(args: argparse.Namespace) -> int:
         aside = ("waiting on I/O (idle)", "start-up (imports)")
         busy = total - sum(profile.get(name, 0.0) for name in aside)
         print()
-        print(f"where the consumer's time goes at 0 ms ({max(partition_counts)} partitions, "
+        print(f"where the consumer's time goes at {args.profile_latency:g} ms "
+              f"({max(partition_counts)} partitions, "
               f"pyinstrument, {total:.1f} s sampled wall time; busy excludes idle and "
               "start-up):")
         for name, seconds in profile.most_common():
