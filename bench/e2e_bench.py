@@ -36,7 +36,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +169,8 @@ class RunResult:
     p99_ms: float
     profile: str | None = None
     workers: int = 1
+    # Log lines that mean a turn did not simply run once (see ConsumerProcess.TROUBLES).
+    troubles: dict[str, int] = field(default_factory=dict)
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -294,6 +296,17 @@ class InputProducer:
 class ConsumerProcess:
     """``python -m consumer.cli consume`` (optionally under pyinstrument) for one run."""
 
+    # A run whose turns failed and ran again still ends with every reply once and in order, so
+    # the figures would look valid while measuring retries: these log lines are counted and
+    # shown with the run.
+    TROUBLES = {
+        "input failed; retrying": "retried",
+        "version conflict; rerunning": "rerun after a version conflict",
+        "replay skipped": "replays skipped",
+        "sent to the DLQ": "dead-lettered",
+        "session worker crashed": "worker crashes",
+    }
+
     def __init__(self, env: dict[str, str], profile_to: Path | None = None) -> None:
         self._env = env
         self._profile_to = profile_to
@@ -301,6 +314,7 @@ class ConsumerProcess:
         self._log_task: asyncio.Task[None] | None = None
         self.assigned = asyncio.Event()
         self.tail: list[str] = []
+        self.troubles: Counter[str] = Counter()
 
     @property
     def pid(self) -> int:
@@ -328,6 +342,9 @@ class ConsumerProcess:
             text = line.decode(errors="replace")
             if '"partitions assigned"' in text:
                 self.assigned.set()
+            for needle, name in self.TROUBLES.items():
+                if needle in text:
+                    self.troubles[name] += 1
             self.tail = [*self.tail[-20:], text.rstrip()]
 
     async def stop(self) -> None:
@@ -423,7 +440,7 @@ async def run_once(
         cpu_ms_per_turn=cpu * 1000 / len(backlog), paced_rate=paced_rate,
         paced_inputs=len(paced), p50_ms=_percentile(latencies, 0.50),
         p95_ms=_percentile(latencies, 0.95), p99_ms=_percentile(latencies, 0.99),
-        workers=workers,
+        workers=workers, troubles=dict(consumer.troubles),
     )
 
 
@@ -583,6 +600,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"{r.latency_ms:>10} ms {r.partitions:>5} {r.workers:>5} {r.turns_per_s:>8.0f} "
               f"{bound_text} {ratio_text} {r.cpu_ms_per_turn:>11.2f} {r.paced_rate:>8.0f} "
               f"{r.p50_ms:>8.0f} {r.p95_ms:>8.0f} {r.p99_ms:>8.0f}")
+    for r in results:
+        if r.troubles:
+            told = ", ".join(f"{count} {name}" for name, count in sorted(r.troubles.items()))
+            print(f"  NOTE {r.latency_ms} ms, {r.partitions} partitions, {r.workers} "
+                  f"process(es): not every turn ran once: {told}")
     print()
     print(f"store save transaction alone ({pool} clients, one process): {saves:.0f} saves/s, "
           f"{save_cpu_ms:.2f} ms client CPU per save")
