@@ -86,16 +86,14 @@ class TurnState:
     compaction_pending: PendingSummary | None = None
     candidates: Candidates | None = None
     lifecycle: Any = None  # a LifecycleTurn, only for agents with lifecycle settings
-    # live()'s index of session.runs by id, and the list object and length it was built from.
+    # Two indexes of session.runs, built together by one scan (_indexed) and kept by new_run
+    # and end_run: live()'s runs by id, and the "asking" and "suspended" runs by id(run), which
+    # set_status (the only writer of a run's status) also keeps. Both are rebuilt when
+    # session.runs is another list or another length than the one they follow.
     _run_index: dict[str, Run] = field(default_factory=dict, repr=False)
+    _held: dict[str, dict[int, Run]] = field(default_factory=dict, repr=False)
     _indexed_runs: list[Run] | None = field(default=None, repr=False)
     _indexed_count: int = field(default=-1, repr=False)
-    # The runs whose status is "asking" or "suspended", keyed by id(run): built by one scan at
-    # the first query, then kept by set_status (the only writer of a run's status), new_run
-    # and end_run; rebuilt when session.runs is another list or length than those left it.
-    _held: dict[str, dict[int, Run]] | None = field(default=None, repr=False)
-    _held_runs: list[Run] | None = field(default=None, repr=False)
-    _held_count: int = field(default=-1, repr=False)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -152,30 +150,32 @@ class TurnState:
         The index may also hold a run that has since left the session (ended, or a list
         replaced), so a non-empty answer is still read off ``session.runs``, in its order.
         """
-        runs = self.session.runs
-        held = self._held
-        if held is None or runs is not self._held_runs or len(runs) != self._held_count:
-            held = self._held = {"asking": {}, "suspended": {}}
-            for run in runs:
-                if run.status in held:
-                    held[run.status][id(run)] = run
-            self._held_runs = runs
-            self._held_count = len(runs)
-        members = held[status]
+        runs = self._indexed()
+        members = self._held[status]
         if not members:
             return []
         return [r for r in runs if id(r) in members]
 
-    def live(self, run_id: str) -> Run | None:
-        """``session.run(run_id)`` through an index of the runs by id. The index is rebuilt
-        when ``session.runs`` is another list or another length: the phases only append a run
-        or assign a new list without one, never replace a run in place."""
+    def _indexed(self) -> list[Run]:
+        """``session.runs``, with both indexes brought up to date with it first: the phases
+        only append a run or assign a new list without one, never replace a run in place, so
+        another list or another length is the sign of a change the indexes did not follow."""
         runs = self.session.runs
         if runs is not self._indexed_runs or len(runs) != self._indexed_count:
             # Reversed, so a (hand-made) duplicate id finds its first run, as run() does.
             self._run_index = {run.id: run for run in reversed(runs)}
+            held: dict[str, dict[int, Run]] = {"asking": {}, "suspended": {}}
+            for run in runs:
+                if run.status in held:
+                    held[run.status][id(run)] = run
+            self._held = held
             self._indexed_runs = runs
             self._indexed_count = len(runs)
+        return runs
+
+    def live(self, run_id: str) -> Run | None:
+        """``session.run(run_id)`` through the index of the runs by id (see ``_indexed``)."""
+        self._indexed()
         return self._run_index.get(run_id)
 
     # --- writing ------------------------------------------------------------------------------
@@ -213,12 +213,13 @@ class TurnState:
             return
         runs = self.session.runs
         self.session.runs = [r for r in runs if r.id != run.id]
-        if self._held is not None and runs is self._held_runs:
-            # Still the list the index follows, so the index follows the new one.
+        if runs is self._indexed_runs:
+            # Still the list the indexes follow, so they follow the new one.
+            self._run_index.pop(run.id, None)
             for members in self._held.values():
                 members.pop(id(run), None)
-            self._held_runs = self.session.runs
-            self._held_count += len(self.session.runs) - len(runs)
+            self._indexed_runs = self.session.runs
+            self._indexed_count += len(self.session.runs) - len(runs)
         self.outcome(code or reason, run, detail=detail, status="ended")
         self.ended.append(RunChange(run_id=run.id, flow_id=run.flow_id, reason=reason))
         if self.floor_run_id == run.id:
@@ -230,7 +231,7 @@ class TurnState:
         old = run.status
         run.status = status
         held = self._held
-        if held is not None and old != status:
+        if held and old != status:
             key = id(run)
             if old in held:
                 held[old].pop(key, None)
@@ -269,8 +270,11 @@ class TurnState:
             origin=origin,
         )
         self.session.runs.append(run)
-        if self.session.runs is self._held_runs:
-            self._held_count += 1  # a new run is "running": nothing for the index to hold
+        if self.session.runs is self._indexed_runs:
+            # A new run is "running": nothing for the status index to hold. A (hand-made)
+            # duplicate id keeps finding its first run.
+            self._indexed_count += 1
+            self._run_index.setdefault(run.id, run)
         self.claim(f"flow:{flow.id}")
         for name in flow.clear_on_start:
             self.session.data.pop(name, None)
