@@ -27,11 +27,12 @@ class CachedPartitioner:
             raise ValueError(f"max_keys must be at least 1, got {max_keys}")
         self._max_keys = max_keys
         self._hashes: dict[bytes, int] = {}
+        self._default = DefaultPartitioner()
 
     def __call__(self, key: bytes | None, all_partitions: Sequence[int],
                  available: Sequence[int]) -> int:
         if key is None:
-            return DefaultPartitioner()(key, all_partitions, available)  # random, as Kafka's
+            return self._default(key, all_partitions, available)  # random, as Kafka's
         hashed = self._hashes.get(key)
         if hashed is None:
             if len(self._hashes) >= self._max_keys:
