@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
 
@@ -58,8 +60,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = next((a for a in arguments if not a.startswith("-")), None)
     args = build_parser(chosen if chosen in COMMANDS else None).parse_args(arguments)
     module = importlib.import_module(COMMANDS[args.command].module)
-    code: int = module.run(args)
+    try:
+        code: int = module.run(args)
+    except ValidationError as exc:
+        if exc.title != "Settings":
+            raise
+        print(f"turnflow: bad setting: {settings_problems(exc)}", file=sys.stderr)
+        return 2  # EXIT_CONFIG, as every command's other configuration errors
     return code
+
+
+def settings_problems(error: ValidationError) -> str:
+    """Each invalid setting as ``NAME: what is wrong``, by its environment variable name."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in e['loc']).upper() or 'SETTINGS'}: {e['msg']}"
+        for e in error.errors(include_url=False, include_input=False)
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover - the console script calls main()
