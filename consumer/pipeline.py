@@ -235,7 +235,9 @@ class TurnPipeline:
             request["session"] = loaded.state
             request["history"] = loaded.history
             with taping(self._recording) as tape:
-                result = await self._agent.turn(request)
+                # The result in its JSON form at once: one pass through pydantic-core for the
+                # session, messages, timers and outcomes instead of one call per item.
+                result = _json(await self._agent.turn(request))
             crash.reached("after_turn")
             version = loaded.version + 1
             save = self._save_request(

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -436,7 +437,7 @@ class ConsumerService:
             slot = _Slot(self._slots)
             await slot.take()
             try:
-                async with self._busy_on(tp):
+                with self._busy_on(tp):
                     if not self._owns(tp, item.epoch):
                         return  # the partition moved while this input waited for a slot
                     try:
@@ -499,7 +500,7 @@ class ConsumerService:
         attempt = 1
         while self._owns(tp, epoch):
             try:
-                async with self._busy_on(tp):
+                with self._busy_on(tp):
                     await self._send_dead_letter(record, why.reason, why.detail)
             except Exception as exc:
                 # Only the broker can fail here; whatever it raised, the record must not be
@@ -541,8 +542,10 @@ class ConsumerService:
             return True
         return False
 
-    @contextlib.asynccontextmanager
-    async def _busy_on(self, tp: TopicPartition) -> Any:
+    @contextlib.contextmanager
+    def _busy_on(self, tp: TopicPartition) -> Iterator[None]:
+        """Counts work on ``tp`` for a revoke to wait for (a plain context manager: entering
+        it never waits, so it costs no await in every turn)."""
         self._busy[tp] += 1
         try:
             yield

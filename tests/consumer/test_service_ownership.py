@@ -50,7 +50,7 @@ def service_with(consumer: FakeConsumer) -> ConsumerService:
 
 
 async def hold_busy(service: ConsumerService, release: asyncio.Event) -> None:
-    async with service._busy_on(TP):
+    with service._busy_on(TP):
         await release.wait()
 
 
