@@ -297,8 +297,9 @@ def exported_names() -> set[str]:
 
 
 @functools.lru_cache(maxsize=1024)
-def child(metric: Any, value: str) -> Any:
-    """``metric.labels(value)`` for a metric with one label, kept per value: the consumer
-    counts by kind and outcome on every turn, and a label lookup costs more than the count.
-    Only for metrics whose children are never removed (the lag gauge's are)."""
-    return metric.labels(value)
+def child(metric: Any, *values: str) -> Any:
+    """``metric.labels(*values)``, kept per values: the consumer counts by kind, outcome and
+    model call on every turn, and a label lookup costs more than the count. Only for metrics
+    whose children are never removed (the lag gauge's are) and whose label values come from a
+    small set (kinds, outcome codes, schema and provider names)."""
+    return metric.labels(*values)

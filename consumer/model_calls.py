@@ -21,10 +21,8 @@ _MARK = "_turnflow_metrics_hooked"
 def record_model_call(record: CallRecord) -> None:
     """Feed one call record into the consumer's metrics."""
     call = record.schema_name
-    metrics.LLM_CALLS.labels(call=call).inc()
-    metrics.MODEL_CALL_DURATION.labels(call=call, provider=record.provider).observe(
-        record.duration_s
-    )
+    metrics.child(metrics.LLM_CALLS, call).inc()
+    metrics.child(metrics.MODEL_CALL_DURATION, call, record.provider).observe(record.duration_s)
     if not record.ok:
         metrics.MODEL_ERRORS.labels(call=call, kind=record.error_kind or "retryable").inc()
     if record.usage is not None:

@@ -113,3 +113,12 @@ def test_a_kept_child_counts_into_the_same_series_as_labels() -> None:
     metrics.child(metrics.TURNS, "wake").inc(2)
     assert metrics.TURNS.labels(kind="wake")._value.get() == before + 4
     assert metrics.child(metrics.TURNS, "wake") is metrics.TURNS.labels("wake")
+
+
+def test_a_kept_child_with_two_labels_is_the_labelled_series() -> None:
+    """With several labels, ``metrics.child`` keeps the child of exactly those values in order."""
+    from consumer import metrics
+
+    kept = metrics.child(metrics.MODEL_CALL_DURATION, "speak", "bench-two-labels")
+    assert kept is metrics.MODEL_CALL_DURATION.labels(call="speak", provider="bench-two-labels")
+    assert kept is not metrics.child(metrics.MODEL_CALL_DURATION, "bench-two-labels", "speak")
