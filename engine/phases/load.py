@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.clock import to_utc
 from engine.compaction import trim
+from engine.records import copy_record
 from engine.request import TurnRequest
 from engine.session import Session, copy_session, detach_values, fresh_session, migrate_session
 from engine.state import TurnState
@@ -52,7 +53,7 @@ async def run(
         caller = request.session
         session = copy_session(caller)
         original = partial(_same, caller)
-    history = [entry.model_copy() for entry in request.history]
+    history = [copy_record(entry) for entry in request.history]
     state = TurnState(
         config=config,
         request=request,

@@ -1,0 +1,268 @@
+"""The records a turn builds without validation (``engine.records`` and the factories built on
+it) are the very objects the validated construction gives: the same type, field values of the
+same types, the same fields counted as given, no shared default, the same dumps. Each factory
+is compared with its validated construction over generated inputs, the inputs that must take
+the validated path included."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from engine import state as turn_state
+from engine.records import copy_record, write
+from engine.request import HistoryEntry, Message, Outcome, RunChange, ScheduleEntry
+from engine.session import Run, Waiting
+
+
+class Text(str):
+    """A str subclass: validation gives a plain str for it."""
+
+
+def assert_same(fast: BaseModel, slow: BaseModel) -> None:
+    assert type(fast) is type(slow)
+    assert fast.__dict__ == slow.__dict__
+    assert list(fast.__dict__) == list(slow.__dict__)  # the same field order
+    for name, value in slow.__dict__.items():
+        assert type(fast.__dict__[name]) is type(value), name
+        if isinstance(value, datetime):
+            assert fast.__dict__[name].tzinfo is value.tzinfo, name
+    assert fast.model_fields_set == slow.model_fields_set
+    assert type(fast.model_fields_set) is set
+    assert fast.__pydantic_extra__ == slow.__pydantic_extra__
+    assert fast.__pydantic_private__ == slow.__pydantic_private__
+    assert fast == slow
+    assert fast.model_dump() == slow.model_dump()
+    assert fast.model_dump(mode="json") == slow.model_dump(mode="json")
+    assert fast.model_dump(exclude_unset=True) == slow.model_dump(exclude_unset=True)
+    assert fast.model_dump_json() == slow.model_dump_json()
+
+
+def assert_unshared(one: BaseModel, other: BaseModel) -> None:
+    """Two records built alike share no mutable default (a list or dict of their own each)."""
+    for name, value in one.__dict__.items():
+        if isinstance(value, list | dict | set):
+            assert other.__dict__[name] is not value, name
+
+
+texts = st.one_of(st.text(max_size=20), st.text(max_size=5).map(Text))
+ids = st.one_of(st.none(), st.text(max_size=10))
+small_ints = st.integers(min_value=-(2**40), max_value=2**40)
+# UTC itself, a UTC that is another tzinfo object, another zone, naive.
+zones = st.sampled_from([UTC, ZoneInfo("UTC"), timezone(timedelta(hours=-3)), None])
+times = st.builds(
+    lambda moment, zone: moment.replace(tzinfo=zone),
+    st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1)),
+    zones,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    code=texts,
+    run_id=ids,
+    flow_id=ids,
+    step_id=st.one_of(ids, st.text(max_size=3).map(Text)),
+    status=st.one_of(ids, st.sampled_from(["running", "asking", "ended", "idle"])),
+    detail=st.one_of(ids, st.text(max_size=3).map(Text)),
+    llm_calls=st.one_of(small_ints, st.booleans()),
+)
+def test_outcome(
+    code: str,
+    run_id: str | None,
+    flow_id: str | None,
+    step_id: str | None,
+    status: str | None,
+    detail: str | None,
+    llm_calls: int,
+) -> None:
+    args = (code, run_id, flow_id, step_id, status, detail, llm_calls)
+    slow = Outcome(
+        code=code,
+        run_id=run_id,
+        flow_id=flow_id,
+        step_id=step_id,
+        status=status,
+        detail=detail,
+        llm_calls=llm_calls,
+    )
+    assert_same(turn_state._outcome(*args), slow)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kind=st.sampled_from(["ai", "verbatim", "handoff"]),
+    text=texts,
+    key=texts,
+    after_ms=st.one_of(small_ints, st.booleans()),
+    run_id=ids,
+    step_id=st.one_of(ids, st.text(max_size=3).map(Text)),
+)
+def test_message(
+    kind: str, text: str, key: str, after_ms: int, run_id: str | None, step_id: str | None
+) -> None:
+    slow = Message(
+        kind=kind, text=text, key=key, after_ms=after_ms, run_id=run_id, step_id=step_id
+    )
+    fast = turn_state._message(kind, text, key, after_ms, run_id, step_id)
+    assert_same(fast, slow)
+    assert_unshared(fast, turn_state._message(kind, text, key, after_ms, run_id, step_id))
+
+
+def test_message_refuses_what_validation_refuses() -> None:
+    with pytest.raises(ValueError):
+        turn_state._message("shout", "oi", "k", 0, None, None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=texts, at=times, replaces=ids)
+def test_schedule_entry(key: str, at: datetime, replaces: str | None) -> None:
+    slow = ScheduleEntry(key=key, at=at, replaces=replaces)
+    assert_same(turn_state._schedule_entry(key, at, replaces), slow)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    key=texts,
+    kind=st.sampled_from(["timer", "event", "defer", "retry", "trigger"]),
+    at=times,
+    event=ids,
+)
+def test_waiting(key: str, kind: Any, at: datetime, event: str | None) -> None:
+    slow = Waiting(key=key, kind=kind, at=at, event=event)
+    assert_same(turn_state._waiting(key, kind, at, event), slow)
+
+
+@settings(max_examples=100, deadline=None)
+@given(run_id=st.text(max_size=10), flow_id=st.text(max_size=10), reason=texts)
+def test_run_change(run_id: str, flow_id: str, reason: str) -> None:
+    slow = RunChange(run_id=run_id, flow_id=flow_id, reason=reason)
+    assert_same(turn_state._run_change(run_id, flow_id, reason), slow)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    id=st.text(max_size=10),
+    flow_id=st.text(max_size=10),
+    step_id=st.text(max_size=10),
+    input=st.dictionaries(st.one_of(st.text(max_size=4), st.text(max_size=2).map(Text)),
+                          json_values, max_size=3),
+    started_at=times,
+    parent_run_id=ids,
+    trigger=st.one_of(st.none(), st.integers(min_value=0, max_value=9), st.booleans()),
+    origin=st.sampled_from(["message", "mention", "event", "silence", "start", "flow"]),
+)
+def test_new_run(
+    id: str,
+    flow_id: str,
+    step_id: str,
+    input: dict[str, Any],
+    started_at: datetime,
+    parent_run_id: str | None,
+    trigger: int | None,
+    origin: str,
+) -> None:
+    slow = Run(
+        id=id,
+        flow_id=flow_id,
+        status="running",
+        step_id=step_id,
+        input=dict(input),
+        started_at=started_at,
+        parent_run_id=parent_run_id,
+        trigger=trigger,
+        origin=origin,  # type: ignore[arg-type]
+    )
+    def fast() -> Run:  # new_run passes a dict made for the run
+        return turn_state._new_run(
+            id, flow_id, step_id, dict(input), started_at, parent_run_id, trigger, origin
+        )
+
+    assert_same(fast(), slow)
+    assert_unshared(fast(), fast())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    role=st.sampled_from(["user", "assistant", "tool"]),
+    text=st.text(max_size=10),
+    at=st.one_of(st.none(), times),
+    given_at=st.booleans(),
+)
+def test_copy_record_is_model_copy(
+    role: str, text: str, at: datetime | None, given_at: bool
+) -> None:
+    entry = HistoryEntry(role=role, text=text, at=at) if given_at else HistoryEntry(
+        role=role, text=text  # type: ignore[arg-type]
+    )
+    fast, slow = copy_record(entry), entry.model_copy()
+    assert_same(fast, slow)
+    assert fast is not entry and fast.__dict__ is not entry.__dict__
+    assert fast.model_fields_set is not entry.model_fields_set
+
+
+def test_copy_record_with_private_values_takes_model_copy() -> None:
+    class WithPrivate(BaseModel):
+        a: int = 1
+        _note: str = "x"
+
+    model = WithPrivate()
+    copied = copy_record(model)
+    assert copied.__pydantic_private__ == {"_note": "x"}
+    assert copied.__pydantic_private__ is not model.__pydantic_private__
+
+
+RUN_WRITES = st.sampled_from(
+    [
+        ("status", st.sampled_from(["running", "asking", "waiting", "suspended"])),
+        ("step_id", st.text(max_size=5)),
+        ("visit", st.integers(min_value=1, max_value=99)),
+        ("retries", st.integers(min_value=0, max_value=9)),
+        ("suspended_seq", st.one_of(st.none(), st.integers(min_value=1, max_value=99))),
+        ("last_talk_step_id", ids),
+        ("stay_step_id", ids),
+        ("waiting", st.none()),
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), writes=st.lists(RUN_WRITES, max_size=8), full=st.booleans())
+def test_write_is_setattr(data: st.DataObject, writes: list[Any], full: bool) -> None:
+    def fresh() -> Run:
+        if full:  # a run read back from a dump: every field given
+            return Run.model_validate(
+                Run(id="r", flow_id="f", step_id="a", started_at=START).model_dump()
+            )
+        return Run(id="r", flow_id="f", step_id="a", started_at=START)
+
+    fast, slow = fresh(), fresh()
+    for name, values in writes:
+        value = data.draw(values)
+        write(fast, **{name: value})
+        setattr(slow, name, value)
+    assert_same(fast, slow)
+
+
+START = datetime(2026, 1, 5, 9, tzinfo=UTC)
+
+
+def test_run_allows_plain_writes() -> None:
+    """``write`` stands for setattr only on a model that neither validates assignment nor is
+    frozen: the day ``Run`` does either, the writes must go back to setattr."""
+    assert not Run.model_config.get("validate_assignment")
+    assert not Run.model_config.get("frozen")
+    assert not any(field.frozen for field in Run.model_fields.values())
