@@ -6,6 +6,7 @@ the validated path included."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -15,9 +16,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from engine import Agent, FakeClock, MockProvider, prompt
+from engine import request as request_module
 from engine import state as turn_state
+from engine.phases import finish
+from engine.providers.base import ChatMessage
 from engine.records import copy_record, write
-from engine.request import HistoryEntry, Message, Outcome, RunChange, ScheduleEntry
+from engine.request import (
+    BurstMessage,
+    HistoryEntry,
+    Message,
+    Outcome,
+    RunChange,
+    ScheduleEntry,
+    TurnRequest,
+    TurnResult,
+)
 from engine.session import Run, Waiting
 
 
@@ -266,3 +280,89 @@ def test_run_allows_plain_writes() -> None:
     assert not Run.model_config.get("validate_assignment")
     assert not Run.model_config.get("frozen")
     assert not any(field.frozen for field in Run.model_fields.values())
+
+
+@settings(max_examples=100, deadline=None)
+@given(role=st.sampled_from(["user", "assistant"]), text=texts)
+def test_chat_message(role: Any, text: str) -> None:
+    fast = prompt._chat_message(role, text)
+    assert_same(fast, ChatMessage(role=role, text=text))
+    assert_unshared(fast, prompt._chat_message(role, text))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    message=texts,
+    id=st.one_of(ids, st.text(max_size=3).map(Text)),
+    at=st.one_of(st.none(), times),
+)
+def test_burst_message(message: str, id: str | None, at: datetime | None) -> None:
+    assert_same(
+        request_module._burst_message(message, id, at),
+        BurstMessage(message=message, id=id, at=at),
+    )
+
+
+def test_parts_of_a_request_built_without_validation() -> None:
+    """``parts`` of a request whose ``at`` was set without validation (not in UTC) is still
+    what validation makes of it."""
+    request = TurnRequest(session_id="s", message="oi", id="m1").model_copy(
+        update={"at": datetime(2026, 1, 5, 9, tzinfo=timezone(timedelta(hours=-3)))}
+    )
+    (part,) = request.parts
+    assert part.at == datetime(2026, 1, 5, 12, tzinfo=UTC) and part.at.tzinfo is UTC
+
+
+AGENT = Agent(
+    name="Ana",
+    provider=MockProvider([{"message": "Olá!"}] * 10),
+    clock=FakeClock("2026-01-05T09:00:00Z"),
+    actions={"count": lambda ctx: {"ok": True}},
+    flows=[
+        {
+            "id": "oferta",
+            "on": [{"message": []}],
+            "steps": [
+                {"id": "s1", "say": "Olá!"},
+                {"id": "s2", "do": "count"},
+                {"id": "s3", "prompt": "Responda."},
+                {"id": "s4", "wait": {"ms": 60_000}},
+            ],
+        },
+        {"id": "outro", "on": [{"message": ["outro"]}], "steps": [{"id": "a", "say": "x"}]},
+    ],
+)
+
+
+RESULT_FIELDS = (
+    "session", "changed", "messages", "schedule", "outcomes", "started", "ended", "skipped",
+    "llm_calls",
+)
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        {"session_id": "s", "message": "oi", "id": "m1"},
+        {"session_id": "s", "wake": "nothing-waits"},
+        {"session_id": "s", "start": {"flow": "outro", "key": "k"}},
+    ],
+)
+def test_result_is_the_validated_result(request_: dict[str, Any]) -> None:
+    result = asyncio.run(AGENT.turn(request_))
+    given = {name: getattr(result, name) for name in RESULT_FIELDS}
+    fast, slow = finish._result(given), TurnResult(**given)
+    assert_same(fast, slow)
+    assert fast.session is slow.session is given["session"]
+    for name, _ in finish._RESULT_LISTS:
+        assert getattr(fast, name) is not given[name]
+        assert all(a is b for a, b in zip(getattr(fast, name), given[name], strict=True))
+
+
+def test_result_with_an_item_validation_would_convert() -> None:
+    result = asyncio.run(AGENT.turn({"session_id": "s", "message": "oi", "id": "m1"}))
+    given = {name: getattr(result, name) for name in RESULT_FIELDS}
+    given["outcomes"] = [*given["outcomes"], {"code": "from-a-dict"}]
+    fast = finish._result(given)
+    assert_same(fast, TurnResult(**given))
+    assert isinstance(fast.outcomes[-1], Outcome)
