@@ -123,6 +123,8 @@ class TurnState:
     def holds(
         self, condition: Any, run: Run | None = None, input: dict[str, Any] | None = None
     ) -> bool:
+        if condition is None:  # holds, as ``conditions.holds`` says, without building a context
+            return True
         return holds(condition, self.cond_ctx(run, input), self.config.conditions)
 
     def asking(self) -> list[Run]:
