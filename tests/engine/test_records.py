@@ -19,8 +19,9 @@ from pydantic import BaseModel
 from engine import Agent, FakeClock, MockProvider, prompt
 from engine import request as request_module
 from engine import state as turn_state
-from engine.phases import finish
-from engine.providers.base import ChatMessage
+from engine.phases import finish, speak
+from engine.providers import http
+from engine.providers.base import CallRecord, ChatMessage, ModelRequest, ToolSpec, Usage
 from engine.records import copy_record, write
 from engine.request import (
     BurstMessage,
@@ -366,3 +367,57 @@ def test_result_with_an_item_validation_would_convert() -> None:
     fast = finish._result(given)
     assert_same(fast, TurnResult(**given))
     assert isinstance(fast.outcomes[-1], Outcome)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    provider=texts,
+    schema_name=st.sampled_from(["speak", "understand"]),
+    duration_s=st.one_of(st.floats(allow_nan=False), st.integers(min_value=0, max_value=9)),
+    ok=st.booleans(),
+    given_=st.one_of(
+        st.builds(lambda kind: {"error_kind": kind}, st.one_of(texts, st.none())),
+        st.builds(
+            lambda usage: {"usage": usage},
+            st.one_of(st.none(), st.builds(Usage, input_tokens=st.integers(0, 9))),
+        ),
+    ),
+)
+def test_call_record(
+    provider: str, schema_name: str, duration_s: float, ok: bool, given_: dict[str, Any]
+) -> None:
+    slow = CallRecord(
+        provider=provider, schema_name=schema_name, duration_s=duration_s, ok=ok, **given_
+    )
+    assert_same(http._call_record(provider, schema_name, duration_s, ok, **given_), slow)
+
+
+def test_speak_request_is_the_validated_request() -> None:
+    messages = [ChatMessage(role="user", text="oi"), ChatMessage(role="assistant", text="olá")]
+    tools = [ToolSpec(name="t", description="d")]
+    schema = {"type": "object", "properties": {"message": {"type": ["string", "null"]}}}
+    meta = {"prompt": "p", "round": 1, "tools": ["t"], "known": {"nome": "Ana"}}
+    args = (messages, schema, tools, meta)
+    fast = speak._speak_request("system", *args)
+    slow = ModelRequest(
+        schema_name="speak",
+        system="system",
+        messages=messages,
+        json_schema=schema,
+        tools=tools,
+        meta=meta,
+    )
+    assert_same(fast, slow)
+    for name, given_ in zip(("messages", "json_schema", "tools", "meta"), args, strict=True):
+        built, validated = getattr(fast, name), getattr(slow, name)
+        assert built is not given_ and validated is not given_  # new containers, both ways
+        items = given_.values() if isinstance(given_, dict) else given_
+        built_items = built.values() if isinstance(built, dict) else built
+        assert all(a is b for a, b in zip(built_items, items, strict=True))
+
+
+def test_speak_request_with_an_item_validation_would_convert() -> None:
+    fast = speak._speak_request(
+        "system", [{"role": "user", "text": "oi"}], {}, [], {}  # type: ignore[list-item]
+    )
+    assert type(fast.messages[0]) is ChatMessage
