@@ -16,11 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from engine import Agent, FakeClock, MockProvider, prompt
+from engine import Agent, FakeClock, prompt
 from engine import request as request_module
 from engine import state as turn_state
 from engine.phases import finish, speak
-from engine.providers import http
+from engine.providers import RuleProvider, http
 from engine.providers.base import CallRecord, ChatMessage, ModelRequest, ToolSpec, Usage
 from engine.records import copy_record, write
 from engine.request import (
@@ -316,7 +316,7 @@ def test_parts_of_a_request_built_without_validation() -> None:
 
 AGENT = Agent(
     name="Ana",
-    provider=MockProvider([{"message": "Olá!"}] * 10),
+    provider=RuleProvider(),  # answers any number of calls
     clock=FakeClock("2026-01-05T09:00:00Z"),
     actions={"count": lambda ctx: {"ok": True}},
     flows=[
@@ -421,3 +421,59 @@ def test_speak_request_with_an_item_validation_would_convert() -> None:
         "system", [{"role": "user", "text": "oi"}], {}, [], {}  # type: ignore[list-item]
     )
     assert type(fast.messages[0]) is ChatMessage
+
+
+HISTORY = [
+    {"role": "user", "text": "oi", "at": "2026-01-05T08:59:00Z"},
+    {"role": "assistant", "text": "Olá!", "at": "2026-01-05T08:59:01Z"},
+]
+
+
+@pytest.mark.parametrize(
+    ("make_request", "copies"),
+    [
+        # History entries validated from dicts for this turn alone: nobody else holds them.
+        (lambda: {"session_id": "s", "message": "oi", "id": "m1", "history": HISTORY}, 0),
+        (lambda: {"session_id": "s", "message": "oi", "id": "m1", "history": tuple(HISTORY)}, 0),
+        (lambda: {"session_id": "s", "message": "oi", "id": "m1"}, 0),
+        # Entries the caller built, or a request object the caller holds: each entry copied.
+        (
+            lambda: {
+                "session_id": "s",
+                "message": "oi",
+                "id": "m1",
+                "history": [HistoryEntry.model_validate(e) for e in HISTORY],
+            },
+            2,
+        ),
+        (
+            lambda: {
+                "session_id": "s",
+                "message": "oi",
+                "id": "m1",
+                "history": [HISTORY[0], HistoryEntry.model_validate(HISTORY[1])],
+            },
+            2,
+        ),
+        (
+            lambda: TurnRequest.model_validate(
+                {"session_id": "s", "message": "oi", "id": "m1", "history": HISTORY}
+            ),
+            2,
+        ),
+    ],
+)
+def test_load_copies_the_history_entries_a_caller_may_hold(
+    make_request: Any, copies: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.phases import load
+
+    copied: list[Any] = []
+
+    def counting(entry: Any) -> Any:
+        copied.append(entry)
+        return copy_record(entry)
+
+    monkeypatch.setattr(load, "copy_record", counting)
+    asyncio.run(AGENT.turn(make_request()))
+    assert len(copied) == copies
