@@ -247,7 +247,10 @@ class Agent:
         stored = request.get("session") if isinstance(request, dict) else None
         parsed = TurnRequest.parse(request)
         state = await load.run(  # 1 Load
-            self._config, parsed, stored if isinstance(stored, dict) else None
+            self._config,
+            parsed,
+            stored if isinstance(stored, dict) else None,
+            history_owned=isinstance(request, dict) and _validated_here(request.get("history")),
         )
         await plan.check(state)  # lifecycle step 1: the host's plan check, before any call
         await images.read(state)  # lifecycle step 2: the customer's images, when read at all
@@ -258,6 +261,14 @@ class Agent:
         await speak.run(state)  # 6 Speak
         await settle.run(state)  # 7 Settle
         return finish.run(state)  # 8 Return
+
+
+def _validated_here(history: Any) -> bool:
+    """Whether the history entries of a dict request were all built by its validation (given as
+    dicts in a list or tuple), so that no caller holds them (None: no history, nothing held)."""
+    if history is None:
+        return True
+    return isinstance(history, list | tuple) and all(type(entry) is dict for entry in history)
 
 
 def _first_triggers(flows: tuple[Flow, ...], kind: type[T]) -> tuple[tuple[Flow, int, T], ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.config import AnyStep, Flow, FlowMove, Move, StepMove
+from engine.records import write
 from engine.session import Run
 from engine.state import TurnState
 from engine.values import render_value
@@ -28,10 +29,9 @@ def scopes(state: TurnState, run: Run | None) -> dict[str, Any]:
 
 
 def goto(state: TurnState, run: Run, step_id: str) -> None:
-    """Enter ``step_id``: a new visit, a fresh retry ladder."""
-    run.step_id = step_id
-    run.visit += 1
-    run.retries = 0
+    """Enter ``step_id``: a new visit, a fresh retry ladder. (Every step a run walks comes
+    through here, hence ``write``: see ``engine.records``.)"""
+    write(run, step_id=step_id, visit=run.visit + 1, retries=0)
     state.set_status(run, "running")
 
 

@@ -10,11 +10,12 @@ can find it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from engine.config import FieldSpec, Flow, Instruction, TalkStep
 from engine.envelopes import UnderstandPlan
 from engine.providers.base import ChatMessage
+from engine.records import record
 from engine.session import Run
 from engine.state import TurnState
 from engine.values import is_known
@@ -52,7 +53,7 @@ def history_messages(state: TurnState) -> list[ChatMessage]:
     """The host's history (as trimmed by Load) plus this turn's message (each message of a
     burst as its own entry)."""
     out = [
-        ChatMessage(role="assistant" if e.role == "assistant" else "user", text=e.text)
+        _chat_message("assistant" if e.role == "assistant" else "user", e.text)
         for e in state.history
         if e.role in ("user", "assistant")
     ]
@@ -60,8 +61,24 @@ def history_messages(state: TurnState) -> list[ChatMessage]:
     tail = [(m.role, m.text) for m in out[len(out) - len(said) :]] if said else []
     already_there = len(out) >= len(said) and tail == [("user", text) for text in said]
     if said and not already_there:  # a host may log the messages before the turn
-        out.extend(ChatMessage(role="user", text=text) for text in said)
+        out.extend(_chat_message("user", text) for text in said)
     return out
+
+
+def _chat_message(role: Literal["user", "assistant"], text: str) -> ChatMessage:
+    """``ChatMessage(role=role, text=text)``, built as ``engine.records`` builds a turn's own
+    records: every call has one per history entry. Text of another type than ``str`` takes
+    the validated construction."""
+    if type(text) is not str:
+        return ChatMessage(role=role, text=text)
+    values: dict[str, Any] = {
+        "role": role,
+        "text": text,
+        "tool_call_id": None,
+        "tool_calls": [],
+        "images": [],
+    }
+    return record(ChatMessage, values, {"role", "text"})
 
 
 def customer_message(state: TurnState) -> str | None:

@@ -7,7 +7,7 @@ after saving: messages to send, wakes to schedule, and a log of what happened.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -22,6 +22,7 @@ from engine.lifecycle.results import (
     TurnOutcome,
     absent,
 )
+from engine.records import record
 from engine.session import OptionalUtcDatetime, Session
 
 
@@ -78,6 +79,20 @@ class BurstMessage(_Model):
     message: str
     id: str | None = None
     at: OptionalUtcDatetime = None
+
+
+def _burst_message(message: str, id: str | None, at: datetime | None) -> BurstMessage:
+    """``BurstMessage(message=..., id=..., at=...)`` from a request's own (validated) fields,
+    built as ``engine.records`` builds a turn's own records: a turn reads ``parts`` several
+    times. A value validation would still convert (a time not in UTC, set on a request built
+    without validation) takes the validated construction."""
+    if (
+        type(message) is not str
+        or (id is not None and type(id) is not str)
+        or (at is not None and (type(at) is not datetime or at.tzinfo is not UTC))
+    ):
+        return BurstMessage(message=message, id=id, at=at)
+    return record(BurstMessage, {"message": message, "id": id, "at": at}, {"message", "id", "at"})
 
 
 InputKind = Literal["message", "wake", "event", "start"]
@@ -159,7 +174,7 @@ class TurnRequest(_Model):
         (empty for other kinds)."""
         if self.message is None:
             return []
-        return [*self.burst, BurstMessage(message=self.message, id=self.id, at=self.at)]
+        return [*self.burst, _burst_message(self.message, self.id, self.at)]
 
     @property
     def input_ids(self) -> list[str]:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from engine.conditions import ConditionContext, holds
 from engine.config import Flow
 from engine.keys import run_id
+from engine.records import record, write
 from engine.request import HistoryEntry, Message, Outcome, RunChange, ScheduleEntry, Skip
 from engine.session import Claim, Run, RunStatus, Session, Waiting, WaitKind
 
@@ -122,6 +123,8 @@ class TurnState:
     def holds(
         self, condition: Any, run: Run | None = None, input: dict[str, Any] | None = None
     ) -> bool:
+        if condition is None:  # holds, as ``conditions.holds`` says, without building a context
+            return True
         return holds(condition, self.cond_ctx(run, input), self.config.conditions)
 
     def asking(self) -> list[Run]:
@@ -191,14 +194,14 @@ class TurnState:
         status: str | None = None,
     ) -> None:
         self.outcomes.append(
-            Outcome(
-                code=code,
-                run_id=run.id if run else None,
-                flow_id=run.flow_id if run else None,
-                step_id=step_id if step_id is not None else (run.step_id if run else None),
-                status=status if status is not None else (run.status if run else None),
-                detail=detail,
-                llm_calls=llm_calls,
+            _outcome(
+                code,
+                run.id if run else None,
+                run.flow_id if run else None,
+                step_id if step_id is not None else (run.step_id if run else None),
+                status if status is not None else (run.status if run else None),
+                detail,
+                llm_calls,
             )
         )
 
@@ -221,7 +224,7 @@ class TurnState:
             self._indexed_runs = self.session.runs
             self._indexed_count += len(self.session.runs) - len(runs)
         self.outcome(code or reason, run, detail=detail, status="ended")
-        self.ended.append(RunChange(run_id=run.id, flow_id=run.flow_id, reason=reason))
+        self.ended.append(_run_change(run.id, run.flow_id, reason))
         if self.floor_run_id == run.id:
             self.floor_run_id = None
 
@@ -229,7 +232,7 @@ class TurnState:
         """Set ``run.status``: the one place a turn writes it, so the index behind
         ``asking()`` and ``suspended()`` changes with it."""
         old = run.status
-        run.status = status
+        write(run, status=status)
         held = self._held
         if held and old != status:
             key = id(run)
@@ -258,16 +261,15 @@ class TurnState:
         parent: Run | None = None,
     ) -> Run:
         """Append a running run at the flow's first step, claim the flow, apply clear_on_start."""
-        run = Run(
-            id=run_id(self.session.id, self.session.next_seq()),
-            flow_id=flow.id,
-            status="running",
-            step_id=flow.steps[0].id,
-            input=dict(input),
-            started_at=self.now,
-            parent_run_id=parent.id if parent else None,
-            trigger=trigger,
-            origin=origin,
+        run = _new_run(
+            run_id(self.session.id, self.session.next_seq()),
+            flow.id,
+            flow.steps[0].id,
+            dict(input),
+            self.now,
+            parent.id if parent else None,
+            trigger,
+            origin,
         )
         self.session.runs.append(run)
         if self.session.runs is self._indexed_runs:
@@ -279,12 +281,12 @@ class TurnState:
         for name in flow.clear_on_start:
             self.session.data.pop(name, None)
             run.asked.pop(name, None)
-        self.started.append(RunChange(run_id=run.id, flow_id=flow.id, reason=reason))
+        self.started.append(_run_change(run.id, flow.id, reason))
         self.outcome("started", run, detail=reason)
         return run
 
     def schedule_wake(self, key: str, at: datetime, replaces: str | None = None) -> None:
-        self.schedule.append(ScheduleEntry(key=key, at=at, replaces=replaces))
+        self.schedule.append(_schedule_entry(key, at, replaces))
 
     def park(
         self, run: Run, *, key: str, kind: WaitKind, at: datetime, event: str | None = None
@@ -293,20 +295,13 @@ class TurnState:
         a parked run always has its wake, whatever parked it (a wait step, a deferred action,
         a delayed trigger, a speak retry)."""
         self.set_status(run, "waiting")
-        run.waiting = Waiting(key=key, kind=kind, at=at, event=event)
+        write(run, waiting=_waiting(key, kind, at, event))
         self.schedule_wake(key, at)
 
     def send(self, run: Run | None, kind: str, text: str, key: str, step_id: str | None) -> None:
         after = self.inline_after_ms.pop(run.id, 0) if run else 0
         self.messages.append(
-            Message(
-                kind=kind,
-                text=text,
-                key=key,
-                after_ms=after,
-                run_id=run.id if run else None,
-                step_id=step_id,
-            )
+            _message(kind, text, key, after, run.id if run else None, step_id)
         )
         self.sent.append(text)
 
@@ -314,3 +309,198 @@ class TurnState:
 def talk_key(run: Run) -> str:
     """The idempotency key of a run's current step visit."""
     return f"{run.id}:{run.step_id}:{run.visit}"
+
+
+# --- the records a turn builds ------------------------------------------------------------------
+#
+# Each turn builds several outcomes, messages, wakes and run changes, and a run per start, from
+# values the engine made. These build them as their validated construction does (the same field
+# values, the same fields counted as given, defaults filled: see ``engine.records``) without
+# validating again; a value of another type than validation would leave (a str subclass, a
+# naive or non-UTC time, a non-str key) takes the validated construction, which converts or
+# refuses it as before. tests/engine/test_records.py compares both paths.
+
+_OUTCOME_GIVEN = frozenset(
+    ("code", "run_id", "flow_id", "step_id", "status", "detail", "llm_calls")
+)
+
+
+def _outcome(
+    code: str,
+    run_id: str | None,
+    flow_id: str | None,
+    step_id: str | None,
+    status: str | None,
+    detail: str | None,
+    llm_calls: int,
+) -> Outcome:
+    """``Outcome(code=..., run_id=..., ..., llm_calls=...)``."""
+    if (
+        type(code) is not str
+        or (detail is not None and type(detail) is not str)
+        or (status is not None and type(status) is not str)
+        or (step_id is not None and type(step_id) is not str)
+        or type(llm_calls) is not int
+    ):
+        return Outcome(
+            code=code,
+            run_id=run_id,
+            flow_id=flow_id,
+            step_id=step_id,
+            status=status,
+            detail=detail,
+            llm_calls=llm_calls,
+        )
+    values = {
+        "code": code,
+        "run_id": run_id,
+        "flow_id": flow_id,
+        "step_id": step_id,
+        "status": status,
+        "detail": detail,
+        "llm_calls": llm_calls,
+        "credits": None,
+    }
+    return record(Outcome, values, set(_OUTCOME_GIVEN))
+
+
+_MESSAGE_KINDS = frozenset(("ai", "verbatim", "handoff"))
+_MESSAGE_GIVEN = frozenset(("kind", "text", "key", "after_ms", "run_id", "step_id"))
+
+
+def _message(
+    kind: str, text: str, key: str, after_ms: int, run_id: str | None, step_id: str | None
+) -> Message:
+    """``Message(kind=..., text=..., key=..., after_ms=..., run_id=..., step_id=...)``."""
+    if (
+        kind not in _MESSAGE_KINDS
+        or type(text) is not str
+        or type(key) is not str
+        or type(after_ms) is not int
+        or (step_id is not None and type(step_id) is not str)
+    ):
+        return Message(
+            kind=kind, text=text, key=key, after_ms=after_ms, run_id=run_id, step_id=step_id
+        )
+    values = {
+        "kind": kind,
+        "text": text,
+        "key": key,
+        "after_ms": after_ms,
+        "run_id": run_id,
+        "step_id": step_id,
+        "handoff": None,
+        "provenance": [],
+        "agent_id": None,
+    }
+    return record(Message, values, set(_MESSAGE_GIVEN))
+
+
+def _schedule_entry(key: str, at: datetime, replaces: str | None) -> ScheduleEntry:
+    """``ScheduleEntry(key=..., at=..., replaces=...)``."""
+    if type(key) is not str or type(at) is not datetime:
+        return ScheduleEntry(key=key, at=at, replaces=replaces)
+    return record(
+        ScheduleEntry,
+        {"key": key, "at": at, "replaces": replaces},
+        {"key", "at", "replaces"},
+    )
+
+
+_WAIT_KINDS = frozenset(("timer", "event", "defer", "retry", "trigger"))
+
+
+def _waiting(key: str, kind: WaitKind, at: datetime, event: str | None) -> Waiting:
+    """``Waiting(key=..., kind=..., at=..., event=...)``."""
+    if (
+        kind not in _WAIT_KINDS
+        or type(key) is not str
+        or type(at) is not datetime
+        or at.tzinfo is not UTC
+    ):
+        return Waiting(key=key, kind=kind, at=at, event=event)
+    return record(
+        Waiting,
+        {"key": key, "kind": kind, "at": at, "event": event},
+        {"key", "kind", "at", "event"},
+    )
+
+
+def _run_change(run_id: str, flow_id: str, reason: str) -> RunChange:
+    """``RunChange(run_id=..., flow_id=..., reason=...)``."""
+    if type(reason) is not str:
+        return RunChange(run_id=run_id, flow_id=flow_id, reason=reason)
+    return record(
+        RunChange,
+        {"run_id": run_id, "flow_id": flow_id, "reason": reason},
+        {"run_id", "flow_id", "reason"},
+    )
+
+
+_NEW_RUN_GIVEN = frozenset(
+    (
+        "id",
+        "flow_id",
+        "status",
+        "step_id",
+        "input",
+        "started_at",
+        "parent_run_id",
+        "trigger",
+        "origin",
+    )
+)
+
+
+_RUN_ORIGINS = frozenset(("message", "mention", "event", "silence", "start", "flow"))
+
+
+def _new_run(
+    id: str,
+    flow_id: str,
+    step_id: str,
+    input: dict[str, Any],
+    started_at: datetime,
+    parent_run_id: str | None,
+    trigger: int | None,
+    origin: str,
+) -> Run:
+    """``Run(id=..., flow_id=..., status="running", step_id=..., input=..., started_at=...,
+    parent_run_id=..., trigger=..., origin=...)``, ``input`` a dict the caller made for it."""
+    if (
+        origin not in _RUN_ORIGINS
+        or type(started_at) is not datetime
+        or started_at.tzinfo is not UTC
+        or (trigger is not None and type(trigger) is not int)
+        or any(type(name) is not str for name in input)
+    ):
+        return Run(
+            id=id,
+            flow_id=flow_id,
+            status="running",
+            step_id=step_id,
+            input=input,
+            started_at=started_at,
+            parent_run_id=parent_run_id,
+            trigger=trigger,
+            origin=origin,
+        )
+    values = {
+        "id": id,
+        "flow_id": flow_id,
+        "status": "running",
+        "step_id": step_id,
+        "visit": 1,
+        "input": input,
+        "asked": {},
+        "waiting": None,
+        "started_at": started_at,
+        "parent_run_id": parent_run_id,
+        "trigger": trigger,
+        "origin": origin,
+        "suspended_seq": None,
+        "retries": 0,
+        "last_talk_step_id": None,
+        "stay_step_id": None,
+    }
+    return record(Run, values, set(_NEW_RUN_GIVEN))

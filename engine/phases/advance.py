@@ -92,8 +92,10 @@ async def _queue(state: TurnState) -> None:
     # The runs in session order, then those started while walking. A parked run is passed over
     # before any lookup; any other is walked only if it is still live (an earlier walk may
     # have ended it). Runs are never replaced in the list, so a live id is the same object.
+    # The ids already queued are gathered only once a walk starts a run: most turns start
+    # none, and a session of many parked runs would pay for the set on every turn.
     order = list(state.session.runs)
-    seen = {r.id for r in order}
+    seen: set[str] | None = None
     minted = state.session.seq
     for current in order:  # runs appended to ``order`` below are reached too
         if current.status in ("waiting", "suspended") or state.live(current.id) is not current:
@@ -106,6 +108,8 @@ async def _queue(state: TurnState) -> None:
         await walk(state, current)
         if state.session.seq != minted:  # runs started by this walk join the queue
             minted = state.session.seq
+            if seen is None:
+                seen = {r.id for r in order}
             for r in state.session.runs:
                 if r.id not in seen:
                     seen.add(r.id)

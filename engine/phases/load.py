@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.clock import to_utc
 from engine.compaction import trim
+from engine.records import copy_record
 from engine.request import TurnRequest
 from engine.session import Session, copy_session, detach_values, fresh_session, migrate_session
 from engine.state import TurnState
@@ -28,13 +29,19 @@ if TYPE_CHECKING:
 
 
 async def run(
-    config: AgentConfig, request: TurnRequest, stored: dict[str, Any] | None = None
+    config: AgentConfig,
+    request: TurnRequest,
+    stored: dict[str, Any] | None = None,
+    *,
+    history_owned: bool = False,
 ) -> TurnState:
     """Build the turn's working state.
 
     ``stored`` is the caller's session dict when ``request.session`` was validated from it for
     this turn alone (``Agent.turn`` given a dict); the turn then writes ``request.session``
     itself and reads the pre-turn session back from ``stored`` only if ``changed`` needs it.
+    ``history_owned`` says the same of the history entries (validated from dicts for this turn
+    alone): the turn then keeps them instead of copying each one, as the session's.
     """
     now = to_utc(config.clock.now())
     if request.at is not None and request.at > now:
@@ -52,7 +59,10 @@ async def run(
         caller = request.session
         session = copy_session(caller)
         original = partial(_same, caller)
-    history = [entry.model_copy() for entry in request.history]
+    if history_owned:
+        history = list(request.history)
+    else:
+        history = [copy_record(entry) for entry in request.history]
     state = TurnState(
         config=config,
         request=request,

@@ -25,6 +25,7 @@ from engine.lifecycle import tools as builtin_tools
 from engine.lifecycle import turn as lifecycle_turn
 from engine.prompt import build_speak
 from engine.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolSpec
+from engine.records import record
 from engine.session import Run
 from engine.state import Speaker, SpeakReply, TurnState
 
@@ -107,13 +108,12 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
     max_rounds = config.max_tool_loops
     while True:
         offer = speak_budget.round_tools(state, run_, tools) if rounds < max_rounds else []
-        request = ModelRequest(
-            schema_name="speak",
-            system=built.system,
-            messages=messages,
-            json_schema=schema,
-            tools=[spec for _, _, spec in offer],
-            meta={**built.meta, "round": rounds + 1, "tools": [s.name for _, _, s in offer]},
+        request = _speak_request(
+            built.system,
+            messages,
+            schema,
+            [spec for _, _, spec in offer],
+            {**built.meta, "round": rounds + 1, "tools": [s.name for _, _, s in offer]},
         )
         reply.calls += 1
         state.llm_calls += 1
@@ -144,6 +144,45 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
             return reply
         reply.text = text
         return reply
+
+
+def _speak_request(
+    system: str,
+    messages: list[ChatMessage],
+    json_schema: dict[str, Any],
+    tools: list[ToolSpec],
+    meta: dict[str, Any],
+) -> ModelRequest:
+    """``ModelRequest(schema_name="speak", system=..., messages=..., json_schema=...,
+    tools=..., meta=...)``, built as ``engine.records`` builds a turn's own records: one per
+    speak call. Validation would pass every chat message and tool spec through as it is
+    (pydantic does not validate a model instance again) and make each list and dict a new one
+    with the same items, which is what this does; anything validation would convert or refuse
+    (an item of another type, a key not a str) takes the validated construction."""
+    if (
+        type(system) is not str
+        or any(type(message) is not ChatMessage for message in messages)
+        or any(type(tool) is not ToolSpec for tool in tools)
+        or any(type(key) is not str for key in json_schema)
+        or any(type(key) is not str for key in meta)
+    ):
+        return ModelRequest(
+            schema_name="speak",
+            system=system,
+            messages=messages,
+            json_schema=json_schema,
+            tools=tools,
+            meta=meta,
+        )
+    values = {
+        "schema_name": "speak",
+        "system": system,
+        "messages": list(messages),
+        "json_schema": dict(json_schema),
+        "tools": list(tools),
+        "meta": dict(meta),
+    }
+    return record(ModelRequest, values, set(values))
 
 
 async def _run_tools(

@@ -35,6 +35,7 @@ import httpx
 from engine.clock import Clock, SystemClock
 from engine.errors import ProviderError, ProviderErrorKind
 from engine.providers.base import CallRecord, ModelRequest, ModelResponse, ProviderHooks, Usage
+from engine.records import record
 
 log = logging.getLogger(__name__)
 
@@ -324,17 +325,49 @@ async def observed(
     try:
         response = await call()
     except ProviderError as exc:
-        hooks.emit(CallRecord(provider=provider, schema_name=schema_name,
-                              duration_s=timer() - started, ok=False, error_kind=exc.kind))
+        hooks.emit(
+            _call_record(provider, schema_name, timer() - started, False, error_kind=exc.kind)
+        )
         raise
     except Exception:
         # The engine treats any other failure as retryable; report it the same way.
-        hooks.emit(CallRecord(provider=provider, schema_name=schema_name,
-                              duration_s=timer() - started, ok=False, error_kind="retryable"))
+        hooks.emit(
+            _call_record(provider, schema_name, timer() - started, False, error_kind="retryable")
+        )
         raise
-    hooks.emit(CallRecord(provider=provider, schema_name=schema_name,
-                          duration_s=timer() - started, ok=True, usage=response.usage))
+    hooks.emit(_call_record(provider, schema_name, timer() - started, True, usage=response.usage))
     return response
+
+
+def _call_record(
+    provider: str, schema_name: str, duration_s: float, ok: bool, **given: Any
+) -> CallRecord:
+    """``CallRecord(provider=..., schema_name=..., duration_s=..., ok=..., **given)`` (given:
+    ``error_kind`` or ``usage``), built as ``engine.records`` builds a turn's own records: one
+    per model call. A value validation would convert (a duration not a float, a str subclass,
+    a usage of another type) takes the validated construction."""
+    error_kind, usage = given.get("error_kind"), given.get("usage")
+    if (
+        type(provider) is not str
+        or type(schema_name) is not str
+        or type(duration_s) is not float
+        or type(ok) is not bool
+        or (error_kind is not None and type(error_kind) is not str)
+        or (usage is not None and type(usage) is not Usage)
+        or not given.keys() <= {"error_kind", "usage"}
+    ):
+        return CallRecord(
+            provider=provider, schema_name=schema_name, duration_s=duration_s, ok=ok, **given
+        )
+    values = {
+        "provider": provider,
+        "schema_name": schema_name,
+        "duration_s": duration_s,
+        "ok": ok,
+        "error_kind": error_kind,
+        "usage": usage,
+    }
+    return record(CallRecord, values, {"provider", "schema_name", "duration_s", "ok", *given})
 
 
 def usage_from(raw: Any, *, input_key: str, output_key: str) -> Usage | None:

@@ -85,6 +85,8 @@ _NAME_FIELD = re.compile(r"name|nome|nombre", re.IGNORECASE)
 
 def normalize(text: str) -> str:
     """Lower case without accents: "Não" and "nao" are the same word here."""
+    if text.isascii():  # NFKD leaves ASCII as it is, and no ASCII character is combining
+        return text.lower()
     decomposed = unicodedata.normalize("NFKD", text.lower())
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 

@@ -155,8 +155,8 @@ def test_a_status_written_behind_the_index_would_be_missed() -> None:
 
 
 def _status_writes(tree: ast.AST) -> list[tuple[int, str]]:
-    """(line, enclosing function) of each assignment to an attribute named ``status`` and of
-    each ``setattr(..., "status", ...)``."""
+    """(line, enclosing function) of each assignment to an attribute named ``status``, of
+    each ``setattr(..., "status", ...)`` and of each ``write(..., status=...)``."""
     found: list[tuple[int, str]] = []
 
     def visit(node: ast.AST, function: str) -> None:
@@ -186,6 +186,14 @@ def _status_writes(tree: ast.AST) -> list[tuple[int, str]]:
                 and child.args[1].value == "status"
             ):
                 found.append((child.lineno, function))
+            if (
+                isinstance(child, ast.Call)
+                and isinstance(child.func, ast.Name | ast.Attribute)
+                and (child.func.id if isinstance(child.func, ast.Name) else child.func.attr)
+                == "write"
+                and any(keyword.arg == "status" for keyword in child.keywords)
+            ):
+                found.append((child.lineno, function))
             visit(child, name)
 
     visit(tree, "<module>")
@@ -206,5 +214,7 @@ def test_the_source_check_finds_a_direct_write() -> None:
     source = (
         "def f(run):\n    run.status = 'asking'\n    a.status, b = 1, 2\n"
         "    held[run.status] = 1\n    setattr(run, 'status', 'asking')\n"
+        "    write(run, status='asking')\n    records.write(run, visit=2, status='asking')\n"
+        "    write(run, visit=2)\n"
     )
-    assert _status_writes(ast.parse(source)) == [(2, "f"), (3, "f"), (5, "f")]
+    assert _status_writes(ast.parse(source)) == [(2, "f"), (3, "f"), (5, "f"), (6, "f"), (7, "f")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from engine.providers.rules import (
     extract_value,
     flow_score,
     guess_language,
+    normalize,
     read_yes_no,
 )
 
@@ -414,3 +416,16 @@ async def test_the_skill_classifier_picks_at_most_two_skills_sharing_words() -> 
     assert "boletos" not in answer["skills"] and answer["language"] == "pt"
     silent = request.model_copy(update={"meta": {"message": "xyz", "skills": {"a": "b"}}})
     assert (await RuleProvider().generate(silent)).json == {"skills": [], "language": None}
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet=st.characters(max_codepoint=127), max_size=30))
+def test_normalize_of_ascii_text_is_lower_case(text: str) -> None:
+    """``normalize`` returns ASCII text lower-cased without decomposing it: the same as the
+    decomposition and combining-mark filter it skips."""
+    decomposed = unicodedata.normalize("NFKD", text.lower())
+    assert normalize(text) == "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+
+
+def test_normalize_still_drops_accents() -> None:
+    assert normalize("Não, AÇÚCAR") == "nao, acucar"
