@@ -323,15 +323,11 @@ class ConsumerProcess:
 
     async def start(self, within: float = 60.0) -> None:
         prefix: list[str] = [sys.executable]
-        env = self._env
         if self._profile_to is not None:
             prefix += ["-m", "pyinstrument", "-r", "session", "-o", str(self._profile_to)]
-            # uvloop waits for I/O inside its C run loop, where pyinstrument sees one frame of
-            # idle and loop work together; asyncio's loop keeps them apart (selectors.py).
-            env = {**env, "EVENT_LOOP": "asyncio"}
         self._process = await asyncio.create_subprocess_exec(
             *prefix, "-m", "consumer.cli", "consume",
-            env=env, cwd=str(REPO), stdin=asyncio.subprocess.DEVNULL,
+            env=self._env, cwd=str(REPO), stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         )
         self._log_task = asyncio.create_task(self._read_logs())
@@ -555,8 +551,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"servers: {servers.where}; {os.cpu_count()} CPUs; MAX_IN_FLIGHT="
               f"{args.max_in_flight}; {args.sessions} sessions; {args.inputs} backlog inputs "
               f"per run; model calls per turn: {per_turn:g}; KAFKA_FETCH_MAX_WAIT_MS="
-              f"{_fetch_wait_shown(args.fetch_max_wait_ms, servers)}; EVENT_LOOP="
-              f"{os.environ.get('EVENT_LOOP', 'auto')}", flush=True)
+              f"{_fetch_wait_shown(args.fetch_max_wait_ms, servers)}", flush=True)
         for latency in latencies:
             for partitions in partition_counts:
                 result = asyncio.run(run_once(
@@ -634,7 +629,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"where the consumer's time goes at {args.profile_latency:g} ms "
               f"({max(partition_counts)} partitions, "
               f"pyinstrument, {total:.1f} s sampled wall time; busy excludes idle and "
-              "start-up; on asyncio's event loop, where idle can be told apart):")
+              "start-up):")
         for name, seconds in profile.most_common():
             share_busy = "" if name in aside else f"{seconds / busy:6.1%} of busy"
             print(f"  {name:<24} {seconds:7.2f} s {seconds / total:6.1%}  {share_busy}")

@@ -48,7 +48,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from consumer import metrics
 from consumer.closing import close_quietly
 from consumer.dead_letters import keep_unsendable
-from consumer.event_loop import running_loop_name
 from consumer.failures import cannot_succeed
 from consumer.health import HealthServer, start_health_server
 from consumer.outbox import encode_payload, new_producer, start_producer
@@ -448,11 +447,7 @@ class SchedulerService:
         self._round_trips.record("database", True)
         self._round_trips.start()
         self.started.set()
-        log.info(
-            "scheduler ready",
-            extra={"group_id": self.group_id, "port": self.health_port,
-                   "event_loop": running_loop_name()},
-        )
+        log.info("scheduler ready", extra={"group_id": self.group_id, "port": self.health_port})
 
     async def run(self) -> None:
         """Connect, fire and store until ``stop()``, then shut down."""

@@ -50,7 +50,6 @@ from consumer.decisions import (
     RetryPolicy,
     decide,
 )
-from consumer.event_loop import running_loop_name
 from consumer.health import HealthServer, start_health_server
 from consumer.knowledge import attach_postgres_knowledge
 from consumer.model_calls import observe_model_calls
@@ -214,8 +213,7 @@ class ConsumerService:
             self.started.set()
             log.info(
                 "consumer ready",
-                extra={"group_id": self._settings.group_id, "port": self.health_port,
-                       "event_loop": running_loop_name()},
+                extra={"group_id": self._settings.group_id, "port": self.health_port},
             )
             await self._fetch_loop()
         finally:

@@ -134,12 +134,6 @@ class Settings(BaseSettings):
     )
     metrics_host: str = Field("0.0.0.0", description="Address the metrics port binds to.")
     log_level: str = Field("INFO", description="Log level of the JSON logs.")
-    event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
-        "auto",
-        description="Event loop of `consume`, `schedule` and `relay`: `auto` is uvloop when "
-        "installed (a dependency on Linux and macOS), else asyncio's; `asyncio` and `uvloop` pick"
-        " one.",
-    )
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT", description="Kafka security protocol."
     )

@@ -13,7 +13,6 @@ import os
 from consumer.agents import load_agent
 from consumer.commands.running import EXIT_CONFIG, fail, run_service
 from consumer.errors import AgentImportError
-from consumer.event_loop import EventLoopChoice
 from consumer.logs import configure_logging
 from consumer.service import ConsumerService
 from consumer.settings import Settings
@@ -63,17 +62,15 @@ def run(args: argparse.Namespace) -> int:
     if workers > 1:
         # Workers that cannot reach a server would only be restarted, again and again: say so
         # once, as one consumer would, before starting any.
-        code = run_service(
-            lambda: _preflight(settings, workers), lambda: None, event_loop=settings.event_loop
-        )
+        code = run_service(lambda: _preflight(settings, workers), lambda: None)
         if code != 0:
             return code
         return _supervise(
             workers, agent_path, relay=not args.no_relay,
-            first_port=settings.metrics_port_for("consume"), event_loop=settings.event_loop,
+            first_port=settings.metrics_port_for("consume"),
         )
     service = ConsumerService(settings, agent, run_relay=not args.no_relay)
-    return run_service(service.run, service.stop, event_loop=settings.event_loop)
+    return run_service(service.run, service.stop)
 
 
 async def _preflight(settings: Settings, workers: int) -> None:
@@ -100,12 +97,10 @@ async def _preflight(settings: Settings, workers: int) -> None:
         await producer.stop()
 
 
-def _supervise(
-    workers: int, agent_path: str, *, relay: bool, first_port: int, event_loop: EventLoopChoice
-) -> int:
+def _supervise(workers: int, agent_path: str, *, relay: bool, first_port: int) -> int:
     supervisor = WorkerSupervisor(
         workers,
         command=lambda i: worker_command(i, agent=agent_path, relay=relay),
         environment=lambda i: worker_environment(i, dict(os.environ), first_port=first_port),
     )
-    return run_service(supervisor.run, supervisor.stop, event_loop=event_loop)
+    return run_service(supervisor.run, supervisor.stop)

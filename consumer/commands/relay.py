@@ -83,4 +83,4 @@ def run(args: argparse.Namespace) -> int:
                 await health.stop()
             log.info("relay stopped")
 
-    return run_service(serve, stopping.set, event_loop=settings.event_loop)
+    return run_service(serve, stopping.set)

@@ -16,7 +16,6 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from consumer.errors import AgentImportError, ConsumerError
-from consumer.event_loop import EventLoopChoice, EventLoopUnavailable, loop_factory
 
 __all__ = ["EXIT_CONFIG", "EXIT_UNREACHABLE", "fail", "run_service"]
 
@@ -31,14 +30,10 @@ def fail(message: str, code: int) -> int:
 
 
 def run_service(
-    run: Callable[[], Awaitable[int | None]],
-    stop: Callable[[], None],
-    *,
-    event_loop: EventLoopChoice = "auto",
+    run: Callable[[], Awaitable[int | None]], stop: Callable[[], None]
 ) -> int:
     """Run ``run()`` until it returns; SIGTERM/SIGINT call ``stop()``. Returns the exit code:
-    the one ``run()`` returned (a supervisor's), else 0. ``event_loop`` picks the loop
-    (``consumer.event_loop``: uvloop when installed, unless it says ``asyncio``)."""
+    the one ``run()`` returned (a supervisor's), else 0."""
 
     async def main() -> int | None:
         loop = asyncio.get_running_loop()
@@ -47,12 +42,7 @@ def run_service(
         return await run()
 
     try:
-        factory = loop_factory(event_loop)
-    except EventLoopUnavailable as exc:
-        return fail(str(exc), EXIT_CONFIG)
-    try:
-        with asyncio.Runner(loop_factory=factory) as runner:
-            code = runner.run(main())
+        code = asyncio.run(main())
     except AgentImportError as exc:
         return fail(str(exc), EXIT_CONFIG)
     except (KafkaConnectionError, OSError) as exc:

@@ -36,4 +36,4 @@ def run(args: argparse.Namespace) -> int:
         return fail("--batch-size and --max-idle must be positive", EXIT_CONFIG)
     options = FiringOptions(batch_size=args.batch_size, max_idle=args.max_idle)
     service = SchedulerService(settings, options=options)
-    return run_service(service.run, service.stop, event_loop=settings.event_loop)
+    return run_service(service.run, service.stop)

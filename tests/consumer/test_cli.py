@@ -15,8 +15,8 @@ from consumer import cli
 from consumer.commands.topics import topic_specs
 from consumer.settings import Settings
 
-ENV = ("AGENT", "DATABASE_URL", "KAFKA_BOOTSTRAP_SERVERS", "METRICS_PORT", "EVENT_LOOP",
-       "MAX_IN_FLIGHT")
+ENV = ("AGENT", "DATABASE_URL", "KAFKA_BOOTSTRAP_SERVERS", "METRICS_PORT",
+       "KAFKA_SECURITY_PROTOCOL", "MAX_IN_FLIGHT")
 
 
 @pytest.fixture(autouse=True)
@@ -141,13 +141,13 @@ def test_a_bad_setting_fails_with_one_line_naming_it(
 ) -> None:
     """An invalid setting exits 2 with one line naming each bad variable, not a traceback,
     and without echoing the value (it could be a secret pasted into the wrong variable)."""
-    monkeypatch.setenv("EVENT_LOOP", "tokio-secret-value")
+    monkeypatch.setenv("KAFKA_SECURITY_PROTOCOL", "tokio-secret-value")
     monkeypatch.setenv("MAX_IN_FLIGHT", "-1")
     assert cli.main([command]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert err[0].startswith("turnflow: bad setting:")
-    assert "EVENT_LOOP" in err[0] and "MAX_IN_FLIGHT" in err[0]
+    assert "KAFKA_SECURITY_PROTOCOL" in err[0] and "MAX_IN_FLIGHT" in err[0]
     assert "tokio-secret-value" not in err[0]
 
 
@@ -157,12 +157,12 @@ _ENV_TEXT = st.text(
 
 
 @settings(max_examples=150, deadline=None)
-@given(event_loop=_ENV_TEXT, max_in_flight=_ENV_TEXT)
-def test_any_setting_value_is_taken_or_refused_by_name(event_loop: str, max_in_flight: str) -> None:
+@given(protocol=_ENV_TEXT, max_in_flight=_ENV_TEXT)
+def test_any_setting_value_is_taken_or_refused_by_name(protocol: str, max_in_flight: str) -> None:
     """Arbitrary text in the environment: the settings load, or the refusal names each bad
     variable on one line (what ``turnflow`` prints) and never fails on its own."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EVENT_LOOP", event_loop)
+        mp.setenv("KAFKA_SECURITY_PROTOCOL", protocol)
         mp.setenv("MAX_IN_FLIGHT", max_in_flight)
         try:
             loaded = Settings()
@@ -170,7 +170,9 @@ def test_any_setting_value_is_taken_or_refused_by_name(event_loop: str, max_in_f
             problems = cli.settings_problems(exc)
             assert "\n" not in problems
             named = {p.split(":", 1)[0] for p in problems.split("; ")}
-            assert named and named <= {"EVENT_LOOP", "MAX_IN_FLIGHT"}
+            assert named and named <= {"KAFKA_SECURITY_PROTOCOL", "MAX_IN_FLIGHT"}
         else:
-            assert loaded.event_loop in ("auto", "uvloop", "asyncio")
+            assert loaded.kafka_security_protocol in (
+                "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"
+            )
             assert loaded.max_in_flight >= 1
