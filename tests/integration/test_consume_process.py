@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import random
 import signal
+import socket
 import sys
 import uuid
 from pathlib import Path
@@ -27,6 +30,28 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 TURNFLOW = str(Path(sys.executable).with_name("turnflow"))
 REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port_pair(host: str = "127.0.0.1") -> int:
+    """A port free together with the next one (the two workers' metrics ports), taken below
+    the kernel's ephemeral range: a port the kernel picks lies inside that range, where its
+    neighbour can be handed to any outgoing connection before the second worker binds it."""
+    low = 32768
+    with contextlib.suppress(OSError, ValueError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        base = random.randrange(max(1025, low - 12000), low - 1)
+        sockets = [socket.socket() for _ in range(2)]
+        try:
+            for offset, sock in enumerate(sockets):
+                sock.bind((host, base + offset))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    return free_port(host)
 
 
 def _service_env(
@@ -165,7 +190,7 @@ async def test_consume_workers_share_the_group_survive_a_kill_and_stop_on_sigter
     forty conversations are all answered; a worker killed with SIGKILL is started again and
     the conversations go on; SIGTERM stops both and the supervisor exits 0."""
     suffix = uuid.uuid4().hex[:8]
-    port = free_port()
+    port = free_port_pair()
     env = _service_env("workers", suffix, port, kafka_bootstrap, database_url, kafka_is_embedded,
                        partitions=4)
     for args in (["topics"], ["migrate"]):
