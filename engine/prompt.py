@@ -15,7 +15,7 @@ from typing import Any, Literal
 from engine.config import FieldSpec, Flow, Instruction, TalkStep
 from engine.envelopes import UnderstandPlan
 from engine.providers.base import ChatMessage
-from engine.records import record
+from engine.records import built
 from engine.session import Run
 from engine.state import TurnState
 from engine.values import is_known
@@ -65,12 +65,13 @@ def history_messages(state: TurnState) -> list[ChatMessage]:
     return out
 
 
+_CHAT_GIVEN = frozenset(("role", "text"))
+
+
 def _chat_message(role: Literal["user", "assistant"], text: str) -> ChatMessage:
     """``ChatMessage(role=role, text=text)``, built as ``engine.records`` builds a turn's own
     records: every call has one per history entry. Text of another type than ``str`` takes
     the validated construction."""
-    if type(text) is not str:
-        return ChatMessage(role=role, text=text)
     values: dict[str, Any] = {
         "role": role,
         "text": text,
@@ -78,7 +79,7 @@ def _chat_message(role: Literal["user", "assistant"], text: str) -> ChatMessage:
         "tool_calls": [],
         "images": [],
     }
-    return record(ChatMessage, values, {"role", "text"})
+    return built(ChatMessage, values, _CHAT_GIVEN, validate=type(text) is not str)
 
 
 def customer_message(state: TurnState) -> str | None:

@@ -11,6 +11,8 @@ the result is the very object the validated path gives:
   extra values nor private attributes. Its callers pass every field, each already of the type
   validation would produce (``tests/engine/test_records.py`` compares each one with the
   validated construction);
+- ``built`` is the choice every factory makes between the two: the validated construction
+  when a value is not what validation would leave, else ``record``;
 - ``copy_record`` is ``model.model_copy()`` for such a model;
 - ``write`` is ``setattr`` for plain fields of a model that neither validates assignment nor
   is frozen (``Run``): pydantic's own handler for that case writes ``__dict__`` and adds the
@@ -43,6 +45,16 @@ def record(cls: type[M], values: dict[str, Any], fields_set: set[str]) -> M:
     _SET_EXTRA(model, None)
     _SET_PRIVATE(model, None)
     return model
+
+
+def built(cls: type[M], values: dict[str, Any], given: frozenset[str], *, validate: bool) -> M:
+    """``cls(**given values)``. ``values`` holds every field of ``cls`` in its declared order
+    (the order validation fills, which dumps follow), the ones not ``given`` at their defaults.
+    With ``validate`` (a value validation would convert or refuse) pydantic builds it from the
+    given values; else ``record`` does, without validating."""
+    if validate:
+        return cls(**{name: values[name] for name in given})
+    return record(cls, values, set(given))
 
 
 def copy_record(model: M) -> M:

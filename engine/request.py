@@ -22,7 +22,7 @@ from engine.lifecycle.results import (
     TurnOutcome,
     absent,
 )
-from engine.records import record
+from engine.records import built
 from engine.session import OptionalUtcDatetime, Session
 
 
@@ -86,13 +86,12 @@ def _burst_message(message: str, id: str | None, at: datetime | None) -> BurstMe
     built as ``engine.records`` builds a turn's own records: a turn reads ``parts`` several
     times. A value validation would still convert (a time not in UTC, set on a request built
     without validation) takes the validated construction."""
-    if (
+    values = {"message": message, "id": id, "at": at}
+    return built(BurstMessage, values, frozenset(values), validate=(
         type(message) is not str
         or (id is not None and type(id) is not str)
         or (at is not None and (type(at) is not datetime or at.tzinfo is not UTC))
-    ):
-        return BurstMessage(message=message, id=id, at=at)
-    return record(BurstMessage, {"message": message, "id": id, "at": at}, {"message", "id", "at"})
+    ))
 
 
 InputKind = Literal["message", "wake", "event", "start"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from engine.conditions import ConditionContext, holds
 from engine.config import Flow
 from engine.keys import run_id
-from engine.records import record, write
+from engine.records import built, write
 from engine.request import HistoryEntry, Message, Outcome, RunChange, ScheduleEntry, Skip
 from engine.session import Claim, Run, RunStatus, Session, Waiting, WaitKind
 
@@ -320,6 +320,10 @@ def talk_key(run: Run) -> str:
 # naive or non-UTC time, a non-str key) takes the validated construction, which converts or
 # refuses it as before. tests/engine/test_records.py compares both paths.
 
+# Records whose every field is given.
+_ALL_GIVEN = {
+    model: frozenset(model.model_fields) for model in (ScheduleEntry, Waiting, RunChange)
+}
 _OUTCOME_GIVEN = frozenset(
     ("code", "run_id", "flow_id", "step_id", "status", "detail", "llm_calls")
 )
@@ -335,22 +339,6 @@ def _outcome(
     llm_calls: int,
 ) -> Outcome:
     """``Outcome(code=..., run_id=..., ..., llm_calls=...)``."""
-    if (
-        type(code) is not str
-        or (detail is not None and type(detail) is not str)
-        or (status is not None and type(status) is not str)
-        or (step_id is not None and type(step_id) is not str)
-        or type(llm_calls) is not int
-    ):
-        return Outcome(
-            code=code,
-            run_id=run_id,
-            flow_id=flow_id,
-            step_id=step_id,
-            status=status,
-            detail=detail,
-            llm_calls=llm_calls,
-        )
     values = {
         "code": code,
         "run_id": run_id,
@@ -361,7 +349,13 @@ def _outcome(
         "llm_calls": llm_calls,
         "credits": None,
     }
-    return record(Outcome, values, set(_OUTCOME_GIVEN))
+    return built(Outcome, values, _OUTCOME_GIVEN, validate=(
+        type(code) is not str
+        or (detail is not None and type(detail) is not str)
+        or (status is not None and type(status) is not str)
+        or (step_id is not None and type(step_id) is not str)
+        or type(llm_calls) is not int
+    ))
 
 
 _MESSAGE_KINDS = frozenset(("ai", "verbatim", "handoff"))
@@ -372,16 +366,6 @@ def _message(
     kind: str, text: str, key: str, after_ms: int, run_id: str | None, step_id: str | None
 ) -> Message:
     """``Message(kind=..., text=..., key=..., after_ms=..., run_id=..., step_id=...)``."""
-    if (
-        kind not in _MESSAGE_KINDS
-        or type(text) is not str
-        or type(key) is not str
-        or type(after_ms) is not int
-        or (step_id is not None and type(step_id) is not str)
-    ):
-        return Message(
-            kind=kind, text=text, key=key, after_ms=after_ms, run_id=run_id, step_id=step_id
-        )
     values = {
         "kind": kind,
         "text": text,
@@ -393,18 +377,20 @@ def _message(
         "provenance": [],
         "agent_id": None,
     }
-    return record(Message, values, set(_MESSAGE_GIVEN))
+    return built(Message, values, _MESSAGE_GIVEN, validate=(
+        kind not in _MESSAGE_KINDS
+        or type(text) is not str
+        or type(key) is not str
+        or type(after_ms) is not int
+        or (step_id is not None and type(step_id) is not str)
+    ))
 
 
 def _schedule_entry(key: str, at: datetime, replaces: str | None) -> ScheduleEntry:
     """``ScheduleEntry(key=..., at=..., replaces=...)``."""
-    if type(key) is not str or type(at) is not datetime:
-        return ScheduleEntry(key=key, at=at, replaces=replaces)
-    return record(
-        ScheduleEntry,
-        {"key": key, "at": at, "replaces": replaces},
-        {"key", "at", "replaces"},
-    )
+    values = {"key": key, "at": at, "replaces": replaces}
+    return built(ScheduleEntry, values, _ALL_GIVEN[ScheduleEntry],
+                 validate=type(key) is not str or type(at) is not datetime)
 
 
 _WAIT_KINDS = frozenset(("timer", "event", "defer", "retry", "trigger"))
@@ -412,29 +398,19 @@ _WAIT_KINDS = frozenset(("timer", "event", "defer", "retry", "trigger"))
 
 def _waiting(key: str, kind: WaitKind, at: datetime, event: str | None) -> Waiting:
     """``Waiting(key=..., kind=..., at=..., event=...)``."""
-    if (
+    values = {"key": key, "kind": kind, "at": at, "event": event}
+    return built(Waiting, values, _ALL_GIVEN[Waiting], validate=(
         kind not in _WAIT_KINDS
         or type(key) is not str
         or type(at) is not datetime
         or at.tzinfo is not UTC
-    ):
-        return Waiting(key=key, kind=kind, at=at, event=event)
-    return record(
-        Waiting,
-        {"key": key, "kind": kind, "at": at, "event": event},
-        {"key", "kind", "at", "event"},
-    )
+    ))
 
 
 def _run_change(run_id: str, flow_id: str, reason: str) -> RunChange:
     """``RunChange(run_id=..., flow_id=..., reason=...)``."""
-    if type(reason) is not str:
-        return RunChange(run_id=run_id, flow_id=flow_id, reason=reason)
-    return record(
-        RunChange,
-        {"run_id": run_id, "flow_id": flow_id, "reason": reason},
-        {"run_id", "flow_id", "reason"},
-    )
+    values = {"run_id": run_id, "flow_id": flow_id, "reason": reason}
+    return built(RunChange, values, _ALL_GIVEN[RunChange], validate=type(reason) is not str)
 
 
 _NEW_RUN_GIVEN = frozenset(
@@ -467,24 +443,6 @@ def _new_run(
 ) -> Run:
     """``Run(id=..., flow_id=..., status="running", step_id=..., input=..., started_at=...,
     parent_run_id=..., trigger=..., origin=...)``, ``input`` a dict the caller made for it."""
-    if (
-        origin not in _RUN_ORIGINS
-        or type(started_at) is not datetime
-        or started_at.tzinfo is not UTC
-        or (trigger is not None and type(trigger) is not int)
-        or any(type(name) is not str for name in input)
-    ):
-        return Run(
-            id=id,
-            flow_id=flow_id,
-            status="running",
-            step_id=step_id,
-            input=input,
-            started_at=started_at,
-            parent_run_id=parent_run_id,
-            trigger=trigger,
-            origin=origin,
-        )
     values = {
         "id": id,
         "flow_id": flow_id,
@@ -503,4 +461,10 @@ def _new_run(
         "last_talk_step_id": None,
         "stay_step_id": None,
     }
-    return record(Run, values, set(_NEW_RUN_GIVEN))
+    return built(Run, values, _NEW_RUN_GIVEN, validate=(
+        origin not in _RUN_ORIGINS
+        or type(started_at) is not datetime
+        or started_at.tzinfo is not UTC
+        or (trigger is not None and type(trigger) is not int)
+        or any(type(name) is not str for name in input)
+    ))

@@ -25,7 +25,7 @@ from engine.lifecycle import tools as builtin_tools
 from engine.lifecycle import turn as lifecycle_turn
 from engine.prompt import build_speak
 from engine.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolSpec
-from engine.records import record
+from engine.records import built
 from engine.session import Run
 from engine.state import Speaker, SpeakReply, TurnState
 
@@ -159,21 +159,6 @@ def _speak_request(
     (pydantic does not validate a model instance again) and make each list and dict a new one
     with the same items, which is what this does; anything validation would convert or refuse
     (an item of another type, a key not a str) takes the validated construction."""
-    if (
-        type(system) is not str
-        or any(type(message) is not ChatMessage for message in messages)
-        or any(type(tool) is not ToolSpec for tool in tools)
-        or any(type(key) is not str for key in json_schema)
-        or any(type(key) is not str for key in meta)
-    ):
-        return ModelRequest(
-            schema_name="speak",
-            system=system,
-            messages=messages,
-            json_schema=json_schema,
-            tools=tools,
-            meta=meta,
-        )
     values = {
         "schema_name": "speak",
         "system": system,
@@ -182,7 +167,13 @@ def _speak_request(
         "tools": list(tools),
         "meta": dict(meta),
     }
-    return record(ModelRequest, values, set(values))
+    return built(ModelRequest, values, frozenset(values), validate=(
+        type(system) is not str
+        or any(type(message) is not ChatMessage for message in messages)
+        or any(type(tool) is not ToolSpec for tool in tools)
+        or any(type(key) is not str for key in json_schema)
+        or any(type(key) is not str for key in meta)
+    ))
 
 
 async def _run_tools(
