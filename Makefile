@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test coverage lint unit run run-local-model test-real-model prometheus bench bench-engine bench-store \
+.PHONY: install test lint unit run run-local-model test-real-model prometheus bench bench-engine bench-store \
 	bench-e2e bench-hot-session bench-replay bench-bursts clean
 
 $(BIN)/python:
@@ -40,13 +40,7 @@ lint: $(STAMP)
 # The whole suite: lint, unit, scenario, store, consumer, integration, fault and real-model tests
 # (llama.cpp's server with a small model, fetched into ~/.cache/turnflow/models on first use);
 # the longer real-model tests are `make test-real-model`.
-# No coverage here: its tracer doubles the CPU-bound tests' time (20 s -> 37 s for the engine and
-# scenario tests), which the suite cannot spare; `make coverage` runs the same suite under it.
 test: lint
-	$(BIN)/pytest -q -p no:cacheprovider -m "not real_model_slow" $(PYTEST_ARGS)
-
-# `make test` under coverage, with the per-file report (lines and branches not run).
-coverage: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider --cov --cov-report=term:skip-covered \
 		-m "not real_model_slow" $(PYTEST_ARGS)
 
