@@ -81,13 +81,16 @@ class BurstMessage(_Model):
     at: OptionalUtcDatetime = None
 
 
+_BURST_GIVEN = frozenset(BurstMessage.model_fields)  # a burst part gives every field
+
+
 def _burst_message(message: str, id: str | None, at: datetime | None) -> BurstMessage:
     """``BurstMessage(message=..., id=..., at=...)`` from a request's own (validated) fields,
     built as ``engine.records`` builds a turn's own records: a turn reads ``parts`` several
     times. A value validation would still convert (a time not in UTC, set on a request built
     without validation) takes the validated construction."""
     values = {"message": message, "id": id, "at": at}
-    return built(BurstMessage, values, frozenset(values), validate=(
+    return built(BurstMessage, values, _BURST_GIVEN, validate=(
         type(message) is not str
         or (id is not None and type(id) is not str)
         or (at is not None and (type(at) is not datetime or at.tzinfo is not UTC))

@@ -146,6 +146,9 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
         return reply
 
 
+_SPEAK_GIVEN = frozenset(ModelRequest.model_fields)  # a speak request gives every field
+
+
 def _speak_request(
     system: str,
     messages: list[ChatMessage],
@@ -167,7 +170,7 @@ def _speak_request(
         "tools": list(tools),
         "meta": dict(meta),
     }
-    return built(ModelRequest, values, frozenset(values), validate=(
+    return built(ModelRequest, values, _SPEAK_GIVEN, validate=(
         type(system) is not str
         or any(type(message) is not ChatMessage for message in messages)
         or any(type(tool) is not ToolSpec for tool in tools)
