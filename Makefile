@@ -6,7 +6,7 @@ RUN_STAMP := $(VENV)/.installed-run
 STAMP  := $(VENV)/.installed
 
 .PHONY: install test lint unit run run-local-model test-real-model prometheus bench bench-engine bench-store \
-	bench-e2e bench-hot-session bench-replay bench-bursts clean
+	bench-e2e bench-hot-session bench-replay bench-bursts bench-load clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -61,13 +61,17 @@ run: $(RUN_STAMP)
 run-local-model: $(STAMP)
 	$(BIN)/python -m tests.fixtures.llama_server run -- $(BIN)/turnflow dev $(ARGS)
 
-bench: bench-engine bench-store bench-e2e bench-replay
+bench: bench-engine bench-store bench-load bench-e2e bench-replay
 
 bench-engine: $(STAMP)
 	$(BIN)/python bench/engine_bench.py
 
 bench-store: $(STAMP)
 	$(BIN)/python bench/store_bench.py
+
+# A turn's load beside its save, on turn logs of 10 to 10,000 turns per conversation.
+bench-load: $(STAMP)
+	$(BIN)/python bench/load_bench.py $(ARGS)
 
 bench-replay: $(STAMP)
 	$(BIN)/python bench/replay_bench.py

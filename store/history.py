@@ -15,6 +15,12 @@ input is a message gives a user entry (`at` = the input's `at`, else the turn's 
 turn one per message, its earlier messages first — and each
 message the turn sent gives an assistant entry (`at` = the turn's time). Only the last N turns
 that produced any entry are read, so the cost does not grow with the length of the log.
+
+The same holds for the replay and duplicate checks: each source record and input id is one
+probe of a unique index, written as a scalar subquery with `LIMIT 1`. Written as `EXISTS ... OR
+EXISTS ...`, PostgreSQL may instead hash every row of `turns` (or every turn of the
+conversation) on each load, because it guesses that a JSON list holds 100 entries; on a log of
+10,000 turns that made a load cost four to six saves (`bench/load_bench.py`).
 """
 
 from __future__ import annotations
@@ -31,21 +37,24 @@ SELECT q.n, s.version, s.state, (
     FROM ROWS FROM (
         jsonb_to_recordset(CAST(q.sources AS jsonb)) AS (topic text, part integer, off bigint)
     ) WITH ORDINALITY AS x(topic, part, off, n)
-    WHERE EXISTS (
+    WHERE (
         SELECT 1 FROM turns
         WHERE source_topic = x.topic AND source_partition = x.part AND source_offset = x.off
-    ) OR EXISTS (
+        LIMIT 1
+    ) IS NOT NULL OR (
         SELECT 1 FROM turn_sources
         WHERE source_topic = x.topic AND source_partition = x.part AND source_offset = x.off
-    )
+        LIMIT 1
+    ) IS NOT NULL
 ) AS applied, (
     SELECT coalesce(array_agg(x.n ORDER BY x.n), '{}')
     FROM jsonb_array_elements_text(CAST(q.input_ids AS jsonb)) WITH ORDINALITY AS x(input_id, n)
-    WHERE EXISTS (
-        SELECT 1 FROM turns WHERE session_id = q.session_id AND input_id = x.input_id
-    ) OR EXISTS (
-        SELECT 1 FROM turn_sources WHERE session_id = q.session_id AND input_id = x.input_id
-    )) AS duplicate, (
+    WHERE (
+        SELECT 1 FROM turns WHERE session_id = q.session_id AND input_id = x.input_id LIMIT 1
+    ) IS NOT NULL OR (
+        SELECT 1 FROM turn_sources
+        WHERE session_id = q.session_id AND input_id = x.input_id LIMIT 1
+    ) IS NOT NULL) AS duplicate, (
     SELECT count(*) FROM outbox
     WHERE session_id = q.session_id AND published_at IS NULL
 ) AS unpublished, (

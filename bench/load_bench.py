@@ -1,0 +1,147 @@
+"""Load benchmark: does a turn's load cost grow with the turn log?
+
+Every turn starts with one load statement (``Store.load_many``, ``store/history.py``): the
+session, its last history entries, whether the turn's source records are already in the turn
+log (a replay) and whether the conversation already had its input id (a duplicate). The turn
+log only grows, so that statement must cost the same for the 10th turn of a conversation and
+for the 10,000th, and the same beside 10,000 logged turns and beside 200,000.
+
+For each shape, a scratch database is seeded (by SQL, in bulk) with one conversation of
+``--session-turns`` logged turns among other conversations' turns up to ``--table-turns`` in
+all, then analysed as autovacuum would. One client then loads that conversation back to back
+with a new source record and input id each time (the consumer's every turn), and saves a turn
+of another conversation the same way: both wall times per call, median and p95, and the load
+as a multiple of the save, measured side by side.
+
+    python bench/load_bench.py [--session-turns 10,1000,10000] [--table-turns 10000,200000]
+    make bench-load
+
+Uses DATABASE_URL (a scratch database is created there and dropped per shape), else an
+embedded PostgreSQL started for the run. Load goes to that server only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+if str(BENCH_DIR) not in sys.path:  # store_bench's save request
+    sys.path.insert(0, str(BENCH_DIR))
+
+from store import SourceRecord, Store  # noqa: E402
+from store.scratch import execute_sql, scratch_database  # noqa: E402
+
+TOPIC = "inbound.turns"
+HISTORY_LIMIT = 50  # the consumer's default (HISTORY_LIMIT)
+
+# One conversation's turns: a message in, a reply out, each with its source record and input
+# id, as the consumer writes them. ``{first}`` numbers the offsets so no two rows share one.
+_SEED_TURNS = """
+INSERT INTO turns (session_id, version, input, messages, llm_calls, source_topic,
+                   source_partition, source_offset, input_id, created_at)
+SELECT '{session}', g,
+       jsonb_build_object('session_id', '{session}', 'message', 'oi ' || g, 'id', 'm' || g),
+       jsonb_build_array(jsonb_build_object('kind', 'ai', 'text', 'Olá, tudo bem? ' || g)),
+       1, '{topic}', 0, {first} + g, 'm' || g, now() - (({count} - g) || ' seconds')::interval
+FROM generate_series(1, {count}) AS g;
+INSERT INTO sessions (id, version, state)
+VALUES ('{session}', {count}, '{{"id": "{session}", "v": 4, "data": {{"n": 1}}}}'::jsonb);
+"""
+
+
+# The other conversations' turns, 100 to a conversation, in one statement.
+_SEED_OTHERS = """
+INSERT INTO turns (session_id, version, input, messages, llm_calls, source_topic,
+                   source_partition, source_offset, input_id, created_at)
+SELECT 'other-' || (g / 100), g % 100 + 1,
+       jsonb_build_object('message', 'oi ' || g, 'id', 'o' || g),
+       jsonb_build_array(jsonb_build_object('kind', 'ai', 'text', 'Olá, tudo bem? ' || g)),
+       1, '{topic}', 1, g, 'o' || g, now()
+FROM generate_series(0, {count} - 1) AS g;
+"""
+
+
+def _seed(url: str, session_turns: int, table_turns: int) -> str:
+    """Seed the measured conversation and the others; return the measured one's id."""
+    measured = f"load-{uuid.uuid4().hex[:8]}"
+    sql = _SEED_TURNS.format(session=measured, count=session_turns, first=0, topic=TOPIC)
+    others = table_turns - session_turns
+    if others > 0:
+        sql += _SEED_OTHERS.format(count=others, topic=TOPIC)
+    asyncio.run(execute_sql(url, sql + "ANALYZE turns; ANALYZE sessions;"))
+    return measured
+
+
+async def _timed(url: str, session_id: str, session_turns: int, calls: int) -> dict[str, list]:
+    """Wall ms per load of ``session_id`` and per save of a fresh conversation, one client."""
+    import store_bench
+
+    store = await Store.connect(url, pool_size=1, max_overflow=0)
+    offsets = iter(range(10**9, 2 * 10**9))
+    saver = f"saver-{uuid.uuid4().hex[:8]}"
+    version = 0
+    samples: dict[str, list[float]] = {"load": [], "save": []}
+    try:
+        for n in range(calls + 20):  # the first 20 of each warm the connection and the plan
+            began = time.perf_counter()
+            loaded = await store.load(
+                session_id,
+                history_limit=HISTORY_LIMIT,
+                sources=(SourceRecord(topic=TOPIC, partition=0, offset=next(offsets)),),
+                input_ids=(f"new-{n}",),
+            )
+            load_ms = (time.perf_counter() - began) * 1000
+            assert loaded.version == session_turns and not loaded.applied, loaded
+            began = time.perf_counter()
+            await store.save_turn(store_bench._request(saver, version, TOPIC, next(offsets)))
+            save_ms = (time.perf_counter() - began) * 1000
+            version += 1
+            if n >= 20:
+                samples["load"].append(load_ms)
+                samples["save"].append(save_ms)
+    finally:
+        await store.close()
+    return samples
+
+
+def _p(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * share))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--session-turns", default="10,1000,10000",
+                        help="turns logged for the measured conversation")
+    parser.add_argument("--table-turns", default="10000,200000",
+                        help="turns logged in all (the others' spread over conversations of 100)")
+    parser.add_argument("--calls", type=int, default=300, help="loads (and saves) per shape")
+    options = parser.parse_args()
+    shapes = [
+        (int(s), int(t))
+        for t in options.table_turns.split(",")
+        for s in options.session_turns.split(",")
+        if int(s) <= int(t)
+    ]
+    print(f"{'session turns':>13} {'table turns':>11} {'load p50 ms':>11} {'load p95 ms':>11}"
+          f" {'save p50 ms':>11} {'load / save':>11}", flush=True)
+    for session_turns, table_turns in shapes:
+        with ExitStack() as stack:
+            database = scratch_database(stack, prefix="turnflow-load")
+            measured = _seed(database.url, session_turns, table_turns)
+            samples = asyncio.run(_timed(database.url, measured, session_turns, options.calls))
+        load50, load95 = statistics.median(samples["load"]), _p(samples["load"], 0.95)
+        save50 = statistics.median(samples["save"])
+        print(f"{session_turns:>13,} {table_turns:>11,} {load50:>11.2f} {load95:>11.2f}"
+              f" {save50:>11.2f} {load50 / save50:>10.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()
