@@ -1,4 +1,4 @@
-"""Load benchmark: does a turn's load cost grow with the turn log?
+"""Load benchmark: does a turn's load, or a timer's write, cost more as the tables grow?
 
 Every turn starts with one load statement (``Store.load_many``, ``store/history.py``): the
 session, its last history entries, whether the turn's source records are already in the turn
@@ -13,7 +13,13 @@ with a new source record and input id each time (the consumer's every turn), and
 of another conversation the same way: both wall times per call, median and p95, and the load
 as a multiple of the save, measured side by side.
 
+Then timers: a timer is set (with ``replaces``, as a reminder that moves) and one deleted for
+every schedule record and fired wake, beside however many other conversations' timers are
+pending. For each ``--pending-timers`` count, seeded in bulk and analysed, one client sets
+and deletes one timer back to back: wall ms per call, median and p95.
+
     python bench/load_bench.py [--session-turns 10,1000,10000] [--table-turns 10000,200000]
+                               [--pending-timers 1000,10000,50000,200000]
     make bench-load
 
 Uses DATABASE_URL (a scratch database is created there and dropped per shape), else an
@@ -111,6 +117,42 @@ async def _timed(url: str, session_id: str, session_turns: int, calls: int) -> d
     return samples
 
 
+_SEED_TIMERS = """
+INSERT INTO timers (session_id, key, at)
+SELECT 'other-' || g, 'remind', now() + (g || ' seconds')::interval
+FROM generate_series(1, {count}) AS g;
+ANALYZE timers;
+"""
+
+
+async def _timer_calls(url: str, calls: int) -> dict[str, list[float]]:
+    """Wall ms per timer set (replacing the one before) and per timer delete, one client."""
+    from datetime import UTC, datetime, timedelta
+
+    from store import TimerEntry
+
+    store = await Store.connect(url, pool_size=1, max_overflow=0)
+    at = datetime.now(UTC) + timedelta(days=1)
+    samples: dict[str, list[float]] = {"set": [], "delete": []}
+    try:
+        for n in range(calls + 20):  # the first 20 warm the connection and the plan
+            session = f"timed-{n}"
+            entry = TimerEntry(key="remind-2", session_id=session, at=at, replaces="remind-1")
+            began = time.perf_counter()
+            await store.upsert_timers([entry])
+            set_ms = (time.perf_counter() - began) * 1000
+            began = time.perf_counter()
+            deleted = await store.delete_timers([(session, "remind-2")])
+            delete_ms = (time.perf_counter() - began) * 1000
+            assert deleted == 1, deleted
+            if n >= 20:
+                samples["set"].append(set_ms)
+                samples["delete"].append(delete_ms)
+    finally:
+        await store.close()
+    return samples
+
+
 def _p(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * share))]
@@ -122,7 +164,9 @@ def main() -> None:
                         help="turns logged for the measured conversation")
     parser.add_argument("--table-turns", default="10000,200000",
                         help="turns logged in all (the others' spread over conversations of 100)")
-    parser.add_argument("--calls", type=int, default=300, help="loads (and saves) per shape")
+    parser.add_argument("--pending-timers", default="1000,10000,50000,200000",
+                        help="other conversations' timers pending beside the measured ones")
+    parser.add_argument("--calls", type=int, default=300, help="calls of each kind per shape")
     options = parser.parse_args()
     shapes = [
         (int(s), int(t))
@@ -141,6 +185,17 @@ def main() -> None:
         save50 = statistics.median(samples["save"])
         print(f"{session_turns:>13,} {table_turns:>11,} {load50:>11.2f} {load95:>11.2f}"
               f" {save50:>11.2f} {load50 / save50:>10.2f}x", flush=True)
+
+    print(f"\n{'pending timers':>14} {'set p50 ms':>10} {'set p95 ms':>10}"
+          f" {'delete p50 ms':>13} {'delete p95 ms':>13}", flush=True)
+    for pending in (int(n) for n in options.pending_timers.split(",")):
+        with ExitStack() as stack:
+            database = scratch_database(stack, prefix="turnflow-load")
+            asyncio.run(execute_sql(database.url, _SEED_TIMERS.format(count=pending)))
+            timed = asyncio.run(_timer_calls(database.url, options.calls))
+        print(f"{pending:>14,} {statistics.median(timed['set']):>10.2f}"
+              f" {_p(timed['set'], 0.95):>10.2f} {statistics.median(timed['delete']):>13.2f}"
+              f" {_p(timed['delete'], 0.95):>13.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -360,9 +360,7 @@ class Store:
         if not ids:
             return 0
         async with self._engine.connect() as connection:
-            result = await connection.execute(
-                timers.DELETE, {"pairs": timers.pairs_parameter(ids)}
-            )
+            result = await connection.execute(timers.DELETE, timers.pairs_parameters(ids))
             return int(result.rowcount)
 
     @asynccontextmanager

@@ -1,0 +1,106 @@
+"""Setting or deleting one timer reads one row, however many timers are pending.
+
+The statements that delete timers by (session id, key) once took their pairs as a JSON list;
+PostgreSQL guesses such a list holds 100 pairs and, on a table of some thousands of timers,
+hashed the whole table rather than probe the primary key 100 times. These tests seed 10,000
+pending timers and count the rows the executed plans read from `timers`, under the plan
+PostgreSQL builds for the values given and under the generic plan of a prepared statement.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+
+from store import Store, TimerEntry, timers
+from store.direct import positional
+
+PENDING = 10_000
+
+
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from _nodes(child)
+
+
+def _timer_rows_read(plan: dict[str, Any]) -> int:
+    total = 0
+    for node in _nodes(plan):
+        if node.get("Relation Name") == "timers" and node["Node Type"] != "ModifyTable":
+            per_loop = node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)
+            total += per_loop * node.get("Actual Loops", 1)
+    return total
+
+
+async def _explain(url: str, generic: bool, statement: Any, parameters: dict[str, Any]) -> Any:
+    """The executed plan of ``statement``, its writes rolled back."""
+    sql = positional(statement.text)
+    connection = await asyncpg.connect(url)
+    try:
+        if generic:
+            await connection.execute("SET plan_cache_mode = force_generic_plan")
+        async with connection.transaction():
+            rows = await connection.fetch(
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + sql.sql, *(parameters[n] for n in sql.names)
+            )
+            plan = json.loads(rows[0][0])[0]["Plan"]
+            raise _RolledBack(plan)
+    except _RolledBack as done:
+        return done.plan
+    finally:
+        await connection.close()
+
+
+class _RolledBack(Exception):
+    def __init__(self, plan: Any) -> None:
+        self.plan = plan
+
+
+@pytest.fixture
+async def pending(store: Store, database_url: str) -> int:
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(
+            "INSERT INTO timers (session_id, key, at) SELECT 's' || g, 'remind',"
+            f" now() + (g || ' seconds')::interval FROM generate_series(1, {PENDING}) AS g;"
+            " ANALYZE timers"
+        )
+    finally:
+        await connection.close()
+    return PENDING
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom-plan", "generic-plan"])
+async def test_moving_one_timer_reads_only_its_own_rows(
+    pending: int, database_url: str, generic: bool
+) -> None:
+    at = datetime.now(UTC) + timedelta(days=1)
+    entry = TimerEntry(key="remind-2", session_id="s17", at=at, replaces="remind")
+    parameters = timers.upsert_parameters(*timers.fold([entry]))
+    plan = await _explain(database_url, generic, timers.UPSERT, parameters)
+    assert _timer_rows_read(plan) <= 1, json.dumps(plan)[:3000]
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom-plan", "generic-plan"])
+async def test_deleting_a_few_timers_reads_only_theirs(
+    pending: int, database_url: str, generic: bool
+) -> None:
+    pairs = [(f"s{n}", "remind") for n in (3, 333, 3333)]
+    plan = await _explain(database_url, generic, timers.DELETE, timers.pairs_parameters(pairs))
+    assert _timer_rows_read(plan) <= len(pairs), json.dumps(plan)[:3000]
+
+
+async def test_a_nul_in_a_key_is_kept_as_the_json_columns_keep_it(store: Store) -> None:
+    """PostgreSQL text cannot hold U+0000: the key is stored with U+FFFD in its place, and the
+    same key, NUL and all, finds it again."""
+    at = datetime.now(UTC) + timedelta(hours=1)
+    await store.upsert_timers([TimerEntry(key="k\x00", session_id="s\x00", at=at)])
+    assert await store.timers_pending() == 1
+    assert await store.delete_timers([("s\x00", "k\x00")]) == 1
+    assert await store.timers_pending() == 0
