@@ -12,7 +12,11 @@ Two scenarios against a real PostgreSQL and a Kafka-compatible broker:
 Fire delay of a wake = its record timestamp (set by the scheduler's producer when it sends)
 minus the timer's due time. Both clocks are this host's, as are the database's.
 
-    python bench/scheduler_bench.py [--timers 10000] [--replicas 1] [--trickle 200]
+    python bench/scheduler_bench.py [--timers 10000] [--replicas 1] [--trickle 200] [--pending N]
+
+``--pending N`` first seeds N timers of other conversations due a year on (as a busy agent
+has: a reminder per conversation), so every statement runs beside a large table; each scenario
+then also prints how often the schedulers counted the pending timers, and how long that took.
 
 ``DATABASE_URL`` / ``KAFKA_BOOTSTRAP_SERVERS`` pick the servers; unset, it uses an embedded
 PostgreSQL and the embedded Tansu broker. It works in a fresh database and fresh topics and
@@ -171,6 +175,46 @@ def show(label: str, stats: dict[str, float]) -> str:
     return f"{label}: {parts}"
 
 
+class CountedPending:
+    """Counts and times a store's ``timers_pending`` (the gauge's count of the whole table)."""
+
+    def __init__(self, store: Store) -> None:
+        self.calls = 0
+        self.seconds = 0.0
+        self._inner = store.timers_pending
+
+    async def __call__(self) -> int:
+        began = time.perf_counter()
+        try:
+            return await self._inner()
+        finally:
+            self.calls += 1
+            self.seconds += time.perf_counter() - began
+
+
+async def seed_pending(url: str, count: int) -> None:
+    """``count`` timers of other conversations, due a year from now, then ANALYZE."""
+    connection = await asyncpg.connect(url)
+    try:
+        await connection.execute(
+            "INSERT INTO timers (session_id, key, at) SELECT 'idle-' || g, 'remind',"
+            " now() + interval '365 days' + (g || ' seconds')::interval"
+            f" FROM generate_series(1, {int(count)}) AS g; ANALYZE timers"
+        )
+    finally:
+        await connection.close()
+
+
+async def due_left(url: str, until: datetime) -> int:
+    """Timers due by ``until`` still in the table (the seeded ones are due much later)."""
+    connection = await asyncpg.connect(url)
+    try:
+        left: int = await connection.fetchval("SELECT count(*) FROM timers WHERE at <= $1", until)
+        return left
+    finally:
+        await connection.close()
+
+
 async def run_scenario(
     *,
     url: str,
@@ -184,6 +228,9 @@ async def run_scenario(
     names = {base: f"{base}.bench.{uuid.uuid4().hex[:8]}" for base in ("schedule", "inbound")}
     await ensure_topics(bootstrap, [TopicSpec(n, partitions=PARTITIONS) for n in names.values()])
     stores = [await Store.connect(url, pool_size=4) for _ in range(replicas)]
+    counted = [CountedPending(store) for store in stores]
+    for store, counter in zip(stores, counted, strict=True):
+        store.timers_pending = counter  # type: ignore[method-assign]
     stop = asyncio.Event()
     schedulers = [
         build_scheduler(
@@ -210,9 +257,13 @@ async def run_scenario(
         deadline = time.monotonic() + patience
         await asyncio.sleep(max(at for _, at in due).timestamp() - time.time())
         # The table is the only signal that firing is done; polling it is the point.
-        while await stores[0].timers_pending() and time.monotonic() < deadline:  # noqa: ASYNC110
+        last_due = max(at for _, at in due)
+        while await due_left(url, last_due) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         await collector.collect(len(due), max(deadline - time.monotonic(), 5.0))
+        calls = sum(c.calls for c in counted)
+        print(f"  pending-timer counts: {calls}, {sum(c.seconds for c in counted) * 1000:.0f} ms"
+              " in all")
         return collector, due
     finally:
         stop.set()
@@ -227,9 +278,11 @@ async def main(args: argparse.Namespace) -> int:
         bootstrap = bench_broker(stack)
         url = await stack.enter_async_context(bench_database(stack))
         options = FiringOptions(batch_size=args.batch_size, pipeline=args.pipeline)
+        if args.pending:
+            await seed_pending(url, args.pending)
         print(
             f"scheduler bench: replicas={args.replicas} batch={options.batch_size} "
-            f"pipeline={options.pipeline} broker={bootstrap}"
+            f"pipeline={options.pipeline} pending={args.pending:,} broker={bootstrap}"
         )
 
         # burst: every timer due at one instant, `lead` seconds after the entries are written.
@@ -287,12 +340,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--trickle", type=int, default=200, help="timers spread over time")
     parser.add_argument("--trickle-span", type=float, default=10.0, help="seconds")
     parser.add_argument("--lead", type=float, default=3.0, help="seconds from store to due")
+    parser.add_argument("--pending", type=int, default=0,
+                        help="other conversations' timers, due a year on, seeded first")
     return parser.parse_args(argv)
 
 
 def _check(args: argparse.Namespace) -> None:
     if min(args.timers, args.replicas, args.trickle, args.batch_size, args.pipeline) < 1:
         raise SystemExit("counts and sizes must be positive")
+    if args.pending < 0:
+        raise SystemExit("--pending must be 0 or more")
 
 
 if __name__ == "__main__":

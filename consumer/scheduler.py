@@ -158,8 +158,9 @@ class TimerFiring:
     async def step(self, stop: asyncio.Event | None = None) -> float:
         """Fire every due timer now, then return how long to sleep before looking again."""
         fired = await self.fire_due(stop)
-        # count(*) is a scan; the gauge need not be fresher than this.
-        if fired or time.monotonic() - self._pending_at >= self._options.pending_refresh:
+        # count(*) reads every pending timer: once per `pending_refresh` at most, never once per
+        # firing (timers falling due steadily would count the whole table many times a second).
+        if time.monotonic() - self._pending_at >= self._options.pending_refresh:
             metrics.TIMERS_PENDING.set(await self._store.timers_pending())
             self._pending_at = time.monotonic()
         due_in = await self._store.next_due_in()

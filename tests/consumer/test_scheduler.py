@@ -476,6 +476,28 @@ async def test_step_publishes_metrics() -> None:
     assert metrics.TIMERS_PENDING._value.get() == 1
 
 
+async def test_the_pending_count_runs_once_per_refresh_however_often_timers_fire() -> None:
+    """count(*) reads the whole table: timers falling due at every step must not make every
+    step count it; the gauge is refreshed once per ``pending_refresh``."""
+    store = FakeTimerStore()
+    counts = 0
+    count_rows = store.timers_pending
+
+    async def counted() -> int:
+        nonlocal counts
+        counts += 1
+        return await count_rows()
+
+    store.timers_pending = counted  # type: ignore[method-assign]
+    producer = FakeProducer()
+    firing = make_firing(store, producer, pending_refresh=3600.0)
+    for n in range(5):
+        await store.upsert_timers([timer(f"s{n}", "due", T0 - timedelta(seconds=1))])
+        await firing.step()
+    assert [k for _, k, _ in producer.sent] == [f"s{n}".encode() for n in range(5)]
+    assert counts == 1
+
+
 def _histogram_count_above(seconds: float) -> float:
     count = total = 0.0
     for sample in next(iter(metrics.TIMER_FIRE_DELAY.collect())).samples:
