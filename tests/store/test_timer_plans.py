@@ -104,3 +104,25 @@ async def test_a_nul_in_a_key_is_kept_as_the_json_columns_keep_it(store: Store) 
     assert await store.timers_pending() == 1
     assert await store.delete_timers([("s\x00", "k\x00")]) == 1
     assert await store.timers_pending() == 0
+
+
+async def test_claiming_a_batch_of_timers_due_at_one_instant_reads_only_the_batch(
+    store: Store, database_url: str
+) -> None:
+    """20,000 reminders set for the same minute: a claim of 100 reads 100 rows in the claim's
+    order from the index, rather than sorting all 20,000 on every claim."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(
+            "INSERT INTO timers (session_id, key, at) SELECT 's' || g, 'remind',"
+            " date_trunc('minute', now()) - interval '1 minute'"
+            " FROM generate_series(1, 20000) AS g; ANALYZE timers"
+        )
+    finally:
+        await connection.close()
+    for generic in (False, True):
+        plan = await _explain(database_url, generic, timers.CLAIM_DUE, {"limit": 100})
+        assert _timer_rows_read(plan) <= 101, json.dumps(plan)[:3000]
+    async with store.claim_due(100) as claim:
+        keys = [t.session_id for t in claim.timers]
+    assert keys == sorted(f"s{g}" for g in range(1, 20001))[:100]
