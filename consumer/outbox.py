@@ -50,7 +50,8 @@ from consumer.partitioner import CachedPartitioner
 from store import OutboxEntry, OutboxRow, Store, jsoncodec
 
 PRUNE_EVERY_S = 600.0
-"""How often the relay drops expired model recordings (the first pass prunes at once)."""
+"""How often the relay drops expired model recordings and published outbox rows past their
+retention (the first pass prunes at once)."""
 
 __all__ = [
     "OutboundRecord",
@@ -275,7 +276,9 @@ class OutboxPublisher:
 
 
 class OutboxRelay:
-    """Republishes rows committed but left unpublished, every ``interval_s``, until stopped."""
+    """Republishes rows committed but left unpublished, every ``interval_s``, until stopped;
+    every ``prune_every_s`` it also drops what is past its retention (model recordings,
+    published rows)."""
 
     def __init__(
         self,
@@ -285,6 +288,7 @@ class OutboxRelay:
         interval_s: float,
         grace_s: float,
         recording_retention: timedelta | None = None,
+        outbox_retention: timedelta | None = None,
         prune_every_s: float = PRUNE_EVERY_S,
     ) -> None:
         self._publisher = publisher
@@ -293,6 +297,7 @@ class OutboxRelay:
         self._grace = timedelta(seconds=grace_s)
         self._stopping = asyncio.Event()
         self._retention = recording_retention
+        self._outbox_retention = outbox_retention
         self._prune_every_s = prune_every_s
         self._next_prune = 0.0
 
@@ -310,19 +315,27 @@ class OutboxRelay:
         metrics.OUTBOX_BACKLOG.set(await self._store.outbox_backlog())
         if total:
             log.info("relay published outbox rows", extra={"rows": total})
-        await self.prune_recordings()
+        await self.prune()
         return total
 
-    async def prune_recordings(self) -> int:
-        """Drop model recordings past their retention, at most once per ``prune_every_s``:
-        the retention is a promise about personal data, kept by whoever runs the relay."""
-        if self._retention is None or time.monotonic() < self._next_prune:
-            return 0
+    async def prune(self) -> tuple[int, int]:
+        """At most once per ``prune_every_s``: drop model recordings past their retention (a
+        promise about personal data, kept by whoever runs the relay) and outbox rows published
+        longer ago than theirs (else the outbox grows by every reply and timer for good).
+        Returns (turns whose recordings were dropped, outbox rows deleted)."""
+        if time.monotonic() < self._next_prune:
+            return 0, 0
         self._next_prune = time.monotonic() + self._prune_every_s
-        dropped = await self._store.prune_recordings(older_than=self._retention)
-        if dropped:
-            log.info("relay dropped expired model recordings", extra={"turns": dropped})
-        return dropped
+        dropped = deleted = 0
+        if self._retention is not None:
+            dropped = await self._store.prune_recordings(older_than=self._retention)
+            if dropped:
+                log.info("relay dropped expired model recordings", extra={"turns": dropped})
+        if self._outbox_retention is not None:
+            deleted = await self._store.delete_published(older_than=self._outbox_retention)
+            if deleted:
+                log.info("relay deleted published outbox rows", extra={"rows": deleted})
+        return dropped, deleted
 
     async def run(self) -> None:
         while not self._stopping.is_set():

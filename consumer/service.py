@@ -267,6 +267,7 @@ class ConsumerService:
                 interval_s=s.relay_interval_ms / 1000,
                 grace_s=s.relay_grace_ms / 1000,
                 recording_retention=s.recording_retention(),
+                outbox_retention=s.outbox_retention(),
             )
             self._relay_task = asyncio.create_task(self._relay.run(), name="outbox-relay")
         self._consumer = AIOKafkaConsumer(

@@ -127,6 +127,11 @@ class Settings(BaseSettings):
         30, ge=0, description="Model recordings older than this are dropped by the relay "
         "(and by `turnflow prune`); 0 keeps them until pruned by hand."
     )
+    outbox_retention_days: float = Field(
+        7, ge=0, description="Outbox rows published longer ago than this are deleted by the relay "
+        "(and by `turnflow prune`); 0 keeps them until deleted by hand. The turn log keeps what "
+        "was said; a published row only shows when it went out."
+    )
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="Port of `/metrics`, `/healthz`, `/readyz` (0: off). "
         "Unset: 9100 for `consume` (worker i of `--workers`: 9100+i; also `dev`), 9200 for "
@@ -182,6 +187,11 @@ class Settings(BaseSettings):
     def recording_retention(self) -> timedelta | None:
         """How long model recordings are kept; None when they are kept until pruned by hand."""
         days = self.model_recording_retention_days
+        return timedelta(days=days) if days > 0 else None
+
+    def outbox_retention(self) -> timedelta | None:
+        """How long published outbox rows are kept; None when they are kept until deleted."""
+        days = self.outbox_retention_days
         return timedelta(days=days) if days > 0 else None
 
     def kafka_client_options(self) -> dict[str, Any]:

@@ -332,16 +332,23 @@ class Store:
         """How many outbox rows are waiting to be published."""
         return int(await self._scalar(outbox.BACKLOG))
 
-    async def delete_published(self, *, older_than: timedelta) -> int:
-        """Drop rows published more than `older_than` ago (database clock); returns how many.
+    async def delete_published(self, *, older_than: timedelta, batch: int = 5000) -> int:
+        """Drop rows published more than `older_than` ago (database clock), in batches so no
+        statement holds many row locks; returns how many.
 
         Published rows only serve audits of delivery; the turn log keeps what was said.
+        Unpublished rows are never dropped, however old.
         """
-        async with self._engine.connect() as connection:
-            result = await connection.execute(
-                outbox.DELETE_PUBLISHED, {"older_than_s": older_than.total_seconds()}
-            )
-            return int(result.rowcount)
+        total = 0
+        while True:
+            async with self._engine.connect() as connection:
+                result = await connection.execute(
+                    outbox.DELETE_PUBLISHED,
+                    {"older_than_s": older_than.total_seconds(), "limit": batch},
+                )
+            total += int(result.rowcount)
+            if result.rowcount < batch:
+                return total
 
     # -- timers -----------------------------------------------------------------------------
 

@@ -55,9 +55,16 @@ MARK_PUBLISHED_DIRECT = positional(MARK_PUBLISHED)  # the same statement, store'
 
 BACKLOG = text("SELECT count(*) FROM outbox WHERE published_at IS NULL")
 
+# In batches through `ix_outbox_published`, like pruning recordings: the first prune after a
+# long time without one must not delete millions of rows in one statement.
 DELETE_PUBLISHED = text("""
 DELETE FROM outbox
-WHERE published_at < now() - make_interval(secs => :older_than_s)
+WHERE id IN (
+    SELECT id FROM outbox
+    WHERE published_at IS NOT NULL
+      AND published_at < now() - make_interval(secs => :older_than_s)
+    LIMIT :limit
+)
 """)
 
 

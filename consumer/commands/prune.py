@@ -1,7 +1,9 @@
-"""``turnflow prune``: drop model recordings past their retention, once, and exit.
+"""``turnflow prune``: drop what is past its retention, once, and exit.
 
-The relay does this by itself every few minutes; this command is for a cron job, for a
-deployment that runs no relay, or to drop recordings sooner than the configured retention.
+Two things are kept for a while and then dropped: model recordings (the model's side of each
+turn, for replays; `MODEL_RECORDING_RETENTION_DAYS`) and outbox rows already published
+(`OUTBOX_RETENTION_DAYS`). The relay does both by itself every few minutes; this command is for
+a cron job, for a deployment that runs no relay, or to drop them sooner than configured.
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="drop recordings older than this many days "
         "(default: $MODEL_RECORDING_RETENTION_DAYS; 0 drops every recording)",
     )
+    parser.add_argument(
+        "--outbox-older-than-days", type=float, default=None,
+        help="delete outbox rows published longer ago than this many days "
+        "(default: $OUTBOX_RETENTION_DAYS; 0 deletes every published row)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,25 +40,38 @@ def run(args: argparse.Namespace) -> int:
     if not settings.database_url:
         return fail("DATABASE_URL is not set", EXIT_CONFIG)
     days = args.older_than_days
-    if days is None:
+    if days is None and settings.model_recording_retention_days <= 0:
+        print("turnflow: MODEL_RECORDING_RETENTION_DAYS is 0 (keep); nothing pruned")
+    elif days is None:
         days = settings.model_recording_retention_days
-        if days <= 0:
-            print("turnflow: MODEL_RECORDING_RETENTION_DAYS is 0 (keep); nothing pruned")
-            return 0
-    if days < 0:
-        return fail("--older-than-days must be >= 0", EXIT_CONFIG)
+    outbox_days = args.outbox_older_than_days
+    if outbox_days is None and settings.outbox_retention_days <= 0:
+        print("turnflow: OUTBOX_RETENTION_DAYS is 0 (keep); no outbox row deleted")
+    elif outbox_days is None:
+        outbox_days = settings.outbox_retention_days
+    if (days is not None and days < 0) or (outbox_days is not None and outbox_days < 0):
+        return fail("--older-than-days and --outbox-older-than-days must be >= 0", EXIT_CONFIG)
     url = settings.database_url
 
-    async def prune() -> int:
+    async def prune() -> tuple[int | None, int | None]:
         store = await Store.connect(url, pool_size=1)
         try:
-            return await store.prune_recordings(older_than=timedelta(days=days))
+            dropped = deleted = None
+            if days is not None:
+                dropped = await store.prune_recordings(older_than=timedelta(days=days))
+            if outbox_days is not None:
+                deleted = await store.delete_published(older_than=timedelta(days=outbox_days))
+            return dropped, deleted
         finally:
             await store.close()
 
     try:
-        dropped = asyncio.run(prune())
+        dropped, deleted = asyncio.run(prune())
     except (DBAPIError, OSError) as exc:
         return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}", EXIT_UNREACHABLE)
-    print(f"turnflow: dropped the model recordings of {dropped} turns older than {days:g} days")
+    if dropped is not None:
+        print(f"turnflow: dropped the model recordings of {dropped} turns older than {days:g} days")
+    if deleted is not None:
+        print(f"turnflow: deleted {deleted} outbox rows published more than {outbox_days:g} days"
+              " ago")
     return 0

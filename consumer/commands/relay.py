@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
                 interval_s=settings.relay_interval_ms / 1000,
                 grace_s=grace_ms / 1000,
                 recording_retention=settings.recording_retention(),
+                outbox_retention=settings.outbox_retention(),
             )
             task = asyncio.create_task(relay.run())
             trips = RoundTrips({"broker": broker_probe(producer.client),

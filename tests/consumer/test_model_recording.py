@@ -83,10 +83,15 @@ class _PruningStore:
 
     def __init__(self) -> None:
         self.prunes: list[float] = []
+        self.deletes: list[float] = []
 
     async def prune_recordings(self, *, older_than: Any) -> int:
         self.prunes.append(older_than.total_seconds())
         return 3
+
+    async def delete_published(self, *, older_than: Any) -> int:
+        self.deletes.append(older_than.total_seconds())
+        return 5
 
 
 async def test_the_relay_prunes_expired_recordings_at_most_once_per_period() -> None:
@@ -98,11 +103,27 @@ async def test_the_relay_prunes_expired_recordings_at_most_once_per_period() -> 
     store = _PruningStore()
     relay = OutboxRelay(None, store, interval_s=1, grace_s=1,  # type: ignore[arg-type]
                         recording_retention=timedelta(days=2), prune_every_s=3600)
-    assert await relay.prune_recordings() == 3
-    assert await relay.prune_recordings() == 0
-    assert store.prunes == [2 * 86400]
+    assert await relay.prune() == (3, 0)
+    assert await relay.prune() == (0, 0)
+    assert store.prunes == [2 * 86400] and store.deletes == []
     keep = OutboxRelay(None, store, interval_s=1, grace_s=1)  # type: ignore[arg-type]
-    assert await keep.prune_recordings() == 0 and len(store.prunes) == 1
+    assert await keep.prune() == (0, 0) and len(store.prunes) == 1
+
+
+async def test_the_relay_deletes_published_outbox_rows_past_their_retention() -> None:
+    """With an outbox retention the same pass deletes published rows older than it, once per
+    period; without one nothing is deleted."""
+    from datetime import timedelta
+
+    from consumer.outbox import OutboxRelay
+
+    store = _PruningStore()
+    relay = OutboxRelay(None, store, interval_s=1, grace_s=1,  # type: ignore[arg-type]
+                        recording_retention=timedelta(days=30),
+                        outbox_retention=timedelta(days=7), prune_every_s=3600)
+    assert await relay.prune() == (3, 5)
+    assert await relay.prune() == (0, 0)
+    assert store.deletes == [7 * 86400]
 
 
 async def test_an_agent_that_does_not_record_saves_no_recording() -> None:

@@ -55,10 +55,16 @@ def test_password_may_come_from_a_mounted_file(
 
 
 def test_env_table_documents_every_setting() -> None:
-    """The README table has one row per setting, by its environment variable name."""
+    """The README's and docs/production.md's tables hold every setting's row exactly as the
+    settings describe it: name, default and meaning."""
     table = env_table()
     for name in Settings.model_fields:
         assert f"`{name.upper()}`" in table
+    root = Path(__file__).resolve().parents[2]
+    for doc in ("README.md", "docs/production.md"):
+        text = (root / doc).read_text(encoding="utf-8")
+        missing = [row for row in table.splitlines()[2:] if row not in text]
+        assert not missing, f"{doc} lacks or differs in: {missing}"
 
 
 def log_line(**extra: object) -> dict[str, object]:

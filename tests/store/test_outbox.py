@@ -105,3 +105,30 @@ async def test_delete_published_drops_only_old_published_rows(
         await connection.close()
     assert remaining == saved.outbox_ids[1:]
     assert await store.outbox_backlog() == 1
+
+
+async def test_delete_published_goes_in_batches_and_never_takes_an_unpublished_row(
+    store: Store, database_url: str
+) -> None:
+    """Many conversations' rows published long ago go in batches of `batch`; their
+    conversations' unpublished rows, however old, and rows published recently all stay."""
+    ids: dict[str, list[int]] = {}
+    for n in range(12):
+        ids[f"s{n}"] = (await store.save_turn(save_request(f"s{n}", 0, outbox=3))).outbox_ids
+    published = [i for row in ids.values() for i in row[:2]]
+    await store.mark_published(published)
+    old = [row[0] for row in ids.values()]
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(
+            "UPDATE outbox SET published_at = now() - interval '9 days'"
+            " WHERE id = ANY($1::bigint[])", old
+        )
+        await connection.execute("UPDATE outbox SET created_at = now() - interval '9 days'")
+        assert await store.delete_published(older_than=timedelta(days=7), batch=5) == 12
+        remaining = {r["id"] for r in await connection.fetch("SELECT id FROM outbox")}
+    finally:
+        await connection.close()
+    assert remaining == {i for row in ids.values() for i in row[1:]}
+    assert await store.outbox_backlog() == 12
+    assert await store.delete_published(older_than=timedelta(days=7), batch=5) == 0

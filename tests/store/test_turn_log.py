@@ -93,3 +93,38 @@ async def test_the_prune_command_drops_expired_recordings(
     assert "of 1 turns" in capsys.readouterr().out
     turns = {t.session_id: t.model_calls for t in await store.logged_turns(["old", "new"])}
     assert turns == {"old": None, "new": RECORDING}
+
+
+async def test_the_prune_command_deletes_outbox_rows_published_before_the_retention(
+    store: Store, database_url: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``turnflow prune`` also deletes outbox rows published longer ago than
+    ``OUTBOX_RETENTION_DAYS`` (or ``--outbox-older-than-days``); 0 keeps them; rows not yet
+    published stay whatever their age."""
+    import asyncio
+
+    from consumer.cli import main
+
+    ids = (await store.save_turn(save_request("out", 0, outbox=3))).outbox_ids
+    await store.mark_published(ids[:2])
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(
+            "UPDATE outbox SET published_at = now() - interval '10 days' WHERE id = $1", ids[0]
+        )
+        monkeypatch.setenv("DATABASE_URL", database_url)
+        monkeypatch.setenv("MODEL_RECORDING_RETENTION_DAYS", "0")
+        monkeypatch.setenv("OUTBOX_RETENTION_DAYS", "0")
+        assert await asyncio.to_thread(main, ["prune"]) == 0
+        assert "no outbox row deleted" in capsys.readouterr().out
+        monkeypatch.setenv("OUTBOX_RETENTION_DAYS", "7")
+        assert await asyncio.to_thread(main, ["prune"]) == 0
+        assert "deleted 1 outbox rows published more than 7 days ago" in capsys.readouterr().out
+        assert await asyncio.to_thread(main, ["prune", "--outbox-older-than-days", "0"]) == 0
+        assert "deleted 1 outbox rows" in capsys.readouterr().out
+        left = [r["id"] for r in await connection.fetch("SELECT id FROM outbox ORDER BY id")]
+    finally:
+        await connection.close()
+    assert left == ids[2:]
+
