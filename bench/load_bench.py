@@ -107,11 +107,8 @@ async def _timed(url: str, session_id: str, session_turns: int, calls: int) -> d
             assert loaded.version == session_turns and not loaded.applied, loaded
             began = time.perf_counter()
             await store.save_turn(store_bench._request(saver, version, TOPIC, next(offsets)))
-            save_ms = (time.perf_counter() - began) * 1000
             version += 1
-            if n >= 20:
-                samples["load"].append(load_ms)
-                samples["save"].append(save_ms)
+            _keep(samples, n, load=load_ms, save=(time.perf_counter() - began) * 1000)
     finally:
         await store.close()
     return samples
@@ -145,12 +142,17 @@ async def _timer_calls(url: str, calls: int) -> dict[str, list[float]]:
             deleted = await store.delete_timers([(session, "remind-2")])
             delete_ms = (time.perf_counter() - began) * 1000
             assert deleted == 1, deleted
-            if n >= 20:
-                samples["set"].append(set_ms)
-                samples["delete"].append(delete_ms)
+            _keep(samples, n, set=set_ms, delete=delete_ms)
     finally:
         await store.close()
     return samples
+
+
+def _keep(samples: dict[str, list[float]], n: int, **ms: float) -> None:
+    """Keep call ``n``'s times, once the first 20 calls have warmed the connection and plan."""
+    if n >= 20:
+        for kind, value in ms.items():
+            samples[kind].append(value)
 
 
 def _p(values: list[float], share: float) -> float:

@@ -288,12 +288,16 @@ class Store:
     async def prune_recordings(self, *, older_than: timedelta, batch: int = 5000) -> int:
         """Drop the model recordings of turns older than `older_than` (database clock), in
         batches so no statement holds many row locks; returns how many were dropped."""
+        return await self._in_batches(turn_log.PRUNE_RECORDINGS, older_than, batch)
+
+    async def _in_batches(self, statement: TextClause, older_than: timedelta, batch: int) -> int:
+        """Run a retention statement (``:older_than_s``, ``:limit``) until a batch comes back
+        short, each batch its own transaction; returns the rows it changed in all."""
         total = 0
         while True:
             async with self._engine.connect() as connection:
                 result = await connection.execute(
-                    turn_log.PRUNE_RECORDINGS,
-                    {"older_than_s": older_than.total_seconds(), "limit": batch},
+                    statement, {"older_than_s": older_than.total_seconds(), "limit": batch}
                 )
             total += int(result.rowcount)
             if result.rowcount < batch:
@@ -339,16 +343,7 @@ class Store:
         Published rows only serve audits of delivery; the turn log keeps what was said.
         Unpublished rows are never dropped, however old.
         """
-        total = 0
-        while True:
-            async with self._engine.connect() as connection:
-                result = await connection.execute(
-                    outbox.DELETE_PUBLISHED,
-                    {"older_than_s": older_than.total_seconds(), "limit": batch},
-                )
-            total += int(result.rowcount)
-            if result.rowcount < batch:
-                return total
+        return await self._in_batches(outbox.DELETE_PUBLISHED, older_than, batch)
 
     # -- timers -----------------------------------------------------------------------------
 

@@ -12,7 +12,6 @@ on (the consumer's statements are prepared once per connection).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
@@ -21,6 +20,7 @@ import pytest
 from store import Store
 from store.history import LOAD
 from store.input_ids import stored_input_id
+from tests.store.plans import explain, rows_read
 
 HISTORY_LIMIT = 20
 LOG_TABLES = {"turns", "turn_sources"}
@@ -35,23 +35,6 @@ FROM generate_series(1, $3) AS g
 """
 
 
-def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _nodes(child)
-
-
-def _log_rows_read(plan: dict[str, Any]) -> int:
-    """Rows the plan's scans of the turn log produced or filtered out, over all their loops."""
-    total = 0
-    for node in _nodes(plan):
-        if node.get("Relation Name") in LOG_TABLES:
-            per_loop = node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)
-            per_loop += node.get("Rows Removed by Index Recheck", 0)
-            total += per_loop * node.get("Actual Loops", 1)
-    return total
-
-
 async def _explain(url: str, generic: bool, requests: list[tuple[str, int, str]]) -> Any:
     """The executed plan of a load of ``requests`` (session id, source offset, input id)."""
     parameters = {
@@ -63,16 +46,11 @@ async def _explain(url: str, generic: bool, requests: list[tuple[str, int, str]]
         "input_ids": [json.dumps([stored_input_id(i)]) for _, _, i in requests],
         "history_limit": HISTORY_LIMIT,
     }
-    connection = await asyncpg.connect(url)
-    try:
-        if generic:
-            await connection.execute("SET plan_cache_mode = force_generic_plan")
-        rows = await connection.fetch(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + LOAD.sql, *(parameters[n] for n in LOAD.names)
-        )
-    finally:
-        await connection.close()
-    return json.loads(rows[0][0])[0]["Plan"]
+    return await explain(url, LOAD, parameters, generic=generic)
+
+
+def _log_rows_read(plan: dict[str, Any]) -> int:
+    return rows_read(plan, LOG_TABLES)
 
 
 @pytest.fixture

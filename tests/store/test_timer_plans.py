@@ -1,16 +1,17 @@
-"""Setting or deleting one timer reads one row, however many timers are pending.
+"""Setting or deleting one timer reads one row, and claiming a batch reads only the batch,
+however many timers are pending.
 
 The statements that delete timers by (session id, key) once took their pairs as a JSON list;
 PostgreSQL guesses such a list holds 100 pairs and, on a table of some thousands of timers,
-hashed the whole table rather than probe the primary key 100 times. These tests seed 10,000
-pending timers and count the rows the executed plans read from `timers`, under the plan
-PostgreSQL builds for the values given and under the generic plan of a prepared statement.
+hashed the whole table rather than probe the primary key 100 times. And a claim of timers
+sharing one due time once sorted all of them. These tests seed many timers and count the rows
+the executed plans read from `timers`, under the plan PostgreSQL builds for the values given
+and under the generic plan of a prepared statement.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,47 +20,17 @@ import pytest
 
 from store import Store, TimerEntry, timers
 from store.direct import positional
+from tests.store.plans import explain, rows_read
 
 PENDING = 10_000
 
 
-def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _nodes(child)
-
-
 def _timer_rows_read(plan: dict[str, Any]) -> int:
-    total = 0
-    for node in _nodes(plan):
-        if node.get("Relation Name") == "timers" and node["Node Type"] != "ModifyTable":
-            per_loop = node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)
-            total += per_loop * node.get("Actual Loops", 1)
-    return total
+    return rows_read(plan, {"timers"})
 
 
 async def _explain(url: str, generic: bool, statement: Any, parameters: dict[str, Any]) -> Any:
-    """The executed plan of ``statement``, its writes rolled back."""
-    sql = positional(statement.text)
-    connection = await asyncpg.connect(url)
-    try:
-        if generic:
-            await connection.execute("SET plan_cache_mode = force_generic_plan")
-        async with connection.transaction():
-            rows = await connection.fetch(
-                "EXPLAIN (ANALYZE, FORMAT JSON) " + sql.sql, *(parameters[n] for n in sql.names)
-            )
-            plan = json.loads(rows[0][0])[0]["Plan"]
-            raise _RolledBack(plan)
-    except _RolledBack as done:
-        return done.plan
-    finally:
-        await connection.close()
-
-
-class _RolledBack(Exception):
-    def __init__(self, plan: Any) -> None:
-        self.plan = plan
+    return await explain(url, positional(statement.text), parameters, generic=generic)
 
 
 @pytest.fixture
