@@ -13,12 +13,17 @@ with a new source record and input id each time (the consumer's every turn), and
 of another conversation the same way: both wall times per call, median and p95, and the load
 as a multiple of the save, measured side by side.
 
+Then turns that add nothing to the history: a 100-turn conversation followed by
+``--silent-turns`` wakes that sent nothing, the history read's worst case (it must reach back
+past all of them for its entries); the same load and save timings.
+
 Then timers: a timer is set (with ``replaces``, as a reminder that moves) and one deleted for
 every schedule record and fired wake, beside however many other conversations' timers are
 pending. For each ``--pending-timers`` count, seeded in bulk and analysed, one client sets
 and deletes one timer back to back: wall ms per call, median and p95.
 
     python bench/load_bench.py [--session-turns 10,1000,10000] [--table-turns 10000,200000]
+                               [--silent-turns 0,1000,10000]
                                [--pending-timers 1000,10000,50000,200000]
     make bench-load
 
@@ -46,6 +51,7 @@ from store.scratch import execute_sql, scratch_database  # noqa: E402
 
 TOPIC = "inbound.turns"
 HISTORY_LIMIT = 50  # the consumer's default (HISTORY_LIMIT)
+SILENT_AFTER, SILENT_TABLE = 100, 10_000  # the conversation behind the silent turns; the log
 
 # One conversation's turns: a message in, a reply out, each with its source record and input
 # id, as the consumer writes them. ``{first}`` numbers the offsets so no two rows share one.
@@ -57,8 +63,13 @@ SELECT '{session}', g,
        jsonb_build_array(jsonb_build_object('kind', 'ai', 'text', 'Olá, tudo bem? ' || g)),
        1, '{topic}', 0, {first} + g, 'm' || g, now() - (({count} - g) || ' seconds')::interval
 FROM generate_series(1, {count}) AS g;
+INSERT INTO turns (session_id, version, input, messages, llm_calls, source_topic,
+                   source_partition, source_offset, input_id, created_at)
+SELECT '{session}', {count} + g, jsonb_build_object('session_id', '{session}', 'wake', 'k' || g),
+       '[]'::jsonb, 0, '{topic}', 0, {first} + {count} + g, NULL, now()
+FROM generate_series(1, {silent}) AS g;
 INSERT INTO sessions (id, version, state)
-VALUES ('{session}', {count}, '{{"id": "{session}", "v": 4, "data": {{"n": 1}}}}'::jsonb);
+VALUES ('{session}', {count} + {silent}, '{{"id": "{session}", "v": 4, "data": {{"n": 1}}}}'::jsonb);
 """
 
 
@@ -74,10 +85,13 @@ FROM generate_series(0, {count} - 1) AS g;
 """
 
 
-def _seed(url: str, session_turns: int, table_turns: int) -> str:
-    """Seed the measured conversation and the others; return the measured one's id."""
+def _seed(url: str, session_turns: int, table_turns: int, silent: int = 0) -> str:
+    """Seed the measured conversation (its ``silent`` turns last) and the others; return the
+    measured one's id."""
     measured = f"load-{uuid.uuid4().hex[:8]}"
-    sql = _SEED_TURNS.format(session=measured, count=session_turns, first=0, topic=TOPIC)
+    sql = _SEED_TURNS.format(
+        session=measured, count=session_turns, silent=silent, first=0, topic=TOPIC
+    )
     others = table_turns - session_turns
     if others > 0:
         sql += _SEED_OTHERS.format(count=others, topic=TOPIC)
@@ -85,8 +99,11 @@ def _seed(url: str, session_turns: int, table_turns: int) -> str:
     return measured
 
 
-async def _timed(url: str, session_id: str, session_turns: int, calls: int) -> dict[str, list]:
-    """Wall ms per load of ``session_id`` and per save of a fresh conversation, one client."""
+async def _timed(
+    url: str, session_id: str, version_now: int, entries: int, calls: int
+) -> dict[str, list]:
+    """Wall ms per load of ``session_id`` (at ``version_now``, giving ``entries`` history
+    entries) and per save of a fresh conversation, one client."""
     import store_bench
 
     store = await Store.connect(url, pool_size=1, max_overflow=0)
@@ -104,7 +121,8 @@ async def _timed(url: str, session_id: str, session_turns: int, calls: int) -> d
                 input_ids=(f"new-{n}",),
             )
             load_ms = (time.perf_counter() - began) * 1000
-            assert loaded.version == session_turns and not loaded.applied, loaded
+            assert loaded.version == version_now and not loaded.applied, loaded
+            assert len(loaded.history) == entries, (len(loaded.history), entries)
             began = time.perf_counter()
             await store.save_turn(store_bench._request(saver, version, TOPIC, next(offsets)))
             version += 1
@@ -148,6 +166,12 @@ async def _timer_calls(url: str, calls: int) -> dict[str, list[float]]:
     return samples
 
 
+def _entries(message_turns: int) -> int:
+    """History entries a load gives for ``message_turns`` seeded turns (a message and a reply
+    each)."""
+    return min(HISTORY_LIMIT, 2 * message_turns)
+
+
 def _keep(samples: dict[str, list[float]], n: int, **ms: float) -> None:
     """Keep call ``n``'s times, once the first 20 calls have warmed the connection and plan."""
     if n >= 20:
@@ -168,6 +192,8 @@ def main() -> None:
                         help="turns logged in all (the others' spread over conversations of 100)")
     parser.add_argument("--pending-timers", default="1000,10000,50000,200000",
                         help="other conversations' timers pending beside the measured ones")
+    parser.add_argument("--silent-turns", default="0,1000,10000",
+                        help="turns that sent nothing after a 100-turn conversation's messages")
     parser.add_argument("--calls", type=int, default=300, help="calls of each kind per shape")
     options = parser.parse_args()
     shapes = [
@@ -182,10 +208,29 @@ def main() -> None:
         with ExitStack() as stack:
             database = scratch_database(stack, prefix="turnflow-load")
             measured = _seed(database.url, session_turns, table_turns)
-            samples = asyncio.run(_timed(database.url, measured, session_turns, options.calls))
+            samples = asyncio.run(_timed(
+                database.url, measured, session_turns, _entries(session_turns), options.calls
+            ))
         load50, load95 = statistics.median(samples["load"]), _p(samples["load"], 0.95)
         save50 = statistics.median(samples["save"])
         print(f"{session_turns:>13,} {table_turns:>11,} {load50:>11.2f} {load95:>11.2f}"
+              f" {save50:>11.2f} {load50 / save50:>10.2f}x", flush=True)
+
+    # Turns that add nothing to the history (wakes and events that sent nothing) come last, so
+    # the history read passes over all of them to find its entries.
+    print(f"\n{'silent turns':>13} {'table turns':>11} {'load p50 ms':>11} {'load p95 ms':>11}"
+          f" {'save p50 ms':>11} {'load / save':>11}", flush=True)
+    for silent in (int(n) for n in options.silent_turns.split(",")):
+        with ExitStack() as stack:
+            database = scratch_database(stack, prefix="turnflow-load")
+            measured = _seed(database.url, SILENT_AFTER, SILENT_TABLE, silent)
+            samples = asyncio.run(_timed(
+                database.url, measured, SILENT_AFTER + silent, _entries(SILENT_AFTER),
+                options.calls,
+            ))
+        load50, load95 = statistics.median(samples["load"]), _p(samples["load"], 0.95)
+        save50 = statistics.median(samples["save"])
+        print(f"{silent:>13,} {SILENT_TABLE + silent:>11,} {load50:>11.2f} {load95:>11.2f}"
               f" {save50:>11.2f} {load50 / save50:>10.2f}x", flush=True)
 
     print(f"\n{'pending timers':>14} {'set p50 ms':>10} {'set p95 ms':>10}"

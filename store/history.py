@@ -14,7 +14,10 @@ History is derived from the turn log, oldest first, as the engine's transcript: 
 input is a message gives a user entry (`at` = the input's `at`, else the turn's time) — a burst
 turn one per message, its earlier messages first — and each
 message the turn sent gives an assistant entry (`at` = the turn's time). Only the last N turns
-that produced any entry are read, so the cost does not grow with the length of the log.
+that produced any entry are read, so the cost does not grow with the length of the log; they
+are read through an index that holds only such turns (`ix_turns_history`, whose predicate is
+this read's own condition, word for word), so the read does not pass over the wakes and events
+in between that sent nothing either.
 
 The same holds for the replay and duplicate checks: each source record and input id is one
 probe of a unique index, written as a scalar subquery with `LIMIT 1`. Written as `EXISTS ... OR

@@ -77,6 +77,14 @@ turns = Table(
     UniqueConstraint("session_id", "version", name="uq_turns_session_version"),
 )
 Index("ix_turns_created_at", turns.c.created_at)
+# The turns a load's history reads (store/history.py): those that hold a message or sent one,
+# so the read does not pass over the turns in between that did neither.
+Index(
+    "ix_turns_history",
+    turns.c.session_id,
+    turns.c.version,
+    postgresql_where=text("input ? 'message' OR jsonb_array_length(messages) > 0"),
+)
 Index(
     "ix_turns_recorded",
     turns.c.created_at,

@@ -87,6 +87,55 @@ async def test_a_grouped_load_reads_each_conversation_s_history_only(
     assert _log_rows_read(plan) <= HISTORY_LIMIT * len(requests), json.dumps(plan)[:4000]
 
 
+_SEED_SILENT = """
+INSERT INTO turns (session_id, version, input, messages, llm_calls, source_topic,
+                   source_partition, source_offset)
+SELECT $1, $2 + g, jsonb_build_object('wake', 'k' || g), '[]'::jsonb, 0, 'inbound.turns', $3, g
+FROM generate_series(1, $4) AS g
+"""
+
+
+@pytest.fixture
+async def quiet_tail(store: Store, database_url: str) -> str:
+    """30 message turns, then 5,000 turns that neither held a message nor sent one (wakes
+    that found nothing to say), beside 5,000 other turns; statistics fresh."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(_SEED, "quiet", 0, 30)
+        await connection.execute(_SEED_SILENT, "quiet", 30, 99, 5000)
+        await connection.execute(
+            "INSERT INTO sessions (id, version, state) VALUES ('quiet', 5030, '{}'::jsonb)"
+        )
+        for n in range(50):
+            await connection.execute(_SEED, f"other-{n}", n + 1, 100)
+        await connection.execute("ANALYZE turns; ANALYZE turn_sources")
+    finally:
+        await connection.close()
+    return "quiet"
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom-plan", "generic-plan"])
+async def test_a_load_does_not_pass_over_the_silent_turns(
+    quiet_tail: str, database_url: str, generic: bool
+) -> None:
+    """The history read goes straight to the turns that give entries (the old read passed over
+    all 5,000 silent ones first)."""
+    plan = await _explain(database_url, generic, [(quiet_tail, 10**9, "new-id")])
+    assert _log_rows_read(plan) <= HISTORY_LIMIT, json.dumps(plan, indent=1)[:4000]
+
+
+async def test_the_history_behind_silent_turns_is_the_last_messages(
+    quiet_tail: str, store: Store
+) -> None:
+    loaded = await store.load(quiet_tail, history_limit=HISTORY_LIMIT)
+    assert loaded.version == 5030
+    assert [(e["role"], e["text"]) for e in loaded.history] == [
+        (role, f"{word} {n}")
+        for n in range(21, 31)
+        for role, word in (("user", "oi"), ("assistant", "olá"))
+    ]
+
+
 async def test_the_probes_still_find_what_the_log_has(long_log: str, store: Store) -> None:
     """The same seeded log: a source record and an input id it holds are found."""
     from store import SourceRecord
