@@ -69,7 +69,8 @@ SELECT '{session}', {count} + g, jsonb_build_object('session_id', '{session}', '
        '[]'::jsonb, 0, '{topic}', 0, {first} + {count} + g, NULL, now()
 FROM generate_series(1, {silent}) AS g;
 INSERT INTO sessions (id, version, state)
-VALUES ('{session}', {count} + {silent}, '{{"id": "{session}", "v": 4, "data": {{"n": 1}}}}'::jsonb);
+VALUES ('{session}', {count} + {silent},
+        '{{"id": "{session}", "v": 4, "data": {{"n": 1}}}}'::jsonb);
 """
 
 
