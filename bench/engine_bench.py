@@ -10,7 +10,8 @@ What is measured, all in-process with a ``FakeClock`` and no I/O:
   50 live runs parked on event waits (the deep copy and every phase scale with the session),
   the 50 runs passed both as a ``Session`` and as the JSON dict a host stores;
 - a model turn (understand + speak) against a zero-latency provider, so the figure is the
-  engine's own cost, and turns spending only an understand or only a speak call;
+  engine's own cost, the same turn given a 50-entry history (the consumer's default history
+  limit), and turns spending only an understand or only a speak call;
 - the engine's own work per call kind in isolation: building the prompt, building the JSON
   schema, parsing the reply.
 """
@@ -23,6 +24,7 @@ import importlib
 import statistics
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from engine import Agent, FakeClock, ModelRequest, ModelResponse
@@ -43,6 +45,7 @@ class InstantProvider:
 
 
 MAX_LIVE_RUNS = 50
+HISTORY_ENTRIES = 50  # the consumer's default HISTORY_LIMIT
 
 
 def notify(ctx: Any) -> dict[str, Any]:
@@ -243,7 +246,28 @@ def rows(iterations: int) -> list[tuple[str, float, float]]:
     support = model_agent(
         InstantProvider({"understand": {"flows": {"cadastro": 0, "suporte": 90}}})
     )
+    # The history a host passes with every turn (the consumer loads up to 50 entries by
+    # default): entries as the store gives them, dicts with an aware datetime.
+    history = [
+        {
+            "role": "user" if i % 2 == 0 else "assistant",
+            "text": f"mensagem {i} da conversa, com algumas palavras a mais",
+            "at": datetime(2026, 1, 5, 8, 0, tzinfo=UTC) + timedelta(seconds=30 * i),
+        }
+        for i in range(HISTORY_ENTRIES)
+    ]
+
+    async def model_turn_with_history() -> Any:
+        request = {
+            "session_id": "s1", "message": "quero me cadastrar", "id": "m1",
+            "history": [dict(entry) for entry in history],
+        }
+        result = await model.turn(request)
+        assert result.llm_calls == 2
+        return result
+
     add("model turn (understand + speak), zero-latency mock", model_turn)
+    add(f"model turn, {HISTORY_ENTRIES} history entries", model_turn_with_history)
     add("understand-only turn, zero-latency mock", understand_only)
     add("speak-only turn (start input), zero-latency mock", speak_only)
     results.extend(call_part_rows(model_turn, iterations * 5))

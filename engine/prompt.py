@@ -15,7 +15,7 @@ from typing import Any, Literal
 from engine.config import FieldSpec, Flow, Instruction, TalkStep
 from engine.envelopes import UnderstandPlan
 from engine.providers.base import ChatMessage
-from engine.records import built
+from engine.records import built, record
 from engine.session import Run
 from engine.state import TurnState
 from engine.values import is_known
@@ -51,17 +51,41 @@ def _spec_meta(spec: FieldSpec) -> dict[str, Any]:
 
 def history_messages(state: TurnState) -> list[ChatMessage]:
     """The host's history (as trimmed by Load) plus this turn's message (each message of a
-    burst as its own entry)."""
-    out = [
-        _chat_message("assistant" if e.role == "assistant" else "user", e.text)
-        for e in state.history
-        if e.role in ("user", "assistant")
-    ]
+    burst as its own entry).
+
+    A model turn asks for these twice (the understand call and the speak call), and with a
+    host's full history (50 entries by default) building them is most of what the history costs
+    a turn. So the messages built for a turn are kept on its state and handed out again, in a
+    new list, while the request and the history entries are the same objects (compaction puts
+    new entries in ``state.history``; entries themselves are never edited). A ``ChatMessage``
+    is frozen, so the two calls can share them."""
+    entries = state.history
+    kept = state.history_chat
+    if (
+        kept is not None
+        and kept[0] is state.request
+        and len(kept[1]) == len(entries)
+        and all(a is b for a, b in zip(kept[1], entries, strict=True))
+    ):
+        return list(kept[2])
+    out = []
+    for entry in entries:
+        role, text = entry.role, entry.text
+        if role != "user" and role != "assistant":
+            continue
+        if type(text) is str:  # the message as validation would build it (see _chat_message)
+            values: dict[str, Any] = {
+                "role": role, "text": text, "tool_call_id": None, "tool_calls": [], "images": []
+            }
+            out.append(record(ChatMessage, values, {"role", "text"}))
+        else:
+            out.append(_chat_message(role, text))
     said = [p.message for p in state.request.parts]
     tail = [(m.role, m.text) for m in out[len(out) - len(said) :]] if said else []
     already_there = len(out) >= len(said) and tail == [("user", text) for text in said]
     if said and not already_there:  # a host may log the messages before the turn
         out.extend(_chat_message("user", text) for text in said)
+    state.history_chat = (state.request, tuple(entries), tuple(out))
     return out
 
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from engine.compaction import PendingSummary
     from engine.envelopes import Judgement
     from engine.phases.understand import Candidates
+    from engine.providers.base import ChatMessage
     from engine.request import TurnRequest
 
 
@@ -87,6 +88,11 @@ class TurnState:
     compaction_pending: PendingSummary | None = None
     candidates: Candidates | None = None
     lifecycle: Any = None  # a LifecycleTurn, only for agents with lifecycle settings
+    # The chat messages built from the history for this turn's model calls, with the request
+    # and the entries they were built from (engine.prompt.history_messages).
+    history_chat: tuple[TurnRequest, tuple[HistoryEntry, ...], tuple[ChatMessage, ...]] | None = (
+        field(default=None, repr=False)
+    )
     # Two indexes of session.runs, built together by one scan (_indexed) and kept by new_run
     # and end_run: live()'s runs by id, and the "asking" and "suspended" runs by id(run), which
     # set_status (the only writer of a run's status) also keeps. Both are rebuilt when

@@ -1,0 +1,106 @@
+"""The history's chat messages are built once per turn and shared by its model calls.
+
+A model turn reads the history twice (the understand call and the speak call). Building the
+messages once is only right while what they come from is the same: the same request and the
+same history entries. These tests hold both halves: the calls of one turn get equal message
+lists, sharing the (frozen) messages, and a change of the history between the two calls is
+seen by the second."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from engine import Agent, FakeClock, MockProvider, ModelResponse
+from engine.phases import load
+from engine.prompt import history_messages
+from engine.request import HistoryEntry, TurnRequest
+
+FLOWS = [
+    {
+        "id": "cadastro",
+        "on": [{"message": ["quero me cadastrar"]}],
+        "steps": [{"id": "dados", "prompt": "Colete os dados."}],
+    },
+    {
+        "id": "suporte",
+        "on": [{"message": ["tenho um problema"]}],
+        "steps": [{"id": "ajuda", "prompt": "Ajude."}],
+    },
+]
+
+
+def history(count: int, *, start: int = 0) -> list[dict[str, Any]]:
+    base = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
+    return [
+        {
+            "role": ("user", "assistant")[i % 2],
+            "text": f"entrada {i}",
+            "at": base + timedelta(seconds=30 * i),
+        }
+        for i in range(start, start + count)
+    ]
+
+
+def agent(provider: MockProvider) -> Agent:
+    return Agent(
+        name="Ana", provider=provider, clock=FakeClock("2026-01-05T09:00:00Z"), flows=FLOWS
+    )
+
+
+async def test_both_calls_of_a_turn_get_the_history_and_share_its_messages() -> None:
+    provider = MockProvider(
+        [
+            ModelResponse(json={"flows": {"cadastro": 90, "suporte": 0}}),
+            ModelResponse(json={"message": "Claro!"}),
+        ]
+    )
+    result = await agent(provider).turn(
+        {"session_id": "s1", "message": "quero me cadastrar", "id": "m1", "history": history(50)}
+    )
+    assert result.llm_calls == 2
+    understand, speak = provider.calls
+    assert (understand.schema_name, speak.schema_name) == ("understand", "speak")
+    expected = [(e["role"], e["text"]) for e in history(50)] + [("user", "quero me cadastrar")]
+    for call in (understand, speak):
+        assert [(m.role, m.text) for m in call.messages] == expected
+    # The same message objects, in new lists: neither call's list is the other's.
+    assert understand.messages is not speak.messages
+    assert all(a is b for a, b in zip(understand.messages, speak.messages, strict=True))
+
+
+async def _state(entries: list[dict[str, Any]]) -> Any:
+    provider = MockProvider([])
+    request = TurnRequest.parse(
+        {"session_id": "s1", "message": "oi", "id": "m1", "history": entries}
+    )
+    return await load.run(agent(provider).config, request)
+
+
+async def test_a_new_history_between_calls_is_read_again() -> None:
+    """Compaction puts new entries in ``state.history`` between calls: the next call sees them,
+    whether the list was replaced or edited in place."""
+    state = await _state(history(4))
+    first = history_messages(state)
+    assert [m.text for m in first] == ["entrada 0", "entrada 1", "entrada 2", "entrada 3", "oi"]
+
+    state.history = [HistoryEntry(role="assistant", text="RESUMO"), *state.history[2:]]
+    replaced = history_messages(state)
+    assert [m.text for m in replaced] == ["RESUMO", "entrada 2", "entrada 3", "oi"]
+
+    state.history[0] = HistoryEntry(role="assistant", text="OUTRO RESUMO")
+    edited = history_messages(state)
+    assert [m.text for m in edited] == ["OUTRO RESUMO", "entrada 2", "entrada 3", "oi"]
+
+    again = history_messages(state)
+    assert again == edited and again is not edited
+    assert all(a is b for a, b in zip(again, edited, strict=True))
+
+
+async def test_another_request_on_the_same_state_is_read_again() -> None:
+    """Load may replace the request (an input dated in the future is read as now); the
+    messages follow the request the state holds."""
+    state = await _state(history(2))
+    assert [m.text for m in history_messages(state)] == ["entrada 0", "entrada 1", "oi"]
+    state.request = state.request.model_copy(update={"message": "outra"})
+    assert [m.text for m in history_messages(state)] == ["entrada 0", "entrada 1", "outra"]
