@@ -14,6 +14,10 @@ the 0 ms run with the store benchmark's save transaction (``store_bench._saves_p
 database, same run, as many clients as the consumer's pool). Finally one more 0 ms run under
 pyinstrument says where the consumer's time goes (engine, serialization, database, broker).
 
+``--history-turns N`` starts every session N turns into its conversation, so each load reads
+and each turn sends a history as long as such a conversation has (by default sessions start
+empty and stay a few turns long).
+
     python bench/e2e_bench.py [--quick] [--latencies 0,200,1000] [--partitions 1,8]
     turnflow bench [same options]
 
@@ -46,6 +50,7 @@ if str(BENCH_DIR) not in sys.path:  # store_bench, and this module as the consum
     sys.path.insert(0, str(BENCH_DIR))
 
 LATENCY_ENV = "BENCH_MODEL_LATENCY_MS"
+HISTORY_LIMIT = 50  # the consumer's default, which the benchmark's consumer runs with
 PACED_LOAD = 0.7  # offered rate of the paced phase, as a share of the backlog rate
 
 
@@ -378,13 +383,68 @@ async def _topics(servers: Servers, partitions: int) -> dict[str, str]:
     return names
 
 
+_SEED_SESSIONS = """
+INSERT INTO sessions (id, version, state)
+SELECT s.id, $2, jsonb_set(CAST($3 AS jsonb), '{id}', to_jsonb(s.id))
+FROM unnest(CAST($1 AS text[])) AS s(id)
+"""
+
+# Each earlier turn: a customer message and one reply, as the consumer logs a turn of the bench
+# agent (no source record: these turns were never on the topic).
+_SEED_TURNS = """
+INSERT INTO turns (session_id, version, input, messages, llm_calls, input_id, created_at)
+SELECT s.id, g,
+       jsonb_build_object('session_id', s.id, 'message', 'mensagem anterior ' || g, 'id', 'h' || g),
+       jsonb_build_array(jsonb_build_object(
+           'kind', 'ai', 'text', 'Resposta anterior número ' || g || ', em uma frase.')),
+       1, 'h' || g, now() - (($2 - g) || ' minutes')::interval
+FROM unnest(CAST($1 AS text[])) AS s(id), generate_series(1, $2) AS g
+"""
+
+
+async def seed_history(url: str, session_ids: list[str], turns: int) -> None:
+    """Give every session ``turns`` earlier turns: its state after them and their turn log, so
+    each load reads the history a conversation that far along has (2 entries a turn, up to the
+    consumer's ``HISTORY_LIMIT``)."""
+    import asyncpg
+
+    from store.jsoncodec import dumps
+    from store.urls import plain_url
+
+    agent = bench_agent(0)
+    state: Any = None
+    for n in range(1, turns + 1):
+        request: dict[str, Any] = {"session_id": "seed", "message": f"mensagem anterior {n}",
+                                   "id": f"h{n}"}
+        if state is not None:
+            request["session"] = state
+        state = (await agent.turn(request)).session.model_dump(mode="json")
+    connection = await asyncpg.connect(plain_url(url))
+    try:
+        await connection.execute(_SEED_SESSIONS, session_ids, turns, dumps(state))
+        await connection.execute(_SEED_TURNS, session_ids, turns)
+        await connection.execute("ANALYZE sessions; ANALYZE turns")
+    finally:
+        await connection.close()
+    from store import Store
+
+    store = await Store.connect(url, pool_size=1, max_overflow=0)
+    try:  # what the consumer will read back: the version and the whole history window
+        loaded = await store.load(session_ids[-1], history_limit=HISTORY_LIMIT)
+    finally:
+        await store.close()
+    assert loaded.version == turns, loaded.version
+    assert len(loaded.history) == min(HISTORY_LIMIT, 2 * turns), len(loaded.history)
+    assert loaded.state is not None and loaded.state["id"] == session_ids[-1], loaded.state
+
+
 async def run_once(
     servers: Servers, *, latency_ms: int, partitions: int, sessions: int, inputs: int,
     paced_seconds: float, max_in_flight: int, profile_to: Path | None = None,
-    fetch_max_wait_ms: int | None = None, workers: int = 1,
+    fetch_max_wait_ms: int | None = None, workers: int = 1, history_turns: int = 0,
 ) -> RunResult:
     """One backlog phase and one paced phase against a fresh ``consume`` (``workers``
-    processes)."""
+    processes), each session ``history_turns`` turns into its conversation."""
     topics = await _topics(servers, partitions)
     env = dict(os.environ)
     env.pop("TURNFLOW_CRASH_AT", None)
@@ -410,6 +470,8 @@ async def run_once(
         env["KAFKA_FETCH_MAX_WAIT_MS"] = "10"
     run = uuid.uuid4().hex[:6]
     session_ids = [f"bench-{run}-{i}" for i in range(sessions)]
+    if history_turns:
+        await seed_history(servers.database_url, session_ids, history_turns)
     producer = InputProducer(servers.bootstrap, topics["INBOUND_TOPIC"], session_ids)
     replies = ReplyReader(servers.bootstrap, topics["MESSAGES_TOPIC"])
     consumer = ConsumerProcess(env, profile_to)
@@ -527,6 +589,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--processes", type=int, default=2,
                         help="consumer processes of the extra 0 ms row compared with one "
                         "(`consume --workers N`; 0 or 1 skips it)")
+    parser.add_argument("--history-turns", type=int, default=0,
+                        help="earlier turns every session has before the run (each gives two "
+                        "history entries; the consumer loads up to 50), default 0")
     parser.add_argument("--fetch-max-wait-ms", type=int, default=None,
                         help="the consumer's KAFKA_FETCH_MAX_WAIT_MS (default: 10 on the "
                         "embedded broker, else the environment's or the setting's default)")
@@ -550,7 +615,8 @@ def run(args: argparse.Namespace) -> int:
         servers = _servers(stack)
         print(f"servers: {servers.where}; {os.cpu_count()} CPUs; MAX_IN_FLIGHT="
               f"{args.max_in_flight}; {args.sessions} sessions; {args.inputs} backlog inputs "
-              f"per run; model calls per turn: {per_turn:g}; KAFKA_FETCH_MAX_WAIT_MS="
+              f"per run; {args.history_turns} earlier turns per session; "
+              f"model calls per turn: {per_turn:g}; KAFKA_FETCH_MAX_WAIT_MS="
               f"{_fetch_wait_shown(args.fetch_max_wait_ms, servers)}", flush=True)
         for latency in latencies:
             for partitions in partition_counts:
@@ -558,7 +624,7 @@ def run(args: argparse.Namespace) -> int:
                     servers, latency_ms=latency, partitions=partitions,
                     sessions=args.sessions, inputs=args.inputs,
                     paced_seconds=args.paced_seconds, max_in_flight=args.max_in_flight,
-                    fetch_max_wait_ms=args.fetch_max_wait_ms,
+                    fetch_max_wait_ms=args.fetch_max_wait_ms, history_turns=args.history_turns,
                 ))
                 results.append(result)
                 print(f"  done: {latency} ms, {partitions} partitions, "
@@ -569,6 +635,7 @@ def run(args: argparse.Namespace) -> int:
                 sessions=args.sessions, inputs=args.inputs,
                 paced_seconds=args.paced_seconds, max_in_flight=args.max_in_flight,
                 fetch_max_wait_ms=args.fetch_max_wait_ms, workers=args.processes,
+                history_turns=args.history_turns,
             ))
             results.append(result)
             print(f"  done: 0 ms, {result.partitions} partitions, {args.processes} processes, "
@@ -583,7 +650,7 @@ def run(args: argparse.Namespace) -> int:
                 servers, latency_ms=args.profile_latency, partitions=max(partition_counts),
                 sessions=args.sessions, inputs=args.inputs, paced_seconds=1.0,
                 max_in_flight=args.max_in_flight, profile_to=profile_file,
-                fetch_max_wait_ms=args.fetch_max_wait_ms,
+                fetch_max_wait_ms=args.fetch_max_wait_ms, history_turns=args.history_turns,
             ))
             profile = profile_summary(profile_file)
 
