@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import math
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -111,63 +112,55 @@ async def test_health_server_answers_over_http() -> None:
     assert response.startswith(b"HTTP/1.0 200") and response.endswith(b"ready\n")
 
 
-def test_configure_logging_twice_keeps_one_handler() -> None:
-    """Configuring logs again replaces its own handler instead of doubling every line."""
-    from consumer.logs import configure_logging
-
-    loggers = [logging.getLogger(), logging.getLogger("turnflow")]
+@pytest.fixture
+def logging_restored() -> Iterator[None]:
+    """Whatever ``configure_logging`` changes (handlers, levels, the record flags) is put back,
+    so the rest of the suite logs as before."""
+    loggers = [logging.getLogger(name) for name in (None, "turnflow", "turnflow.test")]
     saved = [(lg, list(lg.handlers), lg.level, lg.propagate) for lg in loggers]
     flags = ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing")
     saved_flags = {name: getattr(logging, name) for name in flags}
-    try:
-        configure_logging("DEBUG")
-        configure_logging("INFO")
-        for logger in loggers:
-            ours = [h for h in logger.handlers if h.get_name() == "turnflow-json"]
-            assert len(ours) == 1
-        assert logging.getLogger("turnflow").level == logging.INFO
-    finally:
-        for logger, handlers, level, propagate in saved:
-            logger.handlers[:] = handlers
-            logger.setLevel(level)
-            logger.propagate = propagate
-        for name, value in saved_flags.items():
-            setattr(logging, name, value)
+    yield
+    for logger, handlers, level, propagate in saved:
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
+    for name, value in saved_flags.items():
+        setattr(logging, name, value)
 
 
-def test_configured_lines_skip_the_caller_lookups() -> None:
+def test_configure_logging_twice_keeps_one_handler(logging_restored: None) -> None:
+    """Configuring logs again replaces its own handler instead of doubling every line."""
+    from consumer.logs import configure_logging
+
+    configure_logging("DEBUG")
+    configure_logging("INFO")
+    for logger in (logging.getLogger(), logging.getLogger("turnflow")):
+        ours = [h for h in logger.handlers if h.get_name() == "turnflow-json"]
+        assert len(ours) == 1
+    assert logging.getLogger("turnflow").level == logging.INFO
+
+
+def test_configured_lines_skip_the_caller_lookups(logging_restored: None) -> None:
     """The service's lines hold no file, line, thread or process, so once configured a record
     does not look them up (each is a cost on every turn's line)."""
     from consumer.logs import JsonFormatter, configure_logging
 
-    loggers = [logging.getLogger(), logging.getLogger("turnflow")]
-    saved = [(lg, list(lg.handlers), lg.level, lg.propagate) for lg in loggers]
-    flags = ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing")
-    saved_flags = {name: getattr(logging, name) for name in flags}
     records: list[logging.LogRecord] = []
 
     class Keep(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             records.append(record)
 
-    try:
-        configure_logging("INFO")
-        logger = logging.getLogger("turnflow.test")
-        logger.addHandler(Keep())
-        logger.info("turn applied", extra={"session_id": "s1", "version": 2})
-        (record,) = records
-        assert (record.lineno, record.funcName) == (0, "(unknown function)")
-        assert record.thread is None and record.process is None
-        line = json.loads(JsonFormatter().format(record))
-        assert (line["message"], line["session_id"], line["version"]) == ("turn applied", "s1", 2)
-    finally:
-        logging.getLogger("turnflow.test").handlers.clear()
-        for logger, handlers, level, propagate in saved:
-            logger.handlers[:] = handlers
-            logger.setLevel(level)
-            logger.propagate = propagate
-        for name, value in saved_flags.items():
-            setattr(logging, name, value)
+    configure_logging("INFO")
+    logger = logging.getLogger("turnflow.test")
+    logger.addHandler(Keep())
+    logger.info("turn applied", extra={"session_id": "s1", "version": 2})
+    (record,) = records
+    assert (record.lineno, record.funcName) == (0, "(unknown function)")
+    assert record.thread is None and record.process is None
+    line = json.loads(JsonFormatter().format(record))
+    assert (line["message"], line["session_id"], line["version"]) == ("turn applied", "s1", 2)
 
 
 async def _exchange(port: int, request: bytes) -> bytes:

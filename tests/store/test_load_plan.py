@@ -53,17 +53,26 @@ def _log_rows_read(plan: dict[str, Any]) -> int:
     return rows_read(plan, LOG_TABLES)
 
 
-@pytest.fixture
-async def long_log(store: Store, database_url: str) -> str:
-    """One conversation with 5,000 logged turns among 10,000, statistics fresh."""
+async def _seed_beside_others(
+    database_url: str, *statements: tuple[str, tuple[Any, ...]]
+) -> None:
+    """Run ``statements`` (SQL and arguments), then log 50 other conversations of 100 turns
+    each and refresh the statistics, as autovacuum would."""
     connection = await asyncpg.connect(database_url)
     try:
-        await connection.execute(_SEED, "long", 0, 5000)
+        for sql, arguments in statements:
+            await connection.execute(sql, *arguments)
         for n in range(50):
             await connection.execute(_SEED, f"other-{n}", n + 1, 100)
         await connection.execute("ANALYZE turns; ANALYZE turn_sources")
     finally:
         await connection.close()
+
+
+@pytest.fixture
+async def long_log(store: Store, database_url: str) -> str:
+    """One conversation with 5,000 logged turns among 10,000, statistics fresh."""
+    await _seed_beside_others(database_url, (_SEED, ("long", 0, 5000)))
     return "long"
 
 
@@ -99,18 +108,12 @@ FROM generate_series(1, $4) AS g
 async def quiet_tail(store: Store, database_url: str) -> str:
     """30 message turns, then 5,000 turns that neither held a message nor sent one (wakes
     that found nothing to say), beside 5,000 other turns; statistics fresh."""
-    connection = await asyncpg.connect(database_url)
-    try:
-        await connection.execute(_SEED, "quiet", 0, 30)
-        await connection.execute(_SEED_SILENT, "quiet", 30, 99, 5000)
-        await connection.execute(
-            "INSERT INTO sessions (id, version, state) VALUES ('quiet', 5030, '{}'::jsonb)"
-        )
-        for n in range(50):
-            await connection.execute(_SEED, f"other-{n}", n + 1, 100)
-        await connection.execute("ANALYZE turns; ANALYZE turn_sources")
-    finally:
-        await connection.close()
+    await _seed_beside_others(
+        database_url,
+        (_SEED, ("quiet", 0, 30)),
+        (_SEED_SILENT, ("quiet", 30, 99, 5000)),
+        ("INSERT INTO sessions (id, version, state) VALUES ('quiet', 5030, '{}'::jsonb)", ()),
+    )
     return "quiet"
 
 
