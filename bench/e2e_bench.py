@@ -16,7 +16,8 @@ pyinstrument says where the consumer's time goes (engine, serialization, databas
 
 ``--history-turns N`` starts every session N turns into its conversation, so each load reads
 and each turn sends a history as long as such a conversation has (by default sessions start
-empty and stay a few turns long).
+empty and stay a few turns long); the table's ``hist`` column says N. One more 0 ms row does
+that for ``--long-turns`` (default 25, the consumer's whole history window; 0 skips it).
 
     python bench/e2e_bench.py [--quick] [--latencies 0,200,1000] [--partitions 1,8]
     turnflow bench [same options]
@@ -174,6 +175,7 @@ class RunResult:
     p99_ms: float
     profile: str | None = None
     workers: int = 1
+    history_turns: int = 0  # earlier turns every session had before the run
     # Log lines that mean a turn did not simply run once (see ConsumerProcess.TROUBLES).
     troubles: dict[str, int] = field(default_factory=dict)
 
@@ -502,7 +504,7 @@ async def run_once(
         cpu_ms_per_turn=cpu * 1000 / len(backlog), paced_rate=paced_rate,
         paced_inputs=len(paced), p50_ms=_percentile(latencies, 0.50),
         p95_ms=_percentile(latencies, 0.95), p99_ms=_percentile(latencies, 0.99),
-        workers=workers, troubles=dict(consumer.troubles),
+        workers=workers, history_turns=history_turns, troubles=dict(consumer.troubles),
     )
 
 
@@ -592,6 +594,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--history-turns", type=int, default=0,
                         help="earlier turns every session has before the run (each gives two "
                         "history entries; the consumer loads up to 50), default 0")
+    parser.add_argument("--long-turns", type=int, default=25,
+                        help="one more 0 ms row (most partitions, one process) with every "
+                        "session this many turns into its conversation; 0 skips it "
+                        "(default 25: 50 history entries, the consumer's HISTORY_LIMIT)")
     parser.add_argument("--fetch-max-wait-ms", type=int, default=None,
                         help="the consumer's KAFKA_FETCH_MAX_WAIT_MS (default: 10 on the "
                         "embedded broker, else the environment's or the setting's default)")
@@ -640,6 +646,16 @@ def run(args: argparse.Namespace) -> int:
             results.append(result)
             print(f"  done: 0 ms, {result.partitions} partitions, {args.processes} processes, "
                   f"{result.turns_per_s:.0f} turns/s", flush=True)
+        if args.long_turns > 0 and args.long_turns != args.history_turns and 0 in latencies:
+            result = asyncio.run(run_once(
+                servers, latency_ms=0, partitions=max(partition_counts),
+                sessions=args.sessions, inputs=args.inputs,
+                paced_seconds=args.paced_seconds, max_in_flight=args.max_in_flight,
+                fetch_max_wait_ms=args.fetch_max_wait_ms, history_turns=args.long_turns,
+            ))
+            results.append(result)
+            print(f"  done: 0 ms, {result.partitions} partitions, sessions {args.long_turns} "
+                  f"turns in, {result.turns_per_s:.0f} turns/s", flush=True)
         saves, save_cpu_ms = _store_saves_per_second(servers.database_url, pool, 5.0)
         profile: Counter[str] | None = None
         if not args.no_profile:
@@ -655,16 +671,17 @@ def run(args: argparse.Namespace) -> int:
             profile = profile_summary(profile_file)
 
     print()
-    print(f"{'model latency':>13} {'parts':>5} {'procs':>5} {'turns/s':>8} {'bound':>7} "
-          f"{'ratio':>6} {'CPU ms/turn':>11} {'paced/s':>8} {'p50 ms':>8} {'p95 ms':>8} "
-          f"{'p99 ms':>8}")
+    print(f"{'model latency':>13} {'parts':>5} {'procs':>5} {'hist':>4} {'turns/s':>8} "
+          f"{'bound':>7} {'ratio':>6} {'CPU ms/turn':>11} {'paced/s':>8} {'p50 ms':>8} "
+          f"{'p95 ms':>8} {'p99 ms':>8}")
     for r in results:
         if r.latency_ms:
             bound = args.max_in_flight / (per_turn * r.latency_ms / 1000)
             bound_text, ratio_text = f"{bound:7.0f}", f"{r.turns_per_s / bound:6.2f}"
         else:
             bound_text, ratio_text = f"{'-':>7}", f"{'-':>6}"
-        print(f"{r.latency_ms:>10} ms {r.partitions:>5} {r.workers:>5} {r.turns_per_s:>8.0f} "
+        print(f"{r.latency_ms:>10} ms {r.partitions:>5} {r.workers:>5} {r.history_turns:>4} "
+              f"{r.turns_per_s:>8.0f} "
               f"{bound_text} {ratio_text} {r.cpu_ms_per_turn:>11.2f} {r.paced_rate:>8.0f} "
               f"{r.p50_ms:>8.0f} {r.p95_ms:>8.0f} {r.p99_ms:>8.0f}")
     for r in results:
@@ -677,11 +694,18 @@ def run(args: argparse.Namespace) -> int:
           f"{save_cpu_ms:.2f} ms client CPU per save")
     for r in results:
         if r.latency_ms == 0 and r.workers == 1:
-            print(f"  0 ms, {r.partitions} partition(s): {r.turns_per_s:.0f} turns/s = "
+            long = "" if r.history_turns == args.history_turns else (
+                f", sessions {r.history_turns} turns in"
+            )
+            print(f"  0 ms, {r.partitions} partition(s){long}: {r.turns_per_s:.0f} turns/s = "
                   f"{r.turns_per_s / saves:.2f} x the save rate; CPU per turn "
                   f"{r.cpu_ms_per_turn:.2f} ms = {r.cpu_ms_per_turn / save_cpu_ms:.1f} x the "
                   "save's client CPU")
-    single = {r.partitions: r for r in results if r.latency_ms == 0 and r.workers == 1}
+    single = {
+        r.partitions: r
+        for r in results
+        if r.latency_ms == 0 and r.workers == 1 and r.history_turns == args.history_turns
+    }
     for r in results:
         if r.workers > 1 and r.partitions in single:
             one = single[r.partitions]
