@@ -624,38 +624,30 @@ def run(args: argparse.Namespace) -> int:
               f"per run; {args.history_turns} earlier turns per session; "
               f"model calls per turn: {per_turn:g}; KAFKA_FETCH_MAX_WAIT_MS="
               f"{_fetch_wait_shown(args.fetch_max_wait_ms, servers)}", flush=True)
+
+        def measured(label: str, **given: Any) -> None:
+            """One run with the arguments' settings, ``given`` changed; its result kept."""
+            settings: dict[str, Any] = {
+                "latency_ms": 0, "partitions": max(partition_counts),
+                "sessions": args.sessions, "inputs": args.inputs,
+                "paced_seconds": args.paced_seconds, "max_in_flight": args.max_in_flight,
+                "fetch_max_wait_ms": args.fetch_max_wait_ms,
+                "history_turns": args.history_turns,
+            } | given
+            result = asyncio.run(run_once(servers, **settings))
+            results.append(result)
+            print(f"  done: {label}, {result.turns_per_s:.0f} turns/s", flush=True)
+
         for latency in latencies:
             for partitions in partition_counts:
-                result = asyncio.run(run_once(
-                    servers, latency_ms=latency, partitions=partitions,
-                    sessions=args.sessions, inputs=args.inputs,
-                    paced_seconds=args.paced_seconds, max_in_flight=args.max_in_flight,
-                    fetch_max_wait_ms=args.fetch_max_wait_ms, history_turns=args.history_turns,
-                ))
-                results.append(result)
-                print(f"  done: {latency} ms, {partitions} partitions, "
-                      f"{result.turns_per_s:.0f} turns/s", flush=True)
+                measured(f"{latency} ms, {partitions} partitions",
+                         latency_ms=latency, partitions=partitions)
         if args.processes > 1 and 0 in latencies:
-            result = asyncio.run(run_once(
-                servers, latency_ms=0, partitions=max(partition_counts),
-                sessions=args.sessions, inputs=args.inputs,
-                paced_seconds=args.paced_seconds, max_in_flight=args.max_in_flight,
-                fetch_max_wait_ms=args.fetch_max_wait_ms, workers=args.processes,
-                history_turns=args.history_turns,
-            ))
-            results.append(result)
-            print(f"  done: 0 ms, {result.partitions} partitions, {args.processes} processes, "
-                  f"{result.turns_per_s:.0f} turns/s", flush=True)
+            measured(f"0 ms, {max(partition_counts)} partitions, {args.processes} processes",
+                     workers=args.processes)
         if args.long_turns > 0 and args.long_turns != args.history_turns and 0 in latencies:
-            result = asyncio.run(run_once(
-                servers, latency_ms=0, partitions=max(partition_counts),
-                sessions=args.sessions, inputs=args.inputs,
-                paced_seconds=args.paced_seconds, max_in_flight=args.max_in_flight,
-                fetch_max_wait_ms=args.fetch_max_wait_ms, history_turns=args.long_turns,
-            ))
-            results.append(result)
-            print(f"  done: 0 ms, {result.partitions} partitions, sessions {args.long_turns} "
-                  f"turns in, {result.turns_per_s:.0f} turns/s", flush=True)
+            measured(f"0 ms, {max(partition_counts)} partitions, sessions {args.long_turns} "
+                     "turns in", history_turns=args.long_turns)
         saves, save_cpu_ms = _store_saves_per_second(servers.database_url, pool, 5.0)
         profile: Counter[str] | None = None
         if not args.no_profile:
