@@ -15,7 +15,7 @@ from typing import Any, Literal
 from engine.config import FieldSpec, Flow, Instruction, TalkStep
 from engine.envelopes import UnderstandPlan
 from engine.providers.base import ChatMessage
-from engine.records import built, record
+from engine.records import built
 from engine.session import Run
 from engine.state import TurnState
 from engine.values import is_known
@@ -68,18 +68,11 @@ def history_messages(state: TurnState) -> list[ChatMessage]:
         and all(a is b for a, b in zip(kept[1], entries, strict=True))
     ):
         return list(kept[2])
-    out = []
-    for entry in entries:
-        role, text = entry.role, entry.text
-        if role != "user" and role != "assistant":
-            continue
-        if type(text) is str:  # the message as validation would build it (see _chat_message)
-            values: dict[str, Any] = {
-                "role": role, "text": text, "tool_call_id": None, "tool_calls": [], "images": []
-            }
-            out.append(record(ChatMessage, values, {"role", "text"}))
-        else:
-            out.append(_chat_message(role, text))
+    out = [
+        _chat_message("assistant" if e.role == "assistant" else "user", e.text)
+        for e in entries
+        if e.role in ("user", "assistant")
+    ]
     said = [p.message for p in state.request.parts]
     tail = [(m.role, m.text) for m in out[len(out) - len(said) :]] if said else []
     already_there = len(out) >= len(said) and tail == [("user", text) for text in said]
