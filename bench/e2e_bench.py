@@ -51,7 +51,6 @@ if str(BENCH_DIR) not in sys.path:  # store_bench, and this module as the consum
     sys.path.insert(0, str(BENCH_DIR))
 
 LATENCY_ENV = "BENCH_MODEL_LATENCY_MS"
-HISTORY_LIMIT = 50  # the consumer's default, which the benchmark's consumer runs with
 PACED_LOAD = 0.7  # offered rate of the paced phase, as a share of the backlog rate
 
 
@@ -410,8 +409,13 @@ async def seed_history(url: str, session_ids: list[str], turns: int) -> None:
     consumer's ``HISTORY_LIMIT``)."""
     import asyncpg
 
+    from consumer.settings import Settings
+    from store import Store
     from store.jsoncodec import dumps
     from store.urls import plain_url
+
+    # The consumer's default, which the benchmark's consumer runs with.
+    history_limit = Settings.model_fields["history_limit"].default
 
     agent = bench_agent(0)
     state: Any = None
@@ -428,15 +432,13 @@ async def seed_history(url: str, session_ids: list[str], turns: int) -> None:
         await connection.execute("ANALYZE sessions; ANALYZE turns")
     finally:
         await connection.close()
-    from store import Store
-
     store = await Store.connect(url, pool_size=1, max_overflow=0)
     try:  # what the consumer will read back: the version and the whole history window
-        loaded = await store.load(session_ids[-1], history_limit=HISTORY_LIMIT)
+        loaded = await store.load(session_ids[-1], history_limit=history_limit)
     finally:
         await store.close()
     assert loaded.version == turns, loaded.version
-    assert len(loaded.history) == min(HISTORY_LIMIT, 2 * turns), len(loaded.history)
+    assert len(loaded.history) == min(history_limit, 2 * turns), len(loaded.history)
     assert loaded.state is not None and loaded.state["id"] == session_ids[-1], loaded.state
 
 

@@ -185,6 +185,25 @@ def _p(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * share))]
 
 
+def _load_row(
+    shown: int, table_turns: int, message_turns: int, silent: int, calls: int,
+    *, others_up_to: int | None = None,
+) -> None:
+    """Seed a scratch database with one conversation (``message_turns`` turns, then ``silent``
+    ones) beside others' turns up to ``others_up_to`` (default ``table_turns``) in all, time its
+    loads beside saves and print the row: ``shown``, ``table_turns`` and the timings."""
+    with ExitStack() as stack:
+        database = scratch_database(stack, prefix="turnflow-load")
+        measured = _seed(database.url, message_turns, others_up_to or table_turns, silent)
+        samples = asyncio.run(_timed(
+            database.url, measured, message_turns + silent, _entries(message_turns), calls
+        ))
+    load50, load95 = statistics.median(samples["load"]), _p(samples["load"], 0.95)
+    save50 = statistics.median(samples["save"])
+    print(f"{shown:>13,} {table_turns:>11,} {load50:>11.2f} {load95:>11.2f}"
+          f" {save50:>11.2f} {load50 / save50:>10.2f}x", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--session-turns", default="10,1000,10000",
@@ -206,33 +225,15 @@ def main() -> None:
     print(f"{'session turns':>13} {'table turns':>11} {'load p50 ms':>11} {'load p95 ms':>11}"
           f" {'save p50 ms':>11} {'load / save':>11}", flush=True)
     for session_turns, table_turns in shapes:
-        with ExitStack() as stack:
-            database = scratch_database(stack, prefix="turnflow-load")
-            measured = _seed(database.url, session_turns, table_turns)
-            samples = asyncio.run(_timed(
-                database.url, measured, session_turns, _entries(session_turns), options.calls
-            ))
-        load50, load95 = statistics.median(samples["load"]), _p(samples["load"], 0.95)
-        save50 = statistics.median(samples["save"])
-        print(f"{session_turns:>13,} {table_turns:>11,} {load50:>11.2f} {load95:>11.2f}"
-              f" {save50:>11.2f} {load50 / save50:>10.2f}x", flush=True)
+        _load_row(session_turns, table_turns, session_turns, 0, options.calls)
 
     # Turns that add nothing to the history (wakes and events that sent nothing) come last, so
     # the history read passes over all of them to find its entries.
     print(f"\n{'silent turns':>13} {'table turns':>11} {'load p50 ms':>11} {'load p95 ms':>11}"
           f" {'save p50 ms':>11} {'load / save':>11}", flush=True)
     for silent in (int(n) for n in options.silent_turns.split(",")):
-        with ExitStack() as stack:
-            database = scratch_database(stack, prefix="turnflow-load")
-            measured = _seed(database.url, SILENT_AFTER, SILENT_TABLE, silent)
-            samples = asyncio.run(_timed(
-                database.url, measured, SILENT_AFTER + silent, _entries(SILENT_AFTER),
-                options.calls,
-            ))
-        load50, load95 = statistics.median(samples["load"]), _p(samples["load"], 0.95)
-        save50 = statistics.median(samples["save"])
-        print(f"{silent:>13,} {SILENT_TABLE + silent:>11,} {load50:>11.2f} {load95:>11.2f}"
-              f" {save50:>11.2f} {load50 / save50:>10.2f}x", flush=True)
+        _load_row(silent, SILENT_TABLE + silent, SILENT_AFTER, silent, options.calls,
+                  others_up_to=SILENT_TABLE)
 
     print(f"\n{'pending timers':>14} {'set p50 ms':>10} {'set p95 ms':>10}"
           f" {'delete p50 ms':>13} {'delete p95 ms':>13}", flush=True)
