@@ -8,10 +8,11 @@ seen by the second."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from engine import Agent, FakeClock, MockProvider, ModelResponse
+from engine import Agent, FakeClock, MockProvider, ModelRequest, ModelResponse
 from engine.phases import load
 from engine.prompt import history_messages
 from engine.request import HistoryEntry, TurnRequest
@@ -30,12 +31,12 @@ FLOWS = [
 ]
 
 
-def history(count: int, *, start: int = 0) -> list[dict[str, Any]]:
+def history(count: int, *, start: int = 0, who: str = "") -> list[dict[str, Any]]:
     base = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
     return [
         {
             "role": ("user", "assistant")[i % 2],
-            "text": f"entrada {i}",
+            "text": f"{who}entrada {i}",
             "at": base + timedelta(seconds=30 * i),
         }
         for i in range(start, start + count)
@@ -104,3 +105,50 @@ async def test_another_request_on_the_same_state_is_read_again() -> None:
     assert [m.text for m in history_messages(state)] == ["entrada 0", "entrada 1", "oi"]
     state.request = state.request.model_copy(update={"message": "outra"})
     assert [m.text for m in history_messages(state)] == ["entrada 0", "entrada 1", "outra"]
+
+
+class Interleaving:
+    """Answers every call after yielding to the loop, so concurrent turns interleave between
+    their understand and speak calls; keeps each call's messages."""
+
+    def __init__(self) -> None:
+        self.calls: list[ModelRequest] = []
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        await asyncio.sleep(0)
+        self.calls.append(request)
+        if request.schema_name == "understand":
+            return ModelResponse(json={"flows": {"cadastro": 90, "suporte": 0}})
+        return ModelResponse(json={"message": "Claro!"})
+
+
+async def test_many_conversations_at_once_each_send_only_their_own_history() -> None:
+    """Forty conversations on the same agent, turns running at once: every call's messages are
+    its own conversation's history and message, nothing of another's."""
+    provider = Interleaving()
+    shared = agent(provider)  # type: ignore[arg-type]
+    sizes = {f"c{n:02d}": 10 + n % 7 for n in range(40)}
+
+    async def turn(sid: str) -> None:
+        result = await shared.turn({
+            "session_id": sid, "message": f"{sid}: quero me cadastrar", "id": f"{sid}-m1",
+            "history": history(sizes[sid], who=f"{sid}: "),
+        })
+        assert result.llm_calls == 2, sid
+
+    await asyncio.gather(*(turn(sid) for sid in sizes))
+    assert len(provider.calls) == 2 * len(sizes)
+    order = [call.messages[-1].text.split(":")[0] for call in provider.calls]
+    # The turns did interleave: some conversation's two calls have others' calls between them.
+    assert any(order.index(sid) + 1 != len(order) - order[::-1].index(sid) - 1 for sid in sizes)
+    seen: dict[str, int] = {}
+    for call in provider.calls:
+        owners = {m.text.split(":")[0] for m in call.messages}
+        assert len(owners) == 1, owners
+        (sid,) = owners
+        assert [m.text for m in call.messages] == [
+            *(e["text"] for e in history(sizes[sid], who=f"{sid}: ")),
+            f"{sid}: quero me cadastrar",
+        ]
+        seen[sid] = seen.get(sid, 0) + 1
+    assert seen == dict.fromkeys(sizes, 2)
