@@ -12,8 +12,11 @@ offset, however long ago), and how many of the session's outbox rows are still u
 
 History is derived from the turn log, oldest first, as the engine's transcript: a turn whose
 input is a message gives a user entry (`at` = the input's `at`, else the turn's time) — a burst
-turn one per message, its earlier messages first — and each
-message the turn sent gives an assistant entry (`at` = the turn's time). Only the last N turns
+turn one per message, its earlier messages first — and each message the turn sent gives an
+assistant entry (`at` = the turn's time). Each turn's save writes the entries it gives into
+`turns.history` (`turn_entries`), and the load reads them from there, so a conversation's
+entries are built once, not again on every later turn; a row saved before that column existed
+holds NULL, and the load builds its entries with the same expression. Only the last N turns
 that produced any entry are read, so the cost does not grow with the length of the log; they
 are read through an index that holds only such turns (`ix_turns_history`, whose predicate is
 this read's own condition, word for word), so the read does not pass over the wakes and events
@@ -34,7 +37,43 @@ from typing import Any
 from store import jsoncodec
 from store.direct import positional
 
-LOAD = positional("""
+
+def turn_entries(input: str, messages: str, created_at: str) -> str:
+    """SQL for the history entries one turn gives, as a jsonb array in transcript order, from
+    the SQL expressions of its ``input``, ``messages`` and ``created_at``: a burst's earlier
+    messages, then the message (both only when the input holds a message), then each message
+    the turn sent. Never NULL: a turn that gives none has ``[]``.
+
+    The save writes it into ``turns.history`` (store/saving.py), so a load reads each turn's
+    entries as they are instead of building them again on every turn of the conversation; the
+    load builds them with this same expression for a row saved before that column existed."""
+    at = f"to_jsonb({created_at})"
+    return f"""(
+    CASE WHEN {input} ? 'message' THEN
+        CASE WHEN jsonb_typeof({input} -> 'burst') = 'array' THEN coalesce((
+            SELECT jsonb_agg(jsonb_build_object(
+                'role', 'user',
+                'text', b.part ->> 'message',
+                'at', coalesce(nullif(b.part -> 'at', 'null'::jsonb), {at})
+            ) ORDER BY b.ord)
+            FROM jsonb_array_elements({input} -> 'burst') WITH ORDINALITY AS b(part, ord)
+        ), '[]'::jsonb) ELSE '[]'::jsonb END
+        || jsonb_build_array(jsonb_build_object(
+            'role', 'user',
+            'text', {input} ->> 'message',
+            'at', coalesce(nullif({input} -> 'at', 'null'::jsonb), {at})
+        ))
+    ELSE '[]'::jsonb END
+    || CASE WHEN jsonb_array_length({messages}) = 0 THEN '[]'::jsonb ELSE (
+        SELECT jsonb_agg(jsonb_build_object(
+            'role', 'assistant', 'text', m.msg ->> 'text', 'at', {at}
+        ) ORDER BY m.ord)
+        FROM jsonb_array_elements({messages}) WITH ORDINALITY AS m(msg, ord)
+    ) END
+)"""
+
+
+_LOAD = """
 SELECT q.n, s.version, s.state, (
     SELECT coalesce(array_agg(x.n ORDER BY x.n), '{}')
     FROM ROWS FROM (
@@ -65,37 +104,14 @@ SELECT q.n, s.version, s.state, (
     FROM (
         SELECT e.entry, t.version, e.ord
         FROM (
-            SELECT version, input, messages, created_at
+            SELECT version, coalesce(history, {entries}) AS entries
             FROM turns
             WHERE session_id = q.session_id
               AND (input ? 'message' OR jsonb_array_length(messages) > 0)
             ORDER BY version DESC
             LIMIT :history_limit
         ) AS t
-        CROSS JOIN LATERAL (
-            SELECT b.ord - 1000000 AS ord, jsonb_build_object(
-                'role', 'user',
-                'text', b.part ->> 'message',
-                'at', coalesce(nullif(b.part -> 'at', 'null'::jsonb), to_jsonb(t.created_at))
-            ) AS entry
-            FROM jsonb_array_elements(
-                CASE WHEN jsonb_typeof(t.input -> 'burst') = 'array' THEN t.input -> 'burst'
-                     ELSE '[]'::jsonb END
-            ) WITH ORDINALITY AS b(part, ord)
-            WHERE t.input ? 'message'
-            UNION ALL
-            SELECT 0::bigint AS ord, jsonb_build_object(
-                'role', 'user',
-                'text', t.input ->> 'message',
-                'at', coalesce(nullif(t.input -> 'at', 'null'::jsonb), to_jsonb(t.created_at))
-            ) AS entry
-            WHERE t.input ? 'message'
-            UNION ALL
-            SELECT m.ord, jsonb_build_object(
-                'role', 'assistant', 'text', m.msg ->> 'text', 'at', to_jsonb(t.created_at)
-            )
-            FROM jsonb_array_elements(t.messages) WITH ORDINALITY AS m(msg, ord)
-        ) AS e
+        CROSS JOIN LATERAL jsonb_array_elements(t.entries) WITH ORDINALITY AS e(entry, ord)
         ORDER BY t.version DESC, e.ord DESC
         LIMIT :history_limit
     ) AS h
@@ -105,7 +121,11 @@ FROM unnest(
 ) WITH ORDINALITY AS q(session_id, sources, input_ids, n)
 LEFT JOIN sessions AS s ON s.id = q.session_id
 ORDER BY q.n
-""")
+"""
+
+LOAD = positional(
+    _LOAD.replace("{entries}", turn_entries("turns.input", "turns.messages", "turns.created_at"))
+)
 
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from store import jsoncodec
 from store.direct import Positional, positional
+from store.history import turn_entries
 from store.input_ids import stored_input_id
 from store.records import SaveRequest
 
@@ -43,16 +44,16 @@ _APPEND_TURN_AND_OUTBOX = """
     INSERT INTO turns (
         session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
         llm_calls, created_at, source_topic, source_partition, source_offset, clock_at,
-        model_calls, input_id
+        model_calls, input_id, history
     )
-    SELECT :session_id, s.version, CAST(:input AS jsonb), CAST(:messages AS jsonb),
+    SELECT :session_id, s.version, v.input, v.messages,
            CAST(:schedule AS jsonb), CAST(:outcomes AS jsonb), CAST(:started AS jsonb),
-           CAST(:ended AS jsonb), CAST(:skipped AS jsonb), :llm_calls,
-           coalesce(CAST(:created_at AS timestamptz), now()),
+           CAST(:ended AS jsonb), CAST(:skipped AS jsonb), :llm_calls, v.created_at,
            CAST(:source_topic AS text), CAST(:source_partition AS integer),
            CAST(:source_offset AS bigint), CAST(:clock_at AS timestamptz),
-           CAST(:model_calls AS jsonb), CAST(:input_id AS text)
-    FROM s
+           CAST(:model_calls AS jsonb), CAST(:input_id AS text),
+           """ + turn_entries("v.input", "v.messages", "v.created_at") + """
+    FROM s, v
     RETURNING id
 ), earlier AS (
     INSERT INTO turn_sources (
@@ -81,8 +82,19 @@ SELECT (SELECT version FROM s) AS version,
 
 # Built once, in asyncpg's form (``$n`` parameters): the store runs them on the pooled asyncpg
 # connection directly (store/direct.py).
-SAVE_NEW = positional("WITH s AS (" + _INSERT_SESSION + ")" + _APPEND_TURN_AND_OUTBOX)
-SAVE_EXISTING = positional("WITH s AS (" + _UPDATE_SESSION + ")" + _APPEND_TURN_AND_OUTBOX)
+# The turn's input, messages and time, parsed once: its history entries read each of them
+# several times, and a cast of a parameter in a generic plan would parse the text every time.
+_TURN_VALUES = """
+, v AS MATERIALIZED (
+    SELECT CAST(:input AS jsonb) AS input, CAST(:messages AS jsonb) AS messages,
+           coalesce(CAST(:created_at AS timestamptz), now()) AS created_at
+)"""
+SAVE_NEW = positional(
+    "WITH s AS (" + _INSERT_SESSION + ")" + _TURN_VALUES + _APPEND_TURN_AND_OUTBOX
+)
+SAVE_EXISTING = positional(
+    "WITH s AS (" + _UPDATE_SESSION + ")" + _TURN_VALUES + _APPEND_TURN_AND_OUTBOX
+)
 
 
 def save_statement(request: SaveRequest) -> Positional:
@@ -179,20 +191,25 @@ WITH r AS (
 ), s AS (
     SELECT id, version FROM updated UNION ALL SELECT id, version FROM created
 ), saved AS (
-    SELECT r.*, s.version AS new_version FROM r JOIN s ON s.id = r.session_id
+    -- The JSON a turn's row is built from, parsed once here: referenced again and again below
+    -- (its history entries read the input and messages several times each), a cast would parse
+    -- the text on every reference.
+    SELECT r.*, s.version AS new_version, CAST(r.input AS jsonb) AS input_json,
+           CAST(r.messages AS jsonb) AS messages_json, coalesce(r.created_at, now()) AS logged_at
+    FROM r JOIN s ON s.id = r.session_id
 ), turn AS (
     INSERT INTO turns (
         session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
         llm_calls, created_at, source_topic, source_partition, source_offset, clock_at,
-        model_calls, input_id
+        model_calls, input_id, history
     )
-    SELECT saved.session_id, saved.new_version, CAST(saved.input AS jsonb),
-           CAST(saved.messages AS jsonb), CAST(saved.schedule AS jsonb),
-           CAST(saved.outcomes AS jsonb), CAST(saved.started AS jsonb),
-           CAST(saved.ended AS jsonb), CAST(saved.skipped AS jsonb), saved.llm_calls,
-           coalesce(saved.created_at, now()), saved.source_topic, saved.source_partition,
-           saved.source_offset, saved.clock_at, CAST(saved.model_calls AS jsonb),
-           saved.input_id
+    SELECT saved.session_id, saved.new_version, saved.input_json, saved.messages_json,
+           CAST(saved.schedule AS jsonb), CAST(saved.outcomes AS jsonb),
+           CAST(saved.started AS jsonb), CAST(saved.ended AS jsonb),
+           CAST(saved.skipped AS jsonb), saved.llm_calls, saved.logged_at, saved.source_topic,
+           saved.source_partition, saved.source_offset, saved.clock_at,
+           CAST(saved.model_calls AS jsonb), saved.input_id,
+           """ + turn_entries("saved.input_json", "saved.messages_json", "saved.logged_at") + """
     FROM saved
     ORDER BY saved.n
     RETURNING id, session_id

@@ -74,6 +74,9 @@ turns = Table(
     Column("clock_at", DateTime(timezone=True)),
     Column("model_calls", JSONB),
     Column("input_id", Text),
+    # The history entries this turn gives, as the save built them (store/history.py); NULL on
+    # rows saved before migration 0011, whose entries a load builds from input and messages.
+    Column("history", JSONB),
     UniqueConstraint("session_id", "version", name="uq_turns_session_version"),
 )
 Index("ix_turns_created_at", turns.c.created_at)
