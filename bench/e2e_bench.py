@@ -391,15 +391,19 @@ FROM unnest(CAST($1 AS text[])) AS s(id)
 """
 
 # Each earlier turn: a customer message and one reply, as the consumer logs a turn of the bench
-# agent (no source record: these turns were never on the topic).
+# agent (no source record: these turns were never on the topic), with the history entries its
+# save would have stored.
 _SEED_TURNS = """
-INSERT INTO turns (session_id, version, input, messages, llm_calls, input_id, created_at)
-SELECT s.id, g,
-       jsonb_build_object('session_id', s.id, 'message', 'mensagem anterior ' || g, 'id', 'h' || g),
-       jsonb_build_array(jsonb_build_object(
-           'kind', 'ai', 'text', 'Resposta anterior número ' || g || ', em uma frase.')),
-       1, 'h' || g, now() - (($2 - g) || ' minutes')::interval
-FROM unnest(CAST($1 AS text[])) AS s(id), generate_series(1, $2) AS g
+INSERT INTO turns (session_id, version, input, messages, llm_calls, input_id, created_at, history)
+SELECT t.*, {entries} FROM (
+    SELECT s.id, g,
+           jsonb_build_object('session_id', s.id, 'message', 'mensagem anterior ' || g,
+                              'id', 'h' || g),
+           jsonb_build_array(jsonb_build_object(
+               'kind', 'ai', 'text', 'Resposta anterior número ' || g || ', em uma frase.')),
+           1, 'h' || g, now() - (($2 - g) || ' minutes')::interval
+    FROM unnest(CAST($1 AS text[])) AS s(id), generate_series(1, $2) AS g
+) AS t(session_id, version, input, messages, llm_calls, input_id, created_at)
 """
 
 
@@ -411,6 +415,7 @@ async def seed_history(url: str, session_ids: list[str], turns: int) -> None:
 
     from consumer.settings import Settings
     from store import Store
+    from store.history import turn_entries
     from store.jsoncodec import dumps
     from store.urls import plain_url
 
@@ -428,7 +433,10 @@ async def seed_history(url: str, session_ids: list[str], turns: int) -> None:
     connection = await asyncpg.connect(plain_url(url))
     try:
         await connection.execute(_SEED_SESSIONS, session_ids, turns, dumps(state))
-        await connection.execute(_SEED_TURNS, session_ids, turns)
+        entries = turn_entries("t.input", "t.messages", "t.created_at")
+        await connection.execute(
+            _SEED_TURNS.replace("{entries}", entries), session_ids, turns
+        )
         await connection.execute("ANALYZE sessions; ANALYZE turns")
     finally:
         await connection.close()

@@ -17,13 +17,18 @@ Then turns that add nothing to the history: a 100-turn conversation followed by
 ``--silent-turns`` wakes that sent nothing, the history read's worst case (it must reach back
 past all of them for its entries); the same load and save timings.
 
+Then where the history's entries come from: each turn's save stores the entries it gives
+(``turns.history``) and a load reads them as they are; rows saved before migration 0011 hold
+none, and the load builds theirs from the turn's input and messages. A 1,000-turn
+conversation beside 10,000 turns, seeded each way, ``--entries-rounds`` times in turn.
+
 Then timers: a timer is set (with ``replaces``, as a reminder that moves) and one deleted for
 every schedule record and fired wake, beside however many other conversations' timers are
 pending. For each ``--pending-timers`` count, seeded in bulk and analysed, one client sets
 and deletes one timer back to back: wall ms per call, median and p95.
 
     python bench/load_bench.py [--session-turns 10,1000,10000] [--table-turns 10000,200000]
-                               [--silent-turns 0,1000,10000]
+                               [--silent-turns 0,1000,10000] [--entries-rounds 2]
                                [--pending-timers 1000,10000,50000,200000]
     make bench-load
 
@@ -47,27 +52,47 @@ if str(BENCH_DIR) not in sys.path:  # store_bench's save request
     sys.path.insert(0, str(BENCH_DIR))
 
 from store import SourceRecord, Store  # noqa: E402
+from store.history import turn_entries  # noqa: E402
 from store.scratch import execute_sql, scratch_database  # noqa: E402
 
 TOPIC = "inbound.turns"
 HISTORY_LIMIT = 50  # the consumer's default (HISTORY_LIMIT)
 SILENT_AFTER, SILENT_TABLE = 100, 10_000  # the conversation behind the silent turns; the log
+ENTRIES_TURNS, ENTRIES_TABLE = 1_000, 10_000  # the stored-against-built entries conversation
+
+_TURN_COLUMNS = (
+    "session_id, version, input, messages, llm_calls, source_topic, source_partition,"
+    " source_offset, input_id, created_at"
+)
+
+
+def _turns(rows: str, stored: bool) -> str:
+    """An insert of the turn-log rows ``rows`` selects (``_TURN_COLUMNS``, in order), with the
+    history entries each one's save would have stored, or (not ``stored``) none, as rows saved
+    before migration 0011 hold."""
+    if not stored:
+        return f"INSERT INTO turns ({_TURN_COLUMNS})\n{rows};\n"
+    entries = turn_entries("t.input", "t.messages", "t.created_at")
+    return (
+        f"INSERT INTO turns ({_TURN_COLUMNS}, history)\n"
+        f"SELECT t.*, {entries} FROM (\n{rows}\n) AS t({_TURN_COLUMNS});\n"
+    )
+
 
 # One conversation's turns: a message in, a reply out, each with its source record and input
-# id, as the consumer writes them. ``{first}`` numbers the offsets so no two rows share one.
-_SEED_TURNS = """
-INSERT INTO turns (session_id, version, input, messages, llm_calls, source_topic,
-                   source_partition, source_offset, input_id, created_at)
+# id, as the consumer writes them; then its silent turns. ``{first}`` numbers the offsets so no
+# two rows share one.
+_SEED_MESSAGES = """
 SELECT '{session}', g,
        jsonb_build_object('session_id', '{session}', 'message', 'oi ' || g, 'id', 'm' || g),
        jsonb_build_array(jsonb_build_object('kind', 'ai', 'text', 'Olá, tudo bem? ' || g)),
        1, '{topic}', 0, {first} + g, 'm' || g, now() - (({count} - g) || ' seconds')::interval
-FROM generate_series(1, {count}) AS g;
-INSERT INTO turns (session_id, version, input, messages, llm_calls, source_topic,
-                   source_partition, source_offset, input_id, created_at)
+FROM generate_series(1, {count}) AS g"""
+_SEED_SILENT = """
 SELECT '{session}', {count} + g, jsonb_build_object('session_id', '{session}', 'wake', 'k' || g),
        '[]'::jsonb, 0, '{topic}', 0, {first} + {count} + g, NULL, now()
-FROM generate_series(1, {silent}) AS g;
+FROM generate_series(1, {silent}) AS g"""
+_SEED_SESSION = """
 INSERT INTO sessions (id, version, state)
 VALUES ('{session}', {count} + {silent},
         '{{"id": "{session}", "v": 4, "data": {{"n": 1}}}}'::jsonb);
@@ -76,26 +101,30 @@ VALUES ('{session}', {count} + {silent},
 
 # The other conversations' turns, 100 to a conversation, in one statement.
 _SEED_OTHERS = """
-INSERT INTO turns (session_id, version, input, messages, llm_calls, source_topic,
-                   source_partition, source_offset, input_id, created_at)
 SELECT 'other-' || (g / 100), g % 100 + 1,
        jsonb_build_object('message', 'oi ' || g, 'id', 'o' || g),
        jsonb_build_array(jsonb_build_object('kind', 'ai', 'text', 'Olá, tudo bem? ' || g)),
        1, '{topic}', 1, g, 'o' || g, now()
-FROM generate_series(0, {count} - 1) AS g;
-"""
+FROM generate_series(0, {count} - 1) AS g"""
 
 
-def _seed(url: str, session_turns: int, table_turns: int, silent: int = 0) -> str:
+def _seed(
+    url: str, session_turns: int, table_turns: int, silent: int = 0, *, stored: bool = True
+) -> str:
     """Seed the measured conversation (its ``silent`` turns last) and the others; return the
-    measured one's id."""
+    measured one's id. Without ``stored`` the turns hold no history entries, as rows saved
+    before migration 0011 do, and the load builds them."""
     measured = f"load-{uuid.uuid4().hex[:8]}"
-    sql = _SEED_TURNS.format(
-        session=measured, count=session_turns, silent=silent, first=0, topic=TOPIC
+    shape = {"session": measured, "count": session_turns, "silent": silent, "first": 0,
+             "topic": TOPIC}
+    sql = (
+        _turns(_SEED_MESSAGES.format(**shape), stored)
+        + _turns(_SEED_SILENT.format(**shape), stored)
+        + _SEED_SESSION.format(**shape)
     )
     others = table_turns - session_turns
     if others > 0:
-        sql += _SEED_OTHERS.format(count=others, topic=TOPIC)
+        sql += _turns(_SEED_OTHERS.format(count=others, topic=TOPIC), stored)
     asyncio.run(execute_sql(url, sql + "ANALYZE turns; ANALYZE sessions;"))
     return measured
 
@@ -186,21 +215,24 @@ def _p(values: list[float], share: float) -> float:
 
 
 def _load_row(
-    shown: int, table_turns: int, message_turns: int, silent: int, calls: int,
-    *, others_up_to: int | None = None,
+    shown: int | str, table_turns: int, message_turns: int, silent: int, calls: int,
+    *, others_up_to: int | None = None, stored: bool = True,
 ) -> None:
     """Seed a scratch database with one conversation (``message_turns`` turns, then ``silent``
     ones) beside others' turns up to ``others_up_to`` (default ``table_turns``) in all, time its
     loads beside saves and print the row: ``shown``, ``table_turns`` and the timings."""
     with ExitStack() as stack:
         database = scratch_database(stack, prefix="turnflow-load")
-        measured = _seed(database.url, message_turns, others_up_to or table_turns, silent)
+        measured = _seed(
+            database.url, message_turns, others_up_to or table_turns, silent, stored=stored
+        )
         samples = asyncio.run(_timed(
             database.url, measured, message_turns + silent, _entries(message_turns), calls
         ))
     load50, load95 = statistics.median(samples["load"]), _p(samples["load"], 0.95)
     save50 = statistics.median(samples["save"])
-    print(f"{shown:>13,} {table_turns:>11,} {load50:>11.2f} {load95:>11.2f}"
+    label = f"{shown:,}" if isinstance(shown, int) else shown
+    print(f"{label:>13} {table_turns:>11,} {load50:>11.2f} {load95:>11.2f}"
           f" {save50:>11.2f} {load50 / save50:>10.2f}x", flush=True)
 
 
@@ -214,6 +246,8 @@ def main() -> None:
                         help="other conversations' timers pending beside the measured ones")
     parser.add_argument("--silent-turns", default="0,1000,10000",
                         help="turns that sent nothing after a 100-turn conversation's messages")
+    parser.add_argument("--entries-rounds", type=int, default=2,
+                        help="rounds of the stored-against-built history entries table")
     parser.add_argument("--calls", type=int, default=300, help="calls of each kind per shape")
     options = parser.parse_args()
     shapes = [
@@ -234,6 +268,15 @@ def main() -> None:
     for silent in (int(n) for n in options.silent_turns.split(",")):
         _load_row(silent, SILENT_TABLE + silent, SILENT_AFTER, silent, options.calls,
                   others_up_to=SILENT_TABLE)
+
+    # Where the history's entries come from: stored by each turn's save, or built by the load
+    # (rows saved before migration 0011), alternating so both see the same host.
+    print(f"\n{'entries':>13} {'table turns':>11} {'load p50 ms':>11} {'load p95 ms':>11}"
+          f" {'save p50 ms':>11} {'load / save':>11}", flush=True)
+    for _ in range(options.entries_rounds):
+        for stored in (True, False):
+            _load_row("stored" if stored else "built", ENTRIES_TABLE, ENTRIES_TURNS, 0,
+                      options.calls, stored=stored)
 
     print(f"\n{'pending timers':>14} {'set p50 ms':>10} {'set p95 ms':>10}"
           f" {'delete p50 ms':>13} {'delete p95 ms':>13}", flush=True)
