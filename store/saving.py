@@ -5,7 +5,9 @@ connection the whole save is one round trip (the statement is prepared once per 
 reused). The turn and outbox inserts select from the session write, so when the version check
 fails nothing is written at all; when the source record or the input's id is already in the
 turn log a unique index aborts the statement and nothing is written either. A burst turn's
-earlier records and ids go to `turn_sources` in the same statement.
+earlier records and ids go to `turn_sources` in the same statement. The turn-log row carries
+the history entries its turn gives (`turns.history`, built by `store.history.turn_entries`),
+which later loads read as they are.
 
 Concurrency: a new session is `INSERT ... ON CONFLICT DO NOTHING` (a concurrent creator waits
 for the winner's commit, then inserts nothing); an existing one is `UPDATE ... WHERE version =
