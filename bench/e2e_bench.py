@@ -175,6 +175,8 @@ class RunResult:
     profile: str | None = None
     workers: int = 1
     history_turns: int = 0  # earlier turns every session had before the run
+    # The database server's CPU per turn over the same window, when it runs on this host.
+    db_cpu_ms_per_turn: float | None = None
     # Log lines that mean a turn did not simply run once (see ConsumerProcess.TROUBLES).
     troubles: dict[str, int] = field(default_factory=dict)
 
@@ -200,6 +202,35 @@ def _cpu_seconds(pid: int) -> float:
         if fields is not None:
             ticks += int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+_LOCAL_HOSTS = {"", "localhost", "127.0.0.1", "::1"}
+
+
+def _database_cpu_seconds(url: str) -> float | None:
+    """User + system CPU of every PostgreSQL process on this host (Linux ``/proc``), with the
+    children's times each one has reaped (the postmaster's: backends that exited); None when
+    the database is on another host or no such process can be read. Any other PostgreSQL
+    running here is counted too."""
+    from sqlalchemy.engine import make_url
+
+    host = make_url(url).host or ""
+    if host not in _LOCAL_HOSTS and not host.startswith("/"):
+        return None
+    ticks, found = 0, False
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() != "postgres":
+                continue
+        except OSError:
+            continue
+        fields = _stat(int(entry.name))
+        if fields is not None:
+            found = True
+            ticks += sum(int(fields[i]) for i in (11, 12, 13, 14))
+    return ticks / os.sysconf("SC_CLK_TCK") if found else None
 
 
 def _percentile(values: list[float], share: float) -> float:
@@ -437,7 +468,10 @@ async def seed_history(url: str, session_ids: list[str], turns: int) -> None:
         await connection.execute(
             _SEED_TURNS.replace("{entries}", entries), session_ids, turns
         )
-        await connection.execute("ANALYZE sessions; ANALYZE turns")
+        # Vacuumed as well as analysed: autovacuum would otherwise take up the seeded rows
+        # while the run is measured, and bill its CPU to the turns.
+        for table in ("sessions", "turns"):
+            await connection.execute(f"VACUUM ANALYZE {table}")
     finally:
         await connection.close()
     store = await Store.connect(url, pool_size=1, max_overflow=0)
@@ -493,10 +527,13 @@ async def run_once(
         backlog = await producer.send(inputs)
         await consumer.start()
         cpu_before = _cpu_seconds(consumer.pid)
+        db_before = _database_cpu_seconds(servers.database_url)
         # Generous bound: the model alone needs inputs x calls x latency / max_in_flight.
         within = 60 + inputs * 2 * latency_ms / 1000 / max_in_flight * 3
         await replies.until(backlog, within=within)
         cpu = _cpu_seconds(consumer.pid) - cpu_before
+        db_after = _database_cpu_seconds(servers.database_url)
+        db_cpu = None if db_before is None or db_after is None else db_after - db_before
         stamps = [replies.first_reply_ms[i] for i in backlog]
         span_s = max(1e-3, (max(stamps) - min(stamps)) / 1000)
         rate = (len(backlog) - 1) / span_s
@@ -512,6 +549,7 @@ async def run_once(
     return RunResult(
         latency_ms=latency_ms, partitions=partitions, inputs=len(backlog), turns_per_s=rate,
         cpu_ms_per_turn=cpu * 1000 / len(backlog), paced_rate=paced_rate,
+        db_cpu_ms_per_turn=None if db_cpu is None else db_cpu * 1000 / len(backlog),
         paced_inputs=len(paced), p50_ms=_percentile(latencies, 0.50),
         p95_ms=_percentile(latencies, 0.95), p99_ms=_percentile(latencies, 0.99),
         workers=workers, history_turns=history_turns, troubles=dict(consumer.troubles),
@@ -703,6 +741,14 @@ def run(args: argparse.Namespace) -> int:
                   f"{r.turns_per_s / saves:.2f} x the save rate; CPU per turn "
                   f"{r.cpu_ms_per_turn:.2f} ms = {r.cpu_ms_per_turn / save_cpu_ms:.1f} x the "
                   "save's client CPU")
+    if any(r.db_cpu_ms_per_turn is not None for r in results):
+        print("the database server's CPU per turn over the same backlog (PostgreSQL on this "
+              "host):")
+        for r in results:
+            if r.db_cpu_ms_per_turn is not None:
+                print(f"  {r.latency_ms} ms, {r.partitions} partition(s), {r.workers} "
+                      f"process(es), sessions {r.history_turns} turns in: "
+                      f"{r.db_cpu_ms_per_turn:.2f} ms")
     single = {
         r.partitions: r
         for r in results
