@@ -37,6 +37,10 @@ from typing import Any
 from store import jsoncodec
 from store.direct import positional
 
+GIVES_ENTRIES = "input ? 'message' OR jsonb_array_length(messages) > 0"
+"""The turns that give history entries: the load's condition and, word for word, the predicate
+of ``ix_turns_history`` (store/schema.py), so PostgreSQL reads the entries from that index."""
+
 
 def turn_entries(input: str, messages: str, created_at: str) -> str:
     """SQL for the history entries one turn gives, as a jsonb array in transcript order, from
@@ -107,7 +111,7 @@ SELECT q.n, s.version, s.state, (
             SELECT version, coalesce(history, {entries}) AS entries
             FROM turns
             WHERE session_id = q.session_id
-              AND (input ? 'message' OR jsonb_array_length(messages) > 0)
+              AND ({gives_entries})
             ORDER BY version DESC
             LIMIT :history_limit
         ) AS t
@@ -124,9 +128,10 @@ ORDER BY q.n
 """
 
 LOAD = positional(
-    _LOAD.replace("{entries}", turn_entries("turns.input", "turns.messages", "turns.created_at"))
+    _LOAD.replace("{gives_entries}", GIVES_ENTRIES).replace(
+        "{entries}", turn_entries("turns.input", "turns.messages", "turns.created_at")
+    )
 )
-
 
 
 def _parse_at(value: Any) -> Any:

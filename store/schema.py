@@ -39,6 +39,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
 
+from store.history import GIVES_ENTRIES
+
 metadata = MetaData()
 
 sessions = Table(
@@ -86,7 +88,7 @@ Index(
     "ix_turns_history",
     turns.c.session_id,
     turns.c.version,
-    postgresql_where=text("input ? 'message' OR jsonb_array_length(messages) > 0"),
+    postgresql_where=text(GIVES_ENTRIES),
 )
 Index(
     "ix_turns_recorded",
