@@ -15,6 +15,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import text
 
 from store import SaveRequest, Store
 from store.history import _parse_at
@@ -84,21 +85,21 @@ def _turn_save(session_id: str, version: int, turn_input: dict[str, Any],
 
 async def _rows(store: Store, session_id: str) -> list[tuple[int, datetime, Any]]:
     async with store.engine.connect() as connection:
-        driver = await connection.get_raw_connection()
-        rows = await driver.driver_connection.fetch(
-            "SELECT version, created_at, history FROM turns WHERE session_id = $1"
-            " ORDER BY version", session_id,
+        rows = await connection.execute(
+            text("SELECT version, created_at, history FROM turns WHERE session_id = :s"
+                 " ORDER BY version"),
+            {"s": session_id},
         )
-    return [(r["version"], r["created_at"], r["history"]) for r in rows]
+        return [(r.version, r.created_at, r.history) for r in rows]
 
 
 async def _forget_entries(store: Store, session_id: str, up_to_version: int | None = None) -> None:
     """Make rows look as if saved before migration 0011: no entries stored."""
     async with store.engine.connect() as connection:
-        driver = await connection.get_raw_connection()
-        await driver.driver_connection.execute(
-            "UPDATE turns SET history = NULL WHERE session_id = $1"
-            " AND ($2::bigint IS NULL OR version <= $2)", session_id, up_to_version,
+        await connection.execute(
+            text("UPDATE turns SET history = NULL WHERE session_id = :s"
+                 " AND (CAST(:v AS bigint) IS NULL OR version <= :v)"),
+            {"s": session_id, "v": up_to_version},
         )
 
 
