@@ -593,7 +593,11 @@ def _category(path: list[str]) -> str:
 
 
 def profile_summary(session_file: Path) -> Counter[str]:
-    """Seconds of the consumer's wall time per category, from a pyinstrument session."""
+    """Seconds of the consumer's wall time per category, from a pyinstrument session.
+
+    A frame's ``total_self_time`` already holds the time of its synthetic children (the
+    ``[self]`` and ``[await]`` frames pyinstrument adds under it), so those are skipped: counted
+    again, every second would appear twice (the shares stay the same, the seconds do not)."""
     from pyinstrument.session import Session
 
     session = Session.load(str(session_file))
@@ -605,7 +609,7 @@ def profile_summary(session_file: Path) -> Counter[str]:
     while stack:
         frame, path = stack.pop()
         here = [*path, f"{frame.file_path or ''}:{frame.function or ''}"]
-        if frame.total_self_time:
+        if not frame.is_synthetic and frame.total_self_time:
             totals[_category(here)] += frame.total_self_time
         stack.extend((child, here) for child in frame.children)
     return totals
