@@ -1,7 +1,9 @@
 """Engine benchmark: microseconds per turn, and what the engine adds around each model call.
 
 Run: ``python bench/engine_bench.py`` (or ``make bench-engine``). Prints one table; every figure
-comes from the same process and run, so the ratios side by side are comparable.
+comes from the same process and run, so the ratios side by side are comparable. The turns are
+timed in rounds (a few of each row, then the next row), so a host whose speed drifts during
+the run slows every row alike.
 
 What is measured, all in-process with a ``FakeClock`` and no I/O:
 
@@ -157,17 +159,29 @@ async def session_with_runs(agent: Agent, runs: int) -> Any:
     return session
 
 
-def measure(turn: Turn, iterations: int) -> list[float]:
-    """Microseconds per call of ``turn``, after a warm-up."""
+def measure(
+    turns: list[tuple[str, Turn]], iterations: int, batch: int = 10
+) -> dict[str, list[float]]:
+    """Microseconds per call of each turn, after a warm-up, taken in rounds: each round times
+    ``batch`` calls of every turn in turn. On a shared host whose speed drifts during the run,
+    a row measured after another in one block could land on a faster or slower minute than its
+    base; in rounds, every row sees the same minutes and the ratios stay comparable."""
 
-    async def loop() -> list[float]:
-        for _ in range(max(iterations // 10, 5)):
-            await turn()
-        samples = []
-        for _ in range(iterations):
-            begin = time.perf_counter_ns()
-            await turn()
-            samples.append((time.perf_counter_ns() - begin) / 1000)
+    async def loop() -> dict[str, list[float]]:
+        for _, turn in turns:
+            for _ in range(max(iterations // 10, 5)):
+                await turn()
+        samples: dict[str, list[float]] = {label: [] for label, _ in turns}
+        taken = 0
+        while taken < iterations:
+            n = min(batch, iterations - taken)
+            for label, turn in turns:
+                row = samples[label]
+                for _ in range(n):
+                    begin = time.perf_counter_ns()
+                    await turn()
+                    row.append((time.perf_counter_ns() - begin) / 1000)
+            taken += n
         return samples
 
     return asyncio.run(loop())
@@ -180,11 +194,10 @@ def summary(samples: list[float]) -> tuple[float, float]:
 
 
 def rows(iterations: int) -> list[tuple[str, float, float]]:
-    results: list[tuple[str, float, float]] = []
+    turns: list[tuple[str, Turn]] = []
 
-    def add(label: str, turn: Turn, n: int = iterations) -> None:
-        median, p99 = summary(measure(turn, n))
-        results.append((label, median, p99))
+    def add(label: str, turn: Turn) -> None:
+        turns.append((label, turn))
 
     agent = code_only_agent()
 
@@ -270,6 +283,8 @@ def rows(iterations: int) -> list[tuple[str, float, float]]:
     add(f"model turn, {HISTORY_ENTRIES} history entries", model_turn_with_history)
     add("understand-only turn, zero-latency mock", understand_only)
     add("speak-only turn (start input), zero-latency mock", speak_only)
+    samples = measure(turns, iterations)
+    results = [(label, *summary(samples[label])) for label, _ in turns]
     results.extend(call_part_rows(model_turn, iterations * 5))
     return results
 
