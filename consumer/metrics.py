@@ -130,7 +130,9 @@ INPUT_RETRIES = Counter(
     registry=REGISTRY,
 )
 IN_FLIGHT = Gauge(
-    "turnflow_in_flight_sessions", "Turns running, from load to save.", registry=REGISTRY
+    "turnflow_in_flight_sessions",
+    "Turns running, from the engine turn to the save.",
+    registry=REGISTRY,
 )
 CONSUMER_LAG = Gauge(
     "turnflow_consumer_lag",

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -132,6 +132,11 @@ def _request_of(work: TurnWork) -> dict[str, Any]:
     return request
 
 
+class TurnFenced(Exception):
+    """``before_turn`` said the input may no longer run (its partition moved while it waited
+    for a turn slot): the turn did not run and nothing was saved or published."""
+
+
 @dataclass(frozen=True)
 class PipelineResult:
     """What happened to one input."""
@@ -205,11 +210,16 @@ class TurnPipeline:
         *,
         may_publish: Callable[[], bool] = lambda: True,
         on_saved: Callable[[], None] = lambda: None,
+        before_turn: Callable[[], Awaitable[bool]] | None = None,
     ) -> PipelineResult:
         """Apply one input exactly once (per source record) and publish what it produced.
 
-        ``on_saved`` is called once the turn is saved, before its publish: the caller's turn
-        slot can go to another session's turn then."""
+        ``before_turn`` is awaited once, after the load and before the engine turn (a replay or
+        a duplicate skipped at the load never awaits it): the caller takes its turn slot there,
+        so the load's round trip is not spent holding one, and answers whether the input may
+        still run; False raises ``TurnFenced`` (nothing ran, nothing was saved). ``on_saved``
+        is called once the turn is saved, before its publish: the slot can go to another
+        session's turn then."""
         parsed = work.parsed
         asked = work.parts
         started = time.perf_counter()
@@ -231,6 +241,10 @@ class TurnPipeline:
                 return await self._skip_duplicate(work, may_publish, loaded.unpublished)
             work = burst_of(live)
             crash.reached("after_load")
+            if before_turn is not None:
+                ready, before_turn = before_turn, None
+                if not await ready():
+                    raise TurnFenced(parsed.session_id)
             request = _request_of(work)
             request["session"] = loaded.state
             request["history"] = loaded.history

@@ -3,7 +3,8 @@
 Fetched records are parsed; malformed ones go straight to the DLQ, valid ones join their
 session's queue. Each session with work has one worker task that takes its inputs strictly in
 offset order; workers of different sessions (even in one partition) run concurrently, at most
-``max_in_flight`` turns at a time. Offsets are committed per partition up to the watermark of
+``max_in_flight`` turns at a time (from the engine turn to the save; an input's load runs before
+it takes its slot). Offsets are committed per partition up to the watermark of
 ``OffsetWatermarks`` after every fetch round, so a slow session holds back only its partition's
 commit, never other sessions' work. Back-pressure is per partition (``Backpressure``): only a
 partition whose unfinished records reach its share of ``max_buffered_records`` stops being
@@ -56,7 +57,14 @@ from consumer.model_calls import observe_model_calls
 from consumer.outbox import OutboxPublisher, OutboxRelay, new_producer, start_producer
 from consumer.parser import Rejected, parse_record
 from consumer.partitions import OffsetWatermarks, QueuedInput, SessionQueues
-from consumer.pipeline import OutboundTopics, TurnAgent, TurnPipeline, TurnWork, burst_of
+from consumer.pipeline import (
+    OutboundTopics,
+    TurnAgent,
+    TurnFenced,
+    TurnPipeline,
+    TurnWork,
+    burst_of,
+)
 from consumer.round_trips import RoundTrips, broker_probe, database_probe
 from consumer.settings import Settings
 from engine import Agent
@@ -83,11 +91,13 @@ _Entry = QueuedInput[TopicPartition, _Input]
 
 
 class _Slot:
-    """One of the ``max_in_flight`` turn slots, given back once: when the turn is saved (its
-    publish and mark are broker and database round trips that need no model call, so they do
-    not hold a slot another session's turn could use) or, at the latest, when the attempt
-    ends. The session's worker still waits for the publish before its next input, so a
-    session's order is unchanged."""
+    """One of the ``max_in_flight`` turn slots. Taken after the input's load (the pipeline's
+    ``before_turn``), given back once: when the turn is saved or, at the latest, when the
+    attempt ends. The load before and the publish and mark after are database and broker round
+    trips that need no model call, so they do not hold a slot another session's turn could
+    use. The session's worker still takes its inputs one at a time, load to publish, so a
+    session's order is unchanged; what waits for a slot already loaded is bounded by the
+    sessions with queued inputs (``max_buffered_records``)."""
 
     def __init__(self, slots: asyncio.Semaphore) -> None:
         self._slots = slots
@@ -434,18 +444,30 @@ class ConsumerService:
                 return
             error: BaseException | None = None
             slot = _Slot(self._slots)
-            await slot.take()
+
+            async def take_slot(slot: _Slot = slot) -> bool:
+                # Loaded, waiting for a turn slot: not busy meanwhile, so a revoke drains the
+                # turns that run without waiting for this one, which then finds itself fenced.
+                self._busy[tp] -= 1
+                self._busy_changed.set()
+                try:
+                    await slot.take()
+                finally:
+                    self._busy[tp] += 1
+                return self._owns(tp, item.epoch)
+
             try:
                 with self._busy_on(tp):
-                    if not self._owns(tp, item.epoch):
-                        return  # the partition moved while this input waited for a slot
                     try:
                         assert self._pipeline is not None
                         await self._pipeline.apply(
                             work,
                             may_publish=lambda: self._owns(tp, item.epoch),
                             on_saved=slot.give_back,
+                            before_turn=take_slot,
                         )
+                    except TurnFenced:
+                        return  # the partition moved while this input waited for a slot
                     except Exception as exc:
                         error = exc
             finally:

@@ -52,8 +52,8 @@ class Settings(BaseSettings):
     max_in_flight: int = Field(
         64,
         ge=1,
-        description="Turns one consumer runs at once, from load through model calls to save "
-        "(a saved turn's publish does not hold one).",
+        description="Turns one consumer runs at once, from the engine turn (its model calls) "
+        "to the save (an input's load runs before it takes one, a saved turn's publish after).",
     )
     consume_workers: int = Field(
         0,

@@ -14,6 +14,7 @@ from consumer.outbox import OutboxPublisher
 from consumer.parser import ParsedInput, parse_record
 from consumer.pipeline import (
     OutboundTopics,
+    TurnFenced,
     TurnPipeline,
     TurnWork,
     conversation_input_id,
@@ -145,6 +146,53 @@ async def test_a_turn_costs_a_load_a_save_and_a_mark() -> None:
     assert sent_values(producer) == [("out.m", "1:oi"), ("out.s", "w1"),
                                      ("out.m", "2:de novo"), ("out.s", "w2")]
     assert store.published == {1, 2, 3, 4}
+
+
+async def test_before_turn_is_awaited_once_after_the_load_and_before_the_turn() -> None:
+    """The caller takes its turn slot in ``before_turn``: after the load, before the engine
+    turn, once per input (a version conflict reruns the turn under the same slot)."""
+    store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
+    store.rival_writes = 1
+    seen: list[tuple[list[str], int]] = []
+
+    async def before_turn() -> bool:
+        seen.append((list(store.calls), agent.calls))
+        return True
+
+    result = await pipeline(store, agent, producer).apply(work("oi", 1), before_turn=before_turn)
+    assert result.status == "applied" and result.conflicts == 1
+    assert seen == [(["load"], 0)]  # loaded, nothing run yet; awaited once for both runs
+    assert agent.calls == 2
+
+
+async def test_a_fenced_before_turn_runs_nothing_and_saves_nothing() -> None:
+    """``before_turn`` answering False (the partition moved while the input waited for its
+    slot) raises ``TurnFenced``: no turn, no save, nothing published."""
+    store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
+
+    async def fenced() -> bool:
+        return False
+
+    with pytest.raises(TurnFenced):
+        await pipeline(store, agent, producer).apply(work("oi", 1), before_turn=fenced)
+    assert agent.calls == 0
+    assert store.calls == ["load"]
+    assert store.saves == [] and producer.sent == []
+
+
+async def test_a_replay_skipped_at_the_load_never_awaits_before_turn() -> None:
+    """A replayed record needs no turn slot: it is skipped at the load."""
+    store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
+    await pipeline(store, agent, producer).apply(work("oi", 1))
+    awaited: list[bool] = []
+
+    async def before_turn() -> bool:
+        awaited.append(True)
+        return True
+
+    result = await pipeline(store, agent, producer).apply(work("oi", 1), before_turn=before_turn)
+    assert result.status == "skipped"
+    assert awaited == []
 
 
 async def test_a_replay_with_nothing_unpublished_costs_one_load() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from aiokafka.structs import TopicPartition
 
+from consumer.pipeline import TurnFenced
 from consumer.service import ConsumerService
 from consumer.settings import Settings
 
@@ -108,16 +109,24 @@ async def test_work_fetched_under_an_old_epoch_is_not_owned_after_reassignment()
 
 
 class RecordingPipeline:
+    """Loads at once (``loaded``), then takes its turn slot as the real pipeline does, through
+    ``before_turn``; only a turn that may run is recorded in ``applied``."""
+
     def __init__(self) -> None:
+        self.loaded: list[object] = []
         self.applied: list[object] = []
 
-    async def apply(self, work: object, **_: object) -> None:
+    async def apply(self, work: object, *, before_turn: Any, **_: object) -> None:
+        self.loaded.append(work)
+        if not await before_turn():
+            raise TurnFenced("fenced")
         self.applied.append(work)
 
 
 async def test_input_waiting_for_a_slot_is_dropped_when_its_partition_moves() -> None:
-    """An input that waited for an in-flight slot while its partition was revoked never
-    reaches the pipeline (no wasted model call, no save under a lost partition)."""
+    """An input that waited for an in-flight slot while its partition was revoked never runs
+    its turn (no wasted model call, no save under a lost partition), and its offset is not
+    released."""
     from consumer.parser import ParsedInput
     from consumer.partitions import QueuedInput
     from consumer.pipeline import TurnWork
@@ -142,7 +151,35 @@ async def test_input_waiting_for_a_slot_is_dropped_when_its_partition_moves() ->
     for _ in range(service._settings.max_in_flight):
         service._slots.release()
     await waiting
+    assert pipeline.loaded == [work]
     assert pipeline.applied == []
+    assert not service._slots.locked()  # the slot it finally took came back
+
+
+async def test_an_input_loads_before_its_slot_and_a_revoke_does_not_wait_for_it() -> None:
+    """Every slot taken: the input is loaded meanwhile (the load is not spent holding a slot),
+    and a revoke drains without waiting for it, since it has not started its turn."""
+    consumer = FakeConsumer(generation=3)
+    service = service_with(consumer)
+    pipeline = RecordingPipeline()
+    service._pipeline = pipeline  # type: ignore[assignment]
+    service._marks.track(TP, 0)
+    entry = queued(service, "s1", 0)
+    for _ in range(service._settings.max_in_flight):
+        await service._slots.acquire()  # every slot busy
+    waiting = asyncio.create_task(service._process(entry))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert pipeline.loaded == [entry.item.work]  # loaded while every slot was taken
+    assert pipeline.applied == []
+    # drain_timeout_ms is a minute: a revoke that waited for this input would time out here.
+    await asyncio.wait_for(service._on_revoked({TP}), timeout=5)
+    assert service.assignment == set()
+    for _ in range(service._settings.max_in_flight):
+        service._slots.release()
+    await asyncio.wait_for(waiting, timeout=5)
+    assert pipeline.applied == []  # fenced once it had a slot: the turn never ran
+    assert consumer.commits == [{TP: 0}]  # its offset was not released: read again
 
 
 class PublishBlockedPipeline:
@@ -154,8 +191,9 @@ class PublishBlockedPipeline:
         self.saved: list[str] = []
         self.finished: list[str] = []
 
-    async def apply(self, work: Any, *, on_saved: Any, **_: object) -> None:
+    async def apply(self, work: Any, *, on_saved: Any, before_turn: Any, **_: object) -> None:
         session_id = work.parsed.session_id
+        assert await before_turn()  # the turn slot, as the real pipeline takes it
         self.saved.append(session_id)
         on_saved()
         on_saved()  # a second call must not give a second slot back
@@ -215,8 +253,9 @@ async def test_a_turn_that_fails_before_its_save_gives_its_slot_back() -> None:
     """A slot is returned when the attempt ends even if the turn never reached its save."""
 
     class Failing:
-        async def apply(self, work: Any, **_: object) -> None:
-            raise ValueError("bad")
+        async def apply(self, work: Any, *, before_turn: Any, **_: object) -> None:
+            assert await before_turn()  # holds the only slot ...
+            raise ValueError("bad")  # ... and fails before its save
 
     settings = Settings(kafka_bootstrap_servers="127.0.0.1:1",
                         database_url="postgresql://nobody@127.0.0.1:1/x", max_in_flight=1,
