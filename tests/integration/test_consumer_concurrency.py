@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import uuid
+from typing import Any
 
 import pytest
 
@@ -84,3 +85,52 @@ async def test_fetching_pauses_and_resumes_under_back_pressure(service_setup: Se
     texts = verbatim_texts(values)
     for sid in sessions:
         assert texts[sid] == [f"{n + 1}:m{n}" for n in range(10)], sid
+
+
+class ConcurrencyAgent:
+    """Wraps an agent and records how many of its turns run at once, at most."""
+
+    def __init__(self, agent: Any) -> None:
+        self._agent = agent
+        self.running = 0
+        self.most = 0
+        self.turns = 0
+
+    @property
+    def config(self) -> Any:
+        return self._agent.config
+
+    async def turn(self, request: dict[str, Any]) -> Any:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        self.turns += 1
+        try:
+            return await self._agent.turn(request)
+        finally:
+            self.running -= 1
+
+
+async def test_turns_stay_within_the_slots_while_many_conversations_load_ahead(
+    service_setup: SetupFactory,
+) -> None:
+    """Thirty conversations of four messages on three turn slots: inputs load while every slot
+    is taken, yet no more than three turns run at once, and every conversation gets each reply
+    once, in its order, with nothing of one in another."""
+    setup = await service_setup(partitions=2)
+    sessions = [f"slots{i}-{uuid.uuid4().hex[:6]}" for i in range(30)]
+    inputs = [message(sid, f"{sid}.m{n}", delay_ms=30) for n in range(4) for sid in sessions]
+    agent = ConcurrencyAgent(counting_agent())
+    settings = setup.settings(max_in_flight=3)
+    async with running_consumer(settings, agent):
+        await setup.produce(inputs)
+        async with setup.reader() as replies:
+            values = await replies.until(
+                lambda v: sum(len(t) for t in verbatim_texts(v).values()) >= len(inputs),
+                within=60,
+            )
+    texts = verbatim_texts(values)
+    assert set(texts) == set(sessions)
+    for sid in sessions:
+        assert texts[sid] == [f"{n + 1}:{sid}.m{n}" for n in range(4)], sid
+    assert agent.turns == len(inputs)  # no input ran twice
+    assert 1 < agent.most <= 3  # turns did overlap, never beyond the slots
