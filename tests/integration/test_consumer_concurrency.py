@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from consumer.settings import Settings
 from tests.integration.harness import (
+    ServiceSetup,
     SetupFactory,
     counting_agent,
     message,
@@ -17,6 +19,26 @@ from tests.integration.harness import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+
+
+async def answered(
+    setup: ServiceSetup,
+    settings: Settings,
+    agent: Any,
+    inputs: list[dict[str, Any]],
+    *,
+    within: float,
+) -> dict[str, list[str]]:
+    """Run a consumer with ``agent``, produce ``inputs`` and read until each has its reply:
+    the counting agent's texts per session."""
+    async with running_consumer(settings, agent):
+        await setup.produce(inputs)
+        async with setup.reader() as replies:
+            values = await replies.until(
+                lambda v: sum(len(t) for t in verbatim_texts(v).values()) >= len(inputs),
+                within=within,
+            )
+    return verbatim_texts(values)
 
 
 async def test_slow_session_does_not_hold_up_another_in_the_same_partition(
@@ -56,14 +78,7 @@ async def test_per_session_order_under_random_model_latency(service_setup: Setup
         for sid in sessions
     ]
     settings = setup.settings(max_in_flight=6)
-    async with running_consumer(settings, counting_agent()):
-        await setup.produce(inputs)
-        async with setup.reader() as replies:
-            values = await replies.until(
-                lambda v: sum(len(t) for t in verbatim_texts(v).values()) >= len(inputs),
-                within=45,
-            )
-    texts = verbatim_texts(values)
+    texts = await answered(setup, settings, counting_agent(), inputs, within=45)
     for sid in sessions:
         assert texts[sid] == [f"{n + 1}:m{n}" for n in range(6)], sid
 
@@ -75,14 +90,7 @@ async def test_fetching_pauses_and_resumes_under_back_pressure(service_setup: Se
     sessions = [f"bp{i}-{uuid.uuid4().hex[:6]}" for i in range(4)]
     inputs = [message(sid, f"m{n}", delay_ms=20) for n in range(10) for sid in sessions]
     settings = setup.settings(max_buffered_records=4, max_in_flight=2)
-    async with running_consumer(settings, counting_agent()):
-        await setup.produce(inputs)
-        async with setup.reader() as replies:
-            values = await replies.until(
-                lambda v: sum(len(t) for t in verbatim_texts(v).values()) >= len(inputs),
-                within=60,
-            )
-    texts = verbatim_texts(values)
+    texts = await answered(setup, settings, counting_agent(), inputs, within=60)
     for sid in sessions:
         assert texts[sid] == [f"{n + 1}:m{n}" for n in range(10)], sid
 
@@ -120,15 +128,7 @@ async def test_turns_stay_within_the_slots_while_many_conversations_load_ahead(
     sessions = [f"slots{i}-{uuid.uuid4().hex[:6]}" for i in range(30)]
     inputs = [message(sid, f"{sid}.m{n}", delay_ms=30) for n in range(4) for sid in sessions]
     agent = ConcurrencyAgent(counting_agent())
-    settings = setup.settings(max_in_flight=3)
-    async with running_consumer(settings, agent):
-        await setup.produce(inputs)
-        async with setup.reader() as replies:
-            values = await replies.until(
-                lambda v: sum(len(t) for t in verbatim_texts(v).values()) >= len(inputs),
-                within=60,
-            )
-    texts = verbatim_texts(values)
+    texts = await answered(setup, setup.settings(max_in_flight=3), agent, inputs, within=60)
     assert set(texts) == set(sessions)
     for sid in sessions:
         assert texts[sid] == [f"{n + 1}:{sid}.m{n}" for n in range(4)], sid
