@@ -33,6 +33,7 @@ import logging
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
@@ -444,18 +445,6 @@ class ConsumerService:
                 return
             error: BaseException | None = None
             slot = _Slot(self._slots)
-
-            async def take_slot(slot: _Slot = slot) -> bool:
-                # Loaded, waiting for a turn slot: not busy meanwhile, so a revoke drains the
-                # turns that run without waiting for this one, which then finds itself fenced.
-                self._busy[tp] -= 1
-                self._busy_changed.set()
-                try:
-                    await slot.take()
-                finally:
-                    self._busy[tp] += 1
-                return self._owns(tp, item.epoch)
-
             try:
                 with self._busy_on(tp):
                     try:
@@ -464,7 +453,7 @@ class ConsumerService:
                             work,
                             may_publish=lambda: self._owns(tp, item.epoch),
                             on_saved=slot.give_back,
-                            before_turn=take_slot,
+                            before_turn=partial(self._take_slot, slot, tp, item.epoch),
                         )
                     except TurnFenced:
                         return  # the partition moved while this input waited for a slot
@@ -563,6 +552,15 @@ class ConsumerService:
             return True
         return False
 
+    async def _take_slot(self, slot: _Slot, tp: TopicPartition, epoch: int) -> bool:
+        """The pipeline's ``before_turn``: wait for a turn slot, then say whether the input
+        may still run. Loaded and waiting, it is not work on ``tp`` (``_waiting_on``), so a
+        revoke drains the turns that run without waiting for this one, which then finds
+        itself fenced."""
+        with self._waiting_on(tp):
+            await slot.take()
+        return self._owns(tp, epoch)
+
     @contextlib.contextmanager
     def _busy_on(self, tp: TopicPartition) -> Iterator[None]:
         """Counts work on ``tp`` for a revoke to wait for (a plain context manager: entering
@@ -573,6 +571,16 @@ class ConsumerService:
         finally:
             self._busy[tp] -= 1
             self._busy_changed.set()
+
+    @contextlib.contextmanager
+    def _waiting_on(self, tp: TopicPartition) -> Iterator[None]:
+        """Inside ``_busy_on``: a wait a revoke should not wait for, uncounted meanwhile."""
+        self._busy[tp] -= 1
+        self._busy_changed.set()
+        try:
+            yield
+        finally:
+            self._busy[tp] += 1
 
     def _spawn_side(self, coroutine: Any) -> None:
         task = asyncio.create_task(coroutine)
