@@ -214,6 +214,12 @@ def _p(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * share))]
 
 
+def _load_header(first: str) -> None:
+    """The column titles of a table of ``_load_row`` rows, ``first`` naming its first column."""
+    print(f"{first:>13} {'table turns':>11} {'load p50 ms':>11} {'load p95 ms':>11}"
+          f" {'save p50 ms':>11} {'load / save':>11}", flush=True)
+
+
 def _load_row(
     shown: int | str, table_turns: int, message_turns: int, silent: int, calls: int,
     *, others_up_to: int | None = None, stored: bool = True,
@@ -256,23 +262,22 @@ def main() -> None:
         for s in options.session_turns.split(",")
         if int(s) <= int(t)
     ]
-    print(f"{'session turns':>13} {'table turns':>11} {'load p50 ms':>11} {'load p95 ms':>11}"
-          f" {'save p50 ms':>11} {'load / save':>11}", flush=True)
+    _load_header("session turns")
     for session_turns, table_turns in shapes:
         _load_row(session_turns, table_turns, session_turns, 0, options.calls)
 
     # Turns that add nothing to the history (wakes and events that sent nothing) come last, so
     # the history read passes over all of them to find its entries.
-    print(f"\n{'silent turns':>13} {'table turns':>11} {'load p50 ms':>11} {'load p95 ms':>11}"
-          f" {'save p50 ms':>11} {'load / save':>11}", flush=True)
+    print()
+    _load_header("silent turns")
     for silent in (int(n) for n in options.silent_turns.split(",")):
         _load_row(silent, SILENT_TABLE + silent, SILENT_AFTER, silent, options.calls,
                   others_up_to=SILENT_TABLE)
 
     # Where the history's entries come from: stored by each turn's save, or built by the load
     # (rows saved before migration 0011), alternating so both see the same host.
-    print(f"\n{'entries':>13} {'table turns':>11} {'load p50 ms':>11} {'load p95 ms':>11}"
-          f" {'save p50 ms':>11} {'load / save':>11}", flush=True)
+    print()
+    _load_header("entries")
     for _ in range(options.entries_rounds):
         for stored in (True, False):
             _load_row("stored" if stored else "built", ENTRIES_TABLE, ENTRIES_TURNS, 0,
