@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
 
 from engine.session import Run
 from engine.state import TurnState
 
 pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.broker"]
+
+# No per-example time limit for property tests: Hypothesis's default (200 ms) is a timing
+# assertion, and on a shared two-core host an example of the log formatter once took longer
+# while a benchmark ran beside the tests. Speed is measured in bench/, not asserted here.
+settings.register_profile("turnflow", deadline=None)
+settings.load_profile("turnflow")
 
 
 @pytest.fixture(autouse=True)
