@@ -5,9 +5,10 @@ fresh topics and a fresh consumer group, over 1,000 sessions:
 
 1. backlog: the inputs wait on ``inbound.turns`` before the consumer starts; turns/s is the
    count over the time from the first reply to the last (all on ``outbound.messages``);
-2. paced: inputs arrive at 70% of that rate for a few seconds; input-to-outbound latency is the
-   reply record's timestamp minus its input record's timestamp (both set by the producers when
-   they send, on this machine), p50/p95/p99 over every input of the phase.
+2. paced: inputs arrive at 70% of that rate (or at ``--paced-rate``) for a few seconds;
+   input-to-outbound latency is the reply record's timestamp minus its input record's
+   timestamp (both set by the producers when they send, on this machine), p50/p95/p99 over
+   every input of the phase.
 
 The latency runs are compared with the bound ``MAX_IN_FLIGHT / (calls per turn x latency)``;
 the 0 ms run with the store benchmark's save transaction (``store_bench._saves_per_second``, same
@@ -488,9 +489,11 @@ async def run_once(
     servers: Servers, *, latency_ms: int, partitions: int, sessions: int, inputs: int,
     paced_seconds: float, max_in_flight: int, profile_to: Path | None = None,
     fetch_max_wait_ms: int | None = None, workers: int = 1, history_turns: int = 0,
+    paced_rate: float | None = None,
 ) -> RunResult:
     """One backlog phase and one paced phase against a fresh ``consume`` (``workers``
-    processes), each session ``history_turns`` turns into its conversation."""
+    processes), each session ``history_turns`` turns into its conversation. The paced phase
+    offers ``paced_rate`` inputs a second, else ``PACED_LOAD`` of the backlog's rate."""
     topics = await _topics(servers, partitions)
     env = dict(os.environ)
     env.pop("TURNFLOW_CRASH_AT", None)
@@ -538,8 +541,8 @@ async def run_once(
         span_s = max(1e-3, (max(stamps) - min(stamps)) / 1000)
         rate = (len(backlog) - 1) / span_s
 
-        paced_rate = max(1.0, rate * PACED_LOAD)
-        paced = await producer.paced(paced_rate, paced_seconds)
+        offered = max(1.0, paced_rate if paced_rate is not None else rate * PACED_LOAD)
+        paced = await producer.paced(offered, paced_seconds)
         await replies.until(paced, within=60 + paced_seconds * 3)
         latencies = [replies.first_reply_ms[i] - producer.sent_ms[i] for i in paced]
     finally:
@@ -548,7 +551,7 @@ async def run_once(
         await producer.stop()
     return RunResult(
         latency_ms=latency_ms, partitions=partitions, inputs=len(backlog), turns_per_s=rate,
-        cpu_ms_per_turn=cpu * 1000 / len(backlog), paced_rate=paced_rate,
+        cpu_ms_per_turn=cpu * 1000 / len(backlog), paced_rate=offered,
         db_cpu_ms_per_turn=None if db_cpu is None else db_cpu * 1000 / len(backlog),
         paced_inputs=len(paced), p50_ms=_percentile(latencies, 0.50),
         p95_ms=_percentile(latencies, 0.95), p99_ms=_percentile(latencies, 0.99),
@@ -633,6 +636,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--inputs", type=int, default=2000, help="backlog inputs per run")
     parser.add_argument("--paced-seconds", type=float, default=8.0)
+    parser.add_argument("--paced-rate", type=float, default=None,
+                        help="inputs a second offered in the paced phase (default: 70%% of "
+                        "the run's backlog rate); a fixed rate compares latencies of two "
+                        "versions at the same load")
     parser.add_argument("--max-in-flight", type=int, default=64)
     parser.add_argument("--no-profile", action="store_true", help="skip the profiled 0 ms run")
     parser.add_argument("--profile-out", type=Path, default=None,
@@ -684,7 +691,7 @@ def run(args: argparse.Namespace) -> int:
                 "sessions": args.sessions, "inputs": args.inputs,
                 "paced_seconds": args.paced_seconds, "max_in_flight": args.max_in_flight,
                 "fetch_max_wait_ms": args.fetch_max_wait_ms,
-                "history_turns": args.history_turns,
+                "history_turns": args.history_turns, "paced_rate": args.paced_rate,
             } | given
             result = asyncio.run(run_once(servers, **settings))
             results.append(result)
