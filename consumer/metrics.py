@@ -131,7 +131,7 @@ INPUT_RETRIES = Counter(
 )
 IN_FLIGHT = Gauge(
     "turnflow_in_flight_sessions",
-    "Turns running, from the engine turn to the save.",
+    "Engine turns running (their model calls; not the load before or the save after).",
     registry=REGISTRY,
 )
 CONSUMER_LAG = Gauge(

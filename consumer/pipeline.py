@@ -209,17 +209,20 @@ class TurnPipeline:
         work: TurnWork,
         *,
         may_publish: Callable[[], bool] = lambda: True,
-        on_saved: Callable[[], None] = lambda: None,
         before_turn: Callable[[], Awaitable[bool]] | None = None,
+        after_turn: Callable[[], None] = lambda: None,
     ) -> PipelineResult:
         """Apply one input exactly once (per source record) and publish what it produced.
 
-        ``before_turn`` is awaited once, after the load and before the engine turn (a replay or
-        a duplicate skipped at the load never awaits it): the caller takes its turn slot there,
-        so the load's round trip is not spent holding one, and answers whether the input may
-        still run; False raises ``TurnFenced`` (nothing ran, nothing was saved). ``on_saved``
-        is called once the turn is saved, before its publish: the slot can go to another
-        session's turn then."""
+        ``before_turn`` and ``after_turn`` bracket each engine turn: the caller holds its turn
+        slot between them, so the slot covers the model calls and nothing else. ``before_turn``
+        is awaited after the load (a replay or a duplicate skipped at the load never awaits
+        it), so the load's round trip is not spent holding a slot, and answers whether the
+        input may still run; False raises ``TurnFenced`` (nothing ran, nothing was saved).
+        ``after_turn`` is called as soon as the engine turn returns or raises, before the save:
+        the save and the publish are round trips with no model call, and the slot can go to
+        another session's turn meanwhile. A version conflict at the save loads again and runs
+        the turn again, so each attempt takes a slot (and says again whether it may run)."""
         parsed = work.parsed
         asked = work.parts
         started = time.perf_counter()
@@ -241,17 +244,18 @@ class TurnPipeline:
                 return await self._skip_duplicate(work, may_publish, loaded.unpublished)
             work = burst_of(live)
             crash.reached("after_load")
-            if before_turn is not None:
-                ready, before_turn = before_turn, None
-                if not await ready():
-                    raise TurnFenced(parsed.session_id)
+            if before_turn is not None and not await before_turn():
+                raise TurnFenced(parsed.session_id)
             request = _request_of(work)
             request["session"] = loaded.state
             request["history"] = loaded.history
-            with taping(self._recording) as tape:
-                # The result in its JSON form at once: one pass through pydantic-core for the
-                # session, messages, timers and outcomes instead of one call per item.
-                result = _json(await self._agent.turn(request))
+            try:
+                with taping(self._recording) as tape:
+                    # The result in its JSON form at once: one pass through pydantic-core for
+                    # the session, messages, timers and outcomes instead of one call per item.
+                    result = _json(await self._agent.turn(request))
+            finally:
+                after_turn()
             crash.reached("after_turn")
             version = loaded.version + 1
             save = self._save_request(
@@ -280,7 +284,6 @@ class TurnPipeline:
             break
 
         crash.reached("after_save")
-        on_saved()
         if loaded.unpublished:
             await self._publish(parsed.session_id, saved.outbox_ids, may_publish)
         else:

@@ -3,12 +3,13 @@
 Fetched records are parsed; malformed ones go straight to the DLQ, valid ones join their
 session's queue. Each session with work has one worker task that takes its inputs strictly in
 offset order; workers of different sessions (even in one partition) run concurrently, at most
-``max_in_flight`` turns at a time (from the engine turn to the save; an input's load runs before
-it takes its slot). Offsets are committed per partition up to the watermark of
-``OffsetWatermarks`` after every fetch round, so a slow session holds back only its partition's
-commit, never other sessions' work. Back-pressure is per partition (``Backpressure``): only a
-partition whose unfinished records reach its share of ``max_buffered_records`` stops being
-fetched, so one hot conversation never makes the quiet ones on other partitions wait.
+``max_in_flight`` engine turns at a time (an input's load runs before it takes its slot, its
+save and publish after it gave the slot back). Offsets are committed per partition up to the
+watermark of ``OffsetWatermarks`` after every fetch round, so a slow session holds back only
+its partition's commit, never other sessions' work. Back-pressure is per partition
+(``Backpressure``): only a partition whose unfinished records reach its share of
+``max_buffered_records`` stops being fetched, so one hot conversation never makes the quiet
+ones on other partitions wait.
 
 Bursts. When a session's worker takes a message and more messages of that session already wait
 behind it (``MERGE_BURSTS``, optionally after ``BURST_WINDOW_MS`` of quiet), it takes them too
@@ -92,13 +93,14 @@ _Entry = QueuedInput[TopicPartition, _Input]
 
 
 class _Slot:
-    """One of the ``max_in_flight`` turn slots. Taken after the input's load (the pipeline's
-    ``before_turn``), given back once: when the turn is saved or, at the latest, when the
-    attempt ends. The load before and the publish and mark after are database and broker round
-    trips that need no model call, so they do not hold a slot another session's turn could
-    use. The session's worker still takes its inputs one at a time, load to publish, so a
-    session's order is unchanged; what waits for a slot already loaded is bounded by the
-    sessions with queued inputs (``max_buffered_records``)."""
+    """One of the ``max_in_flight`` turn slots, held for the engine turn alone: taken after the
+    input's load (the pipeline's ``before_turn``), given back when the engine turn returns or
+    raises (``after_turn``) or, at the latest, when the attempt ends. The load before and the
+    save, publish and mark after are database and broker round trips that need no model call,
+    so they do not hold a slot another session's turn could use. The session's worker still
+    takes its inputs one at a time, load to publish, so a session's order is unchanged; what
+    waits loaded for a slot, or for its save, is bounded by the sessions with queued inputs
+    (``max_buffered_records``). A turn rerun after a version conflict takes a slot again."""
 
     def __init__(self, slots: asyncio.Semaphore) -> None:
         self._slots = slots
@@ -452,8 +454,8 @@ class ConsumerService:
                         await self._pipeline.apply(
                             work,
                             may_publish=lambda: self._owns(tp, item.epoch),
-                            on_saved=slot.give_back,
                             before_turn=partial(self._take_slot, slot, tp, item.epoch),
+                            after_turn=slot.give_back,
                         )
                     except TurnFenced:
                         return  # the partition moved while this input waited for a slot

@@ -52,8 +52,8 @@ class Settings(BaseSettings):
     max_in_flight: int = Field(
         64,
         ge=1,
-        description="Turns one consumer runs at once, from the engine turn (its model calls) "
-        "to the save (an input's load runs before it takes one, a saved turn's publish after).",
+        description="Engine turns (their model calls) one consumer runs at once (an input's "
+        "load runs before it takes one, the turn's save and publish after it gave it back).",
     )
     consume_workers: int = Field(
         0,

@@ -148,21 +148,86 @@ async def test_a_turn_costs_a_load_a_save_and_a_mark() -> None:
     assert store.published == {1, 2, 3, 4}
 
 
-async def test_before_turn_is_awaited_once_after_the_load_and_before_the_turn() -> None:
-    """The caller takes its turn slot in ``before_turn``: after the load, before the engine
-    turn, once per input (a version conflict reruns the turn under the same slot)."""
+class Bracket:
+    """``before_turn`` and ``after_turn`` that note what the store and the agent had done at
+    each call, as the consumer's turn slot would be taken and given back."""
+
+    def __init__(self, store: FakeStore, agent: FakeAgent, *, allow: list[bool] | None = None):
+        self.store, self.agent = store, agent
+        self.allow = allow
+        self.seen: list[tuple[str, list[str], int]] = []
+
+    async def before_turn(self) -> bool:
+        self.seen.append(("take", list(self.store.calls), self.agent.calls))
+        return self.allow.pop(0) if self.allow else True
+
+    def after_turn(self) -> None:
+        self.seen.append(("give", list(self.store.calls), self.agent.calls))
+
+
+async def test_the_slot_brackets_the_engine_turn_alone() -> None:
+    """The caller's turn slot is taken after the load and given back as soon as the engine
+    turn returns: the save and the publish run without it."""
+    store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
+    slot = Bracket(store, agent)
+    result = await pipeline(store, agent, producer).apply(
+        work("oi", 1), before_turn=slot.before_turn, after_turn=slot.after_turn
+    )
+    assert result.status == "applied"
+    assert slot.seen == [("take", ["load"], 0), ("give", ["load"], 1)]
+    assert store.calls == ["load", "save_turn", "mark_published"]
+
+
+async def test_a_version_conflict_takes_the_slot_again_for_the_rerun() -> None:
+    """A rerun after a version conflict is another engine turn: it takes a slot again after
+    its reload, and gives it back before its save, like the first."""
     store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
     store.rival_writes = 1
-    seen: list[tuple[list[str], int]] = []
-
-    async def before_turn() -> bool:
-        seen.append((list(store.calls), agent.calls))
-        return True
-
-    result = await pipeline(store, agent, producer).apply(work("oi", 1), before_turn=before_turn)
+    slot = Bracket(store, agent)
+    result = await pipeline(store, agent, producer).apply(
+        work("oi", 1), before_turn=slot.before_turn, after_turn=slot.after_turn
+    )
     assert result.status == "applied" and result.conflicts == 1
-    assert seen == [(["load"], 0)]  # loaded, nothing run yet; awaited once for both runs
-    assert agent.calls == 2
+    assert slot.seen == [
+        ("take", ["load"], 0),
+        ("give", ["load"], 1),
+        ("take", ["load", "save_turn", "load"], 1),
+        ("give", ["load", "save_turn", "load"], 2),
+    ]
+
+
+async def test_a_rerun_fenced_while_it_waited_for_its_slot_saves_nothing() -> None:
+    """If the partition moved while a rerun waited for its slot, the rerun does not run:
+    ``TurnFenced``, the lost first save stays lost, nothing is published."""
+    store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
+    store.rival_writes = 1
+    slot = Bracket(store, agent, allow=[True, False])
+    with pytest.raises(TurnFenced):
+        await pipeline(store, agent, producer).apply(
+            work("oi", 1), before_turn=slot.before_turn, after_turn=slot.after_turn
+        )
+    assert agent.calls == 1
+    assert [kind for kind, *_ in slot.seen] == ["take", "give", "take"]
+    assert store.saves == [] and producer.sent == []
+
+
+async def test_a_turn_that_raises_gives_its_slot_back() -> None:
+    """An engine turn that raises still calls ``after_turn``, once, and saves nothing."""
+    store, producer = FakeStore(), FakeProducer()
+
+    class Broken(FakeAgent):
+        async def turn(self, request: dict[str, Any]) -> dict[str, Any]:
+            self.calls += 1
+            raise RuntimeError("model down")
+
+    agent = Broken()
+    slot = Bracket(store, agent)
+    with pytest.raises(RuntimeError, match="model down"):
+        await pipeline(store, agent, producer).apply(
+            work("oi", 1), before_turn=slot.before_turn, after_turn=slot.after_turn
+        )
+    assert slot.seen == [("take", ["load"], 0), ("give", ["load"], 1)]
+    assert store.saves == []
 
 
 async def test_a_fenced_before_turn_runs_nothing_and_saves_nothing() -> None:

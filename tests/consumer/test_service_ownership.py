@@ -182,23 +182,24 @@ async def test_an_input_loads_before_its_slot_and_a_revoke_does_not_wait_for_it(
     assert consumer.commits == [{TP: 0}]  # its offset was not released: read again
 
 
-class PublishBlockedPipeline:
-    """Saves at once, then waits on ``publish`` for every session but the one in ``free``."""
+class SaveBlockedPipeline:
+    """Runs its turn at once, then waits on ``save`` (standing for the save and the publish)
+    for every session but the one in ``free``."""
 
     def __init__(self, free: str) -> None:
         self.free = free
-        self.publish = asyncio.Event()
-        self.saved: list[str] = []
+        self.save = asyncio.Event()
+        self.turned: list[str] = []
         self.finished: list[str] = []
 
-    async def apply(self, work: Any, *, on_saved: Any, before_turn: Any, **_: object) -> None:
+    async def apply(self, work: Any, *, before_turn: Any, after_turn: Any, **_: object) -> None:
         session_id = work.parsed.session_id
         assert await before_turn()  # the turn slot, as the real pipeline takes it
-        self.saved.append(session_id)
-        on_saved()
-        on_saved()  # a second call must not give a second slot back
+        self.turned.append(session_id)
+        after_turn()
+        after_turn()  # a second call must not give a second slot back
         if session_id != self.free:
-            await self.publish.wait()
+            await self.save.wait()
         self.finished.append(session_id)
 
 
@@ -220,30 +221,31 @@ def queued(service: ConsumerService, session_id: str, offset: int) -> Any:
                               epoch=service._epochs[TP]))
 
 
-async def test_a_saved_turn_gives_its_slot_back_before_its_publish() -> None:
-    """With one slot, a turn whose publish is slow does not hold the next session's turn:
-    the slot is given back (once) when the turn is saved, and the offsets are released only
-    after each turn's publish."""
+async def test_a_turn_gives_its_slot_back_before_its_save() -> None:
+    """With one slot, a turn whose save and publish are slow does not hold the next session's
+    turn: the slot is given back (once) when the engine turn ends, and the offsets are
+    released only after each turn's save and publish."""
     settings = Settings(kafka_bootstrap_servers="127.0.0.1:1",
                         database_url="postgresql://nobody@127.0.0.1:1/x", max_in_flight=1)
     service = ConsumerService(settings, NoAgent())
     service._consumer = FakeConsumer(generation=3)  # type: ignore[assignment]
     service._on_assigned({TP})
-    pipeline = PublishBlockedPipeline(free="s2")
+    pipeline = SaveBlockedPipeline(free="s2")
     service._pipeline = pipeline  # type: ignore[assignment]
     for offset in (0, 1):
         service._marks.track(TP, offset)
     first = asyncio.create_task(service._process(queued(service, "s1", 0)))
     second = asyncio.create_task(service._process(queued(service, "s2", 1)))
     await asyncio.wait_for(second, timeout=5)
-    assert pipeline.finished == ["s2"]  # ran while s1's publish was still waiting
+    assert pipeline.turned == ["s1", "s2"]
+    assert pipeline.finished == ["s2"]  # ran while s1's save was still waiting
     assert not first.done()
-    assert service._marks.committable(TP) == 0  # s1's offset is not released before its publish
-    pipeline.publish.set()
+    assert service._marks.committable(TP) == 0  # s1's offset is not released before its save
+    pipeline.save.set()
     await asyncio.wait_for(first, timeout=5)
     assert pipeline.finished == ["s2", "s1"]
     assert service._marks.committable(TP) == 2
-    # Each attempt gave exactly one slot back, whatever on_saved's calls: one slot is free.
+    # Each attempt gave exactly one slot back, whatever after_turn's calls: one slot is free.
     assert not service._slots.locked()
     await service._slots.acquire()
     assert service._slots.locked()
