@@ -134,7 +134,8 @@ def _request_of(work: TurnWork) -> dict[str, Any]:
 
 class TurnFenced(Exception):
     """``before_turn`` said the input may no longer run (its partition moved while it waited
-    for a turn slot): the turn did not run and nothing was saved or published."""
+    for a turn slot): no turn ran after the wait, and nothing of the input was saved or
+    published (a rerun after a version conflict leaves its lost first attempt unsaved)."""
 
 
 @dataclass(frozen=True)

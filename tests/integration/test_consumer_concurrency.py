@@ -10,6 +10,7 @@ import pytest
 
 from consumer.settings import Settings
 from tests.integration.harness import (
+    RecordingAgent,
     ServiceSetup,
     SetupFactory,
     counting_agent,
@@ -95,25 +96,19 @@ async def test_fetching_pauses_and_resumes_under_back_pressure(service_setup: Se
         assert texts[sid] == [f"{n + 1}:m{n}" for n in range(10)], sid
 
 
-class ConcurrencyAgent:
-    """Wraps an agent and records how many of its turns run at once, at most."""
+class ConcurrencyAgent(RecordingAgent):
+    """A ``RecordingAgent`` that also records how many of its turns run at once, at most."""
 
     def __init__(self, agent: Any) -> None:
-        self._agent = agent
+        super().__init__(agent)
         self.running = 0
         self.most = 0
-        self.turns = 0
-
-    @property
-    def config(self) -> Any:
-        return self._agent.config
 
     async def turn(self, request: dict[str, Any]) -> Any:
         self.running += 1
         self.most = max(self.most, self.running)
-        self.turns += 1
         try:
-            return await self._agent.turn(request)
+            return await super().turn(request)
         finally:
             self.running -= 1
 
@@ -132,5 +127,5 @@ async def test_turns_stay_within_the_slots_while_many_conversations_load_ahead(
     assert set(texts) == set(sessions)
     for sid in sessions:
         assert texts[sid] == [f"{n + 1}:{sid}.m{n}" for n in range(4)], sid
-    assert agent.turns == len(inputs)  # no input ran twice
+    assert len(agent.calls) == len(inputs)  # no input ran twice
     assert 1 < agent.most <= 3  # turns did overlap, never beyond the slots
