@@ -167,6 +167,7 @@ def _new(cls: type[M], values: dict[str, Any]) -> M:
 
 
 _RUN_FIELDS = frozenset(Run.model_fields)
+_RUN_FIELDS_SET = set(_RUN_FIELDS)  # copied, never handed out: each run gets its own set
 _SESSION_FIELDS = frozenset(Session.model_fields)
 
 
@@ -193,32 +194,38 @@ def copy_session(session: Session) -> Session:
 
 
 def _copy(session: Session) -> Session:
-    # One pass, inlined: this runs once per live run on every turn given a Session.
+    # One pass, inlined, its names bound locally: this runs once per live run on every turn
+    # given a Session, and the per-run cost is what a session of many parked runs pays.
     if type(session) is not Session or session.__pydantic_extra__ or session.__pydantic_private__:
         raise _Reshaped
     for at in (session.last_user_at, session.last_assistant_at):
         if at is not None and at.tzinfo is not UTC:
             raise _Reshaped
-    new = object.__new__
-    run_fields = _RUN_FIELDS
-    runs = []
+    new, run_type, utc = object.__new__, Run, UTC
+    set_dict, set_fields, set_extra, set_private = (
+        _SET_DICT, _SET_FIELDS_SET, _SET_EXTRA, _SET_PRIVATE
+    )
+    all_fields = _RUN_FIELDS_SET
+    runs: list[Run] = []
+    append = runs.append
     for run in session.runs:
-        if type(run) is not Run:  # (a Run has no extra or private values to carry over)
+        if type(run) is not run_type:  # (a Run has no extra or private values to carry over)
             raise _Reshaped
         values = run.__dict__.copy()
         waiting = values["waiting"]
-        if values["started_at"].tzinfo is not UTC or (
-            waiting is not None and waiting.at is not None and waiting.at.tzinfo is not UTC
+        if values["started_at"].tzinfo is not utc or (
+            waiting is not None and waiting.at is not None and waiting.at.tzinfo is not utc
         ):
             raise _Reshaped
-        values["input"] = _values(values["input"])
+        given = values["input"]
+        values["input"] = _values(given) if given else {}
         values["asked"] = values["asked"].copy()
-        copied = new(Run)
-        _SET_DICT(copied, values)
-        _SET_FIELDS_SET(copied, set(run_fields))
-        _SET_EXTRA(copied, None)
-        _SET_PRIVATE(copied, None)
-        runs.append(copied)
+        copied = new(run_type)
+        set_dict(copied, values)
+        set_fields(copied, all_fields.copy())
+        set_extra(copied, None)
+        set_private(copied, None)
+        append(copied)
     for claim in session.claims.values():
         if claim.at.tzinfo is not UTC:
             raise _Reshaped
