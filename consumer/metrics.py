@@ -169,6 +169,13 @@ BUILD_INFO = Gauge(
     registry=REGISTRY,
 )
 
+GC_SECONDS = Counter(
+    "turnflow_gc_seconds_total",
+    "Time spent in the garbage collector's collections, by generation (0 youngest, 2 full).",
+    ["generation"],
+    registry=REGISTRY,
+)
+
 # --- scheduler ------------------------------------------------------------------------------
 TIMERS_PENDING = Gauge(
     "turnflow_timers_pending", "Timers stored and not yet fired.", registry=REGISTRY
@@ -199,7 +206,7 @@ SCHEDULE_REFUSED = Counter(
 
 # --- which process serves what, and the label values known in advance ------------------------
 
-_SHARED = (BUILD_INFO,)
+_SHARED = (BUILD_INFO, GC_SECONDS)
 _OUTBOX = (OUTBOX_BACKLOG, OUTBOX_PUBLISHED)
 _CONSUMER = (
     TURNS, LLM_CALLS_PER_TURN, INPUTS_PER_TURN, CUSTOMER_MESSAGES, MESSAGE_TURN_LLM_CALLS,
@@ -245,6 +252,8 @@ def _precreate() -> None:
             MODEL_TOKENS.labels(call=call, direction=direction)
     for action in ("upsert", "replace"):
         TIMERS_SCHEDULED.labels(action=action)
+    for generation in ("0", "1", "2"):
+        GC_SECONDS.labels(generation=generation)
 
 
 _precreate()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import settings
 
+from consumer import heap
 from engine.session import Run
 from engine.state import TurnState
 
@@ -15,6 +19,16 @@ pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.broker"]
 # while a benchmark ran beside the tests. Speed is measured in bench/, not asserted here.
 settings.register_profile("turnflow", deadline=None)
 settings.load_profile("turnflow")
+
+
+@pytest.fixture(autouse=True)
+def _heap_left_as_found() -> Iterator[None]:
+    """A command run in-process (``cli.main(["consume", ...])``) settles the heap as a service
+    process does (``consumer.heap``): frozen, a larger young threshold, timed collections.
+    Undone after the test, so the rest of the session runs with the interpreter's defaults."""
+    yield
+    if gc.get_freeze_count() or heap.is_settled():
+        heap.unsettle()
 
 
 @pytest.fixture(autouse=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from consumer import heap
 from consumer.agents import load_agent
 from consumer.commands.running import EXIT_CONFIG, fail, run_service
 from consumer.errors import AgentImportError
@@ -70,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
             first_port=settings.metrics_port_for("consume"),
         )
     service = ConsumerService(settings, agent, run_relay=not args.no_relay)
+    heap.settle()  # start-up is done: what it built lives as long as the process
     return run_service(service.run, service.stop)
 
 

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import logging
 
-from consumer import metrics
+from consumer import heap, metrics
 from consumer.closing import close_quietly
 from consumer.commands.running import EXIT_CONFIG, fail, run_service
 from consumer.health import start_health_server
@@ -84,4 +84,5 @@ def run(args: argparse.Namespace) -> int:
                 await health.stop()
             log.info("relay stopped")
 
+    heap.settle()
     return run_service(serve, stopping.set)

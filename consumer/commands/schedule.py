@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from consumer import heap
 from consumer.commands.running import EXIT_CONFIG, fail, run_service
 from consumer.logs import configure_logging
 from consumer.scheduler import FiringOptions, SchedulerService
@@ -36,4 +37,5 @@ def run(args: argparse.Namespace) -> int:
         return fail("--batch-size and --max-idle must be positive", EXIT_CONFIG)
     options = FiringOptions(batch_size=args.batch_size, max_idle=args.max_idle)
     service = SchedulerService(settings, options=options)
+    heap.settle()
     return run_service(service.run, service.stop)

@@ -35,7 +35,9 @@ def test_each_process_exports_only_its_own_families_and_no_created_series() -> N
     assert "turnflow_turns_total" in consume and "turnflow_turns_total" not in schedule
     assert "turnflow_timers_pending" in schedule and "turnflow_timers_pending" not in consume
     assert set(relay) <= {"turnflow_outbox_backlog", "turnflow_outbox_published_total",
-                          "turnflow_build_info"}
+                          "turnflow_build_info", "turnflow_gc_seconds_total"}
+    for exported in (consume, schedule, relay):  # every process times its collections
+        assert {s["generation"] for s in exported["turnflow_gc_seconds_total"]} == {"0", "1", "2"}
     for exported in (consume, schedule, relay):
         assert not [name for name in exported if name.endswith("_created")]
 
