@@ -12,8 +12,10 @@ fresh topics and a fresh consumer group, over 1,000 sessions:
 
 The latency runs are compared with the bound ``MAX_IN_FLIGHT / (calls per turn x latency)``;
 the 0 ms run with the store benchmark's save transaction (``store_bench._saves_per_second``, same
-database, same run, as many clients as the consumer's pool). Finally one more 0 ms run under
-pyinstrument says where the consumer's time goes (engine, serialization, database, broker).
+database, same run, as many clients as the consumer's pool), and with the time the consumer's
+garbage collections took over the backlog (its ``turnflow_gc_seconds_total``, one process
+only). Finally one more 0 ms run under pyinstrument says where the consumer's time goes
+(engine, serialization, database, broker, the stand-in model).
 
 ``--history-turns N`` starts every session N turns into its conversation, so each load reads
 and each turn sends a history as long as such a conversation has (by default sessions start
@@ -180,6 +182,9 @@ class RunResult:
     db_cpu_ms_per_turn: float | None = None
     # Log lines that mean a turn did not simply run once (see ConsumerProcess.TROUBLES).
     troubles: dict[str, int] = field(default_factory=dict)
+    # The consumer's time in garbage collections per turn over the backlog (one process only:
+    # read from its turnflow_gc_seconds_total).
+    gc_ms_per_turn: float | None = None
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -439,6 +444,36 @@ SELECT t.*, {entries} FROM (
 """
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def _gc_seconds(port: int | None) -> float | None:
+    """The consumer's ``turnflow_gc_seconds_total`` summed over generations; None without a
+    metrics port or when it does not answer."""
+    if port is None:
+        return None
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        async with httpx.AsyncClient(timeout=5) as client:
+            text = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+    except httpx.HTTPError:
+        return None
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "turnflow_gc_seconds"
+        for sample in family.samples
+        if sample.name == "turnflow_gc_seconds_total"
+    )
+
+
 async def seed_history(url: str, session_ids: list[str], turns: int) -> None:
     """Give every session ``turns`` earlier turns: its state after them and their turn log, so
     each load reads the history a conversation that far along has (2 entries a turn, up to the
@@ -495,6 +530,7 @@ async def run_once(
     processes), each session ``history_turns`` turns into its conversation. The paced phase
     offers ``paced_rate`` inputs a second, else ``PACED_LOAD`` of the backlog's rate."""
     topics = await _topics(servers, partitions)
+    metrics_port = _free_port() if workers == 1 else None
     env = dict(os.environ)
     env.pop("TURNFLOW_CRASH_AT", None)
     env.update(topics)
@@ -506,7 +542,9 @@ async def run_once(
         "AGENT": "e2e_bench:bench_agent",
         LATENCY_ENV: str(latency_ms),
         "MAX_IN_FLIGHT": str(max_in_flight),
-        "METRICS_PORT": "0",
+        # One process serves its metrics, for its garbage collection time; workers none.
+        "METRICS_PORT": str(metrics_port or 0),
+        "METRICS_HOST": "127.0.0.1",
         "CONSUME_WORKERS": str(workers),
         "KAFKA_IDEMPOTENT_PRODUCER": "false" if servers.embedded_broker else "true",
         # One turn per input: the figures are per input, and each input's reply is awaited.
@@ -530,11 +568,14 @@ async def run_once(
         backlog = await producer.send(inputs)
         await consumer.start()
         cpu_before = _cpu_seconds(consumer.pid)
+        gc_before = await _gc_seconds(metrics_port)
         db_before = _database_cpu_seconds(servers.database_url)
         # Generous bound: the model alone needs inputs x calls x latency / max_in_flight.
         within = 60 + inputs * 2 * latency_ms / 1000 / max_in_flight * 3
         await replies.until(backlog, within=within)
         cpu = _cpu_seconds(consumer.pid) - cpu_before
+        gc_after = await _gc_seconds(metrics_port)
+        gc = None if gc_before is None or gc_after is None else gc_after - gc_before
         db_after = _database_cpu_seconds(servers.database_url)
         db_cpu = None if db_before is None or db_after is None else db_after - db_before
         stamps = [replies.first_reply_ms[i] for i in backlog]
@@ -556,6 +597,7 @@ async def run_once(
         paced_inputs=len(paced), p50_ms=_percentile(latencies, 0.50),
         p95_ms=_percentile(latencies, 0.95), p99_ms=_percentile(latencies, 0.99),
         workers=workers, history_turns=history_turns, troubles=dict(consumer.troubles),
+        gc_ms_per_turn=None if gc is None else gc * 1000 / len(backlog),
     )
 
 
@@ -754,7 +796,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"  0 ms, {r.partitions} partition(s){long}: {r.turns_per_s:.0f} turns/s = "
                   f"{r.turns_per_s / saves:.2f} x the save rate; CPU per turn "
                   f"{r.cpu_ms_per_turn:.2f} ms = {r.cpu_ms_per_turn / save_cpu_ms:.1f} x the "
-                  "save's client CPU")
+                  "save's client CPU" + ("" if r.gc_ms_per_turn is None else
+                  f", {r.gc_ms_per_turn:.3f} ms of it in garbage collections"))
     if any(r.db_cpu_ms_per_turn is not None for r in results):
         print("the database server's CPU per turn over the same backlog (PostgreSQL on this "
               "host):")

@@ -6,7 +6,7 @@ enough objects have been promoted into the oldest generation since the last one.
 holds about 90,000 objects from start-up (modules, pydantic schemas, the agent's flows) that
 never become garbage, and a backlog keeps each turn's objects alive long enough to be promoted,
 so with the interpreter's defaults a full collection came every few hundred turns and took
-50-60 ms: about a fifth of the consumer's CPU at 0 ms model latency (bench/README.md, "The
+50-70 ms: about a fifth of the consumer's CPU at 0 ms model latency (bench/README.md, "The
 garbage collector"). ``settle`` changes two things, once start-up is done:
 
 - what exists then is collected once and frozen (``gc.freeze``): moved to a permanent
