@@ -444,14 +444,6 @@ SELECT t.*, {entries} FROM (
 """
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 async def _gc_seconds(port: int | None) -> float | None:
     """The consumer's ``turnflow_gc_seconds_total`` summed over generations; None without a
     metrics port or when it does not answer."""
@@ -530,7 +522,9 @@ async def run_once(
     processes), each session ``history_turns`` turns into its conversation. The paced phase
     offers ``paced_rate`` inputs a second, else ``PACED_LOAD`` of the backlog's rate."""
     topics = await _topics(servers, partitions)
-    metrics_port = _free_port() if workers == 1 else None
+    from consumer.embedded_broker import free_port
+
+    metrics_port = free_port() if workers == 1 else None
     env = dict(os.environ)
     env.pop("TURNFLOW_CRASH_AT", None)
     env.update(topics)

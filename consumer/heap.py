@@ -35,6 +35,8 @@ YOUNG_THRESHOLD = 10_000
 """Allocations (net of frees) between two collections of the youngest generation."""
 
 _started: list[float] = []
+# The young threshold ``settle`` replaced, for ``unsettle`` to put back.
+_replaced: list[int] = []
 # Each generation's series, looked up once: the callback runs inside a collection, where it
 # should only add a number (no label lookup, no lock but the value's own).
 _SERIES = {g: metrics.GC_SECONDS.labels(generation=str(g)) for g in range(3)}
@@ -58,6 +60,7 @@ def settle() -> None:
     gc.freeze()
     young, middle, old = gc.get_threshold()
     if young and young < YOUNG_THRESHOLD:  # 0 means the collector is off: leave it so
+        _replaced.append(young)
         gc.set_threshold(YOUNG_THRESHOLD, middle, old)
     if _timed not in gc.callbacks:
         gc.callbacks.append(_timed)
@@ -69,12 +72,13 @@ def is_settled() -> bool:
 
 
 def unsettle() -> None:
-    """Undo ``settle`` (for tests and embedders): unfreeze, the interpreter's default young
-    threshold, no timing."""
+    """Undo ``settle`` (for tests and embedders): unfreeze, the young threshold it replaced,
+    no timing."""
     gc.unfreeze()
     young, middle, old = gc.get_threshold()
-    if young == YOUNG_THRESHOLD:
-        gc.set_threshold(700, middle, old)
+    if _replaced and young == YOUNG_THRESHOLD:
+        gc.set_threshold(_replaced[0], middle, old)
+    _replaced.clear()
     while _timed in gc.callbacks:
         gc.callbacks.remove(_timed)
     _started.clear()
