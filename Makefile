@@ -6,7 +6,7 @@ RUN_STAMP := $(VENV)/.installed-run
 STAMP  := $(VENV)/.installed
 
 .PHONY: install test lint unit run run-local-model test-real-model prometheus bench bench-engine bench-store \
-	bench-e2e bench-hot-session bench-replay bench-bursts bench-load clean
+	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -86,6 +86,10 @@ bench-hot-session: $(STAMP)
 # Bursts of 3 messages at 200 ms model latency: merging off and on, side by side.
 bench-bursts: $(STAMP)
 	$(BIN)/python bench/burst_bench.py $(ARGS)
+
+# The outbox's wait for a turn's two acks: one by one against asyncio.gather.
+bench-acks: $(STAMP)
+	$(BIN)/python bench/acks_bench.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage

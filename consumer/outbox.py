@@ -240,7 +240,7 @@ class OutboxPublisher:
                     aside.append((row_id, row, exc))
                     continue
                 acks.append((row_id, row, ack))
-            outcomes = await asyncio.gather(*(a for _, _, a in acks), return_exceptions=True)
+            outcomes = await _settled([a for _, _, a in acks])
         except KafkaError as exc:
             raise PublishError(f"publish failed: {type(exc).__name__}") from exc
         failed: BaseException | None = None
@@ -273,6 +273,33 @@ class OutboxPublisher:
             extra={"reason": reason, "topic": row.topic, "kept_id": kept,
                    "error": type(error).__name__},
         )
+
+
+async def _settled(futures: list[asyncio.Future[Any]]) -> list[Any]:
+    """Each future's result, or the exception it ended with, in order: what
+    ``asyncio.gather(*futures, return_exceptions=True)`` gives, awaited one by one.
+
+    A turn's acks nearly always come in one produce response, so once the first is done the
+    rest are too and awaiting them does not suspend; gather would add an outer future and a
+    scheduled callback per ack, a few microseconds a turn (``bench/README.md``, "The acks
+    awaited one by one"). As with gather, an ack the producer cancelled counts as its
+    ``CancelledError``, and cancelling the awaiting task cancels the acks still pending and
+    raises."""
+    outcomes: list[Any] = []
+    for index, future in enumerate(futures):
+        try:
+            outcomes.append(await future)
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if future.cancelled() and not (task is not None and task.cancelling()):
+                outcomes.append(exc)  # the producer cancelled this ack, not us
+                continue
+            for pending in futures[index + 1 :]:
+                pending.cancel()
+            raise
+        except Exception as exc:
+            outcomes.append(exc)
+    return outcomes
 
 
 class OutboxRelay:

@@ -10,7 +10,13 @@ import pytest
 from aiokafka.errors import KafkaTimeoutError
 
 from consumer.errors import PublishError
-from consumer.outbox import OutboxPublisher, OutboxRelay, PublishedMarks, encode_payload
+from consumer.outbox import (
+    OutboxPublisher,
+    OutboxRelay,
+    PublishedMarks,
+    _settled,
+    encode_payload,
+)
 from tests.consumer.fakes import FakeProducer, FakeStore
 
 OLD = datetime.now(UTC) - timedelta(minutes=5)
@@ -113,3 +119,79 @@ async def test_a_failed_mark_fails_every_turn_that_shared_it() -> None:
     marks = PublishedMarks(FailingMarks())  # type: ignore[arg-type]
     results = await asyncio.gather(marks.mark([1]), marks.mark([2]), return_exceptions=True)
     assert all(isinstance(r, ConnectionError) for r in results)
+
+
+# -- the acks of one send, awaited one by one ----------------------------------------------------
+
+
+def _ended(loop: asyncio.AbstractEventLoop, how: str) -> asyncio.Future[object]:
+    future: asyncio.Future[object] = loop.create_future()
+    if how == "ok":
+        future.set_result(how)
+    elif how == "error":
+        future.set_exception(KafkaTimeoutError())
+    elif how == "cancelled":
+        future.cancel()
+    return future
+
+
+@pytest.mark.parametrize(
+    "hows",
+    [[], ["ok"], ["ok", "ok"], ["error", "ok"], ["ok", "cancelled", "error"],
+     ["cancelled", "cancelled"], ["later", "ok", "later"], ["later", "error"]],
+)
+async def test_settled_gives_what_gather_with_exceptions_gives(hows: list[str]) -> None:
+    """Results and exceptions in order, an ack the producer cancelled as its CancelledError,
+    acks that end later awaited: the same list ``gather(return_exceptions=True)`` returns."""
+    loop = asyncio.get_running_loop()
+
+    def acks() -> list[asyncio.Future[object]]:
+        futures = [_ended(loop, how) for how in hows]
+        for future in futures:
+            if not future.done():
+                loop.call_later(0.01, future.set_result, "late")
+        return futures
+
+    ours = await _settled(acks())
+    theirs = await asyncio.gather(*acks(), return_exceptions=True)
+    assert [(type(o), o if not isinstance(o, BaseException) else None) for o in ours] == [
+        (type(t), t if not isinstance(t, BaseException) else None) for t in theirs
+    ]
+
+
+async def test_cancelling_the_send_cancels_the_acks_still_pending() -> None:
+    """The awaiting turn cancelled (a revoke, a shutdown) stops waiting and cancels every ack
+    not yet in, as gather does; an ack already in keeps its result."""
+    loop = asyncio.get_running_loop()
+    first: asyncio.Future[object] = loop.create_future()
+    second: asyncio.Future[object] = loop.create_future()
+    done = _ended(loop, "ok")
+    waiting = asyncio.create_task(_settled([done, first, second]))
+    await asyncio.sleep(0)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert first.cancelled() and second.cancelled()
+    assert done.result() == "ok"
+
+
+async def test_a_failed_ack_beside_a_good_one_fails_the_send() -> None:
+    """One ack failing for a reason a retry may fix makes the send raise PublishError, the
+    good one counted published; nothing is marked by the caller."""
+
+    class OneFailing(FakeProducer):
+        async def send(self, topic: str, value: bytes, key: bytes | None = None,
+                       headers: list[tuple[str, bytes]] | None = None) -> object:
+            future = await super().send(topic, value, key=key, headers=headers)
+            if len(self.sent) == 2:
+                failed: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+                failed.set_exception(KafkaTimeoutError())
+                return failed
+            return future
+
+    store = FakeStore()
+    store.add_row("a", "m", {"text": "a1"})
+    store.add_row("a", "m", {"text": "a2"})
+    with pytest.raises(PublishError):
+        await OutboxPublisher(store, OneFailing()).flush_session("a")  # type: ignore[arg-type]
+    assert await store.outbox_backlog() == 2
