@@ -6,7 +6,7 @@ RUN_STAMP := $(VENV)/.installed-run
 STAMP  := $(VENV)/.installed
 
 .PHONY: install test lint unit run run-local-model test-real-model prometheus bench bench-engine bench-store \
-	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks clean
+	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks bench-pipeline clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -90,6 +90,10 @@ bench-bursts: $(STAMP)
 # The outbox's wait for a turn's two acks: one by one against asyncio.gather.
 bench-acks: $(STAMP)
 	$(BIN)/python bench/acks_bench.py $(ARGS)
+
+# The consumer's own path per turn, part by part, against in-memory doubles.
+bench-pipeline: $(STAMP)
+	$(BIN)/python bench/pipeline_bench.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage
