@@ -34,7 +34,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -110,11 +110,6 @@ async def _round(agent: Any, sessions: int) -> float:
 
 
 @contextmanager
-def _as_is() -> Iterator[None]:
-    yield
-
-
-@contextmanager
 def _no_turn_line() -> Iterator[None]:
     logger = logging.getLogger("turnflow")
     level = logger.level
@@ -142,10 +137,10 @@ async def _measure(sessions: int, rounds: int) -> dict[str, list[float]]:
     await _round(keeping, sessions)  # warm-up, and the results the canned agent gives back
     canned = _Canned(keeping.results)
     ways: dict[str, tuple[Any, Callable[[], Any]]] = {
-        "whole path": (agent, _as_is),
+        "whole path": (agent, nullcontext),
         "no turn log line": (agent, _no_turn_line),
         "no per-turn metrics": (agent, _no_metrics),
-        "engine turn canned": (canned, _as_is),
+        "engine turn canned": (canned, nullcontext),
     }
     taken: dict[str, list[float]] = {name: [] for name in ways}
     for _ in range(rounds):
