@@ -10,12 +10,16 @@ fresh topics and a fresh consumer group, over 1,000 sessions:
    timestamp (both set by the producers when they send, on this machine), p50/p95/p99 over
    every input of the phase.
 
-The latency runs are compared with the bound ``MAX_IN_FLIGHT / (calls per turn x latency)``;
-the 0 ms run with the store benchmark's save transaction (``store_bench._saves_per_second``, same
-database, same run, as many clients as the consumer's pool), and with the time the consumer's
-garbage collections took over the backlog (its ``turnflow_gc_seconds_total``, one process
-only). Finally one more 0 ms run under pyinstrument says where the consumer's time goes
-(engine, serialization, database, broker, the stand-in model).
+The latency runs are compared with the bound ``MAX_IN_FLIGHT / (calls per turn x latency)``.
+Each one-process 0 ms run is compared with the store benchmark's save transaction
+(``store_bench._saves_per_second``, same database, as many clients as the consumer's pool),
+measured for ``SAVE_WINDOW_S`` right before and right after that run (a window between two
+such runs serves both): on a host whose speed swings between minutes, a ratio of a run at the
+start to a save measured after every other run would say more about the host than about the
+consumer. Each is also given the time the consumer's garbage collections took over the backlog
+(its ``turnflow_gc_seconds_total``, one process only). Finally one more 0 ms run under
+pyinstrument says where the consumer's time goes (engine, serialization, database, broker, the
+stand-in model).
 
 ``--history-turns N`` starts every session N turns into its conversation, so each load reads
 and each turn sends a history as long as such a conversation has (by default sessions start
@@ -55,6 +59,7 @@ if str(BENCH_DIR) not in sys.path:  # store_bench, and this module as the consum
 
 LATENCY_ENV = "BENCH_MODEL_LATENCY_MS"
 PACED_LOAD = 0.7  # offered rate of the paced phase, as a share of the backlog rate
+SAVE_WINDOW_S = 4.0  # each measurement of the save transaction beside a 0 ms run
 
 
 # -- the agent the consumer process runs --------------------------------------------------------
@@ -667,6 +672,23 @@ def _store_saves_per_second(url: str, clients: int, seconds: float) -> tuple[flo
     return saves, cpu_ms
 
 
+@dataclass(frozen=True)
+class SaveBaseline:
+    """The save transaction measured either side of one run: saves/s and client CPU ms per
+    save, each the mean of the two windows."""
+
+    before: tuple[float, float]
+    after: tuple[float, float]
+
+    @property
+    def saves_per_s(self) -> float:
+        return (self.before[0] + self.after[0]) / 2
+
+    @property
+    def cpu_ms(self) -> float:
+        return (self.before[1] + self.after[1]) / 2
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="fewer sessions and inputs (200 sessions, 400 inputs, 4 s paced)")
@@ -723,8 +745,24 @@ def run(args: argparse.Namespace) -> int:
               f"model calls per turn: {per_turn:g}; KAFKA_FETCH_MAX_WAIT_MS="
               f"{_fetch_wait_shown(args.fetch_max_wait_ms, servers)}", flush=True)
 
-        def measured(label: str, **given: Any) -> None:
-            """One run with the arguments' settings, ``given`` changed; its result kept."""
+        windows: list[tuple[float, float]] = []
+        baselines: dict[int, SaveBaseline] = {}  # by index in results
+        # The window measured right after the last run, while no other run came since: the
+        # next compared run takes it as its "before" instead of measuring again.
+        fresh: tuple[float, float] | None = None
+
+        def save_window() -> tuple[float, float]:
+            nonlocal fresh
+            fresh = _store_saves_per_second(servers.database_url, pool, SAVE_WINDOW_S)
+            windows.append(fresh)
+            return fresh
+
+        def measured(label: str, *, beside_saves: bool = False, **given: Any) -> None:
+            """One run with the arguments' settings, ``given`` changed; its result kept. With
+            ``beside_saves``, the save transaction is measured right before and after it."""
+            nonlocal fresh
+            before = (fresh or save_window()) if beside_saves else None
+            fresh = None
             settings: dict[str, Any] = {
                 "latency_ms": 0, "partitions": max(partition_counts),
                 "sessions": args.sessions, "inputs": args.inputs,
@@ -734,19 +772,22 @@ def run(args: argparse.Namespace) -> int:
             } | given
             result = asyncio.run(run_once(servers, **settings))
             results.append(result)
+            if before is not None:
+                baselines[len(results) - 1] = SaveBaseline(before, save_window())
             print(f"  done: {label}, {result.turns_per_s:.0f} turns/s", flush=True)
 
         for latency in latencies:
             for partitions in partition_counts:
-                measured(f"{latency} ms, {partitions} partitions",
+                measured(f"{latency} ms, {partitions} partitions", beside_saves=latency == 0,
                          latency_ms=latency, partitions=partitions)
         if args.processes > 1 and 0 in latencies:
             measured(f"0 ms, {max(partition_counts)} partitions, {args.processes} processes",
                      workers=args.processes)
         if args.long_turns > 0 and args.long_turns != args.history_turns and 0 in latencies:
             measured(f"0 ms, {max(partition_counts)} partitions, sessions {args.long_turns} "
-                     "turns in", history_turns=args.long_turns)
-        saves, save_cpu_ms = _store_saves_per_second(servers.database_url, pool, 5.0)
+                     "turns in", beside_saves=True, history_turns=args.long_turns)
+        if not windows:  # no 0 ms run to compare: the save transaction alone, once
+            save_window()
         profile: Counter[str] | None = None
         if not args.no_profile:
             profile_file = args.profile_out or (
@@ -780,18 +821,26 @@ def run(args: argparse.Namespace) -> int:
             print(f"  NOTE {r.latency_ms} ms, {r.partitions} partitions, {r.workers} "
                   f"process(es): not every turn ran once: {told}")
     print()
-    print(f"store save transaction alone ({pool} clients, one process): {saves:.0f} saves/s, "
-          f"{save_cpu_ms:.2f} ms client CPU per save")
-    for r in results:
-        if r.latency_ms == 0 and r.workers == 1:
-            long = "" if r.history_turns == args.history_turns else (
-                f", sessions {r.history_turns} turns in"
-            )
-            print(f"  0 ms, {r.partitions} partition(s){long}: {r.turns_per_s:.0f} turns/s = "
-                  f"{r.turns_per_s / saves:.2f} x the save rate; CPU per turn "
-                  f"{r.cpu_ms_per_turn:.2f} ms = {r.cpu_ms_per_turn / save_cpu_ms:.1f} x the "
-                  "save's client CPU" + ("" if r.gc_ms_per_turn is None else
-                  f", {r.gc_ms_per_turn:.3f} ms of it in garbage collections"))
+    rates = [w[0] for w in windows]
+    cpus = [w[1] for w in windows]
+    print(f"store save transaction alone ({pool} clients, one process, {len(windows)} window(s) "
+          f"of {SAVE_WINDOW_S:g} s): {min(rates):.0f}-{max(rates):.0f} saves/s, "
+          f"{min(cpus):.2f}-{max(cpus):.2f} ms client CPU per save")
+    if baselines:
+        print("  each 0 ms run against the mean of the windows right before and after it:")
+    for index, r in enumerate(results):
+        base = baselines.get(index)
+        if base is None:
+            continue
+        long = "" if r.history_turns == args.history_turns else (
+            f", sessions {r.history_turns} turns in"
+        )
+        print(f"  0 ms, {r.partitions} partition(s){long}: {r.turns_per_s:.0f} turns/s = "
+              f"{r.turns_per_s / base.saves_per_s:.2f} x the save rate "
+              f"({base.saves_per_s:.0f} saves/s); CPU per turn {r.cpu_ms_per_turn:.2f} ms = "
+              f"{r.cpu_ms_per_turn / base.cpu_ms:.1f} x the save's client CPU "
+              f"({base.cpu_ms:.2f} ms)" + ("" if r.gc_ms_per_turn is None else
+              f", {r.gc_ms_per_turn:.3f} ms of it in garbage collections"))
     if any(r.db_cpu_ms_per_turn is not None for r in results):
         print("the database server's CPU per turn over the same backlog (PostgreSQL on this "
               "host):")

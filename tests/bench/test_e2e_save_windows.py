@@ -1,0 +1,126 @@
+"""The end-to-end benchmark compares each one-process 0 ms run with the save transaction
+measured right before and right after that run, not once after every other run: on a host
+whose speed swings between minutes, only figures taken side by side make a ratio.
+
+``run`` is driven here with its servers, its runs and its save measurements replaced by
+recorders, so what is checked is where the save windows fall among the runs and which windows
+each printed ratio uses."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from contextlib import ExitStack
+from typing import Any
+
+import pytest
+
+from bench import e2e_bench
+from bench.e2e_bench import RunResult, SaveBaseline, Servers
+
+
+class _Recorder:
+    """Stands in for the servers, the runs and the save windows; logs the order of events.
+
+    Window k measures (1000 * (k + 1)) saves/s at (0.1 * (k + 1)) ms client CPU per save, and
+    every run gives 600 turns/s at 0.6 ms, so each printed ratio names its windows."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.windows = 0
+
+    def saves(self, url: str, clients: int, seconds: float) -> tuple[float, float]:
+        assert seconds == e2e_bench.SAVE_WINDOW_S
+        self.windows += 1
+        self.events.append(f"window {self.windows}")
+        return 1000.0 * self.windows, 0.1 * self.windows
+
+    async def run_once(self, servers: Servers, **settings: Any) -> RunResult:
+        latency, workers = settings["latency_ms"], settings.get("workers", 1)
+        history = settings.get("history_turns", 0)
+        self.events.append(
+            f"run {latency} ms {settings['partitions']} parts {workers} procs {history} hist"
+        )
+        return RunResult(
+            latency_ms=latency, partitions=settings["partitions"], inputs=10,
+            turns_per_s=600.0, cpu_ms_per_turn=0.6, paced_rate=1.0, paced_inputs=1,
+            p50_ms=1.0, p95_ms=1.0, p99_ms=1.0, workers=workers, history_turns=history,
+        )
+
+
+@pytest.fixture
+def recorder(monkeypatch: pytest.MonkeyPatch) -> _Recorder:
+    recorder = _Recorder()
+
+    async def one_call() -> float:
+        return 1.0
+
+    def servers(stack: ExitStack) -> Servers:
+        return Servers("postgresql://nowhere/x", "nowhere:9092", "stand-ins", False)
+
+    monkeypatch.setattr(e2e_bench, "_servers", servers)
+    monkeypatch.setattr(e2e_bench, "calls_per_turn", one_call)
+    monkeypatch.setattr(e2e_bench, "_store_saves_per_second", recorder.saves)
+    monkeypatch.setattr(e2e_bench, "run_once", recorder.run_once)
+    return recorder
+
+
+def _args(**given: Any) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    e2e_bench.add_arguments(parser)
+    args = parser.parse_args(["--no-profile"])
+    for name, value in given.items():
+        setattr(args, name, value)
+    return args
+
+
+def test_each_0_ms_run_has_a_save_window_right_before_and_after(
+    recorder: _Recorder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert e2e_bench.run(_args()) == 0
+    assert recorder.events == [
+        "window 1",
+        "run 0 ms 1 parts 1 procs 0 hist",
+        "window 2",  # after the first 0 ms run and before the second: both use it
+        "run 0 ms 8 parts 1 procs 0 hist",
+        "window 3",
+        "run 200 ms 1 parts 1 procs 0 hist",
+        "run 200 ms 8 parts 1 procs 0 hist",
+        "run 1000 ms 1 parts 1 procs 0 hist",
+        "run 1000 ms 8 parts 1 procs 0 hist",
+        "run 0 ms 8 parts 2 procs 0 hist",  # compared with one process, not with the save
+        "window 4",  # other runs came since window 3: measured again
+        "run 0 ms 8 parts 1 procs 25 hist",
+        "window 5",
+    ]
+    out = capsys.readouterr().out
+    assert "5 window(s) of 4 s): 1000-5000 saves/s, 0.10-0.50 ms client CPU per save" in out
+    # The mean of each run's own two windows: (1000 + 2000) / 2, (2000 + 3000) / 2, ...
+    ratios = re.findall(
+        r"0 ms, (\d) partition\(s\)([^:]*): 600 turns/s = ([\d.]+) x the save rate "
+        r"\((\d+) saves/s\); CPU per turn 0.60 ms = ([\d.]+) x the save's client CPU "
+        r"\(([\d.]+) ms\)",
+        out,
+    )
+    assert ratios == [
+        ("1", "", "0.40", "1500", "4.0", "0.15"),
+        ("8", "", "0.24", "2500", "2.4", "0.25"),
+        ("8", ", sessions 25 turns in", "0.13", "4500", "1.3", "0.45"),
+    ]
+
+
+def test_without_a_0_ms_run_the_save_is_measured_once(
+    recorder: _Recorder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert e2e_bench.run(_args(latencies="200", partitions="1")) == 0
+    assert recorder.events == ["run 200 ms 1 parts 1 procs 0 hist", "window 1"]
+    out = capsys.readouterr().out
+    assert "1 window(s) of 4 s): 1000-1000 saves/s" in out
+    assert "x the save rate" not in out  # no 0 ms run, nothing to compare
+
+
+def test_a_baseline_is_the_mean_of_its_two_windows() -> None:
+    base = SaveBaseline(before=(2000.0, 0.2), after=(3000.0, 0.4))
+    assert base.saves_per_s == 2500.0
+    assert base.cpu_ms == pytest.approx(0.3)
+
