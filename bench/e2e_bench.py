@@ -16,10 +16,11 @@ Each one-process 0 ms run is compared with the store benchmark's save transactio
 measured for ``SAVE_WINDOW_S`` right before and right after that run (a window between two
 such runs serves both): on a host whose speed swings between minutes, a ratio of a run at the
 start to a save measured after every other run would say more about the host than about the
-consumer. Each is also given the time the consumer's garbage collections took over the backlog
-(its ``turnflow_gc_seconds_total``, one process only). Finally one more 0 ms run under
-pyinstrument says where the consumer's time goes (engine, serialization, database, broker, the
-stand-in model).
+consumer. ``--repeat N`` runs those 0 ms rows N times, alternating partition counts, and adds
+the spread and median of their ratios. Each is also given the time the consumer's garbage
+collections took over the backlog (its ``turnflow_gc_seconds_total``, one process only).
+Finally one more 0 ms run under pyinstrument says where the consumer's time goes (engine,
+serialization, database, broker, the stand-in model).
 
 ``--history-turns N`` starts every session N turns into its conversation, so each load reads
 and each turn sends a history as long as such a conversation has (by default sessions start
@@ -41,6 +42,7 @@ import asyncio
 import json
 import os
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -689,6 +691,33 @@ class SaveBaseline:
         return (self.before[1] + self.after[1]) / 2
 
 
+def repeated_summary(
+    results: list[RunResult], baselines: dict[int, SaveBaseline], history_turns: int
+) -> list[str]:
+    """For each partition count with more than one 0 ms run beside its save windows (at the
+    run's own ``history_turns``): the spread and median of the runs' ratios to the save."""
+    by_partitions: dict[int, list[tuple[float, float]]] = {}
+    for index, base in baselines.items():
+        r = results[index]
+        if r.history_turns == history_turns:
+            by_partitions.setdefault(r.partitions, []).append(
+                (r.cpu_ms_per_turn / base.cpu_ms, r.turns_per_s / base.saves_per_s)
+            )
+    lines = []
+    for partitions, ratios in by_partitions.items():
+        if len(ratios) < 2:
+            continue
+        cpu = sorted(c for c, _ in ratios)
+        rate = sorted(t for _, t in ratios)
+        lines.append(
+            f"  0 ms, {partitions} partition(s), {len(ratios)} runs: CPU per turn "
+            f"{cpu[0]:.1f}-{cpu[-1]:.1f} x the save's client CPU (median "
+            f"{statistics.median(cpu):.2f}), {rate[0]:.2f}-{rate[-1]:.2f} x the save rate "
+            f"(median {statistics.median(rate):.2f})"
+        )
+    return lines
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="fewer sessions and inputs (200 sessions, 400 inputs, 4 s paced)")
@@ -718,6 +747,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one more 0 ms row (most partitions, one process) with every "
                         "session this many turns into its conversation; 0 skips it "
                         "(default 25: 50 history entries, the consumer's HISTORY_LIMIT)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="one-process 0 ms runs per partition count, interleaved, each "
+                        "beside its own save windows; with more than one, the spread and "
+                        "median of their ratios to the save are printed (default 1)")
     parser.add_argument("--fetch-max-wait-ms", type=int, default=None,
                         help="the consumer's KAFKA_FETCH_MAX_WAIT_MS (default: 10 on the "
                         "embedded broker, else the environment's or the setting's default)")
@@ -732,6 +765,8 @@ def _fetch_wait_shown(given: int | None, servers: Servers) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.quick:
         args.sessions, args.inputs, args.paced_seconds = 200, 400, 4.0
+    if args.repeat < 1:
+        raise SystemExit(f"--repeat must be at least 1, got {args.repeat}")
     latencies = [int(x) for x in args.latencies.split(",")]
     partition_counts = [int(x) for x in args.partitions.split(",")]
     per_turn = asyncio.run(calls_per_turn())
@@ -777,9 +812,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"  done: {label}, {result.turns_per_s:.0f} turns/s", flush=True)
 
         for latency in latencies:
-            for partitions in partition_counts:
-                measured(f"{latency} ms, {partitions} partitions", beside_saves=latency == 0,
-                         latency_ms=latency, partitions=partitions)
+            # The 0 ms rows are the ones compared with the save; repeated, they alternate
+            # between partition counts so that each count sees the same minutes of the host.
+            for _ in range(args.repeat if latency == 0 else 1):
+                for partitions in partition_counts:
+                    measured(f"{latency} ms, {partitions} partitions", beside_saves=latency == 0,
+                             latency_ms=latency, partitions=partitions)
         if args.processes > 1 and 0 in latencies:
             measured(f"0 ms, {max(partition_counts)} partitions, {args.processes} processes",
                      workers=args.processes)
@@ -841,6 +879,8 @@ def run(args: argparse.Namespace) -> int:
               f"{r.cpu_ms_per_turn / base.cpu_ms:.1f} x the save's client CPU "
               f"({base.cpu_ms:.2f} ms)" + ("" if r.gc_ms_per_turn is None else
               f", {r.gc_ms_per_turn:.3f} ms of it in garbage collections"))
+    for line in repeated_summary(results, baselines, args.history_turns):
+        print(line)
     if any(r.db_cpu_ms_per_turn is not None for r in results):
         print("the database server's CPU per turn over the same backlog (PostgreSQL on this "
               "host):")

@@ -124,3 +124,42 @@ def test_a_baseline_is_the_mean_of_its_two_windows() -> None:
     assert base.saves_per_s == 2500.0
     assert base.cpu_ms == pytest.approx(0.3)
 
+
+
+def test_repeated_0_ms_runs_alternate_and_give_their_spread_and_median(
+    recorder: _Recorder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = _args(latencies="0,200", partitions="1,8", repeat=2, processes=0, long_turns=0)
+    assert e2e_bench.run(args) == 0
+    assert recorder.events == [
+        "window 1",
+        "run 0 ms 1 parts 1 procs 0 hist",
+        "window 2",
+        "run 0 ms 8 parts 1 procs 0 hist",
+        "window 3",
+        "run 0 ms 1 parts 1 procs 0 hist",
+        "window 4",
+        "run 0 ms 8 parts 1 procs 0 hist",
+        "window 5",
+        "run 200 ms 1 parts 1 procs 0 hist",  # the latency rows are not repeated
+        "run 200 ms 8 parts 1 procs 0 hist",
+    ]
+    out = capsys.readouterr().out
+    # One partition: runs beside windows 1-2 and 3-4, CPU 0.6 / 0.15 and 0.6 / 0.35 ms.
+    assert ("0 ms, 1 partition(s), 2 runs: CPU per turn 1.7-4.0 x the save's client CPU "
+            "(median 2.86), 0.17-0.40 x the save rate (median 0.29)") in out
+    assert ("0 ms, 8 partition(s), 2 runs: CPU per turn 1.3-2.4 x the save's client CPU "
+            "(median 1.87), 0.13-0.24 x the save rate (median 0.19)") in out
+
+
+def test_a_single_run_per_partition_count_gives_no_spread(
+    recorder: _Recorder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert e2e_bench.run(_args(latencies="0", partitions="1,8", processes=0)) == 0
+    assert " runs: CPU per turn" not in capsys.readouterr().out
+
+
+def test_repeat_must_be_at_least_one(recorder: _Recorder) -> None:
+    with pytest.raises(SystemExit, match="--repeat must be at least 1, got 0"):
+        e2e_bench.run(_args(repeat=0))
+    assert recorder.events == []
