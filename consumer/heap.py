@@ -14,8 +14,8 @@ garbage collector"). ``settle`` changes two things, once start-up is done:
 - the youngest generation is collected after ``YOUNG_THRESHOLD`` allocations (net of frees)
   instead of 700. A turn's objects are freed by reference counting, so the young generation
   grows only by what outlives the turns (a few objects a turn): at 50,000 a consumer under load
-  collects it once every few thousand turns, 8-16 ms a pass, and the middle generation's passes
-  (11-33 ms each at 10,000) no longer come at all.
+  collects it once every few thousand turns, 8-16 ms a pass, and the middle generation (every
+  tenth young pass; 11-33 ms a pass at 10,000, several a minute) once every tens of thousands.
 
 Cycles are still collected: frozen objects are only those alive at start-up, and everything
 allocated later goes through the generations as before.
