@@ -690,6 +690,10 @@ class SaveBaseline:
     def cpu_ms(self) -> float:
         return (self.before[1] + self.after[1]) / 2
 
+    def ratios(self, run: RunResult) -> tuple[float, float]:
+        """``run``'s CPU per turn over the save's client CPU, and its turns/s over the saves/s."""
+        return run.cpu_ms_per_turn / self.cpu_ms, run.turns_per_s / self.saves_per_s
+
 
 def repeated_summary(
     results: list[RunResult], baselines: dict[int, SaveBaseline], history_turns: int
@@ -700,9 +704,7 @@ def repeated_summary(
     for index, base in baselines.items():
         r = results[index]
         if r.history_turns == history_turns:
-            by_partitions.setdefault(r.partitions, []).append(
-                (r.cpu_ms_per_turn / base.cpu_ms, r.turns_per_s / base.saves_per_s)
-            )
+            by_partitions.setdefault(r.partitions, []).append(base.ratios(r))
     lines = []
     for partitions, ratios in by_partitions.items():
         if len(ratios) < 2:
@@ -873,10 +875,11 @@ def run(args: argparse.Namespace) -> int:
         long = "" if r.history_turns == args.history_turns else (
             f", sessions {r.history_turns} turns in"
         )
+        cpu_ratio, rate_ratio = base.ratios(r)
         print(f"  0 ms, {r.partitions} partition(s){long}: {r.turns_per_s:.0f} turns/s = "
-              f"{r.turns_per_s / base.saves_per_s:.2f} x the save rate "
+              f"{rate_ratio:.2f} x the save rate "
               f"({base.saves_per_s:.0f} saves/s); CPU per turn {r.cpu_ms_per_turn:.2f} ms = "
-              f"{r.cpu_ms_per_turn / base.cpu_ms:.1f} x the save's client CPU "
+              f"{cpu_ratio:.1f} x the save's client CPU "
               f"({base.cpu_ms:.2f} ms)" + ("" if r.gc_ms_per_turn is None else
               f", {r.gc_ms_per_turn:.3f} ms of it in garbage collections"))
     for line in repeated_summary(results, baselines, args.history_turns):
