@@ -18,23 +18,33 @@ The same rounds run four ways, alternating, and each prints its CPU per turn:
 - ``no turn log line``: the ``turnflow`` loggers at WARNING, so "turn applied" is not written;
 - ``no per-turn metrics``: ``TurnPipeline._observe`` (turn counts, outcome counts, the turn
   and input-to-outbound histograms) skipped;
+- ``model answer canned``: the stand-in model's rules replaced by the answer they gave for
+  the same call (by call kind and message), so the difference is the stand-in's own work and
+  what is left of the engine turn is the engine's, with its model call's plumbing (the
+  recording, the call hooks);
 - ``engine turn canned``: the agent replaced by one returning the result the real agent gave
   for the same input, so the difference is the engine turn with its model call.
 
 The differences from the whole path are what each part costs; what is left in the last rows is
 the pipeline itself (load and save requests, the outbox, grouping, the doubles' own work).
+
+The collector is set as the consumer sets it once started (``consumer.heap.settle``), and each
+round starts after a collection outside its timing: otherwise a full collection, every few
+rounds, can fall on the same way round after round and decide its median.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +56,7 @@ if str(BENCH_DIR.parent) not in sys.path:
 
 from e2e_bench import bench_agent  # noqa: E402  # the bench directory joins the path above
 
+from consumer import heap  # noqa: E402
 from consumer.logs import configure_logging  # noqa: E402
 from consumer.model_calls import observe_model_calls  # noqa: E402
 from consumer.outbox import OutboxPublisher  # noqa: E402
@@ -88,6 +99,47 @@ class _Keeping:
         return result
 
 
+class _KeptAnswers:
+    """The stand-in model's answers by call kind and customer message: ``keeping()`` calls
+    the rules and keeps each answer, ``generate`` hands the kept one back without work."""
+
+    def __init__(self, rules: Any) -> None:
+        self._rules = rules
+        self.answers: dict[tuple[str, str], Any] = {}
+
+    @staticmethod
+    def _key(request: Any) -> tuple[str, str]:
+        return request.schema_name, str(request.meta.get("message") or "")
+
+    def keeping(self) -> Any:
+        return _Keeper(self)
+
+    async def generate(self, request: Any) -> Any:
+        return self.answers[self._key(request)]
+
+
+class _Keeper:
+    def __init__(self, kept: _KeptAnswers) -> None:
+        self._kept = kept
+
+    async def generate(self, request: Any) -> Any:
+        kept = self._kept
+        answer = await kept._rules.generate(request)
+        kept.answers[kept._key(request)] = answer
+        return answer
+
+
+@contextmanager
+def _model_canned(latency_provider: Any, rules: Any) -> Iterator[None]:
+    """The bench provider (``e2e_bench.LatencyProvider``) calling ``rules`` for a while."""
+    before = latency_provider._inner
+    latency_provider._inner = rules
+    try:
+        yield
+    finally:
+        latency_provider._inner = before
+
+
 def _waves(sessions: int) -> list[list[TurnWork]]:
     return [
         [_work(f"s{i}", f"m{wave}", wave * sessions + i) for i in range(sessions)]
@@ -102,6 +154,7 @@ async def _round(agent: Any, sessions: int) -> float:
     pipeline = TurnPipeline(store=store, agent=agent, publisher=publisher,  # type: ignore[arg-type]
                             topics=TOPICS)
     waves = _waves(sessions)
+    gc.collect()  # each round starts with no garbage of the round before (of another way)
     begin = time.process_time()
     for wave in waves:
         results = await asyncio.gather(*(pipeline.apply(work) for work in wave))
@@ -133,20 +186,32 @@ def _no_metrics() -> Iterator[None]:
 async def _measure(sessions: int, rounds: int) -> dict[str, list[float]]:
     agent = recorded_agent(bench_agent(0))
     observe_model_calls(agent)
+    provider = agent.config.provider.inner  # the bench's provider, inside the recording
+    kept = _KeptAnswers(provider._inner)
     keeping = _Keeping(agent)
-    await _round(keeping, sessions)  # warm-up, and the results the canned agent gives back
+    # Warm-up, and the results and model answers the canned ways give back.
+    with _model_canned(provider, kept.keeping()):
+        await _round(keeping, sessions)
     canned = _Canned(keeping.results)
+    settle_here = not heap.is_settled()
+    if settle_here:
+        heap.settle()  # the collector as the consumer sets it once started
     ways: dict[str, tuple[Any, Callable[[], Any]]] = {
         "whole path": (agent, nullcontext),
         "no turn log line": (agent, _no_turn_line),
         "no per-turn metrics": (agent, _no_metrics),
+        "model answer canned": (agent, partial(_model_canned, provider, kept)),
         "engine turn canned": (canned, nullcontext),
     }
     taken: dict[str, list[float]] = {name: [] for name in ways}
-    for _ in range(rounds):
-        for name, (turning, setting) in ways.items():
-            with setting():
-                taken[name].append(await _round(turning, sessions))
+    try:
+        for _ in range(rounds):
+            for name, (turning, setting) in ways.items():
+                with setting():
+                    taken[name].append(await _round(turning, sessions))
+    finally:
+        if settle_here:
+            heap.unsettle()
     return taken
 
 
