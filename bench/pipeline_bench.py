@@ -11,7 +11,7 @@ round applies a first message of K sessions at once, then a second one (so the l
 group as under load, and both the new-session insert and the versioned update are saved), in a
 fresh store.
 
-The same rounds run four ways, alternating, and each prints its CPU per turn:
+The same rounds run five ways, alternating, and each prints its CPU per turn:
 
 - ``whole path``: as the consumer runs it, the JSON log line of each turn written (to
   ``/dev/null``);
