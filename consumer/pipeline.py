@@ -122,13 +122,21 @@ def burst_of(parts: list[TurnWork]) -> TurnWork:
 
 
 def _request_of(work: TurnWork) -> dict[str, Any]:
-    """The turn request of a work item: a burst's earlier messages go into ``burst``."""
+    """The turn request of a work item: a burst's earlier messages go into ``burst``, and
+    the images of all its messages, oldest first, into the turn's ``images`` (a photo sent
+    just before "is this fixable?" is part of what the turn answers). Its messages share one
+    ``context`` and ``silenced``: the consumer joins no others."""
     request = dict(work.parsed.request)
     if work.earlier:
         request["burst"] = [
             {k: p.parsed.request[k] for k in ("message", "id", "at") if k in p.parsed.request}
             for p in work.earlier
         ]
+        images = [
+            image for p in work.parts for image in p.parsed.request.get("images") or ()
+        ]
+        if images:
+            request["images"] = images
     return request
 
 

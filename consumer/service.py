@@ -413,19 +413,26 @@ class ConsumerService:
     async def _with_burst(self, entry: _Entry) -> list[_Entry]:
         """The input taken and, when it is a message, the messages of its session waiting
         right behind it (after the quiet period, if one is set): they are answered as one
-        turn. Wakes, events and starts never wait and never join a burst."""
+        turn. Wakes, events and starts never wait and never join a burst, and neither does a
+        message whose ``context`` or ``silenced`` differs from the first's: one turn has one
+        of each, so a message the host silenced is never answered because a plain one came
+        after it, nor a plain one left unanswered because a silenced one did."""
         settings = self._settings
         if not settings.merge_bursts or entry.item.work.parsed.kind != "message":
             return [entry]
         if settings.burst_window_ms > 0:
             await self._sleep(settings.burst_window_ms / 1000)
         tp, epoch = entry.partition, entry.item.epoch
+        first = entry.item.work.parsed.request
 
         def joins(waiting: _Entry) -> bool:
+            request = waiting.item.work.parsed.request
             return (
                 waiting.item.work.parsed.kind == "message"
                 and waiting.partition == tp
                 and waiting.item.epoch == epoch
+                and request.get("context") == first.get("context")
+                and request.get("silenced") == first.get("silenced")
             )
 
         following = self._queues.take_following(

@@ -55,6 +55,11 @@ def message(session_id: str, text: str) -> tuple[bytes, bytes]:
     return session_id.encode(), json.dumps(body).encode()
 
 
+def message_with(session_id: str, text: str, **fields: Any) -> tuple[bytes, bytes]:
+    body = {"session_id": session_id, "message": text, "id": f"{session_id}/{text}", **fields}
+    return session_id.encode(), json.dumps(body).encode()
+
+
 def wake(session_id: str, key: str) -> tuple[bytes, bytes]:
     return session_id.encode(), json.dumps({"session_id": session_id, "wake": key}).encode()
 
@@ -110,6 +115,50 @@ async def test_waiting_messages_join_and_a_wake_stops_the_burst() -> None:
     assert replies(producer, "b") == ["x0+x1"]
     first = next(r for r in agent.requests if r["session_id"] == "a")
     assert [p["id"] for p in first["burst"]] == ["a/m0", "a/m1"] and first["id"] == "a/m2"
+
+
+async def test_a_message_with_another_context_or_silence_starts_a_new_turn() -> None:
+    """A silenced message is not answered because a plain one came after it (nor the reverse),
+    and messages from another context are not answered with this one's: each change of
+    ``silenced`` or ``context`` ends the burst, and what follows joins the next turn."""
+    consumer = FakeKafkaConsumer([TP])
+    agent, producer = EchoAgent(), FakeProducer()
+    typing = {"reason": "agent-typing"}
+    for record in (
+        message_with("a", "m0", silenced=typing), message_with("a", "m1", silenced=typing),
+        message("a", "m2"), message("a", "m3"),
+        message_with("a", "m4", context={"channel": "email"}),
+        message_with("a", "m5", context={"channel": "email"}),
+        message_with("a", "m6", silenced=typing),
+    ):
+        consumer.append(TP, *record)
+    service = service_on(consumer, agent, producer)
+    await run_until(service, lambda: consumer.committed(TP) == 7, "the partition is committed")
+    turns = [([p["message"] for p in r.get("burst", [])] + [r["message"]],
+              r.get("silenced"), r.get("context")) for r in agent.requests]
+    assert turns == [
+        (["m0", "m1"], typing, None),
+        (["m2", "m3"], None, None),
+        (["m4", "m5"], None, {"channel": "email"}),
+        (["m6"], typing, None),
+    ]
+
+
+async def test_the_images_of_every_message_of_a_burst_reach_the_turn() -> None:
+    """A photo, then a question about it: one turn, whose images are the photo (oldest
+    first, every message's own)."""
+    consumer = FakeKafkaConsumer([TP])
+    agent, producer = EchoAgent(), FakeProducer()
+    photo = {"media_type": "image/jpeg", "url": "https://example.com/a.jpg"}
+    other = {"media_type": "image/png", "url": "https://example.com/b.png"}
+    consumer.append(TP, *message_with("a", "look", images=[photo]))
+    consumer.append(TP, *message("a", "fixable?"))
+    consumer.append(TP, *message_with("a", "and this", images=[other]))
+    service = service_on(consumer, agent, producer)
+    await run_until(service, lambda: consumer.committed(TP) == 3, "the partition is committed")
+    assert len(agent.requests) == 1
+    assert agent.requests[0]["images"] == [photo, other]
+    assert replies(producer, "a") == ["look+fixable?+and this"]
 
 
 async def test_with_merging_off_every_message_is_its_own_turn() -> None:
