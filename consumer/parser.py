@@ -13,7 +13,9 @@ record, keys of objects included, may hold U+0000 or a lone surrogate such as an
 record would fail the same way on every attempt), ``session_id`` (a non-empty string of sane
 length), a record key equal to the session id (partitioning by session is what keeps one writer
 per conversation), exactly one input kind, and the types of the fields that kind uses,
-including a message's ``at`` (an ISO 8601 time that stays in range once moved to UTC). The
+including a message's ``at`` (an ISO 8601 time that stays in range once moved to UTC) and its
+``id`` (not empty, and not starting with ``event:`` or ``start:``, the prefixes of the ids
+events and starts are recorded under). The
 engine validates the rest; what it refuses is a fatal ``TurnRequestError`` handled by
 ``decisions``.
 """
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from engine.clock import to_utc
+from engine.request import check_message_id
 
 __all__ = [
     "INPUT_KINDS",
@@ -160,8 +163,10 @@ def _check_fields(kind: str, body: dict[str, Any]) -> str | None:
     if kind == "message":
         if not isinstance(value, str):
             return "message must be a string"
-        if body.get("id") is not None and not isinstance(body["id"], str):
-            return "id must be a string"
+        if body.get("id") is not None:
+            problem = _message_id_problem(body["id"])
+            if problem is not None:
+                return problem
         if body.get("at") is not None and not _is_time(body["at"]):
             return "at must be an ISO 8601 time within years 1-9999 in UTC"
         images = body.get("images")
@@ -192,6 +197,18 @@ def _check_fields(kind: str, body: dict[str, Any]) -> str | None:
         return "context must be an object"
     if body.get("silenced") is not None and not isinstance(body["silenced"], dict):
         return "silenced must be an object or null"
+    return None
+
+
+def _message_id_problem(value: Any) -> str | None:
+    """Why a message's ``id`` cannot be used, or None (the engine's own rule, checked here so
+    the record is refused with a reason before any turn)."""
+    if not isinstance(value, str):
+        return "id must be a string"
+    try:
+        check_message_id(value)
+    except ValueError as exc:
+        return str(exc)
     return None
 
 

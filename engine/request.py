@@ -72,6 +72,23 @@ class ImageInput(_Model):
         return self
 
 
+# Input ids of other kinds, recorded beside message ids in ``session.inputs``.
+_OTHER_KIND_IDS = ("event:", "start:")
+
+
+def check_message_id(value: str | None) -> str | None:
+    """A message ``id`` as given, or ``ValueError``: an empty id would be recorded as an id
+    and make every later id-less-looking message of the conversation a duplicate, and one
+    that starts with ``event:`` or ``start:`` could be taken for an event's or a start's key."""
+    if value is None:
+        return None
+    if not value:
+        raise ValueError("a message id must not be empty (leave it out instead)")
+    if value.startswith(_OTHER_KIND_IDS):
+        raise ValueError("a message id must not start with event: or start:")
+    return value
+
+
 class BurstMessage(_Model):
     """An earlier message of a burst: sent before the request's own ``message``, answered in
     the same turn. ``id`` and ``at`` mean what the request's own do."""
@@ -79,6 +96,11 @@ class BurstMessage(_Model):
     message: str
     id: str | None = None
     at: OptionalUtcDatetime = None
+
+    @field_validator("id")
+    @classmethod
+    def _message_id(cls, value: str | None) -> str | None:
+        return check_message_id(value)
 
 
 _BURST_GIVEN = frozenset(BurstMessage.model_fields)  # a burst part gives every field
@@ -125,6 +147,11 @@ class TurnRequest(_Model):
     # With a message only. An entry that is not a valid image stays a dict: the lifecycle
     # refuses that image with a reason and the message itself is still answered.
     images: list[ImageInput | dict[str, Any]] = Field(default_factory=list)
+
+    @field_validator("id")
+    @classmethod
+    def _message_id(cls, value: str | None) -> str | None:
+        return check_message_id(value)
 
     @field_validator("session", mode="before")
     @classmethod

@@ -69,6 +69,10 @@ def test_each_input_kind_is_recognised(body: dict[str, object], kind: str, input
         (b'{"session_id": "s1", "start": {"flow": "f"}}', "invalid-field"),
         (b'{"session_id": "s1", "event": "paid"}', "invalid-field"),
         (b'{"session_id": "s1", "wake": "k", "context": "x"}', "invalid-field"),
+        (b'{"session_id": "s1", "message": "oi", "id": ""}', "invalid-field"),
+        (b'{"session_id": "s1", "message": "oi", "id": 7}', "invalid-field"),
+        (b'{"session_id": "s1", "message": "oi", "id": "event:pay-77"}', "invalid-field"),
+        (b'{"session_id": "s1", "message": "oi", "id": "start:k"}', "invalid-field"),
     ],
 )
 def test_malformed_records_are_rejected_with_a_reason(raw: bytes, reason: str) -> None:

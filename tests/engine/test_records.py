@@ -291,12 +291,16 @@ def test_chat_message(role: Any, text: str) -> None:
     assert_unshared(fast, prompt._chat_message(role, text))
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    message=texts,
-    id=st.one_of(ids, st.text(max_size=3).map(Text)),
-    at=st.one_of(st.none(), times),
+# Message ids as a validated request holds them: not empty, no event:/start: prefix.
+message_ids = st.one_of(
+    st.none(),
+    st.text(min_size=1, max_size=10).filter(lambda s: not s.startswith(("event:", "start:"))),
+    st.text(min_size=1, max_size=3).map(Text),
 )
+
+
+@settings(max_examples=200, deadline=None)
+@given(message=texts, id=message_ids, at=st.one_of(st.none(), times))
 def test_burst_message(message: str, id: str | None, at: datetime | None) -> None:
     assert_same(
         request_module._burst_message(message, id, at),

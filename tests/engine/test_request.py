@@ -74,3 +74,37 @@ def test_a_bad_at_is_refused_by_field_without_quoting_it(at: str) -> None:
         TurnRequest.parse({"session_id": "s1", "message": "oi", "at": at})
     assert str(caught.value).startswith("invalid turn request: at: ")
     assert "4111" not in str(caught.value) and at not in str(caught.value)
+
+
+@pytest.mark.parametrize("raw_id", ["", "event:pay-77", "start:k2"])
+@pytest.mark.parametrize("where", ["message", "burst"])
+def test_a_message_id_that_is_empty_or_looks_like_another_kinds_is_refused(
+    raw_id: str, where: str
+) -> None:
+    """An empty message id would be remembered and make the next message with the same empty
+    id a duplicate; ``event:``/``start:`` ids would be taken for an event's or start's key.
+    Both are refused by field, with neither quoted."""
+    raw: dict[str, object] = {"session_id": "s1", "message": "oi", "id": "m2"}
+    if where == "message":
+        raw["id"] = raw_id
+    else:
+        raw["burst"] = [{"message": "hi", "id": raw_id}]
+    with pytest.raises(TurnRequestError) as caught:
+        TurnRequest.parse(raw)
+    field = "id" if where == "message" else "burst.0.id"
+    assert str(caught.value).startswith(f"invalid turn request: {field}: ")
+    assert "pay-77" not in str(caught.value)
+
+
+async def test_an_event_after_a_message_whose_id_names_it_is_still_applied() -> None:
+    """The message could not have taken the event's place in ``session.inputs``: the engine
+    refused its id, so the event with that key runs."""
+    from engine import Agent
+
+    agent = Agent(name="A", events={"paid": {}}, flows=[{"id": "paid", "on": [{"event": "paid"}],
+                                    "steps": [{"id": "s", "say": "thanks"}]}])
+    with pytest.raises(TurnRequestError):
+        await agent.turn({"session_id": "s1", "message": "oi", "id": "event:pay-77"})
+    result = await agent.turn({"session_id": "s1", "event": "paid", "key": "pay-77"})
+    assert [o.code for o in result.outcomes if o.code == "duplicate-input"] == []
+    assert [m.text for m in result.messages] == ["thanks"]
