@@ -13,15 +13,22 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["DEFAULT_METRICS_PORTS", "Settings", "env_table"]
+__all__ = ["DEFAULT_METRICS_PORTS", "MAX_RETENTION_DAYS", "Settings", "env_table"]
 
 DEFAULT_METRICS_PORTS = {"consume": 9100, "schedule": 9200, "relay": 9300}
 """Each long-running command's metrics port when ``METRICS_PORT`` is unset: distinct, so a
 consumer, a scheduler and a relay started on one machine do not fight over one port. The
 consumer's workers (``--workers N``) take 9100 to 9100+N-1, well below the scheduler's."""
+
+MAX_RETENTION_DAYS = 36_500
+"""The longest retention a setting or ``turnflow prune`` takes (a hundred years): far past any
+real policy, and well inside what ``timedelta`` and PostgreSQL intervals hold, so ``1e10`` or
+``inf`` is refused as a bad value instead of overflowing when the relay starts."""
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
 class Settings(BaseSettings):
@@ -124,13 +131,15 @@ class Settings(BaseSettings):
         "`prompts` (also the prompt sent). See docs/replay.md for what it holds of personal data."
     )
     model_recording_retention_days: float = Field(
-        30, ge=0, description="Model recordings older than this are dropped by the relay "
-        "(and by `turnflow prune`); 0 keeps them until pruned by hand."
+        30, ge=0, le=MAX_RETENTION_DAYS, allow_inf_nan=False,
+        description="Model recordings older than this are dropped by the relay "
+        "(and by `turnflow prune`); 0 keeps them until pruned by hand. At most 36500."
     )
     outbox_retention_days: float = Field(
-        7, ge=0, description="Outbox rows published longer ago than this are deleted by the relay "
+        7, ge=0, le=MAX_RETENTION_DAYS, allow_inf_nan=False,
+        description="Outbox rows published longer ago than this are deleted by the relay "
         "(and by `turnflow prune`); 0 keeps them until deleted by hand. The turn log keeps what "
-        "was said; a published row only shows when it went out."
+        "was said; a published row only shows when it went out. At most 36500."
     )
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="Port of `/metrics`, `/healthz`, `/readyz` (0: off). "
@@ -138,7 +147,10 @@ class Settings(BaseSettings):
         "`schedule`, 9300 for `relay`, so they run side by side on one host."
     )
     metrics_host: str = Field("0.0.0.0", description="Address the metrics port binds to.")
-    log_level: str = Field("INFO", description="Log level of the JSON logs.")
+    log_level: LogLevel = Field(
+        "INFO", description="Log level of the JSON logs: DEBUG, INFO, WARNING, ERROR or "
+        "CRITICAL (any case)."
+    )
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT", description="Kafka security protocol."
     )
@@ -163,11 +175,27 @@ class Settings(BaseSettings):
     )
     kafka_ssl_cafile: Path | None = Field(None, description="CA bundle for Kafka TLS.")
 
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_in_any_case(cls, value: Any) -> Any:
+        """``info`` works as ``INFO`` does (``logging`` takes either); the rest is refused
+        here, as a bad setting, not by ``configure_logging`` once the service starts."""
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @field_validator("kafka_sasl_password_file")
+    @classmethod
+    def _password_file_readable(cls, path: Path | None, info: ValidationInfo) -> Path | None:
+        """A file that cannot be read is a bad value of this setting (named as such), not an
+        ``OSError`` from deep inside the settings. Unchecked when the password itself is set,
+        since the file is then not read."""
+        if path is not None and info.data.get("kafka_sasl_password") is None:
+            _read_secret(path)
+        return path
+
     @model_validator(mode="after")
     def _password_from_file(self) -> Settings:
         if self.kafka_sasl_password is None and self.kafka_sasl_password_file is not None:
-            secret = self.kafka_sasl_password_file.read_text().strip()
-            self.kafka_sasl_password = SecretStr(secret)
+            self.kafka_sasl_password = SecretStr(_read_secret(self.kafka_sasl_password_file))
         return self
 
     def metrics_port_for(self, process: str) -> int:
@@ -208,6 +236,16 @@ class Settings(BaseSettings):
                 self.kafka_sasl_password.get_secret_value() if self.kafka_sasl_password else None
             )
         return options
+
+
+def _read_secret(path: Path) -> str:
+    """The file's content, stripped; ``ValueError`` (which pydantic reports as a bad setting)
+    saying why it cannot be read, never the content."""
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise ValueError(f"cannot read {path}: {reason}") from None
 
 
 def env_table() -> str:

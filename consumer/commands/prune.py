@@ -10,25 +10,38 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 from datetime import timedelta
 
 from consumer.commands.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
-from consumer.settings import Settings
+from consumer.settings import MAX_RETENTION_DAYS, Settings
 
 __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--older-than-days", type=float, default=None,
+        "--older-than-days", type=_days, default=None,
         help="drop recordings older than this many days "
         "(default: $MODEL_RECORDING_RETENTION_DAYS; 0 drops every recording)",
     )
     parser.add_argument(
-        "--outbox-older-than-days", type=float, default=None,
+        "--outbox-older-than-days", type=_days, default=None,
         help="delete outbox rows published longer ago than this many days "
         "(default: $OUTBOX_RETENTION_DAYS; 0 deletes every published row)",
     )
+
+
+def _days(value: str) -> float:
+    """A number of days as the retention settings take it: ``inf``, ``nan`` or ``1e10`` would
+    overflow ``timedelta`` after connecting, so they are refused with the arguments (exit 2)."""
+    try:
+        days = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a number of days") from None
+    if not (math.isfinite(days) and 0 <= days <= MAX_RETENTION_DAYS):
+        raise argparse.ArgumentTypeError(f"must be a number of days from 0 to {MAX_RETENTION_DAYS}")
+    return days
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,8 +62,6 @@ def run(args: argparse.Namespace) -> int:
         print("turnflow: OUTBOX_RETENTION_DAYS is 0 (keep); no outbox row deleted")
     elif outbox_days is None:
         outbox_days = settings.outbox_retention_days
-    if (days is not None and days < 0) or (outbox_days is not None and outbox_days < 0):
-        return fail("--older-than-days and --outbox-older-than-days must be >= 0", EXIT_CONFIG)
     url = settings.database_url
 
     async def prune() -> tuple[int | None, int | None]:

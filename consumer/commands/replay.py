@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -61,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "agent's provider again and report decision drift")
     parser.add_argument("--max-drift", type=float, default=None, metavar="PCT",
                         help="live: fail when a decision kind drifts more than PCT percent")
-    parser.add_argument("--history-limit", type=int, default=None, metavar="N",
+    parser.add_argument("--history-limit", type=_non_negative, default=None, metavar="N",
                         help="transcript entries given to each turn (default: $HISTORY_LIMIT)")
 
 
@@ -82,6 +83,32 @@ def _positive(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
     return number
+
+
+def _non_negative(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a whole number") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError("must be at least 0")
+    return number
+
+
+def _unwritable_report(args: argparse.Namespace) -> str | None:
+    """Why ``--json`` or ``--junit`` cannot be written, checked before the replay runs: a
+    replay can take an hour, and its report was lost to a traceback after it."""
+    for option, path in (("--json", args.json), ("--junit", args.junit)):
+        if path is None:
+            continue
+        folder = path.parent
+        if not folder.is_dir():
+            return f"{option} {path}: the directory {folder} does not exist"
+        if path.is_dir():
+            return f"{option} {path}: is a directory"
+        if not os.access(folder, os.W_OK):
+            return f"{option} {path}: the directory {folder} is not writable"
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -153,6 +180,8 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
     from replay.report import Expectations, junit_xml, report_json, report_text
     from replay.session import Progress, replay_many
 
+    if (unwritable := _unwritable_report(args)) is not None:
+        return fail(unwritable, EXIT_CONFIG)
     try:
         agent = _load(args, settings)
     except AgentImportError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from consumer import heap
 from consumer.commands.running import EXIT_CONFIG, fail, run_service
@@ -33,8 +34,10 @@ def run(args: argparse.Namespace) -> int:
         return fail("KAFKA_BOOTSTRAP_SERVERS is not set", EXIT_CONFIG)
     if not settings.database_url:
         return fail("DATABASE_URL is not set", EXIT_CONFIG)
-    if args.batch_size < 1 or args.max_idle <= 0:
-        return fail("--batch-size and --max-idle must be positive", EXIT_CONFIG)
+    # ``nan <= 0`` is false, so the finite check is what refuses ``--max-idle nan`` (and inf).
+    if args.batch_size < 1 or not (math.isfinite(args.max_idle) and args.max_idle > 0):
+        return fail("--batch-size and --max-idle must be positive (--max-idle finite)",
+                    EXIT_CONFIG)
     options = FiringOptions(batch_size=args.batch_size, max_idle=args.max_idle)
     service = SchedulerService(settings, options=options)
     heap.settle()

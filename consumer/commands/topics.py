@@ -15,13 +15,26 @@ __all__ = ["add_arguments", "run", "topic_specs"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--partitions", type=int, default=None, help="partitions (default: $TOPIC_PARTITIONS)"
+        "--partitions", type=_partitions, default=None,
+        help="partitions (default: $TOPIC_PARTITIONS)",
     )
+
+
+def _partitions(value: str) -> int:
+    """At least 1, as ``TOPIC_PARTITIONS``: 0 used to mean the default unseen, and a negative
+    count reached the broker."""
+    try:
+        count = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a whole number") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return count
 
 
 def topic_specs(settings: Settings, partitions: int | None = None) -> list[TopicSpec]:
     """The four topics of the service with the configured partitions and replication."""
-    count = partitions or settings.topic_partitions
+    count = settings.topic_partitions if partitions is None else partitions
     names = (
         settings.inbound_topic,
         settings.messages_topic,

@@ -16,6 +16,7 @@ never the key, so a host can log it at start-up.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -68,12 +69,20 @@ def model_env_table() -> str:
 
 
 def _timeout(environ: Mapping[str, str]) -> float:
-    raw = environ.get("TURNFLOW_MODEL_TIMEOUT", "")
+    """Seconds, finite and above 0: ``30s`` or ``abc`` used to become 60 s unseen and ``inf``
+    a call that never times out, so they raise as the other tuning values do."""
+    raw = environ.get("TURNFLOW_MODEL_TIMEOUT", "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT_S
     try:
         value = float(raw)
     except ValueError:
-        return DEFAULT_TIMEOUT_S
-    return value if value > 0 else DEFAULT_TIMEOUT_S
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"TURNFLOW_MODEL_TIMEOUT must be a number of seconds above 0; got {raw[:40]!r}"
+        )
+    return value
 
 
 def _json_mode(environ: Mapping[str, str]) -> openai.JsonMode:

@@ -16,7 +16,8 @@ from consumer.commands.topics import topic_specs
 from consumer.settings import Settings
 
 ENV = ("AGENT", "DATABASE_URL", "KAFKA_BOOTSTRAP_SERVERS", "METRICS_PORT",
-       "KAFKA_SECURITY_PROTOCOL", "MAX_IN_FLIGHT")
+       "KAFKA_SECURITY_PROTOCOL", "MAX_IN_FLIGHT", "LOG_LEVEL", "KAFKA_SASL_PASSWORD",
+       "KAFKA_SASL_PASSWORD_FILE", "MODEL_RECORDING_RETENTION_DAYS", "OUTBOX_RETENTION_DAYS")
 
 
 @pytest.fixture(autouse=True)
@@ -149,6 +150,69 @@ def test_a_bad_setting_fails_with_one_line_naming_it(
     assert err[0].startswith("turnflow: bad setting:")
     assert "KAFKA_SECURITY_PROTOCOL" in err[0] and "MAX_IN_FLIGHT" in err[0]
     assert "tokio-secret-value" not in err[0]
+
+
+@pytest.mark.parametrize("command", ["consume", "schedule", "relay", "topics"])
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [("LOG_LEVEL", "foo"), ("KAFKA_SASL_PASSWORD_FILE", "/nonexistent/turnflow-password"),
+     ("MODEL_RECORDING_RETENTION_DAYS", "inf"), ("OUTBOX_RETENTION_DAYS", "1e10")],
+)
+def test_a_bad_log_level_password_file_or_retention_is_a_bad_setting(
+    command: str, name: str, raw: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Values that used to pass the settings and fail later with a traceback (an unknown log
+    level, a missing password file, a retention ``timedelta`` cannot hold) exit 2 with the
+    usual one line naming the variable."""
+    monkeypatch.setenv(name, raw)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    monkeypatch.setenv("AGENT", "tests.integration.harness:counting_agent")
+    assert cli.main([command]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"turnflow: bad setting: {name}:")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["prune", "--older-than-days", "inf"], ["prune", "--older-than-days", "nan"],
+     ["prune", "--older-than-days", "1e10"], ["prune", "--outbox-older-than-days", "-1"],
+     ["topics", "--partitions", "0"], ["topics", "--partitions", "-3"]],
+)
+def test_out_of_range_numbers_are_refused_with_the_arguments(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A prune age ``timedelta`` cannot hold (or a negative one) and a partition count below 1
+    exit 2 naming the option, before any server is contacted (0 partitions used to mean the
+    default unseen, a negative count reached the broker)."""
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    assert f"argument {argv[1]}: must be" in capsys.readouterr().err
+
+
+def test_topic_specs_take_the_partitions_asked_for_even_one() -> None:
+    """An explicit count is used as given; only None falls back to TOPIC_PARTITIONS."""
+    settings = Settings(topic_partitions=6)
+    assert topic_specs(settings, 1)[0].partitions == 1
+    assert topic_specs(settings, None)[0].partitions == 6
+
+
+@pytest.mark.parametrize("max_idle", ["nan", "inf", "0", "-1"])
+def test_schedule_refuses_a_max_idle_that_is_not_a_finite_positive_number(
+    max_idle: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--max-idle nan`` passed the ``<= 0`` check; now it exits 2 as 0 does."""
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    assert cli.main(["schedule", "--max-idle", max_idle]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "--max-idle must be positive" in err[0]
 
 
 _ENV_TEXT = st.text(

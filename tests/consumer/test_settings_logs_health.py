@@ -8,12 +8,13 @@ import json
 import logging
 import math
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from consumer.health import HealthServer
 from consumer.logs import MAX_FIELD_CHARS, SAFE_FIELDS, JsonFormatter
@@ -53,6 +54,56 @@ def test_password_may_come_from_a_mounted_file(
     settings = Settings()
     assert settings.kafka_sasl_password is not None
     assert settings.kafka_sasl_password.get_secret_value() == "from-file"
+
+
+def test_an_unreadable_password_file_is_a_bad_setting_naming_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """KAFKA_SASL_PASSWORD_FILE naming a missing file or a directory is a validation error of
+    that variable (what ``turnflow`` reports as a bad setting), not an ``OSError``; it is not
+    read when KAFKA_SASL_PASSWORD itself is set."""
+    monkeypatch.delenv("KAFKA_SASL_PASSWORD", raising=False)
+    for path in (tmp_path / "missing", tmp_path):
+        monkeypatch.setenv("KAFKA_SASL_PASSWORD_FILE", str(path))
+        with pytest.raises(ValidationError) as refused:
+            Settings()
+        (error,) = refused.value.errors()
+        assert error["loc"] == ("kafka_sasl_password_file",)
+        assert f"cannot read {path}" in error["msg"]
+    monkeypatch.setenv("KAFKA_SASL_PASSWORD", "direct")
+    settings = Settings()
+    assert settings.kafka_sasl_password is not None
+    assert settings.kafka_sasl_password.get_secret_value() == "direct"
+
+
+def test_log_level_is_a_logging_level_in_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LOG_LEVEL takes the five logging levels in any case; anything else is a bad setting
+    here rather than a ``ValueError`` from ``configure_logging`` once the service starts."""
+    monkeypatch.setenv("LOG_LEVEL", " debug ")
+    assert Settings().log_level == "DEBUG"
+    for bad in ("foo", "", "10"):
+        monkeypatch.setenv("LOG_LEVEL", bad)
+        with pytest.raises(ValidationError, match="log_level"):
+            Settings()
+
+
+@pytest.mark.parametrize("name", ["MODEL_RECORDING_RETENTION_DAYS", "OUTBOX_RETENTION_DAYS"])
+@pytest.mark.parametrize("raw", ["inf", "nan", "1e10", "36501", "-1"])
+def test_retention_days_are_finite_and_bounded(
+    name: str, raw: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retention that would overflow ``timedelta`` when the relay starts is a bad setting."""
+    monkeypatch.setenv(name, raw)
+    with pytest.raises(ValidationError, match=name.lower()):
+        Settings()
+
+
+def test_the_longest_retention_is_a_hundred_years(monkeypatch: pytest.MonkeyPatch) -> None:
+    """36500 days is taken, and both retentions turn into a ``timedelta``."""
+    monkeypatch.setenv("MODEL_RECORDING_RETENTION_DAYS", "36500")
+    monkeypatch.setenv("OUTBOX_RETENTION_DAYS", "36500")
+    settings = Settings()
+    assert settings.recording_retention() == settings.outbox_retention() == timedelta(days=36500)
 
 
 def test_env_table_documents_every_setting() -> None:

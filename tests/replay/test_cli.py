@@ -105,3 +105,28 @@ def test_golden_files_are_chosen_like_logged_conversations(
               "--sample", "3", "--seed", "7"])
         runs.append(capsys.readouterr().out)
     assert runs[0] == runs[1] and "replayed 3 conversations" in runs[0]
+
+
+@pytest.mark.parametrize("option", ["--json", "--junit"])
+def test_a_report_path_in_a_missing_directory_exits_2_before_replaying(
+    option: str, golden: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--json``/``--junit`` in a directory that does not exist is refused before the replay
+    runs (its report was lost to a traceback after it)."""
+    target = tmp_path / "missing" / "report.out"
+    assert main(["replay", "--agent", "tests.replay.agents:same", "--from", str(golden),
+                 option, str(target)]) == 2
+    captured = capsys.readouterr()
+    assert f"{option} {target}: the directory {target.parent} does not exist" in captured.err
+    assert "replayed" not in captured.out
+
+
+def test_a_negative_history_limit_is_refused(
+    golden: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--history-limit`` is a count of transcript entries: -1 exits 2 naming the option."""
+    with pytest.raises(SystemExit) as exited:
+        main(["replay", "--agent", "tests.replay.agents:same", "--from", str(golden),
+              "--history-limit", "-1"])
+    assert exited.value.code == 2
+    assert "--history-limit: must be at least 0" in capsys.readouterr().err

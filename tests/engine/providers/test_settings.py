@@ -52,12 +52,19 @@ def test_json_mode_from_environment() -> None:
 @pytest.mark.parametrize(
     ("name", "raw"),
     [("TURNFLOW_MODEL_JSON_MODE", "bogus"), ("TURNFLOW_MODEL_MAX_TOKENS", "lots"),
-     ("TURNFLOW_MODEL_MAX_TOKENS", "0"), ("TURNFLOW_MODEL_MAX_TOKENS", "-5")],
+     ("TURNFLOW_MODEL_MAX_TOKENS", "0"), ("TURNFLOW_MODEL_MAX_TOKENS", "-5"),
+     ("TURNFLOW_MODEL_TIMEOUT", "30s"), ("TURNFLOW_MODEL_TIMEOUT", "abc"),
+     ("TURNFLOW_MODEL_TIMEOUT", "inf"), ("TURNFLOW_MODEL_TIMEOUT", "nan"),
+     ("TURNFLOW_MODEL_TIMEOUT", "0"), ("TURNFLOW_MODEL_TIMEOUT", "-1")],
 )
 def test_unreadable_tuning_value_names_the_variable(name: str, raw: str) -> None:
-    """A json mode or token cap that cannot be read raises ValueError naming the variable."""
+    """A json mode, token cap or timeout that cannot be read raises ValueError naming the
+    variable (a timeout of ``30s`` used to become 60 s unseen, ``inf`` one never reached)."""
     with pytest.raises(ValueError, match=name):
         provider_from_env({"OPENAI_BASE_URL": "http://127.0.0.1:1/v1", name: raw})
+    if name == "TURNFLOW_MODEL_TIMEOUT":
+        with pytest.raises(ValueError, match=name):
+            provider_from_env({"ANTHROPIC_API_KEY": SECRET, name: raw})
 
 
 def test_max_tokens_from_environment_for_both_http_providers() -> None:
@@ -87,8 +94,8 @@ def test_base_url_alone_chooses_a_keyless_local_server() -> None:
 
 
 def test_anthropic_key_chooses_anthropic() -> None:
-    """An Anthropic key alone picks the AnthropicProvider; a bad timeout falls back to 60 s."""
-    provider = provider_from_env({"ANTHROPIC_API_KEY": SECRET, "TURNFLOW_MODEL_TIMEOUT": "soon"})
+    """An Anthropic key alone picks the AnthropicProvider; an unset timeout is 60 s."""
+    provider = provider_from_env({"ANTHROPIC_API_KEY": SECRET, "TURNFLOW_MODEL_TIMEOUT": ""})
     assert isinstance(provider, AnthropicProvider)
     assert provider.description.startswith("Anthropic model claude-")
     assert provider.timeout == 60.0
