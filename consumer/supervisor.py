@@ -8,8 +8,15 @@ core. The supervisor starts them as child processes, each a member of the consum
   over once a worker has run ``healthy_after`` seconds; a worker that exits with the
   configuration exit code (a bad agent, a missing setting) is not restarted — nothing a
   restart changes — and the supervisor stops the others and exits with that code;
+- retries a worker that fails to start (the spawn itself raises: ``EAGAIN``, ``ENOMEM``, a
+  Python binary gone after an upgrade) on the same back-off, logging each failure; a slot whose
+  last start failed makes the exit code 1 at stop, since that worker never ran to drain;
 - on SIGTERM or SIGINT forwards SIGTERM to every worker, waits for each to drain and exit
-  (SIGKILL after ``stop_timeout``), and exits 0 when every worker did.
+  (SIGKILL after ``stop_timeout``), and exits 0 when every worker did. The watchers are
+  stopped before the workers are signalled, so a restart spawning at that moment is either
+  killed half-made or signalled with the rest: no worker outlives the supervisor;
+- stops the workers and exits 1 if a slot's watcher fails (a supervisor bug): a slot nobody
+  watches would stay empty unseen, so the fault ends the run where its exit code shows it.
 
 Worker ``i`` serves its metrics and health port on ``METRICS_PORT + i`` (ports off stay off),
 and only worker 0 runs the outbox relay: one relay per machine is enough, and more would only
@@ -79,6 +86,7 @@ class _Worker:
     backoff: float = 0.0
     restarts: int = 0
     exits: list[int] = field(default_factory=list)
+    start_failed: bool = False
 
 
 class WorkerSupervisor:
@@ -123,14 +131,28 @@ class WorkerSupervisor:
     async def run(self) -> int:
         """Run until stopped (or a worker reports a configuration error); the exit code."""
         watchers = [asyncio.create_task(self._keep(w)) for w in self._workers]
+        stopping = asyncio.create_task(self._stopping.wait())
         log.info("supervisor ready", extra={"workers": len(self._workers)})
         try:
-            await self._stopping.wait()
+            # A watcher only returns once stopping is set; one that ends before has failed.
+            done, _ = await asyncio.wait(
+                [stopping, *watchers], return_when=asyncio.FIRST_COMPLETED
+            )
+            for worker, watcher in zip(self._workers, watchers, strict=True):
+                if watcher in done and watcher.exception() is not None:
+                    log.error("worker watcher failed; stopping", exc_info=watcher.exception(),
+                              extra={"worker": worker.index})
+                    self.exit_code = self.exit_code or 1
         finally:
-            await self._terminate_all()
+            stopping.cancel()
+            # Watchers first: once they are gone nothing starts a worker, so the one terminate
+            # pass below sees every child (a spawn cancelled half-way kills its own child).
             for watcher in watchers:
                 watcher.cancel()
             await asyncio.gather(*watchers, return_exceptions=True)
+            await self._terminate_all()
+        if any(w.start_failed for w in self._workers) and self.exit_code == 0:
+            self.exit_code = 1
         log.info("supervisor stopped", extra={"exit_code": self.exit_code})
         return self.exit_code
 
@@ -144,9 +166,18 @@ class WorkerSupervisor:
 
     async def _keep(self, worker: _Worker) -> None:
         """Start ``worker`` and start it again whenever it dies, until stopping."""
-        options = self._options
         while not self._stopping.is_set():
-            process = await self._start(worker)
+            try:
+                process = await self._start(worker)
+            except Exception:
+                worker.start_failed = True
+                self._back_off(worker, ran=0.0)
+                log.exception("worker failed to start; retrying",
+                              extra={"worker": worker.index, "backoff_s": worker.backoff})
+                if await self._stopped_within(worker.backoff):
+                    return
+                continue
+            worker.start_failed = False
             code = await process.wait()
             if self._stopping.is_set():
                 return
@@ -158,18 +189,30 @@ class WorkerSupervisor:
                 self._stopping.set()
                 return
             ran = time.monotonic() - worker.started_at
-            if ran >= options.healthy_after or worker.backoff == 0:
-                worker.backoff = options.min_backoff
-            else:
-                worker.backoff = min(worker.backoff * 2, options.max_backoff)
+            self._back_off(worker, ran=ran)
             log.warning("worker exited; restarting",
                         extra={"worker": worker.index, "exit_code": code,
                                "ran_s": round(ran, 1), "backoff_s": worker.backoff})
             worker.restarts += 1
-            try:
-                await asyncio.wait_for(self._stopping.wait(), timeout=worker.backoff)
-            except TimeoutError:
-                continue
+            if await self._stopped_within(worker.backoff):
+                return
+
+    def _back_off(self, worker: _Worker, *, ran: float) -> None:
+        """Set the wait before ``worker``'s next start: ``min_backoff`` after a healthy run (or
+        the first time), else double the last, up to ``max_backoff``."""
+        options = self._options
+        if ran >= options.healthy_after or worker.backoff == 0:
+            worker.backoff = options.min_backoff
+        else:
+            worker.backoff = min(worker.backoff * 2, options.max_backoff)
+
+    async def _stopped_within(self, seconds: float) -> bool:
+        """Wait ``seconds`` or until stopping, whichever is first; whether stopping began."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+        except TimeoutError:
+            return False
+        return True
 
     async def _terminate_all(self) -> None:
         running = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from consumer.supervisor import (
     SupervisorOptions,
     WorkerSupervisor,
+    _Worker,
     worker_command,
     worker_environment,
 )
@@ -20,7 +22,8 @@ from consumer.supervisor import (
 FAST = SupervisorOptions(min_backoff=0.05, max_backoff=0.2, healthy_after=5.0, stop_timeout=5.0)
 
 # A stand-in worker: appends "start" to its log, dies with the exit code in its "die" file
-# (once: the file is removed), otherwise runs until SIGTERM, logs "stop" and exits 0.
+# (once: the file is removed), otherwise runs until SIGTERM, logs "stop" and exits 0 (half a
+# second later with a "slow-stop" file: a drain that takes a while).
 WORKER = r"""
 import os, signal, sys, time
 folder = sys.argv[1]
@@ -33,6 +36,8 @@ if os.path.exists(die):
     os.remove(die)
     sys.exit(code)
 def stop(*_):
+    if os.path.exists(os.path.join(folder, "slow-stop")):
+        time.sleep(0.5)
     with open(log, "a") as f:
         f.write("stop\n")
     sys.exit(0)
@@ -134,6 +139,118 @@ async def test_a_worker_that_ignores_sigterm_is_killed_and_the_exit_code_says_so
     await _until(lambda: len(list(tmp_path.glob("ready-*"))) == 1)
     supervisor.stop()
     assert await asyncio.wait_for(running, 10) == 1
+
+
+async def test_a_worker_that_fails_to_start_is_tried_again(tmp_path: Path) -> None:
+    """A spawn that raises (EAGAIN, ENOMEM, a binary gone) is retried on the back-off: the
+    slot fills once spawning works again, and a clean stop then still exits 0."""
+    attempts = [0]
+
+    def command(i: int) -> list[str]:
+        attempts[0] += 1
+        if attempts[0] <= 2:
+            return [str(tmp_path / "no-such-python")]
+        return [sys.executable, "-c", WORKER, str(tmp_path)]
+
+    supervisor = WorkerSupervisor(
+        1, command, lambda i: worker_environment(i, dict(os.environ), first_port=0), FAST
+    )
+    running = asyncio.create_task(supervisor.run())
+    await _until(lambda: len(list(tmp_path.glob("ready-*"))) == 1)
+    assert attempts[0] == 3
+    assert supervisor.pids()[0] is not None
+    supervisor.stop()
+    assert await asyncio.wait_for(running, 10) == 0
+
+
+async def test_a_worker_that_cannot_be_started_is_not_reported_as_fine(tmp_path: Path) -> None:
+    """A slot whose spawns keep failing keeps being retried, and the exit code at stop is 1:
+    that worker never ran, so it did not drain and exit 0."""
+    attempts = [0]
+
+    def command(i: int) -> list[str]:
+        attempts[0] += 1
+        return [str(tmp_path / "no-such-python")]
+
+    supervisor = WorkerSupervisor(1, command, lambda i: dict(os.environ), FAST)
+    running = asyncio.create_task(supervisor.run())
+    await _until(lambda: attempts[0] >= 3)
+    assert not running.done()
+    supervisor.stop()
+    assert await asyncio.wait_for(running, 10) == 1
+
+
+async def test_a_failed_watcher_stops_the_supervisor_with_exit_code_1(tmp_path: Path) -> None:
+    """A slot's watcher that fails (a supervisor bug) is not left dead and unseen: the other
+    workers are stopped and the exit code is 1."""
+
+    class Broken(WorkerSupervisor):
+        async def _keep(self, worker: _Worker) -> None:
+            if worker.index == 1:
+                await _until(lambda: len(list(tmp_path.glob("ready-*"))) == 1)
+                raise RuntimeError("watcher bug")
+            await super()._keep(worker)
+
+    supervisor = Broken(
+        2,
+        command=lambda i: [sys.executable, "-c", WORKER, str(tmp_path)],
+        environment=lambda i: worker_environment(i, dict(os.environ), first_port=0),
+        options=FAST,
+    )
+    assert await asyncio.wait_for(supervisor.run(), 10) == 1
+    assert _log(tmp_path, 0) == ["start", "stop"]
+
+
+def _running(marker: str) -> list[int]:
+    """Live (not zombie) processes whose command line holds ``marker``."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state != "Z":
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("spawn_delay", [0.0, 0.05])
+async def test_a_worker_started_while_stopping_does_not_outlive_the_supervisor(
+    tmp_path: Path, spawn_delay: float
+) -> None:
+    """SIGTERM arriving while a dead worker is being started again: that start is cancelled
+    (a half-made child is killed) or its worker is signalled with the rest, never orphaned.
+    The delay stands in for a fork/exec slowed by load, ending while worker 0 still drains;
+    without it the stop lands inside asyncio's own spawn."""
+    (tmp_path / "die-1").write_text("1")
+    (tmp_path / "slow-stop").write_text("")
+    starts = [0]
+
+    class StopDuringRestart(WorkerSupervisor):
+        async def _start(self, worker: _Worker) -> asyncio.subprocess.Process:
+            if worker.index == 1:
+                starts[0] += 1
+                if starts[0] == 2:
+                    await _until(lambda: len(list(tmp_path.glob("ready-*"))) == 1)
+                    self.stop()
+                    await asyncio.sleep(spawn_delay)
+            return await super()._start(worker)
+
+    supervisor = StopDuringRestart(
+        2,
+        command=lambda i: [sys.executable, "-c", WORKER, str(tmp_path)],
+        environment=lambda i: worker_environment(i, dict(os.environ), first_port=0),
+        options=FAST,
+    )
+    try:
+        await asyncio.wait_for(supervisor.run(), 10)
+        assert starts[0] == 2
+        assert _running(str(tmp_path)) == []
+    finally:
+        for pid in _running(str(tmp_path)):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_each_worker_gets_its_own_metrics_port_and_one_relay() -> None:
