@@ -49,6 +49,7 @@ from consumer.agents import load_agent
 from consumer.embedded_broker import EmbeddedBroker
 from consumer.errors import AgentImportError, ConsumerError, DevError, EmbeddedBrokerError
 from consumer.logs import JsonFormatter
+from consumer.parser import MAX_SESSION_ID_CHARS
 from consumer.scheduler import Scheduler, build_scheduler
 from consumer.service import ConsumerService
 from consumer.settings import Settings
@@ -514,7 +515,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="feed the lines of FILE instead of a terminal, then exit (/wait N waits N seconds)",
     )
     parser.add_argument(
-        "--session", metavar="ID",
+        "--session", metavar="ID", type=_session_id,
         help="session id (default: a new one); every run starts with empty servers, so an id "
         "from an earlier run starts a new conversation under that id",
     )
@@ -522,6 +523,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--data-dir", metavar="DIR", type=Path, default=Path(".turnflow"),
         help="where the embedded PostgreSQL keeps its data and the log goes (default .turnflow)",
     )
+
+
+def _session_id(value: str) -> str:
+    """A session id the consumer's parser takes: it refuses a blank or overlong one, so every
+    input of the chat would be dropped and wait out its timeout; refused here instead."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must not be blank")
+    if len(value) > MAX_SESSION_ID_CHARS:
+        raise argparse.ArgumentTypeError(f"longer than {MAX_SESSION_ID_CHARS} characters")
+    return value
 
 
 def options_from(args: argparse.Namespace) -> DevOptions:
@@ -757,9 +768,8 @@ def load_settings() -> Settings:
     except ValidationError as exc:
         first = exc.errors()[0]
         variable = str(first["loc"][0]).upper() if first.get("loc") else "?"
+        # An unreadable KAFKA_SASL_PASSWORD_FILE is one of these too, named as that variable.
         raise DevError(f"environment variable {variable} is invalid: {first['msg']}") from None
-    except OSError as exc:  # a *_FILE setting naming a file that is not there
-        raise DevError(f"cannot read {exc.filename}: {exc.strerror}") from None
 
 
 def load_dev_agent(path: str) -> Any:

@@ -38,6 +38,39 @@ def test_invalid_environment_variable(tmp_path: Path) -> None:
     assert "environment variable MAX_IN_FLIGHT is invalid" in line
 
 
+def test_unreadable_password_file(tmp_path: Path) -> None:
+    """A KAFKA_SASL_PASSWORD_FILE that is not there is named as that variable, with why."""
+    missing = tmp_path / "no-password"
+    run = run_dev("--data-dir", str(tmp_path), env={"KAFKA_SASL_PASSWORD_FILE": str(missing)})
+    line = _one_line(run.code, run.error_lines)
+    assert "environment variable KAFKA_SASL_PASSWORD_FILE is invalid" in line
+    assert f"cannot read {missing}: No such file or directory" in line
+
+
+@pytest.mark.parametrize("session", [" ", "", "s" * 257])
+def test_a_session_id_the_consumer_would_refuse(
+    session: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A blank or overlong --session is refused with the arguments (exit 2), not by every input
+    of the chat waiting out its timeout."""
+    from consumer.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["dev", "--session", session])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --session:" in err
+    assert ("must not be blank" if not session.strip() else "longer than 256 characters") in err
+
+
+def test_a_session_id_of_the_longest_length_is_taken() -> None:
+    """256 characters, the parser's limit, is a session id ``dev`` runs with."""
+    from consumer.cli import build_parser
+
+    args = build_parser("dev").parse_args(["dev", "--session", "s" * 256])
+    assert args.session == "s" * 256
+
+
 def test_agent_that_needs_a_missing_environment_variable(tmp_path: Path) -> None:
     """An agent module reading an unset variable at import is reported as that variable."""
     (tmp_path / "needs_key.py").write_text(
