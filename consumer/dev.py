@@ -783,7 +783,8 @@ def load_dev_agent(path: str) -> Any:
         return load_agent(path)  # the working directory is importable (load_agent adds it)
     except AgentImportError as exc:
         cause = exc.__cause__
-        if isinstance(cause, KeyError) and cause.args and str(cause.args[0]) not in os.environ:
+        # Only a plain KeyError is os.environ[...]: a subclass (an unknown time zone is one) is not.
+        if type(cause) is KeyError and cause.args and str(cause.args[0]) not in os.environ:
             raise DevError(
                 f"agent {path} needs the environment variable {cause.args[0]}, which is not set"
             ) from None

@@ -9,10 +9,14 @@ agent is built, never on the turn that first reaches it.
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
+from datetime import date
 from typing import Annotated, Any, Literal, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -20,6 +24,7 @@ from pydantic import (
     PrivateAttr,
     Tag,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 
@@ -32,6 +37,20 @@ Condition = Any
 M = TypeVar("M", bound=BaseModel)
 
 BUILTIN_CONDITIONS = frozenset({"known", "missing", "equals", "all", "any", "not"})
+
+# The longest time a setting in milliseconds may name (a wait, a silence, a delay, a cooldown):
+# ten years. A turn adds it to the current time, and a datetime stops at year 9999, so a bigger
+# value would fail every turn that reaches it (OverflowError) instead of the build.
+MAX_DURATION_MS = 10 * 365 * 24 * 60 * 60 * 1000
+
+
+def _at_most_max_duration(value: int) -> int:
+    if value > MAX_DURATION_MS:
+        raise ValueError(f"{value} ms is longer than 10 years (at most {MAX_DURATION_MS})")
+    return value
+
+
+DurationMs = Annotated[int, AfterValidator(_at_most_max_duration)]
 
 
 class _Model(BaseModel):
@@ -52,6 +71,29 @@ class FieldSpec(_Model):
     # Offered again, once known, to understand calls made anyway while a run of a flow that
     # collects it holds the floor: the customer may change it ("actually, saturday").
     correctable: bool = False
+
+    @field_validator("enum")
+    @classmethod
+    def _enum_fits_type(cls, value: list[Any] | None, info: ValidationInfo) -> list[Any] | None:
+        """A value is checked against ``enum`` after coercion, so a member coercion would not give
+        back unchanged (``"1"`` for an integer, ``"yes"`` for a boolean) could never match."""
+        kind = info.data.get("type")
+        if value is None or kind is None:  # a bad type is reported on its own
+            return value
+        from engine.values import BadValue, coerce  # values imports this module
+
+        bare = FieldSpec(type=kind)
+        for member in value:
+            try:
+                fitted = coerce("enum", bare, member)
+            except BadValue:
+                raise ValueError(f"{member!r} is not a value of type {kind}") from None
+            if fitted != member or type(fitted) is not type(member):
+                raise ValueError(
+                    f"{member!r} is stored as {fitted!r} in a field of type {kind}: "
+                    f"write {fitted!r}"
+                )
+        return value
 
 
 class StepMove(_Model):
@@ -94,13 +136,13 @@ class EventTrigger(_Model):
 
     event: str
     if_: Condition | None = Field(default=None, alias="if")
-    after_ms: int | None = Field(default=None, ge=0)
+    after_ms: DurationMs | None = Field(default=None, ge=0)
 
 
 class SilenceTrigger(_Model):
     """``{"silence": ms}``: starts the flow when the customer stays silent that long."""
 
-    silence: int = Field(gt=0)
+    silence: DurationMs = Field(gt=0)
     if_: Condition | None = Field(default=None, alias="if")
 
 
@@ -173,19 +215,34 @@ class DoStep(_Model):
 
 
 class TimerWait(_Model):
-    ms: int = Field(ge=0)
+    ms: DurationMs = Field(ge=0)
 
 
 class EventWait(_Model):
     event: str
-    up_to_ms: int | None = Field(default=None, gt=0)
+    up_to_ms: DurationMs | None = Field(default=None, gt=0)
+
+
+def _wait_kind(value: Any) -> str:
+    # Picked by key, like triggers and steps, so an error is reported against the wait the
+    # author wrote ("up_to_ms" of an event wait), not "ms: Field required" of the timer one.
+    if isinstance(value, EventWait) or (isinstance(value, dict) and "event" in value):
+        return "EventWait"
+    return "TimerWait"
+
+
+# The tags are the class names, which ``_path`` leaves out of an error's location.
+Wait = Annotated[
+    Annotated[TimerWait, Tag("TimerWait")] | Annotated[EventWait, Tag("EventWait")],
+    Discriminator(_wait_kind),
+]
 
 
 class WaitStep(_Model):
     """Park the run on a timer or an event."""
 
     id: str
-    wait: TimerWait | EventWait
+    wait: Wait
     business_hours: bool = False
     then: Move | None = None
     else_: Move | None = Field(default=None, alias="else")
@@ -226,7 +283,18 @@ Step = Annotated[
 
 
 class Cooldown(_Model):
-    cooldown_ms: int = Field(ge=0)
+    cooldown_ms: DurationMs = Field(ge=0)
+
+
+def _repeat_kind(value: Any) -> str:
+    # A dict can only be a cooldown: its error is then the cooldown's, not "should be 'always'".
+    return "Cooldown" if isinstance(value, dict | Cooldown) else "Literal"
+
+
+Repeat = Annotated[
+    Annotated[Literal["always", "once"], Tag("Literal")] | Annotated[Cooldown, Tag("Cooldown")],
+    Discriminator(_repeat_kind),
+]
 
 
 class Instruction(_Model):
@@ -254,7 +322,7 @@ class Flow(_Model):
     on: list[Trigger] = Field(default_factory=list)
     steps: list[Step] = Field(min_length=1)
     when: Condition | None = None
-    repeat: Literal["always", "once"] | Cooldown = "always"
+    repeat: Repeat = "always"
     clear_on_start: list[str] = Field(default_factory=list)
     on_end: Literal["end", "stay"] = "end"
     instructions: list[Instruction] = Field(default_factory=list)
@@ -325,8 +393,16 @@ class CompactionConfig(_Model):
     trim_entry_chars: int = Field(default=2000, ge=1)
 
 
+_HOUR_MINUTE = re.compile(r"([01][0-9]|2[0-3]):[0-5][0-9]")
+
+
 class BusinessHours(_Model):
-    """Opening hours per weekday (``mon``..``sun`` -> ``[open, close]``) in ``tz``."""
+    """Opening hours per weekday (``mon``..``sun`` -> ``[open, close]``) in ``tz``.
+
+    Checked here because ``next_open`` reads them on every turn that reaches a business-hours
+    wait: a time that is not ``HH:MM`` (00:00-23:59), or a window that does not open before it
+    closes (no overnight windows), would fail or misplace each of those turns instead.
+    """
 
     tz: str = "UTC"
     days: dict[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"], tuple[str, str]] = Field(
@@ -337,9 +413,34 @@ class BusinessHours(_Model):
     @field_validator("tz")
     @classmethod
     def _known_zone(cls, value: str) -> str:
-        from zoneinfo import ZoneInfo
+        try:
+            ZoneInfo(value)
+        except ZoneInfoNotFoundError:  # a KeyError, which pydantic would let escape as is
+            raise ValueError(f"unknown time zone {value!r}") from None
+        return value
 
-        ZoneInfo(value)
+    @field_validator("days")
+    @classmethod
+    def _windows(cls, value: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
+        for day, (opens, closes) in value.items():
+            for text in (opens, closes):
+                if not _HOUR_MINUTE.fullmatch(text):
+                    raise ValueError(f"{day}: {text!r} is not a time HH:MM from 00:00 to 23:59")
+            if opens >= closes:  # zero-padded, so the text compares as the time does
+                raise ValueError(f"{day}: opens at {opens}, not before it closes at {closes}")
+        return value
+
+    @field_validator("holidays")
+    @classmethod
+    def _iso_dates(cls, value: list[str]) -> list[str]:
+        # Compared with date.isoformat(), so only that exact form (YYYY-MM-DD) ever matches.
+        for text in value:
+            try:
+                canonical = date.fromisoformat(text).isoformat()
+            except ValueError:
+                canonical = None
+            if canonical != text:
+                raise ValueError(f"{text!r} is not a date YYYY-MM-DD")
         return value
 
 
@@ -411,5 +512,7 @@ def _path(loc: list[Any]) -> str:
 
 
 def _is_model_name(part: str) -> bool:
+    if part == "Literal":  # the tag of repeat's "always" | "once"
+        return True
     found = globals().get(part)
     return isinstance(found, type) and issubclass(found, BaseModel)

@@ -321,3 +321,27 @@ def test_turn_wait_follows_the_model_timeout() -> None:
     assert turn_wait_s(Agent(name="r", provider=RuleProvider(), flows=[
         {"id": "f", "on": [{"message": []}], "steps": [{"id": "s", "say": "hi"}]}])) == 60
     assert turn_wait_s(None) == 60
+
+
+def test_a_key_error_subclass_is_not_a_missing_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a plain KeyError is ``os.environ[...]``: a subclass raised while the agent is built
+    (zoneinfo's unknown time zone is one) keeps its own message."""
+    from zoneinfo import ZoneInfoNotFoundError
+
+    from consumer.errors import AgentImportError, DevError
+
+    def load(cause: Exception) -> None:
+        def fail(path: str) -> None:
+            raise AgentImportError(f"building the agent {path!r} failed: {cause}") from cause
+
+        monkeypatch.setattr(dev, "load_agent", fail)
+
+    load(ZoneInfoNotFoundError("No time zone found with key Europe/Lisbn"))
+    with pytest.raises(DevError) as caught:
+        dev.load_dev_agent("shop:agent")
+    assert "needs the environment variable" not in str(caught.value)
+    assert "Europe/Lisbn" in str(caught.value)
+
+    load(KeyError("TURNFLOW_TEST_UNSET_KEY"))
+    with pytest.raises(DevError, match="needs the environment variable TURNFLOW_TEST_UNSET_KEY"):
+        dev.load_dev_agent("shop:agent")
