@@ -9,8 +9,9 @@ The one place where failures are classified, so the rules read in one screen:
   can fix (``consumer.failures``: text the database cannot store, a value out of range, a
   record over a size limit) → ``DeadLetter`` at once, with its own reason: retrying cannot help;
 - a retryable model failure, a version race lost too often, or an unexpected exception →
-  ``Retry`` with exponential backoff (the server's ``retry_after`` when larger), then
-  ``DeadLetter`` past ``max_retries``;
+  ``Retry`` with exponential backoff (the server's ``retry_after`` when larger, up to the
+  backoff's ceiling: a server asking for a day must not hold the session, and the partition's
+  committed offset behind it, for a day), then ``DeadLetter`` past ``max_retries``;
 - infrastructure (PostgreSQL or Kafka unreachable, or a database connection lost mid-statement)
   → ``Retry`` with capped backoff and no limit:
   an outage must not dead-letter customers' inputs, and the held offset makes the lag visible.
@@ -147,7 +148,7 @@ def _bounded_retry(
             "retries-exhausted" if reason == "provider-retryable" else reason,
             f"{reason} after {attempt} attempts",
         )
-    return Retry(max(policy.delay(attempt), at_least), reason)
+    return Retry(max(policy.delay(attempt), min(at_least, policy.backoff_max_s)), reason)
 
 
 def _first_line(error: BaseException) -> str:

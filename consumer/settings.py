@@ -107,7 +107,8 @@ class Settings(BaseSettings):
         500, ge=0, description="First retry delay; doubles each attempt."
     )
     retry_backoff_max_ms: int = Field(
-        30000, ge=0, description="Ceiling of the retry delay."
+        30000, ge=0,
+        description="Ceiling of the retry delay, a model server's Retry-After included.",
     )
     drain_timeout_ms: int = Field(
         10000, ge=0, description="On rebalance or SIGTERM, how long in-flight turns may finish."

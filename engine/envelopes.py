@@ -13,12 +13,13 @@ to record as ``unknown-field``; a refused name is never written anywhere.
 
 from __future__ import annotations
 
-import json
+import math
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine import strict_json
 from engine.config import FieldSpec
 from engine.providers.base import ModelResponse
 
@@ -134,8 +135,8 @@ def reply_json(response: ModelResponse) -> dict[str, Any] | None:
     if not match:
         return None
     try:
-        value = json.loads(match.group(0))
-    except ValueError:
+        value = strict_json.loads(match.group(0))
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 
@@ -160,7 +161,10 @@ def parse_understand(response: ModelResponse, plan: UnderstandPlan) -> Judgement
     for flow_id, score in _section(raw, "flows").items():
         if flow_id not in plan.flows:
             _refuse(refused, "flows", flow_id, score)
-        elif isinstance(score, int | float) and not isinstance(score, bool):
+        elif isinstance(score, int) and not isinstance(score, bool):
+            judgement.flows[flow_id] = max(0, min(100, score))
+        elif isinstance(score, float) and math.isfinite(score):
+            # NaN or an infinity (from a provider that decodes its own replies) is no score.
             judgement.flows[flow_id] = max(0, min(100, int(score)))
     for flow_id, said in _section(raw, "mentions").items():
         if flow_id not in plan.mentions:

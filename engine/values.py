@@ -88,7 +88,7 @@ def coerce(name: str, spec: FieldSpec | None, value: Any) -> Any:
         raise BadValue("unknown-field", f"unknown field {name!r}")
     try:
         fitted = _coerce_type(spec, value)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):  # OverflowError: an int past any float
         raise BadValue("bad-value", f"{name}: {value!r} is not a {spec.type}") from None
     if spec.enum is not None and fitted not in spec.enum:
         raise BadValue("not-in-enum", f"{name}: {fitted!r} is not one of {spec.enum!r}")

@@ -21,7 +21,6 @@ exceptions are raised ``from None`` so no traceback chains back to a request tha
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import time
@@ -32,6 +31,7 @@ from typing import Any, Self
 
 import httpx
 
+from engine import strict_json
 from engine.clock import Clock, SystemClock
 from engine.errors import ProviderError, ProviderErrorKind
 from engine.providers.base import CallRecord, ModelRequest, ModelResponse, ProviderHooks, Usage
@@ -98,12 +98,23 @@ def redact(text: str, secrets: tuple[Secret, ...]) -> str:
     return text
 
 
+MAX_RETRY_AFTER_S = 86_400.0
+"""The longest wait a server's ``Retry-After`` is taken at: a day. Past it the hint is capped,
+since a turn adds it to the current time (``1e12`` seconds would overflow the date)."""
+
+
 def parse_retry_after(headers: Mapping[str, str], now: datetime) -> float | None:
-    """Seconds to wait according to the response headers, or None when they give no hint.
+    """Seconds to wait according to the response headers (at most ``MAX_RETRY_AFTER_S``), or
+    None when they give no hint.
 
     ``retry-after-ms`` (sent by OpenAI) wins over ``Retry-After``, which is either a number of
     seconds or an HTTP-date; a date in the past means "now" (0).
     """
+    seconds = _retry_after(headers, now)
+    return None if seconds is None else min(seconds, MAX_RETRY_AFTER_S)
+
+
+def _retry_after(headers: Mapping[str, str], now: datetime) -> float | None:
     millis = headers.get("retry-after-ms")
     if millis is not None:
         try:
@@ -261,8 +272,8 @@ class JsonApi:
                 response, provider=self.provider, now=self._clock.now(), secrets=self._secrets
             )
         try:
-            decoded = response.json()
-        except (ValueError, UnicodeDecodeError):
+            decoded = strict_json.loads(response.content)
+        except (ValueError, UnicodeDecodeError, RecursionError):
             decoded = None
         if not isinstance(decoded, dict):
             raise malformed(self.provider, f"HTTP {response.status_code} body is not a JSON object",
@@ -304,8 +315,8 @@ def decode_json_object(text: str) -> dict[str, Any] | None:
         text = text.removesuffix("```").strip()
     for candidate in (text, text[text.find("{"):text.rfind("}") + 1]):
         try:
-            value = json.loads(candidate)
-        except ValueError:
+            value = strict_json.loads(candidate)
+        except (ValueError, RecursionError):
             continue
         if isinstance(value, dict):
             return value

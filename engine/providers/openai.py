@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 import httpx
 
+from engine import strict_json
 from engine.clock import Clock
 from engine.providers.base import (
     ChatMessage,
@@ -200,8 +201,8 @@ def _arguments(raw: Any, *, tool: str) -> dict[str, Any]:
         if not raw.strip():
             return {}
         try:
-            decoded = json.loads(raw)
-        except ValueError:
+            decoded = strict_json.loads(raw)
+        except (ValueError, RecursionError):
             decoded = None
         if isinstance(decoded, dict):
             return decoded

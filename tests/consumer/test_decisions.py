@@ -40,9 +40,18 @@ def test_retryable_provider_error_backs_off_then_dead_letters() -> None:
 
 
 def test_retry_after_hint_is_respected() -> None:
-    """The server's retry_after wins when it is longer than the backoff."""
+    """The server's retry_after wins when it is longer than the backoff (within its ceiling)."""
     error = ProviderError("slow down", kind="retryable", retry_after=7.0)
-    assert decide(error, attempt=1, policy=POLICY) == Retry(7.0, "provider-retryable")
+    policy = RetryPolicy(max_retries=3, backoff_s=0.5, backoff_max_s=30.0)
+    assert decide(error, attempt=1, policy=policy) == Retry(7.0, "provider-retryable")
+
+
+def test_a_retry_after_past_the_backoff_ceiling_waits_the_ceiling() -> None:
+    """RETRY_BACKOFF_MAX_MS is the ceiling, a server's hint included: a 429 asking for a day
+    does not hold the session, and the partition's offset behind it, for a day."""
+    error = ProviderError("slow down", kind="retryable", retry_after=86_400.0)
+    assert decide(error, attempt=1, policy=POLICY) == Retry(POLICY.backoff_max_s,
+                                                            "provider-retryable")
 
 
 def test_fatal_provider_error_dead_letters_at_once() -> None:

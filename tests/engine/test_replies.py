@@ -55,6 +55,17 @@ def test_branch_aliases_map_back_and_junk_is_ignored() -> None:
     assert parse_understand(ModelResponse(json={"flows": [1]}), PLAN).flows == {}
 
 
+def test_a_flow_score_that_is_no_finite_number_is_no_score() -> None:
+    """NaN or an infinity from a provider that decodes its own replies is ignored like any
+    other wrong type (``int()`` of it would fail the turn); a huge integer is clamped."""
+    reply = ModelResponse(json={"flows": {"vendas": float("nan")}})
+    assert parse_understand(reply, PLAN).flows == {}
+    for score, expected in ((float("inf"), {}), (float("-inf"), {}), (10**400, {"vendas": 100}),
+                            (-(10**400), {"vendas": 0}), (42.9, {"vendas": 42})):
+        assert parse_understand(ModelResponse(json={"flows": {"vendas": score}}), PLAN).flows \
+            == expected
+
+
 def test_speak_reply_message_and_values() -> None:
     """The envelope is { message, ...pending fields }; a plain-text reply is the message."""
     reply = ModelResponse(json={"message": " Oi ", "nome": None, "idade": 3})
@@ -71,8 +82,9 @@ def test_speak_reply_keeps_only_the_offered_fields() -> None:
     assert parse_speak(reply, ["idade"]) == ("Oi", {"idade": 3}, ["booking_ref"])
 
 
+# NaN and the infinities included: a provider that decodes its own replies may hand them over.
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
                                                                 max_size=4),
     max_leaves=20,
@@ -93,6 +105,7 @@ def test_any_understand_reply_yields_only_offered_names(raw: dict[str, Any], tex
     for response in (ModelResponse(json=raw), ModelResponse(text=text)):
         judged = parse_understand(response, PLAN)
         assert set(judged.flows) <= set(PLAN.flows)
+        assert all(type(v) is int and 0 <= v <= 100 for v in judged.flows.values())
         assert set(judged.mentions) <= set(PLAN.mentions)
         assert set(judged.extract) <= set(PLAN.extract)
         assert all(set(v) <= set(PLAN.extract[k]) for k, v in judged.extract.items())

@@ -46,6 +46,9 @@ def test_status_kind(status: int, kind: str) -> None:
         ({"retry-after": "-3"}, None),
         ({"retry-after": "tomorrow-ish"}, None),
         ({}, None),
+        ({"retry-after": "1e12"}, 86_400.0),
+        ({"retry-after-ms": "1e300"}, 86_400.0),
+        ({"retry-after": "Fri, 31 Dec 9999 23:59:59 GMT"}, 86_400.0),
     ],
 )
 def test_parse_retry_after(headers: dict[str, str], expected: float | None) -> None:

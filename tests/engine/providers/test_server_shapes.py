@@ -197,6 +197,38 @@ def test_engine_never_speaks_a_broken_envelope() -> None:
     assert parse_speak(ModelResponse(text="Olá!")) == ("Olá!", {}, [])
 
 
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_reply_with_a_number_json_does_not_define_is_not_json(number: str) -> None:
+    """``NaN``, the infinities and numbers past a double are not JSON: a reply holding one, in
+    its text or its tool call, is an unusable reply (retryable, like any failed call), never a
+    number a flow score or a field could take."""
+    content = f'{{"flows": {{"booking": {number}, "faq": 1}}}}'
+    with pytest.raises(ProviderError, match="not the JSON object") as caught:
+        parse_chat_completion(choice(content), wants_json=True)
+    assert caught.value.kind == "retryable"
+    envelope = {"content": [{"type": "text", "text": content}], "stop_reason": "end_turn"}
+    with pytest.raises(ProviderError, match="not the JSON object"):
+        parse_message(envelope, envelope_tool="understand_envelope")
+    # Text that opens like JSON but is not: no message at all, as for any broken envelope.
+    assert parse_speak(ModelResponse(text=f'{{"message": "hi", "n": {number}}}')) == (None, {}, [])
+
+
+async def test_an_http_body_holding_nan_is_a_malformed_response() -> None:
+    """The body itself (an Anthropic tool call's input is decoded with it) holding ``NaN`` is a
+    malformed response: retryable, not a turn that crashes on ``int(nan)``."""
+    body = (b'{"content":[{"type":"tool_use","id":"t","name":"understand_envelope",'
+            b'"input":{"flows":{"booking":NaN}}}],"stop_reason":"tool_use"}')
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": "application/json"})
+
+    async with AnthropicProvider("k", transport=httpx.MockTransport(handler)) as provider:
+        with pytest.raises(ProviderError, match="not a JSON object") as caught:
+            await provider.generate(ModelRequest(
+                schema_name="understand", system="s", messages=[], json_schema=SCHEMA))
+    assert caught.value.kind == "retryable"
+
+
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,

@@ -1,0 +1,34 @@
+"""JSON text from outside decoded as JSON defines it: no ``NaN``, no ``Infinity``, no number too
+large for a double.
+
+Python's ``json`` reads all three (as ``nan``, ``inf``, and ``inf`` for ``1e999``). A model's
+reply holding one would reach the turn as a number no flow score, field or store can use:
+``int(nan)`` raises, and PostgreSQL's ``jsonb`` refuses it when the session is saved. Decoded
+here, such text is simply not JSON, and the caller treats it as it treats any reply that is not
+(an unusable reply, retried like a failed call).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+__all__ = ["loads"]
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(literal: str) -> float:
+    number = float(literal)
+    if not math.isfinite(number):
+        raise ValueError("a number too large for a double")
+    return number
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` refusing ``NaN``, ``Infinity``, ``-Infinity`` and numbers that overflow a
+    double, with ``ValueError`` (as for any text that is not JSON)."""
+    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
