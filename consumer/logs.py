@@ -34,7 +34,7 @@ SAFE_FIELDS = frozenset(
         "session_id", "input_id", "kind", "topic", "partition", "offset", "version",
         "messages", "schedule", "llm_calls", "conflicts", "attempt", "delay_s", "reason",
         "error", "rows", "partitions", "group_id", "port", "agent", "decision", "committed",
-        "in_flight", "abandoned", "kept_id",
+        "in_flight", "abandoned", "kept_id", "timeout_s", "stopping",
     }
 )
 _FIELD_ORDER = tuple(sorted(SAFE_FIELDS))

@@ -5,7 +5,9 @@ Two plain data structures, no I/O and no asyncio, so their invariants are tested
 ``OffsetWatermarks`` — each fetched offset is *pending* until it is *done* (applied, skipped or
 dead-lettered). The committable offset of a partition is the lowest pending offset, or one past
 the highest offset seen when nothing is pending: everything below it is done. It never moves
-backwards, and forgetting a partition (revoked) drops its state.
+backwards, and forgetting a partition (revoked) drops its state. Its memory follows the pending
+offsets, not the distance between the lowest pending one and the newest: one input stuck for
+hours behind a stream of finished ones does not grow it.
 
 ``SessionQueues`` — inputs of one session wait in offset order behind the one being processed;
 a session is *active* from its first enqueue until its queue runs dry. Different sessions are
@@ -26,6 +28,9 @@ __all__ = ["OffsetWatermarks", "QueuedInput", "SessionQueues"]
 
 P = TypeVar("P", bound=Hashable)
 T = TypeVar("T")
+
+# Done offsets a partition's heap may hold beyond twice its pending ones before it is rebuilt.
+_HEAP_SLACK = 64
 
 
 class OffsetWatermarks(Generic[P]):
@@ -51,10 +56,21 @@ class OffsetWatermarks(Generic[P]):
         self._next[partition] = max(self._next.get(partition, 0), offset + 1)
 
     def done(self, partition: P, offset: int) -> None:
-        """Mark an offset finished; unknown ones (revoked meanwhile) are ignored."""
+        """Mark an offset finished; unknown ones (revoked meanwhile) are ignored.
+
+        A done offset leaves the heap only once it reaches the top, so while a low offset stays
+        pending every later done one would stay too. When the done ones outnumber the pending
+        ones (plus some slack) the heap is rebuilt from the pending set: the same lowest
+        pending offset, so the same committable one, in memory bounded by what is pending,
+        and at amortised constant cost per offset."""
         pending = self._pending.get(partition)
-        if pending is not None:
-            pending.discard(offset)
+        if pending is None:
+            return
+        pending.discard(offset)
+        heap = self._heaps[partition]
+        if len(heap) > 2 * len(pending) + _HEAP_SLACK:
+            heap[:] = pending
+            heapq.heapify(heap)
 
     def committable(self, partition: P) -> int | None:
         """The offset to commit (the next one to read), or None when nothing was ever tracked."""

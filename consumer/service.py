@@ -24,6 +24,14 @@ interrupted (cancelling a database write midway buys nothing), but it can no lon
 commit. Its saved rows stay for the next owner (which replays the record, finds it applied and
 flushes the outbox) or for the relay. The same check stops a zombie that lost its partitions
 without noticing from publishing once the consumer learns of it.
+
+Broker trouble. A commit waits at most ``session_timeout_ms`` (the last one at shutdown a few
+seconds, and the fetch loop's only until ``stop()``): aiokafka would otherwise wait for an
+unreachable group coordinator for as long as the consumer is open, and it is closed only after
+that commit. A commit given up is a failed commit: its offsets are sent again with the next
+one, and until then a restart replays them. A fetch error (a corrupt or oversized batch, a topic
+not readable, a broker gone) is logged at ERROR and fetching goes on after a growing delay, so
+one bad partition neither stops the others nor makes the process exit and fail again on restart.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -78,6 +86,9 @@ __all__ = ["ConsumerService"]
 log = logging.getLogger("turnflow.consumer")
 
 _FETCH_TIMEOUT_MS = 100
+# The last commit at shutdown, after the drain: short, so ``consumer.stop()`` is always reached
+# (a commit not made in time only means more replays after the restart).
+_FINAL_COMMIT_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -335,19 +346,38 @@ class ConsumerService:
     async def _fetch_loop(self) -> None:
         consumer = self._consumer
         assert consumer is not None
+        failures = 0
         while not self._stopping.is_set():
             self._apply_backpressure(consumer)
-            batches = await consumer.getmany(
-                timeout_ms=_FETCH_TIMEOUT_MS,
-                max_records=self._backpressure.fetch_limit(len(self._epochs)),
-            )
+            try:
+                batches = await consumer.getmany(
+                    timeout_ms=_FETCH_TIMEOUT_MS,
+                    max_records=self._backpressure.fetch_limit(len(self._epochs)),
+                )
+            except KafkaError as exc:
+                # A partition's fetch error (a corrupt or oversized batch, no read permission,
+                # a broker gone) is raised here once; ending the process for it would stop
+                # every partition and fail again after the restart. Fetching goes on: the other
+                # partitions' records keep coming and the finished work is still committed.
+                # (A stopped consumer raises ConsumerStoppedError, not a KafkaError.)
+                failures += 1
+                delay = self._policy.delay(failures)
+                log.error(
+                    "fetch failed; fetching again after a delay",
+                    extra={"error": type(exc).__name__, "attempt": failures, "delay_s": delay},
+                )
+                if not await self._sleep(delay):
+                    break
+                batches = {}
+            else:
+                failures = 0
             for tp, records in batches.items():
                 epoch = self._epochs.get(tp)
                 if epoch is None:
                     continue  # revoked while the fetch was in the air
                 for record in records:
                     self._accept(tp, record, epoch)
-            await self._commit(set(self._epochs))
+            await self._commit(set(self._epochs), until_stop=True)
             self._observe_lag(consumer)
 
     def _apply_backpressure(self, consumer: AIOKafkaConsumer) -> None:
@@ -599,7 +629,20 @@ class ConsumerService:
 
     # -- offsets and ownership --------------------------------------------------------------
 
-    async def _commit(self, partitions: set[TopicPartition]) -> None:
+    async def _commit(self, partitions: set[TopicPartition], *, until_stop: bool = False) -> None:
+        """Commit the done offsets of ``partitions``, waiting a bounded time.
+
+        aiokafka's commit retries a broker error and waits for the group coordinator with no
+        limit while the consumer is open, so a coordinator out of reach would hold the fetch
+        loop, a revoke and the shutdown (which closes the consumer only after this). A commit
+        is therefore given up after ``session_timeout_ms`` (a coordinator out of reach that
+        long has moved the partitions anyway; a revoke's drain and commit fit in the rebalance
+        timeout, ``session_timeout_ms + drain_timeout_ms``), after
+        ``_FINAL_COMMIT_TIMEOUT_S`` once the service is stopping and, with ``until_stop``, as
+        soon as ``stop()`` is called. Given up, it is a failed commit: the offsets stay marked
+        and the next commit includes them; only done offsets are ever sent, so a commit that
+        lands late (aiokafka shields the request in flight) or never only means replays.
+        """
         consumer = self._consumer
         if consumer is None:
             return
@@ -611,13 +654,47 @@ class ConsumerService:
         if not offsets:
             return
         crash.reached("before_commit")
+        stopping = self._stopping.is_set()
+        within_s = self._settings.session_timeout_ms / 1000
+        if stopping:
+            within_s = min(within_s, _FINAL_COMMIT_TIMEOUT_S)
         try:
-            await consumer.commit(offsets)
+            made = await self._bounded(
+                consumer.commit(offsets), within_s, until_stop=until_stop and not stopping
+            )
         except KafkaError as exc:
             # A rebalance in progress refuses commits; the revoke path commits again.
             log.warning("offset commit failed", extra={"error": type(exc).__name__})
             return
+        if not made:
+            log.warning(
+                "offset commit given up; the offsets are committed later",
+                extra={"timeout_s": within_s, "stopping": self._stopping.is_set()},
+            )
+            return
         self._committed.update(offsets)
+
+    async def _bounded(self, work: Awaitable[None], within_s: float, *, until_stop: bool) -> bool:
+        """Await ``work`` for at most ``within_s`` (and, with ``until_stop``, only until
+        ``stop()``); False when it was given up, and then it has been cancelled. Its own
+        errors are raised; a cancellation of the caller still propagates."""
+        task = asyncio.ensure_future(work)
+        waiters: set[asyncio.Future[Any]] = {task}
+        stopped = asyncio.ensure_future(self._stopping.wait()) if until_stop else None
+        if stopped is not None:
+            waiters.add(stopped)
+        try:
+            await asyncio.wait(waiters, timeout=within_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if stopped is not None:
+                stopped.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.wait([task])
+        if task.cancelled():
+            return False
+        task.result()
+        return True
 
     def _observe_lag(self, consumer: AIOKafkaConsumer) -> None:
         """Lag of every owned partition, quiet ones included: from the offset this consumer

@@ -218,6 +218,10 @@ class FakeKafkaConsumer:
 
     Like the real client, a round returns records only of unpaused partitions, from each
     partition's position on, at most ``max_records`` in all, taking partitions in turn.
+
+    A broker in trouble: while ``commit_gate`` is an unset event, ``commit`` waits for it
+    before recording (the group coordinator out of reach; ``commit_attempts`` counts the
+    calls); each error in ``fetch_errors`` is raised by one ``getmany`` round, oldest first.
     """
 
     def __init__(self, partitions: list[TopicPartition]) -> None:
@@ -231,6 +235,9 @@ class FakeKafkaConsumer:
         self.commits: list[dict[TopicPartition, int]] = []
         self._arrived = asyncio.Event()
         self._turn = 0
+        self.commit_gate: asyncio.Event | None = None
+        self.commit_attempts = 0
+        self.fetch_errors: list[BaseException] = []
 
     def append(self, tp: TopicPartition, key: bytes, value: bytes) -> int:
         """Produce one record to a partition; returns its offset."""
@@ -243,6 +250,8 @@ class FakeKafkaConsumer:
     async def getmany(
         self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+        if self.fetch_errors:
+            raise self.fetch_errors.pop(0)
         budget = max_records or 1 << 30
         out: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = {}
         order = list(self.logs)
@@ -274,6 +283,9 @@ class FakeKafkaConsumer:
         return set(self.logs)
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        self.commit_attempts += 1
+        if self.commit_gate is not None:
+            await self.commit_gate.wait()
         self.commits.append(dict(offsets))
 
     def highwater(self, tp: TopicPartition) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -122,3 +124,51 @@ def test_dropping_a_partition_removes_only_its_queued_inputs() -> None:
     assert sorted(e.offset for e in dropped) == [1, 2]
     assert queues.queued == 1
     assert queues.take("s1") is None
+
+
+def test_one_stuck_offset_does_not_grow_memory_with_later_done_ones() -> None:
+    """A low offset pending for long while thousands of later ones finish: the watermark stays
+    on it, and what is kept is bounded by the pending offsets, not by the stream behind it."""
+    marks: OffsetWatermarks[int] = OffsetWatermarks()
+    marks.track(0, 0)
+    for offset in range(1, 20_001):
+        marks.track(0, offset)
+        marks.done(0, offset)
+        assert len(marks._heaps[0]) <= 2 * marks.pending_count(0) + 64 + 1
+    assert marks.committable(0) == 0
+    assert marks.pending_count(0) == 1
+    marks.done(0, 0)
+    assert marks.committable(0) == 20_001
+
+
+@given(st.integers(min_value=200, max_value=400), st.integers(min_value=0, max_value=2**32))
+def test_watermark_holds_when_the_heap_is_rebuilt(count: int, seed: int) -> None:
+    """Offsets (with gaps) tracked and finished interleaved, in any order, the first one stuck,
+    enough of them that the heap is rebuilt: the watermark is still the first unfinished
+    tracked offset, and the heap stays bounded by the pending offsets."""
+    rnd = random.Random(seed)
+    marks: OffsetWatermarks[int] = OffsetWatermarks()
+    first = offset = rnd.randrange(5)
+    undone: set[int] = set()
+    finishable: list[int] = []  # undone, the first (stuck) one aside
+    for _ in range(count):
+        marks.track(0, offset)
+        undone.add(offset)
+        if offset != first:
+            finishable.append(offset)
+        if finishable and rnd.random() < 0.7:
+            i = rnd.randrange(len(finishable))
+            finishable[i], finishable[-1] = finishable[-1], finishable[i]
+            done = finishable.pop()
+            marks.done(0, done)
+            undone.discard(done)
+        assert len(marks._heaps[0]) <= 2 * marks.pending_count(0) + 64 + 1
+        assert marks.committable(0) == first
+        last = offset
+        offset += rnd.randrange(1, 4)
+    rest = sorted(undone)
+    rnd.shuffle(rest)
+    for done in rest:
+        marks.done(0, done)
+        undone.discard(done)
+        assert marks.committable(0) == (min(undone) if undone else last + 1)

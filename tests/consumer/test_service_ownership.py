@@ -1,17 +1,25 @@
 """Partition ownership in the consumer loop: drain on a normal revoke, fence at once when the
-group has already moved the partitions (a zombie)."""
+group has already moved the partitions (a zombie); commits and fetches while the broker is in
+trouble never hold the loop or the shutdown."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+from aiokafka.errors import ConsumerStoppedError, CorruptRecordException, KafkaError
 from aiokafka.structs import TopicPartition
 
+from consumer import service as service_module
 from consumer.pipeline import TurnFenced
 from consumer.service import ConsumerService
 from consumer.settings import Settings
+from tests.consumer.fakes import FakeKafkaConsumer
+from tests.consumer.test_backpressure import until
 
 TP = TopicPartition("in", 0)
 
@@ -277,3 +285,125 @@ async def test_a_turn_that_fails_before_its_save_gives_its_slot_back() -> None:
     await asyncio.wait_for(service._process(queued(service, "s1", 0)), timeout=5)
     assert sent  # the failure took its path (the DLQ) ...
     assert not service._slots.locked()  # ... and the slot came back
+
+
+# -- a broker in trouble: commits that hang, fetches that fail --------------------------------
+
+
+def fetching_service(consumer: Any, **settings: Any) -> ConsumerService:
+    """A service on a FakeKafkaConsumer whose every input is a wake that is done at once."""
+
+    class Applied:
+        async def apply(self, work: Any, *, before_turn: Any, after_turn: Any,
+                        **_: object) -> None:
+            assert await before_turn()
+            after_turn()
+
+    service = ConsumerService(
+        Settings(kafka_bootstrap_servers="127.0.0.1:1",
+                 database_url="postgresql://nobody@127.0.0.1:1/x", merge_bursts=False,
+                 **settings),
+        NoAgent(),
+    )
+    service._consumer = consumer
+    service._pipeline = Applied()  # type: ignore[assignment]
+    service._on_assigned(set(consumer.logs))
+    return service
+
+
+def wake_record(session_id: str) -> tuple[bytes, bytes]:
+    body = {"session_id": session_id, "wake": "k"}
+    return session_id.encode(), json.dumps(body).encode()
+
+
+async def test_stop_ends_a_fetch_loop_stuck_in_a_commit() -> None:
+    """The group coordinator is out of reach, so the commit never answers: ``stop()`` still
+    ends the fetch loop at once, and nothing is recorded as committed."""
+    consumer = FakeKafkaConsumer([TP])
+    consumer.commit_gate = asyncio.Event()
+    service = fetching_service(consumer, session_timeout_ms=60_000)
+    consumer.append(TP, *wake_record("s1"))
+    loop = asyncio.create_task(service._fetch_loop())
+    try:
+        await until(lambda: consumer.commit_attempts > 0, "a commit is under way")
+        service.stop()
+        await asyncio.wait_for(asyncio.shield(loop), timeout=2)
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+    assert consumer.commits == []
+    assert service.committed_offsets() == {}
+
+
+async def test_a_commit_that_times_out_is_retried_by_the_next_one() -> None:
+    """A commit unanswered within the session timeout is a failed commit: nothing is recorded
+    as committed, the offsets stay marked, and the next commit sends them."""
+    consumer = FakeKafkaConsumer([TP])
+    consumer.commit_gate = asyncio.Event()
+    service = fetching_service(consumer, session_timeout_ms=1000)
+    service._marks.track(TP, 0)
+    service._marks.done(TP, 0)
+    await asyncio.wait_for(service._commit({TP}), timeout=5)
+    assert consumer.commit_attempts == 1
+    assert consumer.commits == []
+    assert service.committed_offsets() == {}
+    consumer.commit_gate.set()  # the coordinator is back
+    await asyncio.wait_for(service._commit({TP}), timeout=5)
+    assert consumer.commits == [{TP: 1}]
+    assert service.committed_offsets() == {TP: 1}
+
+
+async def test_shutdown_release_gives_its_commit_a_short_deadline(monkeypatch: Any) -> None:
+    """Stopping while the coordinator is out of reach: the final commit is given up after its
+    short deadline, so shutdown goes on to close the consumer; ownership still ends."""
+    monkeypatch.setattr(service_module, "_FINAL_COMMIT_TIMEOUT_S", 0.05, raising=False)
+    consumer = FakeKafkaConsumer([TP])
+    consumer.commit_gate = asyncio.Event()
+    service = fetching_service(consumer, session_timeout_ms=60_000, drain_timeout_ms=0)
+    service._marks.track(TP, 0)
+    service._marks.done(TP, 0)
+    service.stop()
+    await asyncio.wait_for(service._release({TP}, reason="shutdown"), timeout=2)
+    assert consumer.commit_attempts == 1
+    assert consumer.commits == []
+    assert service.assignment == set()
+
+
+async def test_a_fetch_error_is_logged_and_fetching_goes_on(caplog: Any) -> None:
+    """A partition's fetch error (a corrupt batch, say) does not end the consumer: it is logged
+    at ERROR by type, fetching resumes after a short delay, and later records are processed
+    and committed."""
+    consumer = FakeKafkaConsumer([TP])
+    consumer.fetch_errors.append(CorruptRecordException())
+    service = fetching_service(consumer, retry_backoff_ms=10)
+    consumer.append(TP, *wake_record("s1"))
+    loop = asyncio.create_task(service._fetch_loop())
+    try:
+        with caplog.at_level(logging.ERROR, logger="turnflow.consumer"):
+            await until(lambda: consumer.committed(TP) == 1, "the record after the error is "
+                        "committed")
+            assert not loop.done()
+    finally:
+        service.stop()
+        await asyncio.wait_for(loop, timeout=2)
+    failed = [r for r in caplog.records if r.getMessage().startswith("fetch failed")]
+    assert [(r.levelno, r.error) for r in failed] == [
+        (logging.ERROR, "CorruptRecordException")
+    ]
+
+
+async def test_stop_ends_the_backoff_after_a_fetch_error() -> None:
+    """Errors that keep coming are retried with a growing delay, which ``stop()`` cuts short;
+    an error that means the consumer was stopped is not taken for a fetch error."""
+    consumer = FakeKafkaConsumer([TP])
+    consumer.fetch_errors.extend(KafkaError() for _ in range(5))
+    service = fetching_service(consumer, retry_backoff_ms=60_000)
+    loop = asyncio.create_task(service._fetch_loop())
+    await until(lambda: len(consumer.fetch_errors) == 4, "the first fetch failed")
+    service.stop()
+    await asyncio.wait_for(loop, timeout=2)
+
+    stopped = FakeKafkaConsumer([TP])
+    stopped.fetch_errors.append(ConsumerStoppedError())
+    with pytest.raises(ConsumerStoppedError):
+        await asyncio.wait_for(fetching_service(stopped)._fetch_loop(), timeout=2)
