@@ -5,8 +5,13 @@ LOCKED`` and returns, per session, only a prefix of that session's unpublished r
 publisher — the consumer right after its save, another replica's relay, this one — sends a
 session's rows oldest first and no two publishers hold the same row. The rows are sent in id
 order on one idempotent producer (acks=all), all acks awaited, then marked published in the
-same transaction that locked them; a failure rolls the marks back and the rows stay for the
-next attempt.
+same transaction that locked them. When some acks fail for a reason a retry may fix, the rows
+the broker did take are marked all the same, per session up to that session's first failed
+row (its later rows stay unpublished even if acknowledged, so they go out again after it, in
+order); the marks commit, then ``PublishError`` is raised and the failed rows wait for the next
+attempt. One bad partition so holds back only its own sessions: the relay's batch mixes many
+sessions, and were it all rolled back, every other session's rows would be sent again on every
+pass and never marked.
 
 A turn's own rows take a shorter path when its load found none of the session's rows
 unpublished: ``publish_saved`` sends them straight from the save's ids and payloads, awaits every
@@ -26,7 +31,10 @@ marked published with the rest of its batch, so the rows behind it go out in ord
 A consumer that lost its partition must not publish (its replies could land after the new
 owner's): ``flush_session`` and ``publish_saved`` take a ``may_publish`` check and raise
 ``FencedPublishError`` instead of sending. The relay is not tied to partitions; it only touches
-rows older than its grace period, which normally were left by a crash.
+rows older than its grace period, which normally were left by a crash. Their age is judged in
+the fetch, by the database clock that stamped them, so the relay never locks a young row (whose
+writer is about to mark it, and would wait for the relay's sends) and a host clock running
+ahead or behind the database's cannot make it take rows early or late.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
@@ -171,9 +179,12 @@ class OutboxPublisher:
                         "partition no longer owned; leaving rows to the relay",
                         session_id=session_id,
                     )
-                await self.send(rows, [row.id for row in rows])
-                await batch.mark_published()
-            published.extend(row.id for row in rows)
+                done, failed = await self._send_prefixes(rows)
+                await batch.mark_published(done)
+            # Raised once the rows sent before the failure are marked (the block committed).
+            if failed is not None:
+                raise failed
+            published.extend(done)
             if len(rows) < self._batch_limit:
                 return published
 
@@ -202,59 +213,95 @@ class OutboxPublisher:
         await self._marks.mark(ids)
 
     async def flush_older(self, *, older_than: timedelta) -> int:
-        """One relay pass: publish, per session, the prefix of rows older than ``older_than``."""
-        cutoff = datetime.now(UTC) - older_than
-        async with self._store.fetch_unpublished(limit=self._batch_limit) as batch:
-            chosen: list[OutboxRow] = []
-            young_sessions: set[str] = set()
-            for row in batch.rows:
-                # Rows come in id order; after a session's first young row, its later rows
-                # wait too, so what goes out stays a prefix of the session.
-                if row.session_id in young_sessions or row.created_at > cutoff:
-                    young_sessions.add(row.session_id)
-                    continue
-                chosen.append(row)
-            if not chosen:
+        """One relay pass: publish, per session, the prefix of rows older than ``older_than``
+        by the database clock (the fetch takes and locks only those; see ``store.outbox``).
+
+        A failed ack raises ``PublishError`` after the rows acknowledged before it in their
+        session are marked; returns how many were marked."""
+        async with self._store.fetch_unpublished(
+            limit=self._batch_limit, older_than=older_than
+        ) as batch:
+            if not batch.rows:
                 return 0
-            await self.send(chosen, [row.id for row in chosen])
-            await batch.mark_published([row.id for row in chosen])
-        return len(chosen)
+            done, failed = await self._send_prefixes(batch.rows)
+            await batch.mark_published(done)
+        if failed is not None:
+            raise failed
+        return len(done)
 
     async def send(self, rows: Sequence[OutboundRecord], ids: Sequence[int]) -> None:
         """Send rows in order and wait for every ack; ``PublishError`` when any fails for a
-        reason a retry may fix. A row that can never be sent is set aside (see the module
-        docstring); ``ids`` are the rows' outbox ids, in the same order."""
-        acks: list[tuple[int, OutboundRecord, asyncio.Future[Any]]] = []
-        aside: list[tuple[int, OutboundRecord, BaseException]] = []
-        try:
-            for row_id, row in zip(ids, rows, strict=True):
-                try:
-                    ack = await self._producer.send(
+        reason a retry may fix, and then the caller marks none of them. A row that can never
+        be sent is set aside (see the module docstring); ``ids`` are the rows' outbox ids, in
+        the same order."""
+        outcomes = await self._attempt(rows)
+        failed = next((o for o in outcomes if _retryable(o)), None)
+        if failed is not None:
+            raise _publish_error(failed)
+        for row_id, row, outcome in zip(ids, rows, outcomes, strict=True):
+            if outcome is not None:
+                await self._set_aside(row_id, row, outcome)
+
+    async def _send_prefixes(
+        self, rows: Sequence[OutboxRow]
+    ) -> tuple[list[int], PublishError | None]:
+        """Send fetched rows (in id order, any sessions) and wait for every ack; return the ids
+        to mark published and the first failure a retry may fix, if any.
+
+        The ids are, per session, the rows before its first failed one, acknowledged or set
+        aside: a session's later rows are sent again after the failed one, never marked
+        ahead of it. A row after the failure is not set aside either, so it is kept once."""
+        outcomes = await self._attempt(rows)
+        done: list[int] = []
+        failed: BaseException | None = None
+        stopped: set[str] = set()
+        for row, outcome in zip(rows, outcomes, strict=True):
+            if row.session_id in stopped:
+                continue
+            if _retryable(outcome):
+                stopped.add(row.session_id)
+                if failed is None:
+                    failed = outcome
+                continue
+            if outcome is not None:
+                await self._set_aside(row.id, row, outcome)
+            done.append(row.id)
+        return done, None if failed is None else _publish_error(failed)
+
+    async def _attempt(self, rows: Sequence[OutboundRecord]) -> list[BaseException | None]:
+        """Send rows in order and await every ack: per row, None once acknowledged, else the
+        error that refused it. A send the producer refuses for a reason a retry may fix stops
+        the sending: that row and every later one get its error, so none goes out ahead of
+        it; the acks of the rows sent before it are still awaited, so those can be marked."""
+        sends: list[asyncio.Future[Any] | BaseException] = []
+        for row in rows:
+            try:
+                sends.append(
+                    await self._producer.send(
                         row.topic,
                         encode_payload(row.payload),
                         key=row.key.encode("utf-8") if row.key is not None else None,
                     )
-                except Exception as exc:
-                    if cannot_succeed(exc) is None:
-                        raise
-                    aside.append((row_id, row, exc))
-                    continue
-                acks.append((row_id, row, ack))
-            outcomes = await _settled([a for _, _, a in acks])
-        except KafkaError as exc:
-            raise PublishError(f"publish failed: {type(exc).__name__}") from exc
-        failed: BaseException | None = None
-        for (row_id, row, _), outcome in zip(acks, outcomes, strict=True):
-            if not isinstance(outcome, BaseException):
+                )
+            except Exception as exc:
+                if cannot_succeed(exc) is None and not isinstance(exc, KafkaError):
+                    raise
+                sends.append(exc)
+                if cannot_succeed(exc) is None:
+                    sends.extend([exc] * (len(rows) - len(sends)))
+                    break
+        settled = iter(
+            await _settled([s for s in sends if not isinstance(s, BaseException)])
+        )
+        outcomes: list[BaseException | None] = []
+        for row, sent in zip(rows, sends, strict=True):
+            outcome = sent if isinstance(sent, BaseException) else next(settled)
+            if isinstance(outcome, BaseException):
+                outcomes.append(outcome)
+            else:
                 metrics.child(metrics.OUTBOX_PUBLISHED, row.topic).inc()
-            elif cannot_succeed(outcome) is not None:
-                aside.append((row_id, row, outcome))
-            elif failed is None:
-                failed = outcome
-        if failed is not None:
-            raise PublishError(f"publish failed: {type(failed).__name__}") from failed
-        for row_id, row, error in aside:
-            await self._set_aside(row_id, row, error)
+                outcomes.append(None)
+        return outcomes
 
     async def _set_aside(self, row_id: int, row: OutboundRecord, error: BaseException) -> None:
         """Keep a row the broker can never take in ``dead_letters``; it is then marked
@@ -273,6 +320,18 @@ class OutboxPublisher:
             extra={"reason": reason, "topic": row.topic, "kept_id": kept,
                    "error": type(error).__name__},
         )
+
+
+def _retryable(outcome: BaseException | None) -> bool:
+    """A row's send failed for a reason a retry may fix (not one it can never get past)."""
+    return outcome is not None and cannot_succeed(outcome) is None
+
+
+def _publish_error(failed: BaseException) -> PublishError:
+    """What the publisher raises for ``failed``, caused by it (as ``raise ... from``)."""
+    error = PublishError(f"publish failed: {type(failed).__name__}")
+    error.__cause__ = failed
+    return error
 
 
 async def _settled(futures: list[asyncio.Future[Any]]) -> list[Any]:

@@ -7,7 +7,13 @@ Two loops share one process. ``ScheduleIntake`` (``consumer.schedule_intake``) s
    inside a transaction that stays open;
 2. produce ``{"session_id", "wake": key}`` to ``inbound.turns`` keyed by session id and await
    every ack;
-3. delete the rows and commit.
+3. delete the rows whose wakes were acknowledged (and those set aside, below) and commit;
+4. if any wake failed for a reason a retry may fix, raise: its row stays and is claimed again.
+
+A batch holds up to ``batch_size`` timers of many sessions and partitions. Were one failed ack
+to keep the whole batch, one unavailable partition would have every healthy wake of the batch
+produced again on each retry, and the earliest due timers of every session waiting for it.
+Deleting what was acknowledged changes no order: those wakes are on the topic already.
 
 Up to ``FiringOptions.pipeline`` batches are in flight at once: the next one claims while the
 previous one sends and awaits its acks, but sends only after the previous one has handed all
@@ -77,7 +83,7 @@ class TimerClaim(Protocol):
     def timers(self) -> Sequence[Timer]: ...
     @property
     def db_now(self) -> datetime: ...
-    async def delete(self) -> int: ...
+    async def delete(self, ids: Sequence[tuple[str, str]] | None = None) -> int: ...
 
 
 class TimerStore(TimerSink, Protocol):
@@ -182,8 +188,9 @@ class TimerFiring:
 
         The next batch is claimed as soon as the previous one's claim returns, but sends only
         after the previous one has handed all its records to the producer, so wakes leave in
-        due order. A failed batch stops new claims; batches already claimed still finish
-        (their rows are deleted only on their own acks), then the first error is raised.
+        due order. A failed batch (its acknowledged rows deleted, the failed ones kept) stops
+        new claims; batches already claimed still finish (their rows are deleted only on their
+        own acks), then the first error is raised.
         """
         loop = asyncio.get_running_loop()
         batches: list[asyncio.Task[int]] = []
@@ -225,6 +232,9 @@ class TimerFiring:
     ) -> int:
         """Claim up to ``batch_size`` due rows, produce their wakes, delete them; return count.
 
+        When some acks fail for a reason a retry may fix, the rows acknowledged or set aside
+        are still deleted and committed, then the first such failure is raised.
+
         ``claimed`` resolves to the number of rows claimed; sending waits for ``after`` (the
         previous batch's ``sent``); ``sent`` resolves once every record is with the producer,
         or once this batch gave up, so a failure never stalls the batch behind it.
@@ -256,15 +266,25 @@ class TimerFiring:
                 # Every ack before any delete: a row is gone only once its wake is durable.
                 # All acks are awaited even after a failure, so none is left unretrieved.
                 outcomes = await asyncio.gather(*(a for _, a in acks), return_exceptions=True)
+                fired: list[Timer] = []
+                failed: BaseException | None = None
                 for (timer, _), outcome in zip(acks, outcomes, strict=True):
-                    if isinstance(outcome, BaseException):
-                        if cannot_succeed(outcome) is None:
-                            raise outcome
+                    if not isinstance(outcome, BaseException):
+                        fired.append(timer)
+                    elif cannot_succeed(outcome) is not None:
                         refused.append((timer, outcome))
+                    elif failed is None:
+                        failed = outcome
                 for timer, error in refused:
                     await self._set_aside(timer, error)
-                await claim.delete()
-                lateness = [(claim.db_now - t.at).total_seconds() for t, _ in acks]
+                if failed is None:
+                    await claim.delete()
+                else:
+                    # The failed rows stay (and are claimed again); the rest commit now, so a
+                    # retry does not produce their wakes again.
+                    gone = [*fired, *(timer for timer, _ in refused)]
+                    await claim.delete([(t.session_id, t.key) for t in gone])
+                lateness = [(claim.db_now - t.at).total_seconds() for t in fired]
         finally:
             if sent is not None and not sent.done():
                 sent.set_result(None)
@@ -272,8 +292,10 @@ class TimerFiring:
         spent = time.monotonic() - claimed_at
         for late in lateness:
             metrics.TIMER_FIRE_DELAY.observe(max(late, 0.0) + spent)
-        metrics.WAKES_EMITTED.inc(len(acks))
-        log.info("fired timers", extra={"rows": len(acks)})
+        metrics.WAKES_EMITTED.inc(len(fired))
+        log.info("fired timers", extra={"rows": len(fired)})
+        if failed is not None:
+            raise failed
         return len(timers)
 
     async def _set_aside(self, timer: Timer, error: BaseException) -> None:

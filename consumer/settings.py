@@ -124,7 +124,9 @@ class Settings(BaseSettings):
         2000, ge=10, description="How often the outbox relay looks for unpublished rows."
     )
     relay_grace_ms: int = Field(
-        10000, ge=0, description="Rows younger than this are left to the consumer that wrote them."
+        10000, ge=0,
+        description="Rows younger than this (by the database clock) are left to the consumer "
+        "that wrote them: the relay neither sends nor locks them.",
     )
     model_recording: Literal["off", "envelopes", "prompts"] = Field(
         "envelopes", description="What the turn log keeps of each model call, for replays: "

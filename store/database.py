@@ -311,14 +311,22 @@ class Store:
 
     @asynccontextmanager
     async def fetch_unpublished(
-        self, *, session_id: str | None = None, limit: int = 100
+        self,
+        *,
+        session_id: str | None = None,
+        limit: int = 100,
+        older_than: timedelta | None = None,
     ) -> AsyncIterator[OutboxBatch]:
-        """Lock up to `limit` unpublished rows, oldest first, in per-session order.
+        """Lock up to `limit` unpublished rows, oldest first, in per-session order; with
+        `older_than` (the relay's, across sessions), only rows written longer ago than that by
+        the database clock, and per session only those before its first younger row.
 
         Use as `async with store.fetch_unpublished(...) as batch:`, publish `batch.rows` and
         `await batch.mark_published()`; the marks commit when the block exits normally and
         roll back (rows stay unpublished) when it raises.
         """
+        if session_id is not None and older_than is not None:
+            raise ValueError("fetch_unpublished takes session_id or older_than, not both")
         async with self._engine.connect() as connection:
             connection = await connection.execution_options(isolation_level="READ COMMITTED")
             async with connection.begin():
@@ -327,6 +335,9 @@ class Store:
                 if session_id is not None:
                     statement = outbox.FETCH_SESSION_UNPUBLISHED
                     parameters["session_id"] = session_id
+                elif older_than is not None:
+                    statement = outbox.FETCH_OLD_UNPUBLISHED
+                    parameters["older_than_s"] = older_than.total_seconds()
                 result = await connection.execute(statement, parameters)
                 yield OutboxBatch(connection, outbox.outbox_rows(result.all()))
 

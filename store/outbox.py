@@ -6,6 +6,12 @@ would let a publisher send a session's newer row while another still holds an ol
 fetch also drops every row that has an older unpublished row of its session outside the batch:
 what a publisher gets is, per session, a prefix of that session's unpublished rows. The dropped
 rows go out on a later fetch, after their elders.
+
+The relay's fetch (`older_than`) takes only rows older than its grace period, judged in SQL by
+the database clock that stamped `created_at`: it never locks a young row, which is the writing
+consumer's to send and mark (a lock held across the relay's sends would stall that mark, and
+every turn sharing it). A young row is not locked, so it also counts as an older row outside
+the batch: a session's rows after its first young one are dropped, and the prefix holds.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ _FETCH = """
 WITH locked AS (
     SELECT id, session_id, topic, key, payload, created_at
     FROM outbox
-    WHERE published_at IS NULL {session_filter}
+    WHERE published_at IS NULL {row_filter}
     ORDER BY id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
@@ -41,10 +47,13 @@ WHERE NOT EXISTS (
 ORDER BY l.id
 """
 
-# Two statements rather than one with an optional filter, so each keeps its own index plan:
+# Separate statements rather than one with optional filters, so each keeps its own index plan:
 # a session's flush must not scan the whole backlog once the server switches to a generic plan.
-FETCH_UNPUBLISHED = text(_FETCH.format(session_filter=""))
-FETCH_SESSION_UNPUBLISHED = text(_FETCH.format(session_filter="AND session_id = :session_id"))
+FETCH_UNPUBLISHED = text(_FETCH.format(row_filter=""))
+FETCH_SESSION_UNPUBLISHED = text(_FETCH.format(row_filter="AND session_id = :session_id"))
+FETCH_OLD_UNPUBLISHED = text(_FETCH.format(
+    row_filter="AND created_at <= now() - make_interval(secs => :older_than_s)"
+))
 
 MARK_PUBLISHED = text("""
 UPDATE outbox SET published_at = now()

@@ -9,8 +9,9 @@ conversations that minted the same key could neither steal nor cancel each other
 entry is set — by folding the batch into one set of deletions and one set of upserts, written
 in one statement (one transaction). Claiming compares with the database clock (`now()`), never
 the caller's, and locks the claimed rows `FOR UPDATE SKIP LOCKED` in a transaction the caller
-holds open until it has produced the wakes and deleted the rows: a second claimer skips them,
-and a claimer that dies releases them for the next one.
+holds open until it has produced the wakes and deleted the rows whose wakes were acknowledged
+(`ClaimedTimers.delete(ids)`; a row whose wake failed stays): a second claimer skips them, and a
+claimer that dies releases them for the next one.
 
 The pairs to delete go to PostgreSQL as two arrays, not as a JSON list: it guesses a JSON list
 holds 100 pairs, and for 100 pairs hashing the whole timers table looked cheaper than 100

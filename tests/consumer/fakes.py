@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiokafka.errors import MessageSizeTooLargeError
@@ -154,11 +154,21 @@ class FakeStore:
 
     @asynccontextmanager
     async def fetch_unpublished(
-        self, *, session_id: str | None = None, limit: int = 100
+        self, *, session_id: str | None = None, limit: int = 100,
+        older_than: timedelta | None = None,
     ) -> AsyncIterator[FakeBatch]:
+        """As the real fetch: with ``older_than`` only rows at least that old, and per session
+        only those with no unpublished row before them left out (a young one)."""
         self.calls.append("fetch_unpublished")
-        rows = [r for r in self.rows if r.id not in self.published
-                and (session_id is None or r.session_id == session_id)][:limit]
+        cutoff = None if older_than is None else datetime.now(UTC) - older_than
+        unpublished = [r for r in self.rows if r.id not in self.published
+                       and (session_id is None or r.session_id == session_id)]
+        taken = [r for r in unpublished if cutoff is None or r.created_at <= cutoff][:limit]
+        chosen = {r.id for r in taken}
+        rows = [r for r in taken if not any(
+            o.session_id == r.session_id and o.id < r.id and o.id not in chosen
+            for o in unpublished
+        )]
         yield FakeBatch(self, rows)
 
     async def mark_published(self, ids: list[int]) -> int:

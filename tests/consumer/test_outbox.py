@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from aiokafka.errors import KafkaTimeoutError
@@ -39,6 +42,29 @@ async def test_relay_sends_only_old_rows_and_keeps_each_session_a_prefix() -> No
     assert await relay.run_once() == 2
     assert texts(producer) == ["a1", "b1"]
     assert await store.outbox_backlog() == 2
+
+
+async def test_the_relay_takes_no_young_row_into_its_batch() -> None:
+    """The relay's fetch is asked for rows older than the grace (judged by the database
+    clock), so it never locks a row a live consumer is about to mark, whose mark would wait
+    for the relay's sends."""
+    fetched: list[list[str]] = []
+
+    class Watched(FakeStore):
+        @asynccontextmanager
+        async def fetch_unpublished(self, **fetch: Any) -> AsyncIterator[Any]:
+            async with super().fetch_unpublished(**fetch) as batch:
+                fetched.append([r.payload["text"] for r in batch.rows])
+                yield batch
+
+    store, producer = Watched(), FakeProducer()
+    store.add_row("crashed", "m", {"text": "old"}, created_at=OLD)
+    store.add_row("live", "m", {"text": "young"})
+    assert await OutboxPublisher(store, producer).flush_older(  # type: ignore[arg-type]
+        older_than=timedelta(seconds=60)
+    ) == 1
+    assert fetched == [["old"]]
+    assert texts(producer) == ["old"]
 
 
 async def test_flush_session_sends_only_that_session_in_order() -> None:
@@ -192,6 +218,62 @@ async def test_a_failed_ack_beside_a_good_one_fails_the_send() -> None:
     store = FakeStore()
     store.add_row("a", "m", {"text": "a1"})
     store.add_row("a", "m", {"text": "a2"})
-    with pytest.raises(PublishError):
-        await OutboxPublisher(store, OneFailing()).flush_session("a")  # type: ignore[arg-type]
+    publisher = OutboxPublisher(store, OneFailing())  # type: ignore[arg-type]
+    async with store.fetch_unpublished() as batch:
+        with pytest.raises(PublishError):
+            await publisher.send(batch.rows, [row.id for row in batch.rows])
     assert await store.outbox_backlog() == 2
+
+
+class FailingAcks(FakeProducer):
+    """Acks every send but those whose text is in ``fail``, whose ack fails as a partition
+    without its leader would (a retry may fix it); ``fail`` is consumed per text."""
+
+    def __init__(self, *fail: str) -> None:
+        super().__init__()
+        self.fail = list(fail)
+
+    async def send(self, topic: str, value: bytes, key: bytes | None = None,
+                   headers: list[tuple[str, bytes]] | None = None) -> object:
+        future = await super().send(topic, value, key=key, headers=headers)
+        text = json.loads(value)["text"]
+        if text in self.fail:
+            self.fail.remove(text)
+            failed: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+            failed.set_exception(KafkaTimeoutError())
+            return failed
+        return future
+
+
+async def test_a_relay_batch_with_a_failed_ack_marks_what_the_broker_took() -> None:
+    """One session's failed ack fails the pass, but the other sessions' acknowledged rows are
+    marked (they are not sent again on the next pass); the failed session keeps its failed row
+    and every row after it, even one acknowledged, and sends them again in order."""
+    store = FakeStore()
+    for text in ("a1", "b1", "a2", "c1", "b2"):
+        store.add_row(text[0], "m", {"text": text}, created_at=OLD)
+    producer = FailingAcks("a1")
+    publisher = OutboxPublisher(store, producer)  # type: ignore[arg-type]
+    with pytest.raises(PublishError):
+        await publisher.flush_older(older_than=timedelta(seconds=60))
+    assert texts(producer) == ["a1", "b1", "a2", "c1", "b2"]
+    assert {r.payload["text"] for r in store.rows if r.id in store.published} == {
+        "b1", "c1", "b2"
+    }
+    producer.sent.clear()
+    assert await publisher.flush_older(older_than=timedelta(seconds=60)) == 2
+    assert texts(producer) == ["a1", "a2"]
+    assert await store.outbox_backlog() == 0
+
+
+async def test_flush_session_marks_the_rows_before_a_failed_ack() -> None:
+    """A session's rows acknowledged before its first failed ack are marked before the
+    PublishError; the failed row and the rows after it stay for the retry."""
+    store = FakeStore()
+    ids = [store.add_row("a", "m", {"text": text}) for text in ("a1", "a2", "a3")]
+    publisher = OutboxPublisher(store, FailingAcks("a2"))  # type: ignore[arg-type]
+    with pytest.raises(PublishError):
+        await publisher.flush_session("a")
+    assert store.published == {ids[0]}
+    assert await publisher.flush_session("a") == ids[1:]
+    assert await store.outbox_backlog() == 0

@@ -32,11 +32,11 @@ T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 class FakeClaim:
     timers: list[Timer]
     db_now: datetime
-    deleted: bool = False
+    deleted: list[tuple[str, str]] | None = None
 
-    async def delete(self) -> int:
-        self.deleted = True
-        return len(self.timers)
+    async def delete(self, ids: Sequence[tuple[str, str]] | None = None) -> int:
+        self.deleted = [(t.session_id, t.key) for t in self.timers] if ids is None else list(ids)
+        return len(self.deleted)
 
 
 @dataclass
@@ -85,10 +85,10 @@ class FakeTimerStore:
         self.locked.update(ids)
         try:
             yield claim
-            if claim.deleted:
-                for timer_id in ids:
+            if claim.deleted is not None:
+                for timer_id in claim.deleted:
                     del self.rows[timer_id]
-                self.events.append(f"commit {[t.key for t in due]}")
+                self.events.append(f"commit {[key for _, key in claim.deleted]}")
         finally:
             self.locked.difference_update(ids)
 
@@ -405,17 +405,30 @@ async def test_fire_batch_sends_only_due_timers_then_deletes_them() -> None:
     assert list(store.keys()) == ["later"]
 
 
-async def test_failed_ack_deletes_nothing() -> None:
-    """When any wake of a batch is not acknowledged, no row of the batch is deleted."""
-    store = FakeTimerStore()
+async def test_a_failed_ack_keeps_only_its_own_timer() -> None:
+    """When a wake of a batch is not acknowledged, its row stays (to be claimed again) and the
+    batch raises; the rows whose wakes were acknowledged, or set aside, are deleted first, so
+    a retry does not wake their sessions again."""
+    events: list[str] = []
+    store = FakeTimerStore(events=events)
     await store.upsert_timers([
-        timer("s1", "a", T0), timer("s2", "b", T0),
+        timer("s1", "a", T0 - timedelta(seconds=3)),
+        timer("s2", "b", T0 - timedelta(seconds=2)),
+        timer("s3", "k" * 5000, T0 - timedelta(seconds=1)),
+        timer("s4", "d", T0),
     ])
-    producer = FakeProducer(fail_for={"s2"})
+    producer = FakeProducer(fail_for={"s2"}, events=events, max_request_size=1000)
     with pytest.raises(ConnectionError):
         await make_firing(store, producer).fire_batch()
-    assert sorted(store.keys()) == ["a", "b"]
+    assert store.keys() == ["b"]
     assert store.locked == set()
+    assert [k for _, k, _ in producer.sent] == [b"s1", b"s4"]
+    assert [letter.reason for letter in store.kept] == ["too-large"]
+    assert events[-1] == "commit ['a', 'd', '" + "k" * 5000 + "']"
+    producer.fail_for.clear()
+    assert await make_firing(store, producer).fire_batch() == 1
+    assert [k for _, k, _ in producer.sent] == [b"s1", b"s4", b"s2"]
+    assert store.rows == {}
 
 
 async def test_step_fires_in_batches_until_nothing_is_due() -> None:
@@ -604,7 +617,8 @@ async def test_pipeline_claims_the_next_batch_before_the_first_is_acked() -> Non
 
 
 async def test_pipeline_failure_keeps_failed_rows_and_finishes_the_others() -> None:
-    """A batch whose ack fails keeps its rows; a batch already sent still completes; it raises."""
+    """A batch whose ack fails keeps the failed row (its acknowledged row is deleted); a batch
+    already sent still completes; it raises."""
     store = FakeTimerStore()
     await store.upsert_timers(
         [timer("s", f"k{i}", T0 - timedelta(seconds=10 - i)) for i in range(4)]
@@ -624,7 +638,7 @@ async def test_pipeline_failure_keeps_failed_rows_and_finishes_the_others() -> N
     with pytest.raises(ConnectionError):
         async with asyncio.timeout(30):
             await fired
-    assert sorted(store.keys()) == ["k0", "k1"]
+    assert sorted(store.keys()) == ["k0"]
     assert store.locked == set()
 
 

@@ -87,6 +87,59 @@ async def test_a_session_newer_rows_wait_while_its_older_rows_are_held(store: St
     assert await _payloads(store, session_id="s1") == [("s1", 1, 1), ("s1", 2, 0)]
 
 
+async def _age(database_url: str, ids: list[int], seconds: float) -> None:
+    """Make rows look written `seconds` ago by the database clock."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(
+            "UPDATE outbox SET created_at = now() - make_interval(secs => $2)"
+            " WHERE id = ANY($1::bigint[])", ids, float(seconds)
+        )
+    finally:
+        await connection.close()
+
+
+async def test_the_relay_fetch_takes_only_old_rows_and_keeps_each_session_a_prefix(
+    store: Store, database_url: str
+) -> None:
+    """`older_than` takes rows older than that by the database clock; a session's rows after
+    its first young row stay out, so what goes out is still a prefix of the session."""
+    s1_old = (await store.save_turn(save_request("s1", 0, outbox=1))).outbox_ids
+    await store.save_turn(save_request("s1", 1, outbox=1))  # young: its writer sends it
+    s1_later = (await store.save_turn(save_request("s1", 2, outbox=1))).outbox_ids
+    s2_old = (await store.save_turn(save_request("s2", 0, outbox=2))).outbox_ids
+    await _age(database_url, s1_old + s1_later + s2_old, 60)
+    assert await _payloads(store, older_than=timedelta(seconds=10)) == [
+        ("s1", 1, 0), ("s2", 1, 0), ("s2", 1, 1)
+    ]
+    assert len(await _payloads(store, older_than=timedelta(seconds=0))) == 5
+
+
+async def test_the_relay_fetch_leaves_young_rows_unlocked(
+    store: Store, database_url: str
+) -> None:
+    """While the relay holds its batch (as across its sends), a consumer's mark of its own
+    young row does not wait for it: the relay never locked that row."""
+    old = (await store.save_turn(save_request("crashed", 0, outbox=1))).outbox_ids
+    young = (await store.save_turn(save_request("live", 0, outbox=1))).outbox_ids
+    await _age(database_url, old, 60)
+    async with store.fetch_unpublished(older_than=timedelta(seconds=10)) as batch:
+        assert [r.id for r in batch.rows] == old
+        connection = await asyncpg.connect(database_url)
+        try:
+            # The statement `PublishedMarks` runs; a lock held by the relay would time out.
+            await connection.execute("SET lock_timeout = '2s'")
+            marked = await connection.execute(
+                "UPDATE outbox SET published_at = now()"
+                " WHERE id = ANY($1::bigint[]) AND published_at IS NULL", young
+            )
+        finally:
+            await connection.close()
+        assert marked == "UPDATE 1"
+        await batch.mark_published()
+    assert await store.outbox_backlog() == 0
+
+
 async def test_delete_published_drops_only_old_published_rows(
     store: Store, database_url: str
 ) -> None:
