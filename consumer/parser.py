@@ -7,17 +7,16 @@ what was wrong, never the content: a malformed record may hold anything, includi
 
 Checks, in this order: size (before decoding, so an oversized record is never loaded), UTF-8,
 JSON (``NaN``, ``Infinity`` and numbers that overflow to infinity are not JSON and are refused
-here), a JSON object, text the service can store (``invalid-text``: no string anywhere in the
-record, keys of objects included, may hold U+0000 or a lone surrogate such as an escaped
-``\\ud800``: PostgreSQL cannot store the first and UTF-8 cannot encode the second, so such a
-record would fail the same way on every attempt), ``session_id`` (a non-empty string of sane
-length), a record key equal to the session id (partitioning by session is what keeps one writer
-per conversation), exactly one input kind, and the types of the fields that kind uses,
-including a message's ``at`` (an ISO 8601 time that stays in range once moved to UTC) and its
-``id`` (not empty, and not starting with ``event:`` or ``start:``, the prefixes of the ids
-events and starts are recorded under). The
-engine validates the rest; what it refuses is a fatal ``TurnRequestError`` handled by
-``decisions``.
+here), a JSON object, nesting at most ``MAX_DEPTH`` levels, text the service can store
+(``invalid-text``: no string anywhere in the record, keys of objects included, may hold U+0000
+or a lone surrogate such as an escaped ``\\ud800``: PostgreSQL cannot store the first and UTF-8
+cannot encode the second, so such a record would fail the same way on every attempt),
+``session_id`` (a non-empty string of sane length), a record key equal to the session id
+(partitioning by session is what keeps one writer per conversation), exactly one input kind, and
+the types of the fields that kind uses, including a message's ``at`` (an ISO 8601 time that
+stays in range once moved to UTC) and its ``id`` (not empty, and not starting with ``event:`` or
+``start:``, the prefixes of the ids events and starts are recorded under). The engine validates
+the rest; what it refuses is a fatal ``TurnRequestError`` handled by ``decisions``.
 """
 
 from __future__ import annotations
@@ -54,9 +53,16 @@ RejectReason = Literal[
     "key-mismatch",
     "unknown-kind",
     "invalid-field",
+    "too-deep",
 ]
 
 MAX_SESSION_ID_CHARS = 256
+
+MAX_DEPTH = 64
+"""The most objects and lists a record may nest. A start's ``input``, an event's ``payload`` and
+``context`` are kept in the session and the turn log, and the store's JSON decoder stops at a
+nesting of about 200: a deeper record would be saved and then fail every later load of its
+conversation. Sixty-four levels is far more than any adapter's payload needs."""
 
 # Fields a record may carry beyond the kind itself; anything else is dropped, not forwarded, so
 # a producer cannot smuggle ``session`` or ``history`` past the store.
@@ -119,6 +125,9 @@ def parse_record(
         return Rejected("not-json", f"value is not JSON{where}")
     if not isinstance(body, dict):
         return Rejected("not-an-object", f"JSON value is a {type(body).__name__}, not an object")
+    # Each level of nesting opens a bracket, so a record with few brackets needs no walk.
+    if text.count("{") + text.count("[") > MAX_DEPTH and _depth(body) > MAX_DEPTH:
+        return Rejected("too-deep", f"objects and lists nested deeper than {MAX_DEPTH} levels")
     problem = _unstorable_text(body) if _RISKY_ESCAPE.search(text) else None
     if problem is not None:
         return Rejected("invalid-text", problem)
@@ -264,6 +273,24 @@ def _unstorable_text(body: dict[str, Any]) -> str | None:
         elif isinstance(value, list):
             stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
     return None
+
+
+def _depth(value: Any) -> int:
+    """How many objects and lists ``value`` nests (a flat object is 1). Iterative, so a record
+    the decoder took is measured whatever its depth."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def _join(path: str, name: str) -> str:

@@ -60,5 +60,12 @@ def loads(value: Any) -> Any:
     """Decode a jsonb column: the store's engine gives this to the driver as its jsonb codec,
     so every jsonb value a query returns comes through here as text (a value already decoded
     passes as it is). pydantic-core's parser, since it reads what jsonb holds exactly as the
-    standard library does (tests/store/test_jsonb_decoding.py), in about two thirds of the time."""
-    return from_json(value) if isinstance(value, str | bytes) else value
+    standard library does (tests/store/test_jsonb_decoding.py), in about two thirds of the time.
+    What it refuses (a value nested deeper than its recursion limit, about 200 levels, which
+    jsonb holds) goes through the standard library: a stored session must always load."""
+    if not isinstance(value, str | bytes):
+        return value
+    try:
+        return from_json(value)
+    except ValueError:
+        return json.loads(value)

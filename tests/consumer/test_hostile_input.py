@@ -36,7 +36,8 @@ OTHER = "s-other"
 LIMIT = 4096
 REASONS = {
     "empty", "too-large", "not-utf8", "not-json", "not-an-object", "invalid-text",
-    "missing-session-id", "key-mismatch", "unknown-kind", "invalid-field", "invalid-request",
+    "missing-session-id", "key-mismatch", "unknown-kind", "invalid-field", "too-deep",
+    "invalid-request",
     "unstorable-text", "out-of-range", "invalid-data", "turn-failed", "retries-exhausted",
     "provider-fatal",
 }

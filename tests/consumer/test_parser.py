@@ -73,6 +73,10 @@ def test_each_input_kind_is_recognised(body: dict[str, object], kind: str, input
         (b'{"session_id": "s1", "message": "oi", "id": 7}', "invalid-field"),
         (b'{"session_id": "s1", "message": "oi", "id": "event:pay-77"}', "invalid-field"),
         (b'{"session_id": "s1", "message": "oi", "id": "start:k"}', "invalid-field"),
+        (b'{"session_id": "s1", "event": "e", "key": "k", "payload": {"a": '
+         + b"[" * 80 + b"]" * 80 + b"}}", "too-deep"),
+        (b'{"session_id": "s1", "message": "oi", "context": ' + b'{"a": ' * 64 + b"1"
+         + b"}" * 64 + b"}", "too-deep"),
     ],
 )
 def test_malformed_records_are_rejected_with_a_reason(raw: bytes, reason: str) -> None:
@@ -132,3 +136,10 @@ def test_a_message_carries_its_images_and_a_non_list_is_refused() -> None:
     for bad in ("https://a.png", [1, 2], {"url": "x"}):
         refused = parse({"session_id": "s1", "message": "foto", "images": bad})
         assert refused == Rejected("invalid-field", "images must be a list of objects")
+
+
+def test_a_record_nested_to_the_limit_is_taken() -> None:
+    """64 levels of objects and lists, the record itself counted, is still an input."""
+    context = b'{"a": ' * 63 + b"1" + b"}" * 63
+    parsed = parse(b'{"session_id": "s1", "message": "oi", "context": ' + context + b"}")
+    assert isinstance(parsed, ParsedInput), parsed
