@@ -20,6 +20,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
+from consumer.failures import cannot_succeed
 from store import LoadedSession, LoadRequest, SavedTurn, SaveRequest, Store
 
 __all__ = ["Grouped", "LoadGroup", "SaveGroup"]
@@ -120,11 +121,27 @@ class SaveGroup:
 
 
 class LoadGroup:
-    """Loads many sessions at once; a database error reaches every turn of its group."""
+    """Loads many sessions at once. An outage reaches every turn of its group (each retries);
+    an error no retry can fix (one session's data the database or the decoder refuses) is
+    narrowed down by loading each request of the group alone, so only the turn whose data
+    it is fails: a group shares a statement, never a fate."""
 
     def __init__(self, store: Store, *, history_limit: int, max_group: int = MAX_GROUP) -> None:
-        async def load(requests: list[LoadRequest]) -> list[LoadedSession]:
-            return await store.load_many(requests, history_limit=history_limit)
+        async def load(requests: list[LoadRequest]) -> Sequence[LoadedSession | Exception]:
+            try:
+                return await store.load_many(requests, history_limit=history_limit)
+            except Exception as error:
+                if len(requests) == 1 or cannot_succeed(error) is None:
+                    raise
+            results: list[LoadedSession | Exception] = []
+            for request in requests:
+                try:
+                    loaded = await store.load_many([request], history_limit=history_limit)
+                except Exception as error:
+                    results.append(error)
+                else:
+                    results.append(loaded[0])
+            return results
 
         self._group: Grouped[LoadRequest, LoadedSession] = Grouped(
             load, max_group=max_group, name="group-load"

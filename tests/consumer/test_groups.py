@@ -1,14 +1,17 @@
-"""SaveGroup: turns finishing together share one statement, each keeping its own outcome."""
+"""SaveGroup and LoadGroup: turns running together share one statement, each keeping its own
+outcome."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
 from consumer.groups import LoadGroup, SaveGroup
 from store import (
     AlreadyApplied,
+    LoadedSession,
     LoadRequest,
     SavedTurn,
     SourceRecord,
@@ -120,3 +123,46 @@ async def test_loads_started_together_share_statements(
     for n, one in enumerate(loaded):
         assert one.version == 1 and one.applied
         assert [e["text"] for e in one.history if e["role"] == "assistant"] == [f"hello {n}"]
+
+
+class _OneBadSession:
+    """``load_many`` of a store where one session's data cannot be read (a data error, the
+    same on every attempt), or where the database is gone (an outage)."""
+
+    def __init__(self, *, outage: bool = False) -> None:
+        self.outage = outage
+        self.statements: list[list[str]] = []
+
+    async def load_many(self, requests: list[LoadRequest], *, history_limit: int) -> list[Any]:
+        self.statements.append([r.session_id for r in requests])
+        await asyncio.sleep(0)
+        if self.outage:
+            raise ConnectionResetError("the database is gone")
+        if any(r.session_id == "bad" for r in requests):
+            raise ValueError("a stored value that cannot be decoded")
+        return [LoadedSession(state=None, version=0, history=[]) for _ in requests]
+
+
+async def test_one_sessions_bad_data_fails_only_its_own_load() -> None:
+    """A data error in a grouped load is narrowed down request by request: the bad session's
+    turn gets the error, the others their sessions, instead of all of them dead-lettered."""
+    store = _OneBadSession()
+    group = LoadGroup(store, history_limit=10)  # type: ignore[arg-type]
+    names = ["a", "bad", "b", "c"]
+    results = await asyncio.gather(*(group.load(LoadRequest(n)) for n in names),
+                                   return_exceptions=True)
+    outcomes = dict(zip(names, results, strict=True))
+    assert isinstance(outcomes["bad"], ValueError)
+    assert all(isinstance(outcomes[n], LoadedSession) for n in ("a", "b", "c"))
+    assert store.statements == [names, ["a"], ["bad"], ["b"], ["c"]]
+
+
+async def test_an_outage_reaches_the_whole_group_without_a_statement_each() -> None:
+    """A database that is gone fails every load of the group at once (each turn retries); it
+    is not tried again request by request."""
+    store = _OneBadSession(outage=True)
+    group = LoadGroup(store, history_limit=10)  # type: ignore[arg-type]
+    results = await asyncio.gather(*(group.load(LoadRequest(n)) for n in "abc"),
+                                   return_exceptions=True)
+    assert all(isinstance(r, ConnectionResetError) for r in results)
+    assert store.statements == [["a", "b", "c"]]
