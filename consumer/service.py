@@ -525,7 +525,9 @@ class ConsumerService:
                                  "error": type(error).__name__},
                 )
                 metrics.TURN_OUTCOMES.labels(outcome="error").inc()
-                await self._dead_letter_then_done(tp, last.item.record, item.epoch, decision)
+                await self._dead_letter_then_done(
+                    tp, last.item.record, item.epoch, decision, session_id=work.parsed.session_id
+                )
                 return
             assert isinstance(decision, Retry)
             metrics.INPUT_RETRIES.inc()
@@ -544,8 +546,16 @@ class ConsumerService:
         record: ConsumerRecord[bytes, bytes],
         epoch: int,
         why: Rejected | DeadLetter,
+        *,
+        session_id: str | None = None,
     ) -> None:
-        """Send the original record to the DLQ (retrying the broker), then release its offset."""
+        """Send the original record to the DLQ (retrying the broker), then release its offset.
+
+        With ``session_id`` (an input of a conversation, not a record the parser refused), the
+        record's source is then stored as dead-lettered before the offset is released: a replay
+        after a crash finds it there and skips it, as it skips a record in the turn log, instead
+        of answering it late, after the inputs behind it, or dead-lettering it twice. In that
+        order: stored first and lost before the send, the record would never reach the DLQ."""
         attempt = 1
         while self._owns(tp, epoch):
             try:
@@ -564,8 +574,44 @@ class ConsumerService:
                 attempt += 1
                 continue
             metrics.DLQ.labels(reason=why.reason).inc()
+            if session_id is not None and not await self._record_dead_lettered(
+                tp, record, epoch, session_id, why.reason
+            ):
+                return
             self._done(tp, record.offset, epoch)
             return
+
+    async def _record_dead_lettered(
+        self,
+        tp: TopicPartition,
+        record: ConsumerRecord[bytes, bytes],
+        epoch: int,
+        session_id: str,
+        reason: str,
+    ) -> bool:
+        """Store the dead-lettered record's source, retrying the database while ``tp`` is
+        owned; False when the partition moved or the service stops first (the offset then
+        stays, and the new owner replays the record)."""
+        assert self._store is not None
+        source = SourceRecord(tp.topic, tp.partition, record.offset)
+        attempt = 1
+        while self._owns(tp, epoch):
+            try:
+                with self._busy_on(tp):
+                    await self._store.record_dead_lettered(session_id, [source], reason)
+            except Exception as exc:
+                delay = self._policy.delay(attempt)
+                log.warning(
+                    "storing a dead-lettered source failed; retrying",
+                    extra={"error": type(exc).__name__, "delay_s": delay,
+                           "session_id": session_id},
+                )
+                if not await self._sleep(delay):
+                    return False
+                attempt += 1
+                continue
+            return True
+        return False
 
     async def _send_dead_letter(
         self, record: ConsumerRecord[bytes, bytes], reason: str, detail: str

@@ -46,6 +46,12 @@ _APPLIED = text(
     " OR EXISTS (SELECT 1 FROM turn_sources WHERE source_topic = :topic"
     " AND source_partition = :partition AND source_offset = :offset)"
 )
+_DEAD_LETTERED = text(
+    "INSERT INTO dead_lettered_sources"
+    " (session_id, source_topic, source_partition, source_offset, reason)"
+    " VALUES (:session_id, :topic, :partition, :offset, :reason)"
+    " ON CONFLICT (source_topic, source_partition, source_offset) DO NOTHING"
+)
 
 
 def _loaded(request: LoadRequest, row: Any) -> LoadedSession:
@@ -414,6 +420,20 @@ class Store:
                 dead_letters.KEEP, dead_letters.keep_parameters(letter)
             )
             return int(result.scalar_one())
+
+    async def record_dead_lettered(
+        self, session_id: str, sources: Sequence[SourceRecord], reason: str
+    ) -> None:
+        """Remember that these source records of a conversation went to the dead-letter topic,
+        so a replay of any of them is skipped like an applied one (idempotent)."""
+        if not sources:
+            return
+        async with self._engine.begin() as connection:
+            await connection.execute(_DEAD_LETTERED, [
+                {"session_id": session_id, "topic": s.topic, "partition": s.partition,
+                 "offset": s.offset, "reason": reason}
+                for s in sources
+            ])
 
     async def dead_letter(self, row_id: int) -> DeadLetterRecord | None:
         """The record kept under `row_id`, or None."""

@@ -5,7 +5,8 @@ them), in the order asked.
 
 Besides the session's state, version and history, the statement answers the questions the
 consumer otherwise asked in round trips of their own: which of the turn's source records are
-already in the turn log or among a burst turn's `turn_sources` (a replay, skipped exactly),
+already in the turn log, among a burst turn's `turn_sources` or among the records the consumer
+dead-lettered (`dead_lettered_sources`) (a replay, skipped exactly),
 which of its input ids the conversation already had (a duplicate re-produced at another
 offset, however long ago), and how many of the session's outbox rows are still unpublished
 (when none are, the turn's own rows need no fetch of older ones first).
@@ -91,6 +92,9 @@ SELECT q.n, s.version, s.state, (
         SELECT 1 FROM turn_sources
         WHERE source_topic = x.topic AND source_partition = x.part AND source_offset = x.off
         LIMIT 1
+    ) IS NOT NULL OR (
+        SELECT 1 FROM dead_lettered_sources
+        WHERE source_topic = x.topic AND source_partition = x.part AND source_offset = x.off
     ) IS NOT NULL
 ) AS applied, (
     SELECT coalesce(array_agg(x.n ORDER BY x.n), '{}')

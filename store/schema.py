@@ -12,6 +12,8 @@ Invariants the store relies on:
   one turn; the turn's own columns hold its last): its source and input id are unique like the
   turn's. Uniqueness across the two tables needs no index: a session's turns are saved one at
   a time under its version check, and the load before each save looks in both.
+- `dead_lettered_sources (source_topic, source_partition, source_offset)` is unique: a record
+  the consumer dead-lettered counts as applied for the replay check, like one in the turn log.
 - `outbox.id` comes from a sequence and a session's rows are written while its row is locked,
   so ordering by id is ordering in time within a session.
 """
@@ -219,6 +221,31 @@ dead_letters = Table(
     UniqueConstraint("source", name="uq_dead_letters_source"),
 )
 
+# The inputs of a conversation the consumer sent to the dead-letter topic, by source record.
+# A record that ran no turn leaves nothing in the turn log, so without this a replay after a
+# crash (before its offset was committed) would run it again: answered late, after the inputs
+# behind it, or dead-lettered twice. Only the source is kept, not the input id: a re-drive of
+# the same input from the DLQ comes at a new offset and must run.
+dead_lettered_sources = Table(
+    "dead_lettered_sources",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("session_id", Text, nullable=False),
+    Column("source_topic", Text, nullable=False),
+    Column("source_partition", Integer, nullable=False),
+    Column("source_offset", BigInteger, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+Index(
+    "uq_dead_lettered_sources_source",
+    dead_lettered_sources.c.source_topic,
+    dead_lettered_sources.c.source_partition,
+    dead_lettered_sources.c.source_offset,
+    unique=True,
+)
+
 TABLE_NAMES = (
-    "sessions", "turns", "turn_sources", "outbox", "timers", "knowledge_excerpts", "dead_letters"
+    "sessions", "turns", "turn_sources", "outbox", "timers", "knowledge_excerpts", "dead_letters",
+    "dead_lettered_sources",
 )

@@ -52,6 +52,7 @@ class FakeStore:
         self.calls: list[str] = []  # the store methods called, in order: the round trips
         self.kept: dict[int, DeadLetterRecord] = {}  # the dead_letters table
         self.duplicates: set[tuple[str, int, int]] = set()  # sources a load found a copy of
+        self.dead_lettered: dict[tuple[str, int, int], tuple[str, str]] = {}  # -> session, reason
 
     async def load(
         self,
@@ -70,6 +71,7 @@ class FakeStore:
         state, version = self.sessions.get(session_id, (None, 0))
         applied_sources = frozenset(
             s for s in asked_sources if (s.topic, s.partition, s.offset) in self.applied
+            or (s.topic, s.partition, s.offset) in self.dead_lettered
         )
         unpublished = sum(
             1 for r in self.rows if r.session_id == session_id and r.id not in self.published
@@ -83,6 +85,13 @@ class FakeStore:
             duplicate=bool(asked_ids) and len(duplicate_ids) == len(set(asked_ids)),
             applied_sources=applied_sources, duplicate_ids=duplicate_ids,
         )
+
+    async def record_dead_lettered(
+        self, session_id: str, sources: Sequence[SourceRecord], reason: str
+    ) -> None:
+        self.calls.append("record_dead_lettered")
+        for s in sources:
+            self.dead_lettered.setdefault((s.topic, s.partition, s.offset), (session_id, reason))
 
     async def is_applied(self, topic: str, partition: int, offset: int) -> bool:
         self.calls.append("is_applied")

@@ -18,7 +18,7 @@ from consumer import service as service_module
 from consumer.pipeline import TurnFenced
 from consumer.service import ConsumerService
 from consumer.settings import Settings
-from tests.consumer.fakes import FakeKafkaConsumer
+from tests.consumer.fakes import FakeKafkaConsumer, FakeStore
 from tests.consumer.test_backpressure import until
 
 TP = TopicPartition("in", 0)
@@ -270,7 +270,7 @@ async def test_a_turn_that_fails_before_its_save_gives_its_slot_back() -> None:
     settings = Settings(kafka_bootstrap_servers="127.0.0.1:1",
                         database_url="postgresql://nobody@127.0.0.1:1/x", max_in_flight=1,
                         max_retries=0)
-    service = ConsumerService(settings, NoAgent())
+    service = ConsumerService(settings, NoAgent(), store=FakeStore())  # type: ignore[arg-type]
     service._consumer = FakeConsumer(generation=3)  # type: ignore[assignment]
     service._on_assigned({TP})
     service._pipeline = Failing()  # type: ignore[assignment]

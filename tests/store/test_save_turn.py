@@ -6,6 +6,7 @@ import asyncio
 
 import asyncpg
 import pytest
+from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from store import (
@@ -229,6 +230,24 @@ async def test_load_says_whether_its_source_record_is_applied(store: Store) -> N
     assert not (await store.load("s1", source=SourceRecord("inbound.turns", 3, 42))).applied
     assert not (await store.load("s1", source=SourceRecord("inbound.turns", 2, 41))).applied
     assert not (await store.load("s1")).applied
+
+
+async def test_a_dead_lettered_source_loads_as_applied_and_only_that_one(store: Store) -> None:
+    """A record the consumer dead-lettered counts as applied to the replay check (twice
+    stored, still one row); its input id is not remembered, so a re-drive at another offset
+    is no duplicate; other sources and a save of the session are unaffected."""
+    source = SourceRecord(topic="inbound.turns", partition=1, offset=7)
+    await store.record_dead_lettered("s1", [source], "invalid-request")
+    await store.record_dead_lettered("s1", [source], "invalid-request")
+    assert (await store.load("s1", source=source, input_id="m7")).applied
+    assert not (await store.load("s1", source=source, input_id="m7")).duplicate
+    assert not (await store.load("s1", source=SourceRecord("inbound.turns", 1, 8))).applied
+    await store.save_turn(save_request("s1", 0, source=SourceRecord("inbound.turns", 1, 8)))
+    assert not await store.is_applied("inbound.turns", 1, 7)  # the turn log has no turn for it
+    async with store.engine.connect() as connection:
+        rows = (await connection.execute(text(
+            "SELECT session_id, reason FROM dead_lettered_sources"))).all()
+    assert [tuple(r) for r in rows] == [("s1", "invalid-request")]
 
 
 async def test_load_counts_the_sessions_unpublished_outbox_rows(store: Store) -> None:
