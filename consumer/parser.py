@@ -21,12 +21,11 @@ the rest; what it refuses is a fatal ``TurnRequestError`` handled by ``decisions
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from engine import strict_json
 from engine.clock import to_utc
 from engine.request import check_message_id
 
@@ -116,8 +115,8 @@ def parse_record(
     except UnicodeDecodeError as exc:
         return Rejected("not-utf8", f"invalid UTF-8 at byte {exc.start}")
     try:
-        body = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
-    except _NotFinite as exc:
+        body = strict_json.loads(text)
+    except strict_json.NotJsonNumber as exc:
         return Rejected("not-json", str(exc))
     except (ValueError, RecursionError) as exc:
         position = getattr(exc, "pos", None)
@@ -225,21 +224,6 @@ def _message_id_problem(value: Any) -> str | None:
 # refuses encoded surrogates and the decoder refuses raw control characters. So the walk over
 # every string runs only when the text has such an escape (or text that looks like one).
 _RISKY_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
-
-
-class _NotFinite(ValueError):
-    """A JSON number PostgreSQL's jsonb cannot hold (and JSON does not define)."""
-
-
-def _refuse_constant(name: str) -> Any:
-    raise _NotFinite(f"value holds {name}, which is not a JSON number")
-
-
-def _finite_float(literal: str) -> float:
-    number = float(literal)
-    if not math.isfinite(number):
-        raise _NotFinite("value holds a number too large for a double")
-    return number
 
 
 def _text_problem(text: str) -> str | None:

@@ -14,21 +14,26 @@ import json
 import math
 from typing import Any
 
-__all__ = ["loads"]
+__all__ = ["NotJsonNumber", "loads"]
+
+
+class NotJsonNumber(ValueError):
+    """A number JSON does not define (and PostgreSQL's ``jsonb`` cannot hold); the message
+    names which kind, never the text around it."""
 
 
 def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
+    raise NotJsonNumber(f"value holds {name}, which is not a JSON number")
 
 
 def _finite_float(literal: str) -> float:
     number = float(literal)
     if not math.isfinite(number):
-        raise ValueError("a number too large for a double")
+        raise NotJsonNumber("value holds a number too large for a double")
     return number
 
 
 def loads(text: str | bytes) -> Any:
     """``json.loads`` refusing ``NaN``, ``Infinity``, ``-Infinity`` and numbers that overflow a
-    double, with ``ValueError`` (as for any text that is not JSON)."""
+    double, with ``NotJsonNumber``, a ``ValueError`` (as for any text that is not JSON)."""
     return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)

@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from consumer.commands.arguments import whole_number
 from consumer.commands.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 from consumer.settings import Settings
 
@@ -41,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "midnight UTC)")
     parser.add_argument("--until", type=_when, default=None, metavar="TIME",
                         help="only sessions with a turn before TIME")
-    parser.add_argument("--sample", type=_positive, default=None, metavar="N",
+    parser.add_argument("--sample", type=whole_number(1), default=None, metavar="N",
                         help="a random sample of N of the chosen sessions")
     parser.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
     parser.add_argument("--expect-changes", nargs="+", action="extend", default=[],
@@ -62,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "agent's provider again and report decision drift")
     parser.add_argument("--max-drift", type=float, default=None, metavar="PCT",
                         help="live: fail when a decision kind drifts more than PCT percent")
-    parser.add_argument("--history-limit", type=_non_negative, default=None, metavar="N",
+    parser.add_argument("--history-limit", type=whole_number(0), default=None, metavar="N",
                         help="transcript entries given to each turn (default: $HISTORY_LIMIT)")
 
 
@@ -73,26 +74,6 @@ def _when(value: str) -> datetime:
         return to_utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
     except ValueError:
         raise argparse.ArgumentTypeError("not an ISO 8601 date or time") from None
-
-
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not a whole number") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return number
-
-
-def _non_negative(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not a whole number") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError("must be at least 0")
-    return number
 
 
 def _unwritable_report(args: argparse.Namespace) -> str | None:

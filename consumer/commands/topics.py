@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from consumer.commands.arguments import whole_number
 from consumer.commands.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 from consumer.errors import TopicSetupError
 from consumer.settings import Settings
@@ -15,21 +16,9 @@ __all__ = ["add_arguments", "run", "topic_specs"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--partitions", type=_partitions, default=None,
+        "--partitions", type=whole_number(1), default=None,
         help="partitions (default: $TOPIC_PARTITIONS)",
     )
-
-
-def _partitions(value: str) -> int:
-    """At least 1, as ``TOPIC_PARTITIONS``: 0 used to mean the default unseen, and a negative
-    count reached the broker."""
-    try:
-        count = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not a whole number") from None
-    if count < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return count
 
 
 def topic_specs(settings: Settings, partitions: int | None = None) -> list[TopicSpec]:

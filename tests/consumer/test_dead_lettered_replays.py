@@ -6,11 +6,6 @@ from __future__ import annotations
 
 import json
 
-from consumer.dead_letters import DeadLetterPublisher
-from consumer.outbox import OutboxPublisher
-from consumer.pipeline import OutboundTopics, TurnPipeline
-from consumer.service import ConsumerService
-from consumer.settings import Settings
 from tests.consumer.fakes import FakeKafkaConsumer, FakeStore
 from tests.consumer.test_service_bursts import (
     TP,
@@ -19,27 +14,10 @@ from tests.consumer.test_service_bursts import (
     message,
     replies,
     run_until,
+    service_on,
 )
 
-
-def service_with(store: FakeStore, consumer: FakeKafkaConsumer, agent: EchoAgent,
-                 producer: DlqProducer) -> ConsumerService:
-    service = ConsumerService(
-        Settings(kafka_bootstrap_servers="127.0.0.1:1", merge_bursts=False, max_retries=0),
-        agent,  # type: ignore[arg-type]
-        store=store,  # type: ignore[arg-type]
-    )
-    service._consumer = consumer  # type: ignore[assignment]
-    service._producer = producer  # type: ignore[assignment]
-    publisher = OutboxPublisher(store, producer)  # type: ignore[arg-type]
-    service._pipeline = TurnPipeline(store=store, agent=agent,  # type: ignore[arg-type]
-                                     publisher=publisher,
-                                     topics=OutboundTopics(messages="out.m", schedule="out.s"))
-    service._dead_letters = DeadLetterPublisher(  # type: ignore[arg-type]
-        producer, store, service._settings.dlq_topic
-    )
-    service._on_assigned(set(consumer.logs))
-    return service
+SETTINGS = {"merge_bursts": False, "max_retries": 0}
 
 
 def dead_letters(producer: DlqProducer) -> list[str]:
@@ -59,7 +37,7 @@ async def test_a_dead_lettered_input_is_skipped_when_replayed() -> None:
     for record in records:
         first.append(TP, *record)
     agent, producer = EchoAgent(), DlqProducer()
-    service = service_with(store, first, agent, producer)
+    service = service_on(first, agent, producer, store, **SETTINGS)
     await run_until(service, lambda: first.committed(TP) == 6, "the partition is committed")
     assert dead_letters(producer) == ["bad"]
     assert (TP.topic, TP.partition, 1) in store.dead_lettered
@@ -70,7 +48,7 @@ async def test_a_dead_lettered_input_is_skipped_when_replayed() -> None:
     for record in records:
         replayed.append(TP, *record)
     again = DlqProducer()
-    service = service_with(store, replayed, agent, again)
+    service = service_on(replayed, agent, again, store, **SETTINGS)
     await run_until(service, lambda: replayed.committed(TP) == 6, "the replay is committed")
     assert len(agent.requests) == ran  # no turn ran again, the bad message's included
     assert dead_letters(again) == []

@@ -65,8 +65,10 @@ def wake(session_id: str, key: str) -> tuple[bytes, bytes]:
 
 
 def service_on(consumer: FakeKafkaConsumer, agent: EchoAgent, producer: FakeProducer,
-               **settings: Any) -> ConsumerService:
-    store = FakeStore()
+               store: FakeStore | None = None, **settings: Any) -> ConsumerService:
+    """A service on the doubles; ``store`` shared with an earlier one stands for the database a
+    restarted consumer finds."""
+    store = store or FakeStore()
     service = ConsumerService(
         Settings(kafka_bootstrap_servers="127.0.0.1:1", **settings), agent,  # type: ignore[arg-type]
         store=store,  # type: ignore[arg-type]
