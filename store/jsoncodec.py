@@ -6,7 +6,11 @@ and Decimals as strings (no float rounding), pydantic models in their JSON mode,
 tuples as lists.
 
 PostgreSQL's jsonb cannot hold U+0000, and one NUL in a customer's message must not make a
-session unsavable, so NULs are written as U+FFFD (the replacement character).
+session unsavable, so NULs are written as U+FFFD (the replacement character). A lone surrogate
+(U+D800-U+DFFF on its own: what a model's reply holding an escaped ``\ud800`` decodes to)
+cannot be encoded as UTF-8 at all, and is written as U+FFFD too: the reply, the session that
+keeps a value from it and the turn log are saved, instead of the customer's input going to the
+dead-letter topic for what the model wrote.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ def _default(value: Any) -> Any:
 # `\u0000` preceded by an even number of backslashes is an escaped NUL; after an odd number
 # it is the text "\u0000" itself, which must stay as it is.
 _ESCAPED_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+# In a Python string a surrogate code point is always a lone one (a pair is one code point).
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def dumps(value: Any) -> str:
@@ -51,6 +57,8 @@ def dumps(value: Any) -> str:
         encoded = to_json(value, fallback=_default).decode("utf-8")
     except (PydanticSerializationError, ValueError, TypeError):
         encoded = json.dumps(value, default=_default, ensure_ascii=False, separators=(",", ":"))
+        # pydantic-core refuses a lone surrogate, so only this path can hold one.
+        encoded = _LONE_SURROGATE.sub("\ufffd", encoded)
     if "\\u0000" in encoded:
         encoded = _ESCAPED_NUL.sub(lambda m: m.group(1) + "\\ufffd", encoded)
     return encoded

@@ -54,16 +54,31 @@ async def test_a_constraint_is_an_integrity_error(store: Store) -> None:
 
 
 async def test_text_the_database_cannot_store_is_refused_not_retried(store: Store) -> None:
-    """A lone surrogate in the state is the data's fault: no retry fixes it, and the
+    """A NUL in a text column (here the session id; the consumer's parser refuses such ids,
+    a host calling the store may not) is the data's fault: no retry fixes it, and the
     connection stays in the pool."""
-    request = save_request("s1", 0)
-    request.state["data"] = {"name": "a\udc00b"}
+    request = save_request("s\x001", 0)
     with pytest.raises(sa_exc.DBAPIError) as raised:
         await store.save_turn(request)
     assert not raised.value.connection_invalidated
     assert isinstance(raised.value.orig, asyncpg.PostgresError)
     assert cannot_succeed(raised.value) == "unstorable-text"
     assert (await store.load("s1")).version == 0
+
+
+async def test_a_lone_surrogate_in_json_is_saved_as_the_replacement_character(
+    store: Store,
+) -> None:
+    """A lone surrogate in the state or a reply (a model's reply can hold an escaped
+    ``\\ud800``) cannot be encoded as UTF-8: it is written as U+FFFD, like a NUL, so the turn
+    is saved instead of its input going to the DLQ for what the model wrote."""
+    request = save_request("s1", 0, replies=["hi \udc00"])
+    request.state["data"] = {"name": "a\udc00b"}
+    await store.save_turn(request)
+    loaded = await store.load("s1")
+    assert loaded.version == 1 and loaded.state is not None
+    assert loaded.state["data"] == {"name": "a\ufffdb"}
+    assert [e["text"] for e in loaded.history if e["role"] == "assistant"] == ["hi \ufffd"]
 
 
 async def test_a_connection_killed_under_a_statement_is_invalidated(

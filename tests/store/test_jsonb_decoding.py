@@ -118,3 +118,29 @@ async def test_a_value_nested_past_the_fast_parser_still_loads(store: Store) -> 
         from_json(deep)
     value, shown = await _as_jsonb(store, deep)
     assert _same(value, json.loads(shown)) and _same(value, json.loads(deep))
+
+
+@given(value=st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),  # any code point, lone surrogates too
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=10,
+))
+def test_any_text_is_written_as_json_utf8_can_encode_and_jsonb_can_hold(value: Any) -> None:
+    """Whatever strings a value holds, NULs and lone surrogates included, ``dumps`` writes JSON
+    that encodes as UTF-8, holds no escaped NUL, and reads back as the value with each of those
+    characters replaced by U+FFFD."""
+    encoded = jsoncodec.dumps(value)
+    encoded.encode("utf-8")
+    assert "\\u0000" not in encoded.replace("\\\\", "")
+
+    def cleaned(item: Any) -> Any:
+        if isinstance(item, str):
+            return "".join("\ufffd" if c == "\x00" or "\ud800" <= c <= "\udfff" else c
+                           for c in item)
+        if isinstance(item, list):
+            return [cleaned(i) for i in item]
+        if isinstance(item, dict):
+            return {cleaned(k): cleaned(v) for k, v in item.items()}
+        return item
+
+    assert json.loads(encoded) == cleaned(value)
