@@ -65,7 +65,9 @@ def check(condition: Any, registry: Registry, fields: Mapping[str, Any]) -> str 
         return f"a condition is a callable or a one-key dict, not {condition!r}"
     ((name, arg),) = condition.items()
     if name in ("known", "missing"):
-        if not isinstance(arg, str | list):
+        if not isinstance(arg, str) and not (
+            isinstance(arg, list) and all(isinstance(f, str) for f in arg)
+        ):
             return f"{name} takes a field or a list of fields"
         unknown = [f for f in _names(arg) if f not in fields]
         return f"unknown field {unknown[0]!r} in {name}" if unknown else None

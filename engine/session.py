@@ -280,6 +280,20 @@ def _snake(value: Any) -> Any:
     return value
 
 
+def _check_old_shape(data: dict[str, Any]) -> None:
+    """``ValueError`` naming the field when an older session's ``claims``, ``runs`` or
+    ``inputs`` is not the kind of value the upgrade reads: a stored row that was damaged is
+    then refused like any invalid session (a ``TurnRequestError`` in a turn), not a
+    ``TypeError`` out of the upgrade."""
+    claims, runs, inputs = data.get("claims"), data.get("runs"), data.get("inputs")
+    if claims is not None and not isinstance(claims, dict):
+        raise ValueError("claims must be an object")
+    if runs is not None and not (isinstance(runs, list) and all(isinstance(r, dict) for r in runs)):
+        raise ValueError("runs must be a list of objects")
+    if inputs is not None and not isinstance(inputs, list):
+        raise ValueError("inputs must be a list")
+
+
 def migrate_session(raw: Session | dict[str, Any]) -> Session:
     """Read a stored session of any known shape into a v4 ``Session``.
 
@@ -294,6 +308,7 @@ def migrate_session(raw: Session | dict[str, Any]) -> Session:
     data = _snake(dict(raw))
     data["v"] = 4
     data.setdefault("version", 0)
+    _check_old_shape(data)
     claims = data.get("claims") or {}
     upgraded: dict[str, Any] = {}
     for key, claim in claims.items():

@@ -7,7 +7,9 @@ with the caller's dict) instead of being copied again. A wake with
 no session does nothing (``no-session``). An input's ``at`` later than the clock is read as
 now: an input cannot have happened after the turn that takes it, and a customer's last word
 dated in the future (a skewed host clock, or year 9999) would outlast every later reply and keep
-silence triggers from ever arming again. Compaction's code layers run here; its one model
+silence triggers from ever arming again; so are a stored session's ``last_user_at`` and
+``last_assistant_at`` (a silence wake is set from the latter, and from year 9999 it would
+overflow on every turn). Compaction's code layers run here; its one model
 call, when needed, runs right before the turn's first model call (see ``compaction.py``).
 """
 
@@ -59,6 +61,13 @@ async def run(
         caller = request.session
         session = copy_session(caller)
         original = partial(_same, caller)
+    # A stored time later than the clock is read as now, like an input's ``at``: a session
+    # saying the assistant last spoke in year 9999 would otherwise overflow the silence wake
+    # set from it, on every turn.
+    if session.last_user_at is not None and session.last_user_at > now:
+        session.last_user_at = now
+    if session.last_assistant_at is not None and session.last_assistant_at > now:
+        session.last_assistant_at = now
     if history_owned:
         history = list(request.history)
     else:

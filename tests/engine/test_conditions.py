@@ -49,6 +49,8 @@ def test_check_reports_shape_and_name_problems() -> None:
         check("known", registry, FIELDS),
         check({"known": "a", "missing": "b"}, registry, FIELDS),
         check({"known": 3}, registry, FIELDS),
+        check({"known": [[]]}, registry, FIELDS),  # a name that is not text (was a TypeError)
+        check({"missing": ["nome", {}]}, registry, FIELDS),
         check({"missing": ["zzz"]}, registry, FIELDS),
         check({"equals": "nome"}, registry, FIELDS),
         check({"equals": {"zzz": 1}}, registry, FIELDS),

@@ -108,3 +108,34 @@ async def test_an_event_after_a_message_whose_id_names_it_is_still_applied() -> 
     result = await agent.turn({"session_id": "s1", "event": "paid", "key": "pay-77"})
     assert [o.code for o in result.outcomes if o.code == "duplicate-input"] == []
     assert [m.text for m in result.messages] == ["thanks"]
+
+
+@pytest.mark.parametrize(
+    "session", [{"claims": "0"}, {"runs": 1}, {"runs": [None]}, {"runs": ["x"]}, {"inputs": 1.0}]
+)
+def test_a_damaged_older_session_is_an_invalid_request(session: dict[str, object]) -> None:
+    """An older-shape session whose claims, runs or inputs are not the values the upgrade
+    reads is refused by field (a ``TurnRequestError``, dead-lettered at once), not a
+    ``TypeError`` out of the upgrade (retried as a failed turn)."""
+    with pytest.raises(ValueError):
+        migrate_session(dict(session))
+    with pytest.raises(TurnRequestError, match="invalid turn request: session: "):
+        TurnRequest.parse({"session_id": "s1", "message": "oi", "session": dict(session)})
+
+
+async def test_a_stored_time_after_the_clock_is_read_as_now() -> None:
+    """A session saying the assistant spoke in year 9999 (a host's bad row, a skewed clock)
+    would overflow the silence wake set from it on every turn; it is read as now."""
+    from engine import Agent, FakeClock
+
+    agent = Agent(name="A", clock=FakeClock("2026-01-05T09:00:00Z"), events={"x": {}},
+                  flows=[{"id": "nudge", "on": [{"silence": 5000}],
+                          "steps": [{"id": "n", "say": "still there?"}]}])
+    result = await agent.turn({
+        "session_id": "s1", "event": "x", "key": "k1",
+        "session": {"id": "s1", "v": 4, "last_assistant_at": "9999-12-31T23:59:59Z",
+                    "last_user_at": "9999-12-31T23:59:58Z"},
+    })
+    now = datetime(2026, 1, 5, 9, tzinfo=UTC)
+    assert result.session.last_assistant_at == now and result.session.last_user_at == now
+    assert [(s.at - now).total_seconds() for s in result.schedule] == [5.0]
