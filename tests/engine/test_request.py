@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine import Session, TurnRequest, TurnRequestError, migrate_session
 
@@ -139,3 +142,29 @@ async def test_a_stored_time_after_the_clock_is_read_as_now() -> None:
     now = datetime(2026, 1, 5, 9, tzinfo=UTC)
     assert result.session.last_assistant_at == now and result.session.last_user_at == now
     assert [(s.at - now).total_seconds() for s in result.schedule] == [5.0]
+
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=12,
+)
+_SESSION_KEYS = st.sampled_from([
+    "id", "v", "version", "data", "runs", "claims", "inputs", "metadata", "last_user_at",
+    "last_assistant_at", "lastUserAt", "flowId", "status", "startedAt",
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_SESSION_KEYS, _JSONISH | st.lists(
+    st.dictionaries(_SESSION_KEYS, _JSONISH, max_size=4), max_size=2), max_size=6))
+def test_any_stored_session_upgrades_or_is_refused_with_a_value_error(raw: dict[str, Any]) -> None:
+    """Whatever a stored row holds, ``migrate_session`` gives a ``Session`` or raises a
+    ``ValueError`` (pydantic's ``ValidationError`` is one), which a turn reports as an invalid
+    request; nothing else escapes."""
+    try:
+        session = migrate_session(dict(raw))
+    except ValueError:
+        return
+    assert isinstance(session, Session)
