@@ -55,6 +55,7 @@ from consumer.errors import FencedPublishError, ProducerIdError, PublishError
 from consumer.failures import cannot_succeed
 from consumer.groups import Grouped
 from consumer.partitioner import CachedPartitioner
+from consumer.stopping import stopped_within
 from store import OutboxEntry, OutboxRow, Store, jsoncodec
 
 PRUNE_EVERY_S = 600.0
@@ -430,7 +431,4 @@ class OutboxRelay:
             except Exception as exc:
                 # The relay is the safety net: it must outlive a database or broker blip.
                 log.warning("relay pass failed", extra={"error": type(exc).__name__})
-            try:
-                await asyncio.wait_for(self._stopping.wait(), timeout=self._interval_s)
-            except TimeoutError:
-                pass
+            await stopped_within(self._stopping, self._interval_s)

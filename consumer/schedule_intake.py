@@ -36,6 +36,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from consumer import metrics
 from consumer.errors import ScheduleRecordError
 from consumer.failures import cannot_succeed, describe
+from consumer.stopping import stopped_within
 from engine.clock import to_utc
 from store import TimerEntry
 
@@ -173,7 +174,7 @@ class ScheduleIntake:
             except Exception:
                 self.healthy = False
                 log.exception("schedule intake failed; retrying")
-                await _sleep_or_stop(stop, self._retry_delay)
+                await stopped_within(stop, self._retry_delay)
 
     async def step(self) -> int:
         """Fetch, store and commit one batch; returns how many entries were stored."""
@@ -241,9 +242,3 @@ class ScheduleIntake:
             stored.append(entry)
         return stored
 
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    try:
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
-    except TimeoutError:
-        pass

@@ -77,6 +77,7 @@ from consumer.pipeline import (
 )
 from consumer.round_trips import RoundTrips, broker_probe, database_probe
 from consumer.settings import Settings
+from consumer.stopping import stopped_within
 from engine import Agent
 from engine.recording import recorded_agent
 from store import SourceRecord, Store
@@ -631,11 +632,7 @@ class ConsumerService:
 
     async def _sleep(self, seconds: float) -> bool:
         """Wait ``seconds``; False when the service is stopping (the caller gives up)."""
-        try:
-            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
-        except TimeoutError:
-            return True
-        return False
+        return not await stopped_within(self._stopping, seconds)
 
     async def _take_slot(self, slot: _Slot, tp: TopicPartition, epoch: int) -> bool:
         """The pipeline's ``before_turn``: wait for a turn slot, then say whether the input

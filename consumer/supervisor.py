@@ -34,6 +34,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from consumer.stopping import stopped_within
+
 __all__ = ["SupervisorOptions", "WorkerSupervisor", "available_cores", "worker_command"]
 
 log = logging.getLogger("turnflow.supervisor")
@@ -174,7 +176,7 @@ class WorkerSupervisor:
                 self._back_off(worker, ran=0.0)
                 log.exception("worker failed to start; retrying",
                               extra={"worker": worker.index, "backoff_s": worker.backoff})
-                if await self._stopped_within(worker.backoff):
+                if await stopped_within(self._stopping, worker.backoff):
                     return
                 continue
             worker.start_failed = False
@@ -194,7 +196,7 @@ class WorkerSupervisor:
                         extra={"worker": worker.index, "exit_code": code,
                                "ran_s": round(ran, 1), "backoff_s": worker.backoff})
             worker.restarts += 1
-            if await self._stopped_within(worker.backoff):
+            if await stopped_within(self._stopping, worker.backoff):
                 return
 
     def _back_off(self, worker: _Worker, *, ran: float) -> None:
@@ -205,14 +207,6 @@ class WorkerSupervisor:
             worker.backoff = options.min_backoff
         else:
             worker.backoff = min(worker.backoff * 2, options.max_backoff)
-
-    async def _stopped_within(self, seconds: float) -> bool:
-        """Wait ``seconds`` or until stopping, whichever is first; whether stopping began."""
-        try:
-            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
-        except TimeoutError:
-            return False
-        return True
 
     async def _terminate_all(self) -> None:
         running = [
