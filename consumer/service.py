@@ -40,7 +40,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -557,55 +557,46 @@ class ConsumerService:
         after a crash finds it there and skips it, as it skips a record in the turn log, instead
         of answering it late, after the inputs behind it, or dead-lettering it twice. In that
         order: stored first and lost before the send, the record would never reach the DLQ."""
-        attempt = 1
-        while self._owns(tp, epoch):
-            try:
-                with self._busy_on(tp):
-                    await self._send_dead_letter(record, why.reason, why.detail)
-            except Exception as exc:
-                # Only the broker can fail here; whatever it raised, the record must not be
-                # released unless it reached the DLQ.
-                delay = self._policy.delay(attempt)
-                log.warning(
-                    "DLQ publish failed; retrying",
-                    extra={"error": type(exc).__name__, "delay_s": delay},
-                )
-                if not await self._sleep(delay):
-                    return
-                attempt += 1
-                continue
-            metrics.DLQ.labels(reason=why.reason).inc()
-            if session_id is not None and not await self._record_dead_lettered(
-                tp, record, epoch, session_id, why.reason
+        # Only the broker can fail the send, and only the database the store; whatever they
+        # raise, the record is not released unless it reached the DLQ (and, for an input of a
+        # conversation, its source was stored).
+        if not await self._while_owned(
+            tp, epoch, partial(self._send_dead_letter, record, why.reason, why.detail),
+            "DLQ publish failed; retrying",
+        ):
+            return
+        metrics.DLQ.labels(reason=why.reason).inc()
+        if session_id is not None:
+            source = SourceRecord(tp.topic, tp.partition, record.offset)
+            assert self._store is not None
+            if not await self._while_owned(
+                tp, epoch,
+                partial(self._store.record_dead_lettered, session_id, [source], why.reason),
+                "storing a dead-lettered source failed; retrying", session_id=session_id,
             ):
                 return
-            self._done(tp, record.offset, epoch)
-            return
+        self._done(tp, record.offset, epoch)
 
-    async def _record_dead_lettered(
+    async def _while_owned(
         self,
         tp: TopicPartition,
-        record: ConsumerRecord[bytes, bytes],
         epoch: int,
-        session_id: str,
-        reason: str,
+        work: Callable[[], Awaitable[Any]],
+        failed: str,
+        **ids: str,
     ) -> bool:
-        """Store the dead-lettered record's source, retrying the database while ``tp`` is
-        owned; False when the partition moved or the service stops first (the offset then
-        stays, and the new owner replays the record)."""
-        assert self._store is not None
-        source = SourceRecord(tp.topic, tp.partition, record.offset)
+        """Run ``work`` until it succeeds, backing off after each failure (logged as ``failed``,
+        with ``ids``), while ``tp`` is owned; False when the partition moved or the service
+        stops first (the offset then stays, and the record is replayed)."""
         attempt = 1
         while self._owns(tp, epoch):
             try:
                 with self._busy_on(tp):
-                    await self._store.record_dead_lettered(session_id, [source], reason)
+                    await work()
             except Exception as exc:
                 delay = self._policy.delay(attempt)
                 log.warning(
-                    "storing a dead-lettered source failed; retrying",
-                    extra={"error": type(exc).__name__, "delay_s": delay,
-                           "session_id": session_id},
+                    failed, extra={"error": type(exc).__name__, "delay_s": delay} | ids
                 )
                 if not await self._sleep(delay):
                     return False
