@@ -69,11 +69,18 @@ class TurnRequestError(TurnflowError):
         self.session_id = session_id
 
 
+MAX_RETRY_AFTER_S = 86_400.0
+"""The longest wait a server's hint (``Retry-After``, or a provider's own ``retry_after``) is
+taken at: a day. A turn adds it to the current time, and ``1e12`` seconds would overflow the
+date; longer hints are capped here, where every reader of the hint gets it."""
+
+
 class ProviderError(TurnflowError):
     """The model provider failed.
 
     ``retryable``: the failure may pass with time (429, 5xx, timeouts, connection errors);
-    ``retry_after`` carries the server's hint in seconds when it gave one.
+    ``retry_after`` carries the server's hint in seconds when it gave one (at most
+    ``MAX_RETRY_AFTER_S``; a negative or NaN hint is no hint).
     ``fatal``: waiting will not help (401, 403, context length, other 400s).
     """
 
@@ -88,7 +95,11 @@ class ProviderError(TurnflowError):
         super().__init__(message)
         self.kind: ProviderErrorKind = kind
         self.status = status
-        self.retry_after = retry_after
+        self.retry_after = (
+            min(retry_after, MAX_RETRY_AFTER_S)
+            if retry_after is not None and retry_after >= 0
+            else None
+        )
 
     def __repr__(self) -> str:
         return f"ProviderError({str(self)!r}, kind={self.kind!r}, status={self.status!r})"

@@ -19,7 +19,6 @@ from engine.lifecycle import handoff
 from engine.lifecycle import tools as builtin_tools
 from engine.moves import take
 from engine.phases.advance import walk
-from engine.providers.http import MAX_RETRY_AFTER_S
 from engine.session import Run
 from engine.starts import repeat_blocked
 from engine.state import SpeakReply, TurnState, talk_key
@@ -116,10 +115,8 @@ def _defer(state: TurnState, run: Run, reply: SpeakReply, calls: int) -> None:
         return
     # The ladder's step, or later when the server asked for more time (a 429's Retry-After):
     # a retry that is sure to be refused again would only burn a rung.
-    # Capped at a day, like a Retry-After header: a provider's own error may carry any number.
-    asked_s = reply.retry_after_s or 0.0
-    asked_s = min(asked_s, MAX_RETRY_AFTER_S) if asked_s >= 0 else 0.0  # NaN: no hint
-    delay_ms = max(RETRY_LADDER_MS[run.retries], int(asked_s * 1000))
+    # The hint comes from ``ProviderError.retry_after``, which bounds it to a day.
+    delay_ms = max(RETRY_LADDER_MS[run.retries], int((reply.retry_after_s or 0) * 1000))
     at = state.now + timedelta(milliseconds=delay_ms)
     key = f"{talk_key(run)}:retry:{ms(at)}"
     run.retries += 1

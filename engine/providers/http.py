@@ -33,7 +33,7 @@ import httpx
 
 from engine import strict_json
 from engine.clock import Clock, SystemClock
-from engine.errors import ProviderError, ProviderErrorKind
+from engine.errors import MAX_RETRY_AFTER_S, ProviderError, ProviderErrorKind
 from engine.providers.base import CallRecord, ModelRequest, ModelResponse, ProviderHooks, Usage
 from engine.records import record
 
@@ -96,11 +96,6 @@ def redact(text: str, secrets: tuple[Secret, ...]) -> str:
         if value:
             text = text.replace(value, "***")
     return text
-
-
-MAX_RETRY_AFTER_S = 86_400.0
-"""The longest wait a server's ``Retry-After`` is taken at: a day. Past it the hint is capped,
-since a turn adds it to the current time (``1e12`` seconds would overflow the date)."""
 
 
 def parse_retry_after(headers: Mapping[str, str], now: datetime) -> float | None:

@@ -406,3 +406,16 @@ async def test_a_retry_after_hint_longer_than_the_rung_is_respected() -> None:
     quick = MockProvider([ProviderError("429", kind="retryable", retry_after=5)])
     (early,) = (await build(quick, flows=flows).turn(message())).schedule
     assert (early.at - FakeClock(START).now()).total_seconds() == 60
+
+
+@pytest.mark.parametrize(("hint", "waited_s"), [
+    (1e12, 86_400), (float("inf"), 86_400), (float("nan"), 60), (-5.0, 60),
+])
+async def test_a_providers_own_hint_is_bounded_to_a_day(hint: float, waited_s: float) -> None:
+    """A provider's own ``ProviderError(retry_after=...)`` may carry any number: past a day it
+    is a day (``1e12`` seconds would overflow the date and fail the turn), and NaN or a
+    negative hint is no hint (the ladder's first rung)."""
+    flows = [{"id": "f", "on": [{"message": []}], "steps": [{"id": "t", "collect": ["nome"]}]}]
+    provider = MockProvider([ProviderError("429", kind="retryable", retry_after=hint)])
+    (entry,) = (await build(provider, flows=flows).turn(message())).schedule
+    assert (entry.at - FakeClock(START).now()).total_seconds() == waited_s
