@@ -285,10 +285,11 @@ class OutboxPublisher:
                     )
                 )
             except Exception as exc:
-                if cannot_succeed(exc) is None and not isinstance(exc, KafkaError):
+                retryable = cannot_succeed(exc) is None
+                if retryable and not isinstance(exc, KafkaError):
                     raise
                 sends.append(exc)
-                if cannot_succeed(exc) is None:
+                if retryable:
                     sends.extend([exc] * (len(rows) - len(sends)))
                     break
         settled = iter(
