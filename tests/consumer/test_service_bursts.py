@@ -147,20 +147,26 @@ async def test_a_message_with_another_context_or_silence_starts_a_new_turn() -> 
 
 
 async def test_the_images_of_every_message_of_a_burst_reach_the_turn() -> None:
-    """A photo, then a question about it: one turn, whose images are the photo (oldest
-    first, every message's own)."""
+    """Three conversations interleaved on one partition, each a photo, then a question about
+    it, then another photo: one turn each, whose images are that conversation's own photos,
+    oldest first, and no other conversation's."""
     consumer = FakeKafkaConsumer([TP])
     agent, producer = EchoAgent(), FakeProducer()
-    photo = {"media_type": "image/jpeg", "url": "https://example.com/a.jpg"}
-    other = {"media_type": "image/png", "url": "https://example.com/b.png"}
-    consumer.append(TP, *message_with("a", "look", images=[photo]))
-    consumer.append(TP, *message("a", "fixable?"))
-    consumer.append(TP, *message_with("a", "and this", images=[other]))
+    photos = {sid: [{"media_type": "image/jpeg", "url": f"https://example.com/{sid}-{n}.jpg"}
+                    for n in range(2)] for sid in "abc"}
+    for sid in "abc":
+        consumer.append(TP, *message_with(sid, "look", images=[photos[sid][0]]))
+    for sid in "abc":
+        consumer.append(TP, *message(sid, "fixable?"))
+    for sid in "abc":
+        consumer.append(TP, *message_with(sid, "and this", images=[photos[sid][1]]))
     service = service_on(consumer, agent, producer)
-    await run_until(service, lambda: consumer.committed(TP) == 3, "the partition is committed")
-    assert len(agent.requests) == 1
-    assert agent.requests[0]["images"] == [photo, other]
-    assert replies(producer, "a") == ["look+fixable?+and this"]
+    await run_until(service, lambda: consumer.committed(TP) == 9, "the partition is committed")
+    turns = {r["session_id"]: r for r in agent.requests}
+    assert len(agent.requests) == 3 and set(turns) == set("abc")
+    for sid in "abc":
+        assert turns[sid]["images"] == photos[sid]
+        assert replies(producer, sid) == ["look+fixable?+and this"]
 
 
 async def test_with_merging_off_every_message_is_its_own_turn() -> None:
