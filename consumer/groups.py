@@ -63,6 +63,19 @@ class Grouped(Generic[Request, Result]):
             self._flushing = asyncio.create_task(self._flush(), name=self._name)
         return await done
 
+    async def close(self) -> None:
+        """Cancel the statement in flight and every request still waiting; return once the
+        statement has ended. For shutdown, after the callers' tasks are cancelled and before
+        the store closes: cancelling a caller leaves its group's statement running, and one
+        still running when the pool is disposed holds a connection nothing closes."""
+        flushing, self._flushing = self._flushing, None
+        if flushing is not None and not flushing.done():
+            flushing.cancel()
+            await asyncio.wait([flushing])
+        for _, done in self._waiting:
+            done.cancel()
+        self._waiting = []
+
     async def _flush(self) -> None:
         while self._waiting:
             group, self._waiting = self._next_group(self._waiting)
@@ -119,6 +132,10 @@ class SaveGroup:
         """Return once ``request`` is committed; raise what saving it alone would raise."""
         return await self._group.submit(request)
 
+    async def close(self) -> None:
+        """Cancel the save in flight, if any (``Grouped.close``)."""
+        await self._group.close()
+
 
 class LoadGroup:
     """Loads many sessions at once. An outage reaches every turn of its group (each retries);
@@ -150,3 +167,7 @@ class LoadGroup:
     async def load(self, request: LoadRequest) -> LoadedSession:
         """The session as ``Store.load`` gives it."""
         return await self._group.submit(request)
+
+    async def close(self) -> None:
+        """Cancel the load in flight, if any (``Grouped.close``)."""
+        await self._group.close()

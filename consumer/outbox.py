@@ -153,6 +153,11 @@ class PublishedMarks:
         """Return once ``ids`` are marked published; raise what the statement raised."""
         await self._group.submit(ids)
 
+    async def close(self) -> None:
+        """Cancel the statement in flight, if any (``Grouped.close``); the rows it was marking
+        stay unpublished, and the relay sends them again."""
+        await self._group.close()
+
 
 class OutboxPublisher:
     """Sends unpublished outbox rows and marks them published."""
@@ -162,6 +167,10 @@ class OutboxPublisher:
         self._producer = producer
         self._batch_limit = batch_limit
         self._marks = PublishedMarks(store)
+
+    async def close(self) -> None:
+        """Cancel the grouped mark in flight, if any: for shutdown, before the store closes."""
+        await self._marks.close()
 
     async def flush_session(
         self, session_id: str, *, may_publish: Callable[[], bool] = _always

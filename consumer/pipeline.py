@@ -213,6 +213,13 @@ class TurnPipeline:
         self._loads = LoadGroup(store, history_limit=history_limit)
         self._saves = SaveGroup(store)
 
+    async def close(self) -> None:
+        """Cancel the grouped load and save in flight, if any: for shutdown, once the turns
+        are stopped and before the store closes (``Grouped.close``). The publisher is the
+        caller's to close."""
+        await self._loads.close()
+        await self._saves.close()
+
     async def apply(
         self,
         work: TurnWork,

@@ -200,6 +200,7 @@ class ConsumerService:
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._pipeline: TurnPipeline | None = None
+        self._publisher: OutboxPublisher | None = None
         self._dead_letters: DeadLetterPublisher | None = None
         self._relay: OutboxRelay | None = None
         self._relay_task: asyncio.Task[None] | None = None
@@ -270,7 +271,7 @@ class ConsumerService:
             **options,
         )
         await start_producer(self._producer, idempotent=s.kafka_idempotent_producer)
-        publisher = OutboxPublisher(self._store, self._producer)
+        publisher = self._publisher = OutboxPublisher(self._store, self._producer)
         self._dead_letters = DeadLetterPublisher(self._producer, self._store, s.dlq_topic)
         observe_model_calls(self._agent)
         self._agent = await attach_postgres_knowledge(self._agent, s.database_url)
@@ -332,6 +333,12 @@ class ConsumerService:
         if self._relay is not None and self._relay_task is not None:
             self._relay.stop()
             await asyncio.gather(self._relay_task, return_exceptions=True)
+        # A grouped statement outlives the turns that were waiting for it; end it while the
+        # pool is open, or the connection it holds is never closed.
+        if self._pipeline is not None:
+            await self._pipeline.close()
+        if self._publisher is not None:
+            await self._publisher.close()
         if self._producer is not None:
             await close_quietly(self._producer.stop(), "the producer")
             self._producer = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import asyncpg
 import pytest
 
 from consumer.groups import LoadGroup, SaveGroup
@@ -101,6 +102,63 @@ async def test_a_cancelled_waiter_does_not_stop_the_others() -> None:
     assert (await third).version == 1
     with pytest.raises(asyncio.CancelledError):
         await second
+
+
+async def test_close_ends_the_statement_its_cancelled_callers_left_running() -> None:
+    """Cancelling every caller leaves the group's statement running (it is shared); ``close``
+    cancels it and the requests queued behind it, and returns once it has ended."""
+    store = FakeStore()
+    started = asyncio.Event()
+    ended: list[str] = []
+
+    async def held(requests: list) -> list:  # type: ignore[type-arg]
+        started.set()
+        try:
+            await asyncio.Event().wait()  # a statement that never answers
+        finally:
+            ended.append(",".join(r.session_id for r in requests))
+        raise AssertionError("unreachable")
+
+    store.save_turns = held  # type: ignore[method-assign]
+    group = SaveGroup(store)  # type: ignore[arg-type]
+    first = asyncio.create_task(group.save(save_request("a", 0)))
+    await started.wait()
+    queued = asyncio.create_task(group.save(save_request("b", 0)))
+    await asyncio.sleep(0)
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    await asyncio.sleep(0.01)
+    assert ended == []  # the statement outlived its caller
+    await group.close()
+    assert ended == ["a"]
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    await group.close()  # idempotent
+
+
+async def test_closed_groups_return_every_pooled_connection(
+    store: Store, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Turns cancelled while their save waits on a lock, then the group closed: the statement
+    is cancelled and its connection returned, so closing the store closes every connection."""
+    sent = asyncio.Event()
+    monkeypatch.setattr(direct, "statement_listeners", [lambda _sql: sent.set()])
+    blocker = await asyncpg.connect(database_url)
+    try:
+        await blocker.execute("BEGIN; LOCK TABLE sessions IN EXCLUSIVE MODE")
+        group = SaveGroup(store)
+        turns = [asyncio.create_task(group.save(save_request(f"x{n}", 0))) for n in range(30)]
+        await asyncio.wait_for(sent.wait(), 10)
+        for turn in turns:
+            turn.cancel()
+        await asyncio.gather(*turns, return_exceptions=True)
+        await asyncio.sleep(0.05)
+        assert store.engine.pool.checkedout() == 1  # type: ignore[attr-defined]
+        await group.close()
+        assert store.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    finally:
+        await blocker.close()
+    assert (await store.load("x0")).version == 0  # the cancelled save wrote nothing
 
 
 def test_a_group_needs_room_for_one() -> None:
