@@ -72,6 +72,7 @@ class Grouped(Generic[Request, Result]):
         if flushing is not None and not flushing.done():
             flushing.cancel()
             await asyncio.wait([flushing])
+        # A flush cancelled before its first step never ran its own cancelling of the waiters.
         for _, done in self._waiting:
             done.cancel()
         self._waiting = []

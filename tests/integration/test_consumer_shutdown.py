@@ -24,8 +24,19 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 SESSIONS = 8
 
 
-async def _lock_waiters(connection: asyncpg.Connection) -> int:
-    return int(await connection.fetchval("SELECT count(*) FROM pg_locks WHERE NOT granted"))
+async def _until_saves_waiting(blocker: asyncpg.Connection, waiting: bool, *,
+                               within: float, what: str) -> None:
+    """Poll until some statement of this database does (or none does) wait for the lock
+    ``blocker`` holds on ``sessions``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while await blocker.fetchval(
+        "SELECT count(*) > 0 FROM pg_locks WHERE NOT granted"
+        " AND relation = 'sessions'::regclass"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    ) != waiting:
+        assert loop.time() < deadline, what
+        await asyncio.sleep(0.05)
 
 
 async def test_stopped_mid_save_returns_every_connection_and_loses_nothing(
@@ -44,18 +55,13 @@ async def test_stopped_mid_save_returns_every_connection_and_loses_nothing(
         service = ConsumerService(settings, counting_agent(), store=store)
         run = asyncio.create_task(service.run())
         await setup.produce([message(sid, "m0") for sid in sessions])
-        deadline = asyncio.get_running_loop().time() + 60
-        while await _lock_waiters(blocker) == 0:
-            assert not run.done(), run
-            assert asyncio.get_running_loop().time() < deadline, "no save reached the lock"
-            await asyncio.sleep(0.05)
+        await _until_saves_waiting(blocker, True, within=60, what="no save reached the lock")
+        assert not run.done(), run
         service.stop()
         await asyncio.wait_for(run, 30)
         assert store.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
         # The held-up save was cancelled, not left waiting (the server hears of it shortly).
-        while await _lock_waiters(blocker) > 0:
-            assert asyncio.get_running_loop().time() < deadline + 30, "a save still waits"
-            await asyncio.sleep(0.05)
+        await _until_saves_waiting(blocker, False, within=30, what="a save still waits")
     finally:
         await blocker.close()
         await store.close()
