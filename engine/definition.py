@@ -1,0 +1,346 @@
+"""An agent as a JSON document: everything that is data, built into an ``Agent`` by the same
+construction checks as Python code.
+
+A hosted deployment runs thousands of agents that an agent builder or an API writes; none of
+them is a Python module. ``AgentDefinition`` holds what is data (persona, instructions, fields,
+flows, triggers, lifecycle settings, skills, tool descriptions); what must stay code comes from
+``engine.packs`` by name: ``do`` actions, registered conditions, tool handlers, web search and
+knowledge backends. ``check_definition`` parses a document and builds its agent, so a document
+with a bad flow, or naming an action no listed pack provides, is refused when it is stored
+(``DefinitionError``, naming the flow and step), never on the turn that first reaches it.
+
+The JSON Schema editors use (``docs/agent.schema.json``) is ``definition_schema()``: generated
+from these same models, so it cannot drift from what is accepted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from engine import strict_json
+from engine.agent import Agent
+from engine.clock import Clock
+from engine.config import (
+    BusinessHours,
+    CompactionConfig,
+    FieldSpec,
+    Flow,
+    IdleSpeaker,
+    Instruction,
+    parse_model,
+)
+from engine.errors import FlowConfigurationError
+from engine.lifecycle.settings import (
+    MAX_TOOL_CALLS_DEFAULT,
+    MAX_TOOL_CALLS_RANGE,
+    TURN_TIMEOUT_MS_DEFAULT,
+    TURN_TIMEOUT_MS_RANGE,
+    WEB_SEARCHES_PER_CONVERSATION,
+    BuiltinTools,
+    HandoffRules,
+    ImageSettings,
+    KnowledgeDocument,
+    LanguageSettings,
+    PlanCheck,
+    Skill,
+)
+from engine.packs import PackError, PackSet
+from engine.providers.base import Provider
+
+__all__ = [
+    "MAX_DEFINITION_BYTES",
+    "AgentDefinition",
+    "DefinitionError",
+    "HostHooks",
+    "build_agent",
+    "canonical_json",
+    "check_definition",
+    "definition_digest",
+    "definition_schema",
+    "parse_definition",
+]
+
+MAX_DEFINITION_BYTES = 2_000_000
+"""The largest document accepted: a definition is read on every agent build."""
+
+MAX_DEPTH = 64
+"""The deepest nesting accepted: conditions nest (``all``/``any``/``not``) and are checked
+recursively, and the store's JSON decoder stops at about 200 levels."""
+
+ID_MAX_CHARS = 256
+
+
+class DefinitionError(ValueError):
+    """A document that is not a valid agent definition; the message says where and why."""
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class ToolDefinition(_Doc):
+    """A tool the model may call: its description and JSON Schema parameters are data, its
+    handler is a pack's tool named by ``handler``."""
+
+    description: str = ""
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+    handler: str = Field(min_length=1)
+
+
+class WebSearchDefinition(_Doc):
+    """The agent's web search source; ``backend`` names a pack's web search backend."""
+
+    enabled: bool = True
+    allowed_domains: list[str] = Field(default_factory=list)
+    max_per_conversation: int = Field(default=WEB_SEARCHES_PER_CONVERSATION, ge=1)
+    backend: str = Field(min_length=1)
+
+
+class LifecycleDefinition(_Doc):
+    """The lifecycle settings of ``engine.lifecycle.settings.Lifecycle`` that are data; the
+    host supplies the plan check and the timer, packs the backends."""
+
+    handoff: HandoffRules | None = None
+    tools: BuiltinTools = Field(default_factory=BuiltinTools)
+    max_tool_calls: int = Field(
+        default=MAX_TOOL_CALLS_DEFAULT, ge=MAX_TOOL_CALLS_RANGE[0], le=MAX_TOOL_CALLS_RANGE[1]
+    )
+    turn_timeout_ms: int = Field(
+        default=TURN_TIMEOUT_MS_DEFAULT, ge=TURN_TIMEOUT_MS_RANGE[0], le=TURN_TIMEOUT_MS_RANGE[1]
+    )
+    fallback_message: str | None = None
+    language: LanguageSettings | None = None
+    link_check: bool = False
+    link_domains: list[str] = Field(default_factory=list)
+    sources_footer: Literal["urls_only", "urls_and_kb"] | None = None
+    source_link_params: dict[str, str] = Field(default_factory=dict)
+    knowledge: list[KnowledgeDocument] = Field(default_factory=list)
+    # A pack's knowledge index; none: the host's index (or the in-memory one over knowledge).
+    knowledge_backend: str | None = None
+    skills: list[Skill] = Field(default_factory=list)
+    web_search: WebSearchDefinition | None = None
+    images: ImageSettings | None = None
+    classifier_timeout_ms: int = Field(default=1_500, ge=100, le=5_000)
+
+
+class AgentDefinition(_Doc):
+    """One agent as data. ``agent_id`` is unique in the deployment; ``workspace`` owns it and
+    never changes; ``packs`` lists the code packs its names resolve in."""
+
+    schema_: str | None = Field(default=None, alias="$schema")
+    agent_id: str = Field(min_length=1, max_length=ID_MAX_CHARS)
+    workspace: str = Field(min_length=1, max_length=ID_MAX_CHARS)
+    name: str = Field(min_length=1)
+    persona: str | None = None
+    goal: str | None = None
+    knowledge: str | list[str] | None = None
+    packs: list[str] = Field(default_factory=list)
+    fields: dict[str, FieldSpec] = Field(default_factory=dict)
+    flows: list[Flow] = Field(default_factory=list)
+    events: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    tools: dict[str, ToolDefinition] = Field(default_factory=dict)
+    instructions: list[Instruction] = Field(default_factory=list)
+    idle: str | IdleSpeaker | None = None
+    compaction: CompactionConfig | None = None
+    max_tool_loops: int = Field(default=5, ge=0)
+    business_hours: BusinessHours | None = None
+    lifecycle: LifecycleDefinition | None = None
+
+    # Flows, fields and instructions go through the engine's own parsing, so their errors
+    # name the flow (by id) and the step (by id) as an Agent built in Python does.
+    @field_validator("flows", mode="before")
+    @classmethod
+    def _flows(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        return [parse_model(Flow, item, flow_index=i) for i, item in enumerate(value)]
+
+    @field_validator("fields", mode="before")
+    @classmethod
+    def _fields(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        return {k: parse_model(FieldSpec, v, field=str(k)) for k, v in value.items()}
+
+    @field_validator("instructions", mode="before")
+    @classmethod
+    def _instructions(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        return [
+            parse_model(Instruction, item, where=f"instructions[{i}]")
+            for i, item in enumerate(value)
+        ]
+
+
+@dataclass(frozen=True)
+class HostHooks:
+    """What the host adds to an agent built from data: the plan check, a wrapper around the
+    web search backend (the workspace's daily quota), and a knowledge index used when the
+    definition names no pack's own."""
+
+    plan_check: PlanCheck | None = None
+    wrap_web_search: Callable[[Any], Any] | None = None
+    knowledge_index: Any = None
+
+
+def parse_definition(document: Any) -> AgentDefinition:
+    """A document (JSON text, bytes or the decoded object) as an ``AgentDefinition``, or
+    ``DefinitionError`` with the reason. Never raises anything else for any input."""
+    if isinstance(document, str | bytes):
+        if len(document) > MAX_DEFINITION_BYTES:
+            raise DefinitionError(f"document longer than {MAX_DEFINITION_BYTES} bytes")
+        try:
+            document = strict_json.loads(document)
+        except (ValueError, RecursionError) as exc:
+            raise DefinitionError(f"not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise DefinitionError(f"a definition is a JSON object, not {type(document).__name__}")
+    if _depth(document) > MAX_DEPTH:
+        raise DefinitionError(f"objects and lists nested deeper than {MAX_DEPTH} levels")
+    try:
+        return AgentDefinition.model_validate(document)
+    except FlowConfigurationError as exc:
+        raise DefinitionError(str(exc)) from None
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise DefinitionError(f"{where}: {error['msg']}" if where else error["msg"]) from None
+
+
+def build_agent(
+    definition: AgentDefinition,
+    packs: PackSet,
+    *,
+    provider: Provider | None = None,
+    clock: Clock | None = None,
+    host: HostHooks | None = None,
+) -> Agent:
+    """The engine's ``Agent`` for ``definition``, its names resolved in ``packs``; raises
+    ``DefinitionError`` (a bad name, an unknown pack) naming the flow and step."""
+    host = host or HostHooks()
+    try:
+        code = packs.select(definition.packs)
+        tools: dict[str, Any] = {}
+        for name, tool in definition.tools.items():
+            handler = code["tools"].get(tool.handler)
+            if handler is None:
+                raise PackError(f"tool {name!r}: no listed pack has the handler {tool.handler!r}")
+            tools[name] = {
+                "description": tool.description,
+                "parameters": tool.parameters,
+                "handler": handler,
+            }
+        events = {**code["events"], **definition.events}
+        return Agent(
+            name=definition.name,
+            persona=definition.persona,
+            goal=definition.goal,
+            knowledge=definition.knowledge,
+            provider=provider,
+            clock=clock,
+            fields=definition.fields,
+            flows=definition.flows,
+            actions=code["actions"],
+            events=events,
+            conditions=code["conditions"],
+            tools=tools,
+            instructions=definition.instructions,
+            idle=definition.idle,
+            compaction=definition.compaction,
+            max_tool_loops=definition.max_tool_loops,
+            business_hours=definition.business_hours,
+            lifecycle=(
+                _lifecycle(definition, code, host) if definition.lifecycle is not None else None
+            ),
+        )
+    except (FlowConfigurationError, PackError) as exc:
+        raise DefinitionError(str(exc)) from None
+
+
+def check_definition(
+    document: Any, packs: PackSet, *, provider: Provider | None = None
+) -> tuple[AgentDefinition, Agent]:
+    """Parse and build: what a registry does before it stores a version."""
+    definition = parse_definition(document)
+    return definition, build_agent(definition, packs, provider=provider)
+
+
+def _lifecycle(definition: AgentDefinition, code: dict[str, dict[str, Any]],
+               host: HostHooks) -> dict[str, Any]:
+    settings = definition.lifecycle
+    assert settings is not None
+    values = settings.model_dump(exclude={"web_search", "knowledge_backend"})
+    # The models above are re-validated by Lifecycle: pass the parsed ones, not their dumps.
+    for name in ("handoff", "tools", "language", "images"):
+        values[name] = getattr(settings, name)
+    values["knowledge"] = list(settings.knowledge)
+    values["skills"] = list(settings.skills)
+    values["agent_id"] = definition.agent_id
+    values["plan_check"] = host.plan_check
+    if settings.knowledge_backend is not None:
+        index = code["knowledge"].get(settings.knowledge_backend)
+        if index is None:
+            raise PackError(
+                f"lifecycle.knowledge_backend: no listed pack has {settings.knowledge_backend!r}"
+            )
+        values["knowledge_index"] = index
+    elif host.knowledge_index is not None:
+        values["knowledge_index"] = host.knowledge_index
+    source = settings.web_search
+    if source is not None:
+        backend = code["web_search"].get(source.backend)
+        if backend is None:
+            raise PackError(f"lifecycle.web_search.backend: no listed pack has {source.backend!r}")
+        if host.wrap_web_search is not None:
+            backend = host.wrap_web_search(backend)
+        values["web_search"] = {**source.model_dump(exclude={"backend"}), "backend": backend}
+    return values
+
+
+def canonical_json(document: Any) -> str:
+    """The document as compact JSON with sorted keys: equal documents, equal text."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def definition_digest(document: Any) -> str:
+    """The sha256 of ``canonical_json(document)``: a version is stored only when it changes."""
+    return hashlib.sha256(canonical_json(document).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def definition_schema() -> dict[str, Any]:
+    """The JSON Schema of an agent definition, from the models above."""
+    schema = AgentDefinition.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "turnflow agent definition"
+    return schema
+
+
+def _depth(value: Any) -> int:
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_DEPTH:
+            return deepest
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+if __name__ == "__main__":  # python -m engine.definition > docs/agent.schema.json
+    print(json.dumps(definition_schema(), indent=2, sort_keys=True, ensure_ascii=False))
