@@ -47,6 +47,7 @@ from engine.errors import (
     ProviderError,
     TurnflowError,
     TurnRequestError,
+    UnusableReply,
 )
 from engine.keys import session_of
 from engine.lifecycle.knowledge import InMemoryKnowledgeIndex, KnowledgeHit, KnowledgeIndex
@@ -154,6 +155,7 @@ __all__ = [
     "TurnRequestError",
     "TurnResult",
     "TurnflowError",
+    "UnusableReply",
     "WaitStep",
     "Waiting",
     "defer",

@@ -4,6 +4,7 @@
     ├── FlowConfigurationError   bad agent configuration, raised by ``Agent(...)``
     ├── TurnRequestError         a turn request that is not one valid input (raised before phase 1)
     ├── ProviderError            the model provider failed; ``kind`` is "retryable" or "fatal"
+    │   └── UnusableReply        the call came back, but its reply cannot be used
     └── MockExhausted            a ``MockProvider`` was called past the end of its script
 
 Context travels as keyword-only attributes (``flow_id=``, ``step_id=``, ``session_id=``) so that
@@ -103,6 +104,20 @@ class ProviderError(TurnflowError):
 
     def __repr__(self) -> str:
         return f"ProviderError({str(self)!r}, kind={self.kind!r}, status={self.status!r})"
+
+
+class UnusableReply(ProviderError):
+    """The call was answered, but the reply cannot be used: cut off at the token cap, not the
+    JSON object asked for. Always ``retryable`` (a model at a temperature may answer better next
+    time), but not an outage: the understand phase reads it as an empty judgement (the call
+    still counts) instead of raising, and a host that retries it anyway bounds the retries by
+    count, since a model at temperature 0 gives the same reply to the same prompt."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="retryable")
+
+    def __repr__(self) -> str:
+        return f"UnusableReply({str(self)!r})"
 
 
 class MockExhausted(TurnflowError):

@@ -4,25 +4,30 @@ Code first works out what there is to judge (candidates, mentions, branches, fie
 takes one of three zero-call shortcuts when it can: nothing to judge; a lone eligible flow
 with nobody on the floor, no catch-all and a silent idle speaker; a floor holder with nothing
 to compare. Otherwise one ``understand`` call, which also offers the floor run's known
-``correctable`` fields for a change (never a reason to call on its own). A provider failure
-raises ``ProviderError``: nothing ran, nothing is saved, the host retries the input.
+``correctable`` fields for a change (never a reason to call on its own). A reply with no usable
+JSON (cut off at the token cap, not JSON, a provider's ``UnusableReply``) is logged and read as
+an empty judgement; the call still counts. A provider failure raises ``ProviderError``: nothing
+ran, nothing is saved, the host retries the input.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from engine.collect import pending, refuse
 from engine.compaction import summarize
 from engine.config import FieldSpec, Flow, MessageTrigger, TalkStep
 from engine.envelopes import Judgement, UnderstandPlan, parse_understand, understand_schema
-from engine.errors import MockExhausted, ProviderError
+from engine.errors import MockExhausted, ProviderError, UnusableReply
 from engine.prompt import build_understand
 from engine.providers.base import ModelRequest
 from engine.session import Run
 from engine.starts import blocked, repeat_blocked
 from engine.state import TurnState
 from engine.values import is_known
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -63,6 +68,12 @@ async def run(state: TurnState) -> None:
     state.llm_calls += 1
     try:
         response = await provider.generate(request)
+    except UnusableReply:
+        # Answered, but nothing in it can be read: the same as a reply without JSON. Retrying
+        # would only ask again for what a model at temperature 0 answers the same way.
+        state.outcome("unparsed-reply", detail="understand")
+        state.judgement = Judgement()
+        return
     except (ProviderError, MockExhausted):
         raise
     except Exception as exc:  # any other provider failure is retryable, and still raised here
@@ -70,6 +81,7 @@ async def run(state: TurnState) -> None:
     judgement = parse_understand(response, found.plan)
     refuse(state, "understand", judgement.refused)
     if not judgement.usable:
+        log.warning("understand: the reply has no usable JSON; read as an empty judgement")
         state.outcome("unparsed-reply", detail="understand")
         judgement = Judgement()
     state.judgement = judgement

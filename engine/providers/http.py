@@ -33,7 +33,7 @@ import httpx
 
 from engine import strict_json
 from engine.clock import Clock, SystemClock
-from engine.errors import MAX_RETRY_AFTER_S, ProviderError, ProviderErrorKind
+from engine.errors import MAX_RETRY_AFTER_S, ProviderError, ProviderErrorKind, UnusableReply
 from engine.providers.base import CallRecord, ModelRequest, ModelResponse, ProviderHooks, Usage
 from engine.records import record
 
@@ -281,16 +281,17 @@ def malformed(provider: str, why: str, *, status: int | None = None) -> Provider
     return ProviderError(f"{provider}: malformed response: {why}", kind="retryable", status=status)
 
 
-def unusable_reply(provider: str, why: str) -> ProviderError:
+def unusable_reply(provider: str, why: str) -> UnusableReply:
     """A reply that came back whole but cannot be used (cut off at the token limit, not the
-    JSON object asked for): logged with the reason and raised retryable, so the engine treats it
-    like any failed call (the retry ladder or the fallback) and none of it reaches a customer.
-    ``why`` never quotes the reply, which may echo the customer's words."""
+    JSON object asked for): logged with the reason and raised as ``UnusableReply`` (retryable),
+    so none of it reaches a customer: understand reads it as an empty judgement, speak as a
+    failed call (the retry ladder or the fallback). ``why`` never quotes the reply, which may
+    echo the customer's words."""
     log.warning("%s: unusable reply: %s", provider, why)
-    return ProviderError(f"{provider}: unusable reply: {why}", kind="retryable")
+    return UnusableReply(f"{provider}: unusable reply: {why}")
 
 
-def truncation(provider: str, *, reason: str, max_tokens: int | None) -> ProviderError:
+def truncation(provider: str, *, reason: str, max_tokens: int | None) -> UnusableReply:
     """The error for a reply the server stopped at its token limit."""
     cap = f"max_tokens {max_tokens}" if max_tokens is not None else "the server's own cap"
     return unusable_reply(

@@ -378,3 +378,72 @@ async def test_understand_sees_the_message_and_the_history() -> None:
     ]
     assert "MESSAGE_X" in call.system
     assert call.tools == []
+
+
+def _completion(content: str, finish: str = "stop") -> dict[str, Any]:
+    return {"choices": [{"message": {"role": "assistant", "content": content},
+                         "finish_reason": finish}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5}}
+
+
+async def test_unusable_understand_replies_from_a_server_are_empty_judgements_and_count() -> None:
+    """Through the OpenAI-compatible provider, many conversations at once: a reply cut off at
+    the token cap, one that is not JSON, one holding NaN and an empty one are each read as an
+    empty judgement (the catch-all answers, the call counts, nothing raises); a good reply next
+    to them starts its flow; a 503 is still a ProviderError the host retries."""
+    import asyncio
+    import json
+
+    import httpx
+
+    from engine.providers.openai import OpenAIProvider
+
+    replies = {
+        "cut": _completion('{"flows": {"vendas": 9', "length"),
+        "prose": _completion("Claro! Posso ajudar com isso."),
+        "nan": _completion('{"flows": {"vendas": NaN, "suporte": 0}}'),
+        "empty": _completion(""),
+        "good": _completion('{"flows": {"vendas": 95, "suporte": 0}}'),
+    }
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        said = json.dumps(body["messages"])
+        if "down" in said:
+            return httpx.Response(503, json={"error": "overloaded"})
+        kind = next(k for k in replies if f"quero comprar {k}" in said)
+        return httpx.Response(200, json=replies[kind])
+
+    provider = OpenAIProvider(
+        api_key="k", base_url="http://stand-in/v1", transport=httpx.MockTransport(answer)
+    )
+    flows = [
+        phrase_flow("vendas", ["quero comprar"], [say("a", "Planos!")]),
+        phrase_flow("suporte", ["problema"], [say("b", "Suporte!")]),
+        phrase_flow("geral", [], [say("c", "Olá, sou a Ana.")]),
+    ]
+    agent = Agent(name="Ana", provider=provider, clock=FakeClock("2026-01-05T09:00:00Z"),
+                  fields=FIELDS, flows=flows)
+    kinds = [k for _ in range(8) for k in replies]
+    try:
+        results = await asyncio.gather(*(
+            agent.turn({"session_id": f"s{i}", "message": f"quero comprar {kind}", "id": f"m{i}"})
+            for i, kind in enumerate(kinds)
+        ))
+        with pytest.raises(ProviderError) as failed:
+            await agent.turn({"session_id": "sx", "message": "quero comprar down", "id": "m"})
+        assert failed.value.kind == "retryable"
+    finally:
+        await provider.aclose()
+    for i, (kind, result) in enumerate(zip(kinds, results, strict=True)):
+        assert result.session.id == f"s{i}"
+        assert result.llm_calls == 1, kind
+        codes = [o.code for o in result.outcomes]
+        if kind == "good":
+            assert [s.flow_id for s in result.started] == ["vendas"]
+            assert [m.text for m in result.messages] == ["Planos!"]
+            assert "unparsed-reply" not in codes
+        else:
+            assert [s.flow_id for s in result.started] == ["geral"], kind
+            assert [m.text for m in result.messages] == ["Olá, sou a Ana."]
+            assert "unparsed-reply" in codes, kind
