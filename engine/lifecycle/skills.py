@@ -5,7 +5,8 @@ mode. Loaded for this turn, in this order: every ``always_on`` skill; the ``flow
 the host's start named (they stay with the conversation); the skill of the active goal; then up
 to ``MAX_PRESELECTED`` ``model_selected`` skills a fast classifier call picks from the
 descriptions and the message. The model can load further ``model_selected`` skills itself with
-``load_skill`` (offered while any remain unloaded). Loaded text is capped at
+``load_skill`` (offered while any remain unloaded; a name that is not one of them is refused
+and changes nothing, see ``load_asked``). Loaded text is capped at
 ``MAX_SKILL_CHARS`` characters per turn: a skill that would go past the cap is not loaded (the
 classifier's and ``load_skill``'s callers are told so), so what is loaded is always whole.
 
@@ -60,6 +61,25 @@ def load(turn: LifecycleTurn, name: str) -> str | None:
     if skill.goal is not None and turn.memory.goal is None:
         turn.memory.goal = {"skill": name, "answers": {}}
     return None
+
+
+def load_asked(turn: LifecycleTurn, name: str) -> str | None:
+    """``load_skill``: load the skill the model asked for, or say why not (and change nothing).
+
+    The model may load only what the tool is offered for, a ``model_selected`` skill not loaded
+    yet. A ``flow_only`` skill loads only when the host's start names it, and an ``always_on``
+    one is loaded already: a model naming either (or a loaded skill, or no skill) is refused,
+    so it can neither start a skill's goal nor keep a skill in the session.
+    """
+    skill = by_name(turn).get(name)
+    if skill is None:
+        return f"unknown skill {name!r}"
+    if skill.mode != "model_selected":
+        return (f"skill {name!r} is {skill.mode}: load_skill loads only model_selected "
+                "skills not loaded yet")
+    if name in turn.skills:
+        return f"skill {name!r} is already loaded"
+    return load(turn, name)
 
 
 def load_fixed(turn: LifecycleTurn) -> None:

@@ -167,7 +167,7 @@ async def call(state: TurnState, turn: LifecycleTurn, run: Run | None, tool_call
         return await _web_search(turn, args)
     if name == LOAD_SKILL:
         skill = args.get("name")
-        problem = skills.load(turn, skill) if isinstance(skill, str) else "name is required"
+        problem = skills.load_asked(turn, skill) if isinstance(skill, str) else "name is required"
         if problem is not None:
             return {"error": problem}
         return {"ok": True, "skill": skill, "text": skills.by_name(turn)[str(skill)].text}
