@@ -23,7 +23,7 @@ from engine.lifecycle.results import (
     TurnOutcome,
 )
 from engine.lifecycle.settings import Lifecycle, LifecycleMemory
-from engine.lifecycle.web_search import WebResult
+from engine.lifecycle.web_search import WebResult, distinct_pages
 from engine.request import Outcome
 
 if TYPE_CHECKING:
@@ -70,10 +70,7 @@ class LifecycleTurn:
             seen.add(hit.document_id)
             out.append(Source(type=hit.type, title=hit.title, url=hit.url,
                               document_id=hit.document_id))
-        for page in self.web_found:
-            if f"web:{page.url}" in seen:
-                continue
-            seen.add(f"web:{page.url}")
+        for page in distinct_pages(self.web_found):
             out.append(Source(type="web", title=page.title, url=page.url))
         return out[:MAX_PROVENANCE]
 

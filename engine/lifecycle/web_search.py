@@ -5,7 +5,8 @@ search returns at most ``MAX_RESULTS`` results, only from ``allowed_domains`` wh
 (the domain or a subdomain of it), and a conversation may search ``max_per_conversation`` times
 (3 unless set); past that the tool answers ``LIMIT_ERROR`` and counts nothing. Results found this
 turn become ``web`` provenance entries and the web search footer (always, when the reply used
-web search: the top 3 links and "+X more sources"), and the allowed domains count among the link
+web search: the top 3 links and "+X more sources", each page counted once however many
+searches returned it), and the allowed domains count among the link
 check's own.
 
 Backends: ``OfflineWebSearch`` searches a fixed list of pages in memory (tests, the demo, any
@@ -166,12 +167,27 @@ def parse_brave(body: Any) -> list[WebResult]:
     return out
 
 
+def distinct_pages(results: Sequence[WebResult]) -> list[WebResult]:
+    """The pages of a turn's searches once each (by URL), in the order they were first found.
+
+    Two searches in one reply often return the same pages; the provenance and the footer both
+    count each page once, so they agree on how many pages the reply used."""
+    seen: set[str] = set()
+    out: list[WebResult] = []
+    for page in results:
+        if page.url not in seen:
+            seen.add(page.url)
+            out.append(page)
+    return out
+
+
 def footer(results: Sequence[WebResult]) -> str | None:
-    """The web search footer: the top 3 links and "+X more sources"."""
-    if not results:
+    """The web search footer: the top 3 links and "+X more sources", over distinct pages."""
+    pages = distinct_pages(results)
+    if not pages:
         return None
-    lines = [f"- {r.title}: {r.url}" for r in results[:FOOTER_LINKS]]
-    more = len(results) - FOOTER_LINKS
+    lines = [f"- {r.title}: {r.url}" for r in pages[:FOOTER_LINKS]]
+    more = len(pages) - FOOTER_LINKS
     if more > 0:
         lines.append(f"+{more} more sources")
     return "Web:\n" + "\n".join(lines)

@@ -192,3 +192,71 @@ async def test_many_conversations_each_count_and_show_only_their_own_searches() 
                 f"https://site.org/p{sid[1:]}"]
             assert result.session.metadata["lifecycle"]["web_searches"] == n + 1
             assert result.credits == 4
+
+
+async def test_the_footer_counts_distinct_pages_when_two_searches_find_the_same() -> None:
+    """"Shows the top 3 links and "+X more sources"" over the pages the reply used, once each,
+    as its provenance lists them: two searches finding the same five pages give "+2 more
+    sources", not "+7"."""
+    agent, _ = lifecycle_agent([calls(("web_search", {"query": "tomate vaso"}),
+                                      ("web_search", {"query": "plantar tomate vaso"})),
+                                said("Plante em vaso fundo.")], web())
+    result = await agent.turn(message("tomate?", "m1"))
+    text = result.messages[0].text
+    footer = text.split("\n\nWeb:\n")[1].split("\n")
+    assert footer == ["- Horta 0: https://hortas.org/guia-0", "- Horta 1: https://hortas.org/guia-1",
+                      "- Horta 2: https://hortas.org/guia-2", "+2 more sources"]
+    assert len(result.messages[0].provenance) == 5
+    assert result.session.metadata["lifecycle"]["web_searches"] == 2
+
+
+async def test_overlapping_searches_list_each_page_once_in_the_order_found() -> None:
+    """Pages 0-4, then pages 3-7: eight distinct pages, the top 3 are the first found, and the
+    footer's "+5 more sources" matches the eight web entries of the provenance."""
+
+    class Shifting:
+        def __init__(self) -> None:
+            self.searches = 0
+
+        async def search(self, query: str, *, limit: int,
+                         allowed_domains: Sequence[str]) -> list[WebResult]:
+            start = 3 * self.searches
+            self.searches += 1
+            return [WebResult(**p) for p in PAGES[start:start + 5]]
+
+    settings = {"tools": {"web_search": True}, "web_search": {"backend": Shifting()}}
+    agent, _ = lifecycle_agent([calls(("web_search", {"query": "a"})),
+                                calls(("web_search", {"query": "b"})), said("Veja.")], settings)
+    result = await agent.turn(message("tomate?", "m1"))
+    footer = result.messages[0].text.split("\n\nWeb:\n")[1].split("\n")
+    assert footer[-1] == "+5 more sources" and footer[0].endswith("guia-0")
+    provenance = result.messages[0].provenance
+    assert [s.url for s in provenance] == [p["url"] for p in PAGES[:8]]
+
+
+async def test_many_conversations_each_footer_counts_its_own_distinct_pages() -> None:
+    """Sixteen conversations at once, each searching twice for its own pages (the second search
+    finds one new page and four of the first's): each footer counts its own six pages."""
+    pages = [{"title": f"P{c}-{i}", "url": f"https://site.org/{c}/{i}",
+              "snippet": f"conversa{c} c{c}p{i}"} for c in range(16) for i in range(6)]
+
+    class Twice:
+        async def generate(self, request: Any) -> ModelResponse:
+            await asyncio.sleep(0)
+            user = [m.text for m in request.messages if m.role == "user"][-1]
+            if not any(m.role == "tool" for m in request.messages):
+                return calls(("web_search", {"query": user}),
+                             ("web_search", {"query": f"{user} c{user[8:]}p5"}))
+            return ModelResponse(json={"message": f"sobre {user}"})
+
+    agent = Agent(name="Ana", provider=Twice(), clock=FakeClock(START), flows=[CHAT_FLOW],
+                  lifecycle={"tools": {"web_search": True},
+                             "web_search": {"backend": OfflineWebSearch(pages)}})
+    results = await asyncio.gather(*(
+        agent.turn(conversation(f"s{c}", f"conversa{c}", f"m{c}")) for c in range(16)))
+    for c, result in enumerate(results):
+        footer = result.messages[0].text.split("\n\nWeb:\n")[1].split("\n")
+        assert len(footer) == 4 and footer[-1] == "+3 more sources"
+        assert all(f"https://site.org/{c}/" in line for line in footer[:3])
+        assert {s.url for s in result.messages[0].provenance} == {
+            f"https://site.org/{c}/{i}" for i in range(6)}
