@@ -38,6 +38,8 @@ _SOURCE_INDEX = "uq_turns_source"
 _INPUT_INDEX = "uq_turns_input"
 _EARLIER_SOURCE_INDEX = "uq_turn_sources_source"
 _EARLIER_INPUT_INDEX = "uq_turn_sources_input"
+# A turn's charge is keyed by its input: the same input billed again is a duplicate.
+_CHARGE_INDEX = "uq_credit_ledger_charge"
 _PING = text("SELECT 1")
 _VERSION = text("SELECT version FROM sessions WHERE id = :session_id")
 _APPLIED = text(
@@ -208,7 +210,10 @@ class Store:
                 raise AlreadyApplied(
                     topic=source.topic, partition=source.partition, offset=source.offset
                 ) from None
-            if _INPUT_INDEX in str(exc.orig) or _EARLIER_INPUT_INDEX in str(exc.orig):
+            if any(
+                index in str(exc.orig)
+                for index in (_INPUT_INDEX, _EARLIER_INPUT_INDEX, _CHARGE_INDEX)
+            ):
                 raise DuplicateInput(session_id=request.session_id) from None
             if _EARLIER_SOURCE_INDEX in str(exc.orig):
                 first = next(e.source for e in request.turn.earlier if e.source is not None)

@@ -50,6 +50,12 @@ class TurnRecord:
     model_calls: dict[str, Any] | None = None
     input_id: str | None = None
     earlier: tuple[ConsumedInput, ...] = ()
+    # The agent and version that ran the turn, the workspace it bills, and the credits the
+    # turn states (> 0: a row of ``credit_ledger`` written by the same save statement).
+    agent_id: str | None = None
+    agent_version: int | None = None
+    workspace: str | None = None
+    credits: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

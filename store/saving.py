@@ -1,13 +1,14 @@
-"""The save transaction: session + turn-log row + outbox rows in ONE statement.
+"""The save transaction: session + turn-log row + charge + outbox rows in ONE statement.
 
 A single statement with data-modifying CTEs is atomic on its own, so on an autocommit
 connection the whole save is one round trip (the statement is prepared once per connection and
 reused). The turn and outbox inserts select from the session write, so when the version check
 fails nothing is written at all; when the source record or the input's id is already in the
 turn log a unique index aborts the statement and nothing is written either. A burst turn's
-earlier records and ids go to `turn_sources` in the same statement. The turn-log row carries
-the history entries its turn gives (`turns.history`, built by `store.history.turn_entries`),
-which later loads read as they are.
+earlier records and ids go to `turn_sources` in the same statement, and a billed turn's
+credits to `credit_ledger` (keyed by its input, unique): a charge is saved exactly when its
+turn is. The turn-log row carries the history entries its turn gives (`turns.history`, built
+by `store.history.turn_entries`), which later loads read as they are.
 
 Concurrency: a new session is `INSERT ... ON CONFLICT DO NOTHING` (a concurrent creator waits
 for the winner's commit, then inserts nothing); an existing one is `UPDATE ... WHERE version =
@@ -46,7 +47,7 @@ _APPEND_TURN_AND_OUTBOX = """
     INSERT INTO turns (
         session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
         llm_calls, created_at, source_topic, source_partition, source_offset, clock_at,
-        model_calls, input_id, history
+        model_calls, input_id, history, agent_id, agent_version
     )
     SELECT :session_id, s.version, v.input, v.messages,
            CAST(:schedule AS jsonb), CAST(:outcomes AS jsonb), CAST(:started AS jsonb),
@@ -54,8 +55,20 @@ _APPEND_TURN_AND_OUTBOX = """
            CAST(:source_topic AS text), CAST(:source_partition AS integer),
            CAST(:source_offset AS bigint), CAST(:clock_at AS timestamptz),
            CAST(:model_calls AS jsonb), CAST(:input_id AS text),
-           """ + turn_entries("v.input", "v.messages", "v.created_at") + """
+           """ + turn_entries("v.input", "v.messages", "v.created_at") + """,
+           CAST(:agent_id AS text), CAST(:agent_version AS integer)
     FROM s, v
+    RETURNING id
+), charge AS (
+    INSERT INTO credit_ledger (
+        workspace_id, agent_id, agent_version, session_id, turn_id, charge_key, credits, day,
+        created_at
+    )
+    SELECT CAST(:workspace AS text), CAST(:agent_id AS text), CAST(:agent_version AS integer),
+           :session_id, turn.id, CAST(:charge_key AS text), CAST(:credits AS integer),
+           CAST(v.created_at AT TIME ZONE 'UTC' AS date), v.created_at
+    FROM turn, v
+    WHERE CAST(:credits AS integer) > 0
     RETURNING id
 ), earlier AS (
     INSERT INTO turn_sources (
@@ -147,10 +160,29 @@ def save_parameters(request: SaveRequest) -> dict[str, Any]:
         "outbox": jsoncodec.dumps(
             [{"topic": e.topic, "key": e.key, "payload": e.payload} for e in request.outbox]
         ),
+        "agent_id": turn.agent_id,
+        "agent_version": turn.agent_version,
+        "workspace": turn.workspace,
+        "credits": turn.credits,
+        "charge_key": charge_key(request),
     }
     if request.expected_version > 0:
         parameters["expected_version"] = request.expected_version
     return parameters
+
+
+def charge_key(request: SaveRequest) -> str:
+    """What a turn's charge is keyed by in its session: the input's own id, else its source
+    record, else the version it saves (a turn saved without either, by a direct caller). A
+    retried input keeps its id and a replayed record its source, so neither bills twice."""
+    turn = request.turn
+    stored = stored_input_id(turn.input_id)
+    if stored is not None:
+        return f"input:{stored}"
+    if turn.source is not None:
+        source = turn.source
+        return f"source:{source.topic}:{source.partition}:{source.offset}"
+    return f"version:{request.expected_version + 1}"
 
 
 # -- many turns in one statement (group commit) -------------------------------------------------
@@ -171,11 +203,14 @@ WITH r AS (
         CAST(:created_ats AS timestamptz[]), CAST(:clock_ats AS timestamptz[]),
         CAST(:model_calls AS text[]), CAST(:source_topics AS text[]),
         CAST(:source_partitions AS integer[]), CAST(:source_offsets AS bigint[]),
-        CAST(:input_ids AS text[]), CAST(:earliers AS text[]), CAST(:outboxes AS text[])
+        CAST(:input_ids AS text[]), CAST(:earliers AS text[]), CAST(:outboxes AS text[]),
+        CAST(:agent_ids AS text[]), CAST(:agent_versions AS integer[]),
+        CAST(:workspaces AS text[]), CAST(:credits AS integer[]), CAST(:charge_keys AS text[])
     ) WITH ORDINALITY AS r(
         session_id, expected_version, state, input, messages, schedule, outcomes, started,
         ended, skipped, llm_calls, created_at, clock_at, model_calls, source_topic,
-        source_partition, source_offset, input_id, earlier, outbox, n
+        source_partition, source_offset, input_id, earlier, outbox, agent_id, agent_version,
+        workspace, credits, charge_key, n
     )
 ), updated AS (
     UPDATE sessions AS s
@@ -203,7 +238,7 @@ WITH r AS (
     INSERT INTO turns (
         session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
         llm_calls, created_at, source_topic, source_partition, source_offset, clock_at,
-        model_calls, input_id, history
+        model_calls, input_id, history, agent_id, agent_version
     )
     SELECT saved.session_id, saved.new_version, saved.input_json, saved.messages_json,
            CAST(saved.schedule AS jsonb), CAST(saved.outcomes AS jsonb),
@@ -211,10 +246,22 @@ WITH r AS (
            CAST(saved.skipped AS jsonb), saved.llm_calls, saved.logged_at, saved.source_topic,
            saved.source_partition, saved.source_offset, saved.clock_at,
            CAST(saved.model_calls AS jsonb), saved.input_id,
-           """ + turn_entries("saved.input_json", "saved.messages_json", "saved.logged_at") + """
+           """ + turn_entries("saved.input_json", "saved.messages_json", "saved.logged_at") + """,
+           saved.agent_id, saved.agent_version
     FROM saved
     ORDER BY saved.n
     RETURNING id, session_id
+), charge AS (
+    INSERT INTO credit_ledger (
+        workspace_id, agent_id, agent_version, session_id, turn_id, charge_key, credits, day,
+        created_at
+    )
+    SELECT saved.workspace, saved.agent_id, saved.agent_version, saved.session_id, turn.id,
+           saved.charge_key, saved.credits, CAST(saved.logged_at AT TIME ZONE 'UTC' AS date),
+           saved.logged_at
+    FROM turn JOIN saved ON saved.session_id = turn.session_id
+    WHERE saved.credits > 0
+    RETURNING id
 ), earlier AS (
     INSERT INTO turn_sources (
         turn_id, session_id, source_topic, source_partition, source_offset, input_id
@@ -264,6 +311,11 @@ _MANY_COLUMNS = {
     "input_id": "input_ids",
     "earlier": "earliers",
     "outbox": "outboxes",
+    "agent_id": "agent_ids",
+    "agent_version": "agent_versions",
+    "workspace": "workspaces",
+    "credits": "credits",
+    "charge_key": "charge_keys",
 }
 
 

@@ -14,6 +14,9 @@ Invariants the store relies on:
   a time under its version check, and the load before each save looks in both.
 - `dead_lettered_sources (source_topic, source_partition, source_offset)` is unique: a record
   the consumer dead-lettered counts as applied for the replay check, like one in the turn log.
+- `credit_ledger (session_id, charge_key)` is unique: a turn's charge is keyed by its input (the
+  input id, else its source record), and written in the turn's own save statement, so a retried
+  or replayed turn is never billed twice and a saved turn is never unbilled.
 - `outbox.id` comes from a sequence and a session's rows are written while its row is locked,
   so ordering by id is ordering in time within a session.
 """
@@ -22,9 +25,11 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     Computed,
+    Date,
     DateTime,
     ForeignKey,
     Identity,
@@ -81,6 +86,10 @@ turns = Table(
     # The history entries this turn gives, as the save built them (store/history.py); NULL on
     # rows saved before migration 0011, whose entries a load builds from input and messages.
     Column("history", JSONB),
+    # The agent and its version that ran the turn (NULL for an agent loaded from ``AGENT``
+    # that has no registry version, and on rows saved before migration 0013).
+    Column("agent_id", Text),
+    Column("agent_version", Integer),
     UniqueConstraint("session_id", "version", name="uq_turns_session_version"),
 )
 Index("ix_turns_created_at", turns.c.created_at)
@@ -245,7 +254,79 @@ Index(
     unique=True,
 )
 
+# -- hosting: workspaces, agents as versioned data, quotas, the credit ledger (store/hosting.py)
+
+workspaces = Table(
+    "workspaces",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("plan", Text, nullable=False, server_default=text("'default'")),
+    # Whether the plan includes the agents (the engine's plan check reads it).
+    Column("agents_enabled", Boolean, nullable=False, server_default=text("true")),
+    # Web searches the workspace's agents may make per UTC day; NULL: no daily limit.
+    Column("web_searches_per_day", Integer),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint(
+        "web_searches_per_day IS NULL OR web_searches_per_day >= 0",
+        name="ck_workspaces_web_searches_per_day",
+    ),
+)
+
+agents = Table(
+    "agents",
+    metadata,
+    Column("agent_id", Text, primary_key=True),
+    Column("workspace_id", Text, ForeignKey("workspaces.id"), nullable=False),
+    Column("live_version", Integer),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+Index("ix_agents_workspace", agents.c.workspace_id, agents.c.agent_id)
+
+agent_versions = Table(
+    "agent_versions",
+    metadata,
+    Column("agent_id", Text, ForeignKey("agents.agent_id"), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("document", JSONB, nullable=False),
+    Column("digest", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("agent_id", "version", name="pk_agent_versions"),
+)
+
+web_search_usage = Table(
+    "web_search_usage",
+    metadata,
+    Column("workspace_id", Text, nullable=False),
+    Column("day", Date, nullable=False),
+    Column("searches", Integer, nullable=False),
+    PrimaryKeyConstraint("workspace_id", "day", name="pk_web_search_usage"),
+)
+
+# One row per billed turn, written by the turn's save statement (store/saving.py).
+credit_ledger = Table(
+    "credit_ledger",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("workspace_id", Text),
+    Column("agent_id", Text),
+    Column("agent_version", Integer),
+    Column("session_id", Text, nullable=False),
+    Column("turn_id", BigInteger, nullable=False),
+    Column("charge_key", Text, nullable=False),
+    Column("credits", Integer, nullable=False),
+    Column("day", Date, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("credits > 0", name="ck_credit_ledger_credits"),
+)
+Index(
+    "uq_credit_ledger_charge", credit_ledger.c.session_id, credit_ledger.c.charge_key, unique=True
+)
+Index("ix_credit_ledger_day", credit_ledger.c.workspace_id, credit_ledger.c.day)
+
 TABLE_NAMES = (
     "sessions", "turns", "turn_sources", "outbox", "timers", "knowledge_excerpts", "dead_letters",
-    "dead_lettered_sources",
+    "dead_lettered_sources", "workspaces", "agents", "agent_versions", "web_search_usage",
+    "credit_ledger",
 )
