@@ -63,6 +63,7 @@ LIFECYCLE: dict[str, Any] = {
     "agent_id": "loja-verde",
     "skills": SKILLS,
     "tools": {"web_search": True, "handoff": True, "set_state": True},
+    "escalation": True,  # the handoff tool is offered, and a gated turn is handed over
     "web_search": {"backend": OfflineWebSearch(PAGES),
                    "allowed_domains": ["lojaverde.com.br", "embrapa.br"]},
     "handoff": {"keywords": ["atendente"], "message": "Vou chamar uma pessoa da equipe."},

@@ -4,9 +4,9 @@ The host supplies ``plan_check(session)`` (sync or async): whether the workspace
 includes the agent. It is asked once per customer message and per host start, the two inputs
 that begin an answer, and never for a session already handed over (it is silent anyway). When
 the plan does not include the agent: no model call, no run starts, nothing is billed, and the
-turn outcome is ``gated``. With escalation on (hand-off settings, or the ``handoff`` tool) the
-conversation is handed over with ``handoff_reason: "plan_gated"``; otherwise the agent stays
-silent.
+turn outcome is ``gated``. With ``escalation`` on (the setting of its own; hand-off settings or
+the ``handoff`` tool do not imply it) the conversation is handed over with
+``handoff_reason: "plan_gated"``; otherwise the agent stays silent.
 
 Wakes and events of plans already running are not asked about: they continue what code started
 (a wait's timer, a host event), and a dropped wake would strand its run. An exception raised by

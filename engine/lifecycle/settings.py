@@ -18,7 +18,14 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    field_validator,
+    model_validator,
+)
 
 from engine.config import FieldSpec
 
@@ -180,6 +187,10 @@ class Lifecycle(_Model):
     """The lifecycle settings; every feature is off unless set."""
 
     handoff: HandoffRules | None = None
+    # Whether the agent may hand a conversation to a human: the ``handoff`` tool is offered only
+    # with it (and ``tools.handoff``), and a plan-gated turn is handed over only with it.
+    # Hand-off settings and the tool do not switch it on; the hand-off rules fire either way.
+    escalation: StrictBool = False
     tools: BuiltinTools = Field(default_factory=BuiltinTools)
     max_tool_calls: int = Field(
         default=MAX_TOOL_CALLS_DEFAULT, ge=MAX_TOOL_CALLS_RANGE[0], le=MAX_TOOL_CALLS_RANGE[1]
@@ -230,15 +241,20 @@ class Lifecycle(_Model):
             raise ValueError(f"handoff tag {rules.tag!r} is not one of handoff.tags")
         return self
 
+    @model_validator(mode="after")
+    def _escalation_said(self) -> Lifecycle:
+        """``tools.handoff`` on with ``escalation`` left unset would never offer the tool, without
+        a word: refuse it and say what to set. ``escalation: false`` given is a choice."""
+        if self.tools.handoff and "escalation" not in self.model_fields_set:
+            raise ValueError(
+                "tools.handoff is on but escalation is not set: the handoff tool is offered "
+                "only with escalation on; set escalation: true (or false to keep it off)"
+            )
+        return self
+
     @property
     def handoff_rules(self) -> HandoffRules:
         return self.handoff or HandoffRules()
-
-    @property
-    def escalation(self) -> bool:
-        """Whether the agent may hand over to a human: hand-off settings are configured or the
-        ``handoff`` tool is on."""
-        return self.handoff is not None or self.tools.handoff
 
     @property
     def turn_timeout_s(self) -> float:

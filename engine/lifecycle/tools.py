@@ -8,7 +8,8 @@ configured list). ``set_state`` goes through ``lifecycle.state`` (an error and n
 when a limit is hit). ``search_knowledge`` quotes excerpts found by code (``knowledge``) and
 remembers them for provenance and the link check. ``complete_task`` hands outputs back to the
 host on ``TurnResult.task_result`` and finishes the speaking run's task. Offered when:
-``search_knowledge`` needs knowledge (documents or an index), ``complete_task`` a run speaking.
+``handoff`` needs ``escalation`` on too, ``search_knowledge`` needs knowledge (documents or an
+index), ``complete_task`` a run speaking.
 """
 
 from __future__ import annotations
@@ -124,6 +125,8 @@ def offer(
     names = [n for n in settings.tools.enabled() if n != "web_search" or searchable]
     out = []
     for name in names:
+        if name == "handoff" and not settings.escalation:
+            continue  # offered when tools.handoff is on *and* escalation is enabled
         if name == "search_knowledge" and settings.knowledge_index is None:
             continue
         if name == "complete_task" and (run is None or goal is not None):

@@ -49,7 +49,8 @@ def test_turn_timeout_outside_two_to_fifteen_seconds_is_refused(value: int) -> N
 
 def test_enabled_tools_are_listed_in_a_fixed_order() -> None:
     """enabled() names the switched-on built-ins."""
-    settings = Lifecycle.model_validate({"tools": {"set_state": True, "handoff": True}})
+    settings = Lifecycle.model_validate({"tools": {"set_state": True, "handoff": True},
+                                        "escalation": True})
     assert settings.tools.enabled() == ["handoff", "set_state"]
 
 

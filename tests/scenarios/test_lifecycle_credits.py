@@ -22,7 +22,8 @@ KNOWLEDGE = [
     {"id": "trocas", "title": "Trocas", "url": "https://loja.com.br/trocas",
      "text": "Trocas em até 30 dias com nota fiscal."},
 ]
-SEARCH = {"tools": {"search_knowledge": True, "handoff": True}, "knowledge": KNOWLEDGE,
+SEARCH = {"tools": {"search_knowledge": True, "handoff": True}, "escalation": True,
+          "knowledge": KNOWLEDGE,
           "fallback_message": "Desculpe."}
 
 

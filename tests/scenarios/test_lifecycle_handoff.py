@@ -143,7 +143,8 @@ async def test_an_answer_resets_the_consecutive_fallbacks() -> None:
 
 async def test_the_handoff_tool_hands_over_with_the_models_reason_and_summary() -> None:
     """The speak call's handoff tool: the loop stops, runs end, a handoff message goes out."""
-    settings = {"tools": {"handoff": True}, "handoff": {"tags": ["vip", "billing"]}}
+    settings = {"tools": {"handoff": True}, "escalation": True,
+                "handoff": {"tags": ["vip", "billing"]}}
     script = [calls(("handoff", {"reason": "cannot_help", "summary": "Quer estorno.",
                                  "tag": "billing"}), text='{"message": "Já te transfiro."}')]
     agent, provider = lifecycle_agent(script, settings)
@@ -160,7 +161,8 @@ async def test_the_handoff_tool_hands_over_with_the_models_reason_and_summary() 
 
 async def test_a_bad_handoff_reason_or_tag_is_an_error_to_the_model() -> None:
     """An unknown reason or tag is refused: the model reads the error and answers instead."""
-    settings = {"tools": {"handoff": True}, "handoff": {"tags": ["vip"]}}
+    settings = {"tools": {"handoff": True}, "escalation": True,
+                "handoff": {"tags": ["vip"]}}
     script = [
         calls(("handoff", {"reason": "bored", "summary": "x"}),
               ("handoff", {"reason": "other", "summary": "x", "tag": "nope"})),
@@ -177,7 +179,7 @@ async def test_every_tool_reason_is_accepted() -> None:
     """user_requested, cannot_help, out_of_scope, sensitive and other all hand over."""
     for reason in ("user_requested", "cannot_help", "out_of_scope", "sensitive", "other"):
         script = [calls(("handoff", {"reason": reason, "summary": "s"}))]
-        agent, _ = lifecycle_agent(script, {"tools": {"handoff": True},
+        agent, _ = lifecycle_agent(script, {"tools": {"handoff": True}, "escalation": True,
                                             "handoff": {"message": "Transferindo."}})
         result = await agent.turn(message("oi", "m1"))
         assert result.messages[0].handoff is not None

@@ -100,7 +100,7 @@ async def test_the_words_sent_with_a_hand_off_are_checked_too() -> None:
              "a qualquer momento.")
     script = [calls(("handoff", {"reason": "cannot_help", "summary": "s"}),
                     text=f'{{"message": "{words}"}}')]
-    settings = {"link_check": True, "tools": {"handoff": True},
+    settings = {"link_check": True, "tools": {"handoff": True}, "escalation": True,
                 "handoff": {"message": "Vou chamar uma pessoa."}}
     agent, _ = lifecycle_agent(script, settings, persona=PERSONA)
     result = await agent.turn(message("socorro", "m1"))

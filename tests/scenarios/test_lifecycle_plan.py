@@ -18,7 +18,8 @@ from tests.scenarios.lifecycle_support import (
 )
 from tests.scenarios.support import codes
 
-ESCALATION: dict[str, Any] = {"handoff": {"message": "Vou chamar uma pessoa.", "tag": "vendas"}}
+ESCALATION: dict[str, Any] = {
+    "escalation": True, "handoff": {"message": "Vou chamar uma pessoa.", "tag": "vendas"}}
 
 
 async def test_a_plan_without_the_agent_and_no_escalation_is_silent() -> None:
@@ -141,12 +142,3 @@ async def test_many_conversations_are_gated_each_by_its_own_plan() -> None:
         assert len(set(keys)) == len(keys) == (20 if escalation else 0)
     assert len(provider.calls) == 40  # one speak call per included conversation, per round
 
-
-async def test_the_handoff_tool_alone_also_means_escalation_is_on() -> None:
-    """An agent whose model may hand over (the handoff tool on) hands a gated turn over too."""
-    agent, _ = lifecycle_agent([], {"plan_check": lambda session: False,
-                                    "tools": {"handoff": True}})
-    result = await agent.turn(message("oi", "m1"))
-    [sent] = result.messages
-    assert sent.handoff is not None and sent.handoff.reason == "plan_gated"
-    assert sent.text == "" and result.turn_outcome == "gated"

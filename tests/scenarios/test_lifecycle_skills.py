@@ -156,7 +156,8 @@ async def _offered_with(loaded: list[dict[str, Any]], more: list[dict[str, Any]]
     skills = [{**s, "mode": "always_on"} for s in loaded] + list(more)
     script = ([PICKED] if more else []) + [said("Ok.")]
     agent, provider = lifecycle_agent(script, {
-        "skills": skills, "tools": {"handoff": True, "set_state": True, "complete_task": True}},
+        "skills": skills, "tools": {"handoff": True, "set_state": True, "complete_task": True},
+        "escalation": True},
         tools=_tools(), flows=[flow])
     await agent.turn(message("oi", "m1"))
     return offered(provider.calls[-1])

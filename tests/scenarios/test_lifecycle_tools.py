@@ -38,7 +38,7 @@ async def test_no_built_in_tool_is_offered_unless_enabled() -> None:
     await agent.turn(message("oi", "m1"))
     assert offered(provider.calls[0]) == []
     everything = {"tools": {"handoff": True, "set_state": True, "search_knowledge": True,
-                            "complete_task": True}, "knowledge": KNOWLEDGE}
+                            "complete_task": True}, "escalation": True, "knowledge": KNOWLEDGE}
     agent, provider = lifecycle_agent([said("oi")], everything)
     await agent.turn(message("oi", "m1"))
     assert offered(provider.calls[0]) == [
