@@ -39,6 +39,9 @@ COMMANDS: dict[str, Command] = {
     "replay": Command(
         "consumer.commands.replay", "replay logged conversations against an agent, compare"
     ),
+    "agents": Command(
+        "consumer.commands.agents", "store agents as versioned data, activate, list; credits"
+    ),
 }
 
 

@@ -56,6 +56,24 @@ class Settings(BaseSettings):
     agent: str | None = Field(
         None, description="`module:attribute` of the `engine.Agent` the consumer runs."
     )
+    agent_registry: bool = Field(
+        False,
+        description="Serve the agents stored with `turnflow agents` (a record names its "
+        "`agent_id`); `AGENT`, when also set, answers conversations that name none.",
+    )
+    packs: str | None = Field(
+        None,
+        description="Comma-separated `module:attribute` of the `engine.packs.Pack`s (the code) "
+        "the registry's agents name.",
+    )
+    agent_cache_size: int = Field(
+        256, ge=1, description="Built registry agents one consumer keeps (least recently used "
+        "dropped first)."
+    )
+    agent_refresh_ms: int = Field(
+        1000, ge=0, description="How long a live version and a workspace's plan are reused "
+        "before they are read again: a newly activated version answers within this."
+    )
     max_in_flight: int = Field(
         64,
         ge=1,

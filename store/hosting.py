@@ -257,7 +257,7 @@ class Hosting:
                 await connection.execute(_VERSION, {"agent_id": agent_id, "version": version})
             ).one_or_none()
         if row is None:
-            which = "a live version" if version is None else f"a version {version}"
+            which = "live version" if version is None else f"version {version}"
             raise RegistryError(f"agent {agent_id!r} has no {which}")
         return AgentVersion(
             agent_id=agent_id,

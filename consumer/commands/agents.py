@@ -1,0 +1,226 @@
+"""``turnflow agents``: the registry of agents stored as data, their workspaces and credits.
+
+- ``put FILE [--activate]``: check the definition (JSON) against the installed packs (``PACKS``)
+  and store it as the agent's next version (the same document again stores nothing);
+- ``list [--workspace W]``, ``show AGENT [--version N]``, ``diff AGENT A [B]`` (B: the live one);
+- ``activate AGENT VERSION``: make a version live (rolling back is activating an older one);
+  every consumer answers with it from each conversation's next turn, within
+  ``AGENT_REFRESH_MS``, without a restart;
+- ``workspace ID [--plan P] [--agents on|off] [--web-searches-per-day N|none]``;
+- ``credits [--workspace W] [--since DAY] [--until DAY]``: credits per workspace per UTC day.
+
+A refused definition prints where and why (the flow and step) and exits 2; nothing is stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import difflib
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from consumer.commands.arguments import whole_number
+from consumer.commands.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
+from consumer.errors import AgentImportError
+from consumer.settings import Settings
+
+__all__ = ["add_arguments", "run"]
+
+
+def _day(value: str) -> date:
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a date YYYY-MM-DD") from None
+
+
+def _per_day(value: str) -> int | None:
+    if value == "none":
+        return None
+    return whole_number(0)(value)
+
+
+def _switch(value: str) -> bool:
+    if value not in ("on", "off"):
+        raise argparse.ArgumentTypeError("on or off")
+    return value == "on"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    put = actions.add_parser("put", help="check a definition and store it as a new version")
+    put.add_argument("file", help="the agent definition (JSON); - reads stdin")
+    put.add_argument("--activate", action="store_true", help="make the version live")
+    put.add_argument("--packs", help="the packs to check against (default: $PACKS)")
+    listing = actions.add_parser("list", help="the agents, their live and latest versions")
+    listing.add_argument("--workspace")
+    show = actions.add_parser("show", help="print a version's document (default: the live one)")
+    show.add_argument("agent_id")
+    show.add_argument("--version", type=whole_number(1))
+    diff = actions.add_parser("diff", help="the changes between two versions")
+    diff.add_argument("agent_id")
+    diff.add_argument("old", type=whole_number(1))
+    diff.add_argument("new", type=whole_number(1), nargs="?", help="default: the live version")
+    activate = actions.add_parser("activate", help="make a version live (or roll back)")
+    activate.add_argument("agent_id")
+    activate.add_argument("version", type=whole_number(1))
+    workspace = actions.add_parser("workspace", help="create or change a workspace's plan")
+    workspace.add_argument("workspace_id")
+    workspace.add_argument("--plan")
+    workspace.add_argument("--agents", type=_switch, help="on or off: the plan includes agents")
+    workspace.add_argument(
+        "--web-searches-per-day", type=_per_day, default=argparse.SUPPRESS,
+        help="the daily web-search limit (none: no limit)",
+    )
+    credits = actions.add_parser("credits", help="credits per workspace per UTC day")
+    credits.add_argument("--workspace")
+    credits.add_argument("--since", type=_day)
+    credits.add_argument("--until", type=_day)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.definition import DefinitionError
+    from store.hosting import RegistryError
+
+    settings = Settings()
+    if not settings.database_url:
+        return fail("DATABASE_URL is not set", EXIT_CONFIG)
+    handler: Callable[[Any, argparse.Namespace, Settings], Awaitable[int]] = _ACTIONS[args.action]
+    try:
+        if args.action == "put":  # read before the loop starts: a file read blocks
+            args.raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+        return asyncio.run(_with_hosting(settings.database_url, handler, args, settings))
+    except (DefinitionError, RegistryError, AgentImportError) as exc:
+        return fail(str(exc), EXIT_CONFIG)
+    except OSError as exc:
+        return fail(f"cannot read: {exc}", EXIT_CONFIG)
+
+
+async def _with_hosting(
+    url: str,
+    handler: Callable[[Any, argparse.Namespace, Settings], Awaitable[int]],
+    args: argparse.Namespace,
+    settings: Settings,
+) -> int:
+    from sqlalchemy.exc import DBAPIError
+
+    from store import Store
+    from store.hosting import Hosting
+
+    try:
+        store = await Store.connect(url, pool_size=1, max_overflow=0)
+    except (OSError, DBAPIError) as exc:
+        return fail(f"PostgreSQL is unreachable: {type(exc).__name__}", EXIT_UNREACHABLE)
+    try:
+        return await handler(Hosting(store.engine), args, settings)
+    finally:
+        await store.close()
+
+
+async def _put(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
+    from consumer.packs import load_packs
+    from engine.definition import check_definition, definition_digest
+    from engine.strict_json import loads
+
+    raw: bytes = args.raw
+    packs = load_packs(args.packs if args.packs is not None else settings.packs)
+    definition, _agent = check_definition(raw, packs)
+    document = loads(raw)
+    result = await hosting.put_version(
+        agent_id=definition.agent_id,
+        workspace=definition.workspace,
+        document=document,
+        digest=definition_digest(document),
+        activate=args.activate,
+    )
+    what = "stored as" if result.created else "unchanged: already"
+    live = "none" if result.live_version is None else result.live_version
+    print(f"{_show(result.agent_id)} {what} version {result.version} "
+          f"(workspace {_show(result.workspace)}, live {live})")
+    return 0
+
+
+async def _list(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
+    rows = await hosting.list_agents(args.workspace)
+    print("workspace\tagent\tlive\tlatest\tversions")
+    for row in rows:
+        live = "-" if row.live_version is None else row.live_version
+        print(f"{_show(row.workspace)}\t{_show(row.agent_id)}\t{live}\t{row.latest_version}\t"
+              f"{row.versions}")
+    return 0
+
+
+async def _show_version(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
+    found = await hosting.version(args.agent_id, args.version)
+    print(_pretty(found.document))
+    return 0
+
+
+async def _diff(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
+    old = await hosting.version(args.agent_id, args.old)
+    new = await hosting.version(args.agent_id, args.new)
+    lines = difflib.unified_diff(
+        _pretty(old.document).splitlines(keepends=True),
+        _pretty(new.document).splitlines(keepends=True),
+        fromfile=f"version {old.version}",
+        tofile=f"version {new.version}",
+    )
+    sys.stdout.writelines(lines)
+    return 0
+
+
+async def _activate(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
+    await hosting.activate(args.agent_id, args.version)
+    print(f"{_show(args.agent_id)}: version {args.version} is live")
+    return 0
+
+
+async def _workspace(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
+    limit_given = hasattr(args, "web_searches_per_day")
+    plan = await hosting.set_workspace(
+        args.workspace_id,
+        plan=args.plan,
+        agents_enabled=args.agents,
+        web_searches_per_day=args.web_searches_per_day if limit_given else None,
+        set_web_searches_per_day=limit_given,
+    )
+    limit = "none" if plan.web_searches_per_day is None else plan.web_searches_per_day
+    print(f"workspace {_show(plan.workspace)}: plan {_show(plan.plan)}, agents "
+          f"{'on' if plan.agents_enabled else 'off'}, web searches per day {limit}")
+    return 0
+
+
+async def _credits(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
+    rows = await hosting.daily_credits(workspace=args.workspace, since=args.since,
+                                       until=args.until)
+    print("day\tworkspace\tcredits\tturns")
+    for row in rows:
+        workspace = "-" if row.workspace is None else _show(row.workspace)
+        print(f"{row.day.isoformat()}\t{workspace}\t{row.credits}\t{row.turns}")
+    return 0
+
+
+def _pretty(document: Any) -> str:
+    return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _show(value: str) -> str:
+    """An id as printed: JSON-quoted when it holds anything a terminal would hide or act on."""
+    plain = value.isprintable() and value.strip() == value and "\t" not in value and value
+    return value if plain else json.dumps(value)
+
+
+_ACTIONS: dict[str, Callable[[Any, argparse.Namespace, Settings], Awaitable[int]]] = {
+    "put": _put,
+    "list": _list,
+    "show": _show_version,
+    "diff": _diff,
+    "activate": _activate,
+    "workspace": _workspace,
+    "credits": _credits,
+}
