@@ -21,7 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+)
 
 from engine import strict_json
 from engine.agent import Agent
@@ -109,6 +116,7 @@ class LifecycleDefinition(_Doc):
     host supplies the plan check and the timer, packs the backends."""
 
     handoff: HandoffRules | None = None
+    escalation: StrictBool = False
     tools: BuiltinTools = Field(default_factory=BuiltinTools)
     max_tool_calls: int = Field(
         default=MAX_TOOL_CALLS_DEFAULT, ge=MAX_TOOL_CALLS_RANGE[0], le=MAX_TOOL_CALLS_RANGE[1]
@@ -278,12 +286,12 @@ def _lifecycle(definition: AgentDefinition, code: dict[str, dict[str, Any]],
                host: HostHooks) -> dict[str, Any]:
     settings = definition.lifecycle
     assert settings is not None
-    values = settings.model_dump(exclude={"web_search", "knowledge_backend"})
-    # The models above are re-validated by Lifecycle: pass the parsed ones, not their dumps.
-    for name in ("handoff", "tools", "language", "images"):
-        values[name] = getattr(settings, name)
-    values["knowledge"] = list(settings.knowledge)
-    values["skills"] = list(settings.skills)
+    # Only what the document set, as parsed: Lifecycle applies its own defaults and its checks
+    # of what was left unset (``escalation`` beside ``tools.handoff``).
+    values: dict[str, Any] = {
+        name: getattr(settings, name)
+        for name in settings.model_fields_set - {"web_search", "knowledge_backend"}
+    }
     values["agent_id"] = definition.agent_id
     values["plan_check"] = host.plan_check
     if settings.knowledge_backend is not None:

@@ -3,7 +3,9 @@
 Offered when ``tools.web_search`` is on and a ``web_search`` source is set and enabled. Each
 search returns at most ``MAX_RESULTS`` results, only from ``allowed_domains`` when any are set
 (the domain or a subdomain of it), and a conversation may search ``max_per_conversation`` times
-(3 unless set); past that the tool answers ``LIMIT_ERROR`` and counts nothing. Results found this
+(3 unless set); past that the tool answers ``LIMIT_ERROR`` and counts nothing. A host that also
+keeps a daily limit per workspace wraps the backend so it raises ``DailyLimitReached`` past it;
+the tool then answers ``DAILY_LIMIT_ERROR`` and counts nothing either. Results found this
 turn become ``web`` provenance entries and the web search footer (always, when the reply used
 web search: the top 3 links and "+X more sources", each page counted once however many
 searches returned it), and the allowed domains count among the link
@@ -30,6 +32,12 @@ from engine.lifecycle.knowledge import words
 MAX_RESULTS = 5
 FOOTER_LINKS = 3
 LIMIT_ERROR = "web search limit reached for this conversation"
+DAILY_LIMIT_ERROR = "web search limit reached for this workspace today"
+
+
+class DailyLimitReached(Exception):
+    """Raised by a backend the host wrapped with the workspace's daily quota, before searching:
+    the tool answers ``DAILY_LIMIT_ERROR`` and counts nothing for the conversation."""
 BRAVE_URL = "https://api.search.brave.com/res/v1/web/search"
 BRAVE_KEY_ENV = "BRAVE_SEARCH_API_KEY"
 

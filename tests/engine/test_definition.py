@@ -181,3 +181,12 @@ def test_deep_nesting_is_refused_with_a_reason() -> None:
     doc = _doc()
     doc["flows"][0]["steps"][2]["if"] = condition
     assert "nested deeper" in _refusal(doc)
+
+
+def test_lifecycle_settings_keep_the_engines_own_checks_of_what_was_left_unset() -> None:
+    assert "escalation is not set" in _refusal(_doc(lifecycle={"tools": {"handoff": True}}))
+    _, agent = check_definition(
+        _doc(lifecycle={"tools": {"handoff": True}, "escalation": True}), PACKS
+    )
+    assert agent.config.lifecycle is not None and agent.config.lifecycle.escalation
+    assert agent.config.lifecycle.max_tool_calls == 4  # the engine's default, not restated

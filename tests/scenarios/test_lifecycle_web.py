@@ -9,7 +9,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine import Agent, FakeClock, ModelResponse
-from engine.lifecycle.web_search import LIMIT_ERROR, OfflineWebSearch, WebResult
+from engine.lifecycle.web_search import (
+    DAILY_LIMIT_ERROR,
+    LIMIT_ERROR,
+    DailyLimitReached,
+    OfflineWebSearch,
+    WebResult,
+)
 from tests.scenarios.lifecycle_support import (
     CHAT_FLOW,
     START,
@@ -260,3 +266,31 @@ async def test_many_conversations_each_footer_counts_its_own_distinct_pages() ->
         assert all(f"https://site.org/{c}/" in line for line in footer[:3])
         assert {s.url for s in result.messages[0].provenance} == {
             f"https://site.org/{c}/{i}" for i in range(6)}
+
+
+async def test_a_backend_past_the_workspace_daily_limit_gives_the_daily_error() -> None:
+    """A host's quota wrapper raises DailyLimitReached: the model reads the daily limit error,
+    nothing counts for the conversation, and the next search may still run."""
+
+    class Quota:
+        def __init__(self) -> None:
+            self.left = 1
+
+        async def search(self, query: str, *, limit: int,
+                         allowed_domains: Sequence[str]) -> list[WebResult]:
+            if self.left == 0:
+                raise DailyLimitReached
+            self.left -= 1
+            return [WebResult("Horta", "https://hortas.org/x")]
+
+    quota = Quota()
+    script = [calls(("web_search", {"query": "tomate"}), ("web_search", {"query": "vaso"})),
+              said("Ok.")]
+    agent, provider = lifecycle_agent(
+        script, {"tools": {"web_search": True}, "web_search": {"backend": quota}}
+    )
+    result = await agent.turn(message("a", "m1"))
+    answers = [json.loads(text) for text in tool_texts(provider.calls[1])]
+    assert answers[1] == {"error": DAILY_LIMIT_ERROR}
+    assert answers[0]["results"][0]["url"] == "https://hortas.org/x"
+    assert result.session.metadata["lifecycle"]["web_searches"] == 1
