@@ -9,7 +9,10 @@ would send, after the save.
 
 Per turn the chat also prints the outcome lines and ``llm_calls``; it learns them by wrapping the
 agent (``ObservedAgent``) the in-process consumer runs. Turns nobody typed for — a timer firing,
-a silence follow-up — are printed as they happen.
+a silence follow-up — are printed as they happen. It also reads the DLQ topic from its end, so
+an input the consumer dead-letters is reported at once instead of waited for. Several lines
+pasted at once, or ``/burst A | B | C``, go out together as a burst, as a customer typing fast
+sends them, and the consumer answers them as one turn.
 
 Every startup failure a newcomer can meet ends in one line (``DevError``): a port in use, a
 missing environment variable, an agent that fails to import or validate, a server that does not
@@ -17,9 +20,14 @@ answer.
 
 Every run starts fresh: the embedded broker keeps its records in memory, so the run gets a new,
 empty database to match (a turn log kept from an earlier run would take the new broker's offsets
-for replays). The banner says so. In a terminal the chat has line editing and history
-(``readline``; the history is kept in ``.turnflow/chat_history``), and Ctrl-C ends it with exit
-code 0.
+for replays). The banner says so. With ``DATABASE_URL`` set and the embedded broker, the run's
+topics are named for the run instead (the configured name and a run id), since the turn log
+knows a record by topic, partition and offset: one database keeps recording after recording.
+In a terminal the chat has line editing and history (``readline``; the history is kept in
+``.turnflow/chat_history``). Ctrl-C ends it with exit code 0, and so do SIGTERM and SIGHUP,
+after stopping what the run started (the embedded PostgreSQL included). Unless ``METRICS_PORT``
+is set, the metrics port is a free one the kernel picks, on 127.0.0.1 unless ``METRICS_HOST``
+says otherwise.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ import socket
 import sys
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,7 +54,7 @@ from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
 from consumer.agents import load_agent
-from consumer.embedded_broker import EmbeddedBroker
+from consumer.embedded_broker import EmbeddedBroker, free_port
 from consumer.errors import AgentImportError, ConsumerError, DevError, EmbeddedBrokerError
 from consumer.logs import JsonFormatter
 from consumer.parser import MAX_SESSION_ID_CHARS
@@ -162,16 +170,18 @@ def format_outcomes(result: Any) -> str:
 class ChatLine:
     """One parsed chat or script line."""
 
-    kind: str  # "message" | "event" | "wait" | "quit" | "skip"
+    kind: str  # "message" | "burst" | "event" | "wait" | "quit" | "skip"
     text: str = ""
     seconds: float = 0.0
     event: str = ""
     payload: dict[str, Any] = field(default_factory=dict)
+    messages: tuple[str, ...] = ()  # a burst's messages, oldest first
 
 
 HELP = (
-    "Type a message. /event NAME [JSON] sends an event, /wait SECONDS waits "
-    "(timers keep firing), /quit leaves."
+    "Type a message. /burst A | B | C sends several messages at once (so does pasting several "
+    "lines), /event NAME [JSON] sends an event, /wait SECONDS waits (timers keep firing), "
+    "/quit leaves."
 )
 
 
@@ -186,6 +196,11 @@ def parse_chat_line(line: str) -> ChatLine:
     rest = rest.strip()
     if command in ("/quit", "/exit"):
         return ChatLine("quit")
+    if command == "/burst":
+        messages = tuple(part.strip() for part in rest.split("|") if part.strip())
+        if not messages:
+            raise ValueError("/burst needs messages separated by |, e.g. /burst hi | I'm Lee")
+        return ChatLine("burst", messages=messages)
     if command == "/wait":
         try:
             seconds = float(rest)
@@ -208,6 +223,31 @@ def parse_chat_line(line: str) -> ChatLine:
                 raise ValueError("/event payload must be a JSON object")
         return ChatLine("event", event=name, payload=payload)
     raise ValueError(f"unknown command {command}; {HELP}")
+
+
+def parse_chat_lines(chunk: str) -> list[ChatLine | ValueError]:
+    """Read what arrived at once (several lines pasted together): each line as
+    ``parse_chat_line`` reads it, except that plain messages next to each other go out together
+    as one burst, as a customer typing fast sends them. A bad command is returned as its error,
+    in its place."""
+    parsed: list[ChatLine | ValueError] = []
+    for raw in chunk.split("\n"):
+        try:
+            line = parse_chat_line(raw)
+        except ValueError as exc:
+            parsed.append(exc)
+            continue
+        if line.kind == "skip":
+            continue
+        previous = parsed[-1] if parsed else None
+        if line.kind == "message" and isinstance(previous, ChatLine) and previous.kind in (
+            "message", "burst"
+        ):
+            earlier = previous.messages or (previous.text,)
+            parsed[-1] = ChatLine("burst", messages=(*earlier, line.text))
+            continue
+        parsed.append(line)
+    return parsed
 
 
 # --- the chat: inputs out through inbound.turns, replies in from outbound.messages --------------
@@ -274,6 +314,54 @@ class ReplyReader:
             return None
 
 
+@dataclass(frozen=True)
+class DeadLetterNotice:
+    """What the chat needs of one dead letter: where its input was read from (the consumer's
+    ``source-*`` headers) and, when the record travelled whole, its session and input id."""
+
+    source: tuple[str, int, int] | None
+    reason: str
+    detail: str
+    session_id: str | None = None
+    input_id: str | None = None
+
+
+def read_dead_letter(headers: Iterable[tuple[str, bytes]] | None, value: bytes | None
+                     ) -> DeadLetterNotice:
+    """The notice of one DLQ record; any header or value it lacks, or cannot read, is None."""
+    own: dict[str, str] = {}
+    for name, raw in headers or ():
+        if name not in own:  # the consumer's own headers come first
+            own[name] = bytes(raw).decode("utf-8", "replace")
+    source: tuple[str, int, int] | None = None
+    with contextlib.suppress(KeyError, ValueError):
+        source = (own["source-topic"], int(own["source-partition"]), int(own["source-offset"]))
+    session_id = input_id = None
+    with contextlib.suppress(TypeError, ValueError):
+        parsed = json.loads(value or b"")
+        if isinstance(parsed, dict):
+            session_id = parsed["session_id"] if isinstance(parsed.get("session_id"), str) else None
+            marker = parsed.get("id") or parsed.get("key")
+            input_id = marker if isinstance(marker, str) else None
+    return DeadLetterNotice(source, own.get("error", "?"), own.get("detail", ""), session_id,
+                            input_id)
+
+
+class DeadLetterReader(ReplyReader):
+    """Reads the DLQ topic from its end, like ``ReplyReader`` the replies, and hands every dead
+    letter to ``on_letter``: the chat learns at once that an input will get no turn."""
+
+    def __init__(self, consumer: Any, topic: str, on_letter: Callable[[DeadLetterNotice], None]
+                 ) -> None:
+        super().__init__(consumer, topic, session_id="")
+        self._on_letter = on_letter
+
+    async def _read(self) -> None:
+        async for record in self._consumer:
+            with contextlib.suppress(Exception):  # one odd record never stops the reading
+                self._on_letter(read_dead_letter(record.headers, record.value))
+
+
 class Chat:
     """Sends the customer's lines, prints each turn's replies, outcomes and ``llm_calls``.
 
@@ -304,6 +392,8 @@ class Chat:
         self._turns: asyncio.Queue[ObservedTurn] = asyncio.Queue()
         self._shown: dict[str, asyncio.Event] = {}
         self._sent = 0
+        self._sent_at: dict[tuple[str, int, int], str] = {}  # where each input landed
+        self._early_letters: dict[tuple[str, int, int], DeadLetterNotice] = {}
         self.missing = 0  # inputs or replies that never showed up
         self.prompt: TerminalLines | None = None
         self.log_path: Path = Path(".turnflow") / "dev.log"
@@ -323,10 +413,36 @@ class Chat:
         hopeless = isinstance(error, TurnRequestError) or (
             isinstance(error, ProviderError) and error.kind == "fatal"
         )
-        marker = request.get("id") or request.get("key")
-        if hopeless and marker and str(marker) in self._shown:
-            self.missing += 1
-            self._shown[str(marker)].set()
+        if hopeless:
+            for marker in _markers(request):
+                if marker in self._shown:
+                    self.missing += 1
+                    self._shown[marker].set()
+
+    def dead_lettered(self, letter: DeadLetterNotice) -> None:
+        """The consumer sent one of this chat's inputs to the DLQ: no turn will run for it, so
+        say why now instead of waiting out the turn timeout."""
+        input_id = self._sent_at.get(letter.source) if letter.source else None
+        if input_id is None and letter.session_id == self.session_id:
+            input_id = letter.input_id
+        if input_id is None or input_id not in self._shown:
+            if letter.source is not None and letter.session_id in (None, self.session_id):
+                # It may be ours, read before its send returned; a few are enough to keep.
+                self._early_letters[letter.source] = letter
+                while len(self._early_letters) > 64:
+                    self._early_letters.pop(next(iter(self._early_letters)))
+            return
+        self._report_dead_letter(input_id, letter)
+
+    def _report_dead_letter(self, input_id: str, letter: DeadLetterNotice) -> None:
+        event = self._shown.get(input_id)
+        if event is None or event.is_set():
+            return
+        detail = f": {letter.detail}" if letter.detail else ""
+        self.say(f"  [input {input_id} was sent to the dead-letter topic ({letter.reason}"
+                 f"{detail}); no turn will run for it; see {self.log_path}]")
+        self.missing += 1
+        event.set()
 
     def say(self, line: str) -> None:
         if self.prompt is not None and self.prompt.at_prompt:
@@ -364,65 +480,110 @@ class Chat:
             pause = f" (after {after_ms} ms)" if after_ms else ""
             self.say(f"{self._agent_name}> {record.get('text')}{pause}")
         self.say(f"  [{format_outcomes(result)}]")
-        marker = request.get("id") or request.get("key")
-        if marker and str(marker) in self._shown:
-            self._shown[str(marker)].set()
+        for marker in _markers(request):
+            if marker in self._shown:
+                self._shown[marker].set()
 
     async def send(self, line: ChatLine) -> None:
-        """Produce one input and wait until its turn has been printed (or time out)."""
-        self._sent += 1
-        if line.kind == "message":
-            input_id = f"{self.session_id}-m{self._sent}"
-            if self._echo:
-                self.say(f"you> {line.text}")
-            # ``at`` is when the line was typed, as a channel reports it; the turn runs a moment
-            # later, so the reply is after it and the silence clock starts from the reply.
-            value: dict[str, Any] = {"session_id": self.session_id, "message": line.text,
-                                     "id": input_id, "at": datetime.now(UTC).isoformat()}
+        """Produce one input (or a burst's messages together) and wait until its turn has been
+        printed, or the consumer dead-lettered it, or the wait timed out."""
+        values: list[tuple[str, dict[str, Any]]] = []
+        if line.kind in ("message", "burst"):
+            texts = line.messages if line.kind == "burst" else (line.text,)
+            if len(texts) > 1:
+                self.say(f"  [burst of {len(texts)} messages sent together]")
+            for text in texts:
+                self._sent += 1
+                input_id = f"{self.session_id}-m{self._sent}"
+                if self._echo or len(texts) > 1:
+                    self.say(f"you> {text}")
+                # ``at`` is when the line was typed, as a channel reports it; the turn runs a
+                # moment later, so the reply is after it and the silence clock starts from the
+                # reply.
+                values.append((input_id, {"session_id": self.session_id, "message": text,
+                                          "id": input_id, "at": datetime.now(UTC).isoformat()}))
         else:
+            self._sent += 1
             input_id = f"{self.session_id}-e{self._sent}"
             self.say(f"  [event {line.event} sent]")
-            value = {"session_id": self.session_id, "event": line.event,
-                     "payload": line.payload, "key": input_id}
-        encoded = json.dumps(value).encode()
-        if self.max_record_bytes is not None and len(encoded) > self.max_record_bytes:
-            self.say(f"  [not sent: this input is {len(encoded)} bytes and the consumer refuses "
-                     f"records over MAX_RECORD_BYTES ({self.max_record_bytes})]")
-            return
-        shown = self._shown[input_id] = asyncio.Event()
-        await self._producer.send_and_wait(
-            self._inbound_topic, key=self.session_id.encode(), value=encoded
-        )
+            values.append((input_id, {"session_id": self.session_id, "event": line.event,
+                                      "payload": line.payload, "key": input_id}))
+        encoded = [(input_id, json.dumps(value).encode()) for input_id, value in values]
+        for _, record in encoded:
+            if self.max_record_bytes is not None and len(record) > self.max_record_bytes:
+                self.say(f"  [not sent: this input is {len(record)} bytes and the consumer "
+                         f"refuses records over MAX_RECORD_BYTES ({self.max_record_bytes})]")
+                return
+        shown = {input_id: asyncio.Event() for input_id, _ in encoded}
+        self._shown.update(shown)
         try:
-            await asyncio.wait_for(shown.wait(), self._reply_timeout)
+            sent = await self._produce([record for _, record in encoded])
+            for (input_id, _), where in zip(encoded, sent, strict=True):
+                if where is None:
+                    continue
+                self._sent_at[where] = input_id
+                if (letter := self._early_letters.pop(where, None)) is not None:
+                    self._report_dead_letter(input_id, letter)
+            await asyncio.wait_for(
+                asyncio.gather(*(event.wait() for event in shown.values())), self._reply_timeout
+            )
         except TimeoutError:
             self.missing += 1
             self.say(f"  [no turn ran for this input within {self._reply_timeout:.0f}s; "
                      f"see {self.log_path}]")
         finally:
-            self._shown.pop(input_id, None)
+            for input_id in shown:
+                self._shown.pop(input_id, None)
+
+    async def _produce(self, records: list[bytes]) -> list[tuple[str, int, int] | None]:
+        """Send the records in order, all in one batch when there are several (so the consumer
+        fetches a burst together and answers it as one turn); where each landed."""
+        key = self.session_id.encode()
+        send = getattr(self._producer, "send", None)
+        if len(records) == 1 or send is None:
+            results = [await self._producer.send_and_wait(self._inbound_topic, key=key, value=r)
+                       for r in records]
+        else:
+            futures = [await send(self._inbound_topic, key=key, value=r) for r in records]
+            results = [await future for future in futures]
+        return [_landed_at(self._inbound_topic, result) for result in results]
 
     async def settle(self) -> None:
         """Wait until every turn already observed has been printed."""
         await self._turns.join()
 
     async def run(self, lines: AsyncIterator[str]) -> None:
-        async for raw in lines:
-            try:
-                line = parse_chat_line(raw)
-            except ValueError as exc:
-                self.say(f"  [{exc}]")
-                continue
-            if line.kind == "skip":
-                continue
-            if line.kind == "quit":
-                break
-            if line.kind == "wait":
-                self.say(f"  [waiting {line.seconds:g}s]")
-                await asyncio.sleep(line.seconds)
-                continue
-            await self.send(line)
+        async for chunk in lines:
+            for line in parse_chat_lines(chunk):
+                if isinstance(line, ValueError):
+                    self.say(f"  [{line}]")
+                    continue
+                if line.kind == "quit":
+                    await self.settle()
+                    return
+                if line.kind == "wait":
+                    self.say(f"  [waiting {line.seconds:g}s]")
+                    await asyncio.sleep(line.seconds)
+                    continue
+                await self.send(line)
         await self.settle()
+
+
+def _markers(request: dict[str, Any]) -> list[str]:
+    """The ids of every input a turn answered: its own, and a burst's earlier messages'."""
+    markers = [str(m) for m in (request.get("id") or request.get("key"),) if m]
+    for earlier in request.get("burst") or ():
+        if isinstance(earlier, dict) and earlier.get("id"):
+            markers.append(str(earlier["id"]))
+    return markers
+
+
+def _landed_at(topic: str, metadata: Any) -> tuple[str, int, int] | None:
+    """Topic, partition and offset of a sent record, from the producer's record metadata."""
+    partition, offset = getattr(metadata, "partition", None), getattr(metadata, "offset", None)
+    if isinstance(partition, int) and isinstance(offset, int):
+        return (str(getattr(metadata, "topic", topic)), partition, offset)
+    return None
 
 
 # --- the consumer and the scheduler, in this process --------------------------------------------
@@ -549,7 +710,7 @@ def run(args: argparse.Namespace) -> int:
 def main(options: DevOptions) -> int:
     """Run ``turnflow dev``; a startup failure prints one line to stderr and returns 1."""
     try:
-        return asyncio.run(run_dev(options))
+        return asyncio.run(_stopped_by_signals(run_dev(options)))
     except DevError as exc:
         print(f"turnflow dev: {exc}", file=sys.stderr, flush=True)
         return 1
@@ -559,12 +720,44 @@ def main(options: DevOptions) -> int:
         return 0
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""Signals that end a chat as Ctrl-C does (``kill``, a closed terminal, a process manager):
+everything this run started stops in order, its embedded PostgreSQL included."""
+
+
+async def _stopped_by_signals(running: Coroutine[Any, Any, int]) -> int:
+    """Run ``running``; a stop signal cancels it, so its exit stack stops the servers it
+    started instead of the process dying with them still running. Exit code 0, as Ctrl-C."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(running)
+    received: list[signal.Signals] = []
+
+    def stop(sig: signal.Signals) -> None:
+        if not received:
+            received.append(sig)
+            task.cancel()
+
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop, sig)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if not received or not task.cancelled():
+            raise
+        print(f"\nturnflow dev: stopped ({received[0].name}).", file=sys.stderr, flush=True)
+        return 0
+    finally:
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+
+
 async def run_dev(options: DevOptions) -> int:
     """Start everything, chat, stop everything; 0 when every input got its turn and replies."""
     settings = load_settings()
     agent_path = options.agent or settings.agent or DEFAULT_AGENT
     agent = load_dev_agent(agent_path)
     lines = _read_script(options.script) if options.script is not None else None
+    settings = dev_metrics(settings)
     metrics_port = settings.metrics_port_for("consume")
     if metrics_port:
         check_port_free(settings.metrics_host, metrics_port, "METRICS_PORT")
@@ -601,7 +794,11 @@ async def run_dev(options: DevOptions) -> int:
         settings = settings.model_copy(update=updates)
         await _migrate(database_url)
         if own_database and not own_broker:
-            await _refuse_stale_turn_log(database_url, settings.inbound_topic)
+            # The embedded broker numbers offsets from 0 each run, and the turn log knows a
+            # record by topic, partition and offset: this run's topics get their own names, so
+            # a database that outlives the run takes recording after recording.
+            settings = settings.model_copy(update=run_topics(settings, _new_run_id()))
+            status(f"  topics    {settings.inbound_topic} (named for this run)")
         await _create_topics(settings)
         session_id = options.session_id or _new_session_id()
         chat = await _open_chat(settings, session_id, getattr(agent, "name", "agent"), options,
@@ -615,7 +812,9 @@ async def run_dev(options: DevOptions) -> int:
         display = asyncio.create_task(chat.display(), name="dev-display")
         stack.push_async_callback(_cancel, display)
         if metrics_port:
-            status(f"  metrics   http://127.0.0.1:{metrics_port}/metrics")
+            shown = settings.metrics_host if settings.metrics_host not in ("0.0.0.0", "") else (
+                "127.0.0.1")
+            status(f"  metrics   http://{shown}:{metrics_port}/metrics")
         status(f"  session   {session_id}   (logs: {options.data_dir / 'dev.log'})")
         status(HELP if lines is None else f"Running {options.script or 'standard input'}.")
         if lines is None:
@@ -663,11 +862,12 @@ rest. With ``readline`` the terminal is not in that mode and no line is cut."""
 
 async def _noting_cuts(lines: AsyncIterator[str], chat: Chat) -> AsyncIterator[str]:
     """Pass the typed lines on, saying when the terminal cut one."""
-    async for line in lines:
-        if not _READLINE and len(line) >= TTY_LINE_MAX:
-            chat.say(f"  [the terminal cut this line at {TTY_LINE_MAX} characters; "
-                     "only those were sent]")
-        yield line
+    async for chunk in lines:
+        for line in chunk.split("\n"):
+            if not _READLINE and len(line) >= TTY_LINE_MAX:
+                chat.say(f"  [the terminal cut this line at {TTY_LINE_MAX} characters; "
+                         "only those were sent]")
+        yield chunk
 
 
 try:  # line editing and history for input(); absent on some builds, and then the plain line
@@ -676,6 +876,10 @@ try:  # line editing and history for input(); absent on some builds, and then th
     _READLINE: Any = _readline_module
 except ImportError:  # pragma: no cover - CPython on Linux and macOS ships it
     _READLINE = None
+
+
+PASTE_GAP_S = 0.05
+"""Lines that reach the terminal closer together than this were pasted, not typed."""
 
 
 class TerminalLines:
@@ -713,8 +917,23 @@ class TerminalLines:
         return self._lines()
 
     async def _lines(self) -> AsyncIterator[str]:
+        """Each typed line; lines that come in together (pasted) as one chunk, one per line,
+        which the chat sends as a burst."""
         while (line := await self._queue.get()) is not None:
-            yield line
+            chunk = [line]
+            ended = False
+            while True:
+                try:
+                    more = await asyncio.wait_for(self._queue.get(), PASTE_GAP_S)
+                except TimeoutError:
+                    break
+                if more is None:
+                    ended = True
+                    break
+                chunk.append(more)
+            yield "\n".join(chunk)
+            if ended:
+                return
 
     def _read(self, loop: asyncio.AbstractEventLoop) -> None:
         while True:
@@ -806,6 +1025,19 @@ def check_port_free(host: str, port: int, setting: str) -> None:
             ) from None
 
 
+def dev_metrics(settings: Settings) -> Settings:
+    """The dev chat's metrics port: ``METRICS_PORT`` when set, else a free port the kernel picks
+    (a node exporter or another turnflow on the default port must not stop a chat), bound to
+    127.0.0.1 unless ``METRICS_HOST`` says otherwise: a developer's machine does not publish
+    its metrics to the network."""
+    updates: dict[str, Any] = {}
+    if "metrics_host" not in settings.model_fields_set:
+        updates["metrics_host"] = "127.0.0.1"
+    if settings.metrics_port is None:
+        updates["metrics_port"] = free_port(updates.get("metrics_host", settings.metrics_host))
+    return settings.model_copy(update=updates) if updates else settings
+
+
 def _provider_of(agent: Any) -> Any:
     config = getattr(agent, "config", None)
     return getattr(config, "provider", None) or getattr(agent, "provider", None)
@@ -864,12 +1096,15 @@ async def _database(
         return settings.database_url
     server = EmbeddedPostgres(data_dir / "postgres")
     reused = _server_running(data_dir / "postgres")
+    starting = asyncio.ensure_future(asyncio.to_thread(server.start))
+    if not reused:  # a server another dev run started is left to it
+        # Registered before it starts: a stop signal during the start still stops it, once
+        # the start (a thread, which a cancel does not end) is over.
+        stack.push_async_callback(_stop_once_started, server, starting)
     try:
-        url = await asyncio.to_thread(server.start)
+        url = await asyncio.shield(starting)
     except EmbeddedServerError as exc:
         raise DevError(f"the embedded PostgreSQL did not start: {_first_line(exc)}") from None
-    if not reused:  # a server another dev run started is left to it
-        stack.callback(server.stop)
     # A fresh database per run: the embedded broker starts empty, so a turn log kept from an
     # earlier run would take the new run's offsets for replays and skip them.
     database = await _fresh_database(url)
@@ -877,6 +1112,13 @@ async def _database(
     status(f"  postgres  embedded at {_host_port(url)}, database {database}: new for this run "
            "(every run starts a fresh conversation; nothing from earlier runs is kept)")
     return make_url(url).set(database=database).render_as_string(hide_password=False)
+
+
+async def _stop_once_started(server: EmbeddedPostgres, starting: asyncio.Future[str]) -> None:
+    with contextlib.suppress(Exception):
+        await starting
+    if not starting.cancelled() and starting.exception() is None:
+        await asyncio.to_thread(server.stop)
 
 
 async def _fresh_database(admin_url: str) -> str:
@@ -977,19 +1219,17 @@ async def _probe_broker(settings: Settings) -> None:
             await admin.close()
 
 
-async def _refuse_stale_turn_log(url: str, inbound_topic: str) -> None:
-    """The embedded broker numbers offsets from 0 each run; a turn log that already holds offset
-    0 of the inbound topic would skip this run's inputs as replays."""
-    store = await Store.connect(url, pool_size=1)
-    try:
-        stale = await store.is_applied(inbound_topic, 0, 0)
-    finally:
-        await store.close()
-    if stale:
-        raise DevError(
-            "the database at DATABASE_URL already holds turns read from another broker; with "
-            "the embedded broker, point DATABASE_URL at an empty database or unset it"
-        )
+def run_topics(settings: Settings, run_id: str) -> dict[str, str]:
+    """Topic names for one run against the embedded broker: each configured name with the run
+    id after it, so no record of this run is taken for an earlier run's in the turn log."""
+    return {
+        name: f"{getattr(settings, name)}.{run_id}"
+        for name in ("inbound_topic", "messages_topic", "schedule_topic", "dlq_topic")
+    }
+
+
+def _new_run_id() -> str:
+    return f"run-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
 
 
 async def _migrate(url: str) -> None:
@@ -1046,6 +1286,15 @@ async def _open_chat(
         echo=options.script is not None or not options.interactive,
     )
     chat.log_path = options.data_dir / "dev.log"
+    letters = DeadLetterReader(
+        AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers,
+                         enable_auto_commit=False,
+                         fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms, **client),
+        settings.dlq_topic,
+        chat.dead_lettered,
+    )
+    await letters.start()
+    stack.push_async_callback(letters.stop)
     return chat
 
 
