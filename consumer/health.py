@@ -1,19 +1,18 @@
 """``/metrics``, ``/healthz`` and ``/readyz`` on a small HTTP port.
 
-A deliberately tiny HTTP/1.0 server on asyncio streams (no web framework for three GET routes).
-``/healthz`` answers 200 while the event loop runs; ``/readyz`` answers 200 when the service's
-``ready()`` says so (connected and consuming) and 503 otherwise. Bodies carry metric samples
-and a word, never conversation content.
+Three GET routes on ``consumer.http_server`` (no web framework). ``/healthz`` answers 200
+while the event loop runs; ``/readyz`` answers 200 when the service's ``ready()`` says so
+(connected and consuming) and 503 otherwise. Bodies carry metric samples and a word, never
+conversation content.
 
-Whatever a client sends, the port answers or closes without an unhandled error: a request
-line or header over the stream's line limit (64 KB) gets 414 or 431, a client that goes
-quiet is dropped after a few seconds, and the connection is closed either way.
+The port sits on ``0.0.0.0`` by default, so it takes the shared server's limits: the whole
+request head within a deadline, capped header count and size (``414``/``431``), and a cap on
+open connections well inside the descriptor limit, so slow clients neither hold the probe's
+answer nor take the descriptors the process's own database and broker connections need.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import errno
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,81 +20,45 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from consumer.errors import PortInUseError
+from consumer.http_server import DEFAULT_LIMITS, BoundedHttpServer, HttpLimits, Request, Response
 from consumer.metrics import REGISTRY, exports_for
 from consumer.settings import Settings
 
 __all__ = ["HealthServer", "start_health_server"]
-
-_REASONS = {
-    200: "OK",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    414: "URI Too Long",
-    431: "Request Header Fields Too Large",
-    503: "Service Unavailable",
-}
-_TIMEOUT_S = 5
 
 
 class HealthServer:
     """Serves the three endpoints on ``host:port`` until ``stop()``; port 0 picks a free one."""
 
     def __init__(
-        self, *, host: str, port: int, ready: Callable[[], bool], exports: Any = REGISTRY
+        self,
+        *,
+        host: str,
+        port: int,
+        ready: Callable[[], bool],
+        exports: Any = REGISTRY,
+        limits: HttpLimits = DEFAULT_LIMITS,
     ) -> None:
-        self._host = host
-        self._port = port
         self._ready = ready
         self._exports = exports  # what /metrics serves: the process's own families
-        self._server: asyncio.Server | None = None
+        self.http = BoundedHttpServer(self._handle, host=host, port=port, limits=limits)
 
     @property
     def port(self) -> int:
-        if self._server is None or not self._server.sockets:
-            return self._port
-        return int(self._server.sockets[0].getsockname()[1])
+        return self.http.port
 
     async def start(self) -> HealthServer:
-        self._server = await asyncio.start_server(self._serve, self._host, self._port)
+        await self.http.start()
         return self
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        await self.http.stop()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            status, content_type, body = await self._read_and_respond(reader)
-            head = (
-                f"HTTP/1.0 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            )
-            writer.write(head.encode("latin-1") + body)
-            await writer.drain()
-        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
-
-    async def _read_and_respond(self, reader: asyncio.StreamReader) -> tuple[int, str, bytes]:
-        """Read the request line and drain the headers; an over-long line is answered, not
-        raised (``readline`` raises ``ValueError`` past the stream's limit)."""
-        try:
-            request_line = await asyncio.wait_for(reader.readline(), timeout=_TIMEOUT_S)
-        except ValueError:
-            return 414, "text/plain", b"request line too long\n"
-        while True:
-            try:
-                line = await asyncio.wait_for(reader.readline(), timeout=_TIMEOUT_S)
-            except ValueError:
-                return 431, "text/plain", b"header too long\n"
-            if line in (b"\r\n", b"\n", b""):
-                break
-        return self.respond(request_line.decode("latin-1"))
+    async def _handle(self, request: Request) -> Response:
+        status, content_type, body = self.respond(
+            f"{request.method} {request.target} {request.version}"
+        )
+        return Response(status, body, content_type)
 
     def respond(self, request_line: str) -> tuple[int, str, bytes]:
         """Status, content type and body for one request line such as ``GET /readyz HTTP/1.1``."""
