@@ -50,7 +50,14 @@ from engine.errors import (
     UnusableReply,
 )
 from engine.keys import session_of
-from engine.lifecycle.knowledge import InMemoryKnowledgeIndex, KnowledgeHit, KnowledgeIndex
+from engine.lifecycle.knowledge import (
+    InMemoryKnowledgeIndex,
+    InMemoryWorkspaceKnowledge,
+    KnowledgeHit,
+    KnowledgeIndex,
+    KnowledgeSource,
+    WorkspaceKnowledgeIndex,
+)
 from engine.lifecycle.results import HandoffNotice, LinkFixReport, Source, TaskResult
 from engine.lifecycle.settings import (
     HANDOFF_CLEARED_EVENT,
@@ -113,10 +120,12 @@ __all__ = [
     "IdleSpeaker",
     "IfStep",
     "InMemoryKnowledgeIndex",
+    "InMemoryWorkspaceKnowledge",
     "Instruction",
     "KnowledgeDocument",
     "KnowledgeHit",
     "KnowledgeIndex",
+    "KnowledgeSource",
     "LanguageSettings",
     "Lifecycle",
     "LinkFixReport",
@@ -158,6 +167,7 @@ __all__ = [
     "UnusableReply",
     "WaitStep",
     "Waiting",
+    "WorkspaceKnowledgeIndex",
     "defer",
     "failed",
     "migrate_session",

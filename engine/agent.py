@@ -39,7 +39,7 @@ from engine.config import (
 )
 from engine.errors import FlowConfigurationError
 from engine.lifecycle import images, plan
-from engine.lifecycle.settings import Lifecycle
+from engine.lifecycle.settings import Lifecycle, workspace_problem
 from engine.lifecycle.turn import prepare as prepare_lifecycle
 from engine.phases import advance, decide, finish, ingest, load, settle, speak, understand
 from engine.providers.base import Provider
@@ -210,6 +210,21 @@ class Agent:
         if self._config.lifecycle is None:
             raise ValueError("the agent has no lifecycle settings")
         lifecycle = self._config.lifecycle.model_copy(update={"knowledge_index": index})
+        agent = object.__new__(Agent)
+        object.__setattr__(agent, "_config", replace(self._config, lifecycle=lifecycle))
+        return agent
+
+    def with_workspace_knowledge(self, index: Any) -> Agent:
+        """This agent with ``index``, its workspace's whole Knowledge Base (a
+        ``WorkspaceKnowledgeIndex``), behind ``search_knowledge`` when it has no sources of its
+        own; the agent itself is left unchanged. A host running many agents passes each the
+        index of its own workspace."""
+        if self._config.lifecycle is None:
+            raise FlowConfigurationError("lifecycle: the agent has no lifecycle settings")
+        problem = workspace_problem(index)
+        if problem is not None:
+            raise FlowConfigurationError(f"lifecycle: {problem}")
+        lifecycle = self._config.lifecycle.model_copy(update={"workspace_knowledge": index})
         agent = object.__new__(Agent)
         object.__setattr__(agent, "_config", replace(self._config, lifecycle=lifecycle))
         return agent

@@ -174,6 +174,17 @@ class WebSearchSource(_Model):
         return value
 
 
+def workspace_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be a workspace index (None when it can, or is None)."""
+    if value is None:
+        return None
+    missing = [name for name in ("sources", "search") if not callable(getattr(value, name, None))]
+    if not missing:
+        return None
+    return (f"workspace_knowledge needs sources() and async search(query, *, sources, limit) "
+            f"methods; {type(value).__name__} has no {' or '.join(missing)}()")
+
+
 def _refuse_repeats(names: list[str], what: str) -> None:
     """Raise naming the first of ``names`` that appears twice."""
     seen: set[str] = set()
@@ -207,6 +218,10 @@ class Lifecycle(_Model):
     knowledge: list[KnowledgeDocument] = Field(default_factory=list)
     # A ``KnowledgeIndex`` (see ``knowledge``); None builds the in-memory index over ``knowledge``.
     knowledge_index: Any = None
+    # The workspace's whole Knowledge Base, a ``WorkspaceKnowledgeIndex`` (see ``knowledge``):
+    # what ``search_knowledge`` searches when the agent has no documents of its own. The host
+    # passes it (here, or with ``Agent.with_workspace_knowledge``); None: nothing to search.
+    workspace_knowledge: Any = None
     skills: list[Skill] = Field(default_factory=list)
     web_search: WebSearchSource | None = None
     images: ImageSettings | None = None
@@ -226,6 +241,14 @@ class Lifecycle(_Model):
     @classmethod
     def _unique_ids(cls, value: list[KnowledgeDocument]) -> list[KnowledgeDocument]:
         _refuse_repeats([doc.id for doc in value], "knowledge document id")
+        return value
+
+    @field_validator("workspace_knowledge")
+    @classmethod
+    def _lists_and_searches(cls, value: Any) -> Any:
+        problem = workspace_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("skills")

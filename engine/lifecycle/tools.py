@@ -5,11 +5,12 @@ the goal tools (offered while there is a skill to load or a goal to pursue).
 The model only asks; code checks and acts. ``handoff`` records a hand-off that Settle applies
 (reasons: user_requested, cannot_help, out_of_scope, sensitive, other; a tag only from the
 configured list). ``set_state`` goes through ``lifecycle.state`` (an error and nothing saved
-when a limit is hit). ``search_knowledge`` quotes excerpts found by code (``knowledge``) and
+when a limit is hit). ``search_knowledge`` quotes excerpts found by code (``knowledge``: the
+agent's own sources, or with none the whole Knowledge Base) and
 remembers them for provenance and the link check. ``complete_task`` hands outputs back to the
 host on ``TurnResult.task_result`` and finishes the speaking run's task. Offered when:
-``handoff`` needs ``escalation`` on too, ``search_knowledge`` needs knowledge (documents or an
-index), ``complete_task`` a run speaking.
+``handoff`` needs ``escalation`` on too, ``search_knowledge`` something to search (the agent's
+documents, or with none the workspace's index), ``complete_task`` a run speaking.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.config import Tool
-from engine.lifecycle import goals, skills, web_search
+from engine.lifecycle import goals, knowledge, skills, web_search
 from engine.lifecycle.goals import GOAL_TOOLS
-from engine.lifecycle.knowledge import search_knowledge
 from engine.lifecycle.results import HandoffNotice, TaskResult
 from engine.lifecycle.settings import HANDOFF_REASONS
 from engine.lifecycle.skills import LOAD_SKILL
@@ -127,8 +127,8 @@ def offer(
     for name in names:
         if name == "handoff" and not settings.escalation:
             continue  # offered when tools.handoff is on *and* escalation is enabled
-        if name == "search_knowledge" and settings.knowledge_index is None:
-            continue
+        if name == "search_knowledge" and not knowledge.searchable(settings):
+            continue  # no sources of its own and no workspace index: nothing to search
         if name == "complete_task" and (run is None or goal is not None):
             continue  # the idle speaker has no task; a skill goal replaces the task
         out.append((name, _TOOL, _spec(name, turn)))
@@ -153,7 +153,7 @@ async def call(state: TurnState, turn: LifecycleTurn, run: Run | None, tool_call
         query = args.get("query")
         if not isinstance(query, str) or not query.strip():
             return {"error": "query is required"}
-        hits = await search_knowledge(turn.settings.knowledge_index, turn.settings.knowledge, query)
+        hits = await knowledge.search_for(turn.settings, query)
         turn.found.extend(hits)
         if hits:
             turn.usage.knowledge_found += 1

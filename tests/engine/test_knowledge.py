@@ -24,8 +24,9 @@ def doc(doc_id: str, text: str, *, type: str = "kb", source: str = "kb", title: 
                              source=source, url=url)
 
 
-def hit(doc_id: str, score: float, *, type: str = "kb", text: str = "x") -> KnowledgeHit:
-    return KnowledgeHit(doc_id, "s", type, doc_id, text, score)  # type: ignore[arg-type]
+def hit(doc_id: str, score: float, *, type: str = "kb", text: str = "x",
+        source: str = "s") -> KnowledgeHit:
+    return KnowledgeHit(doc_id, source, type, doc_id, text, score)  # type: ignore[arg-type]
 
 
 DOCS = [
@@ -95,7 +96,8 @@ async def test_documents_outside_the_searched_sources_are_not_found() -> None:
 
 
 async def test_the_index_is_pluggable() -> None:
-    """Any object with async search(query, sources=, limit=) can stand behind the tool."""
+    """Any object with async search(query, sources=, limit=) can stand behind the tool; what
+    it returns from a source it was not asked for is dropped."""
 
     class Fixed:
         def __init__(self) -> None:
@@ -105,7 +107,8 @@ async def test_the_index_is_pluggable() -> None:
             self, query: str, *, sources: Sequence[str], limit: int
         ) -> list[KnowledgeHit]:
             self.asked.append((query, list(sources), limit))
-            return [hit("kb1", 1.0), hit("faq1", 0.1, type="faq")]
+            return [hit("other", 9.0, source="elsewhere"), hit("kb1", 1.0, source="kb"),
+                    hit("faq1", 0.1, type="faq", source="faq")]
 
     index = Fixed()
     hits = await search_knowledge(index, DOCS, "troca")
