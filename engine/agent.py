@@ -41,7 +41,17 @@ from engine.errors import FlowConfigurationError
 from engine.lifecycle import images, plan
 from engine.lifecycle.settings import Lifecycle, workspace_problem
 from engine.lifecycle.turn import prepare as prepare_lifecycle
-from engine.phases import advance, decide, finish, ingest, load, settle, speak, understand
+from engine.phases import (
+    advance,
+    decide,
+    fallback,
+    finish,
+    ingest,
+    load,
+    settle,
+    speak,
+    understand,
+)
 from engine.providers.base import Provider
 from engine.request import TurnRequest, TurnResult
 from engine.values import template_fields
@@ -267,6 +277,11 @@ class Agent:
             stored if isinstance(stored, dict) else None,
             history_owned=isinstance(request, dict) and _validated_here(request.get("history")),
         )
+        if parsed.fallback is not None:  # the host gave up waiting for the model
+            ingest.run(state)  # 2 Ingest: the ids and last_user_at, nothing moves
+            fallback.run(state)  # the fallback message instead of phases 3-6
+            await settle.run(state)  # 7 Settle
+            return finish.run(state)  # 8 Return
         await plan.check(state)  # lifecycle step 1: the host's plan check, before any call
         await images.read(state)  # lifecycle step 2: the customer's images, when read at all
         ingest.run(state)  # 2 Ingest

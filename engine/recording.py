@@ -49,12 +49,18 @@ class Tape:
     level: RecordingLevel
     at: datetime | None = None
     calls: list[dict[str, Any]] = field(default_factory=list)
+    # The clock's last reading after ``at``: when the turn's reply was final (Settle reads it
+    # for ``last_assistant_at``). A replay gives the turn this reading back.
+    spoke_at: datetime | None = None
 
     def to_json(self) -> dict[str, Any] | None:
         """The calls as stored with the turn; None when the level keeps nothing."""
         if self.level == "off":
             return None
-        return {"v": TAPE_VERSION, "level": self.level, "calls": list(self.calls)}
+        out: dict[str, Any] = {"v": TAPE_VERSION, "level": self.level, "calls": list(self.calls)}
+        if self.spoke_at is not None and self.spoke_at != self.at:
+            out["spoke_at"] = self.spoke_at.isoformat().replace("+00:00", "Z")
+        return out
 
 
 _CURRENT: ContextVar[Tape | None] = ContextVar("turnflow_tape", default=None)
@@ -131,7 +137,8 @@ class RecordingProvider:
 
 
 class RecordingClock:
-    """Wraps a clock; the time a turn inside ``taping()`` reads is kept on its tape."""
+    """Wraps a clock; the times a turn inside ``taping()`` reads are kept on its tape: the
+    first as the turn's time (``at``), the last after it as ``spoke_at``."""
 
     def __init__(self, inner: Clock) -> None:
         self.inner = inner
@@ -139,8 +146,11 @@ class RecordingClock:
     def now(self) -> datetime:
         value = self.inner.now()
         tape = _CURRENT.get()
-        if tape is not None and tape.at is None:
-            tape.at = to_utc(value)
+        if tape is not None:
+            if tape.at is None:
+                tape.at = to_utc(value)
+            else:
+                tape.spoke_at = to_utc(value)
         return value
 
 

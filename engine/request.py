@@ -45,6 +45,16 @@ class Silenced(_Model):
     understand: bool = False
 
 
+class Fallback(_Model):
+    """The host answers this message without the model: it could not reach the model for
+    longer than it holds a conversation (``reason`` says why, e.g. ``model-unavailable``).
+    The turn records the message, makes no model call, and sends the agent's
+    ``fallback_message``, else ``message`` (the host's own words)."""
+
+    reason: str
+    message: str
+
+
 class StartInput(_Model):
     """A host start: run ``flow`` with ``input``; ``key`` identifies this start for replays."""
 
@@ -147,6 +157,8 @@ class TurnRequest(_Model):
     # With a message only. An entry that is not a valid image stays a dict: the lifecycle
     # refuses that image with a reason and the message itself is still answered.
     images: list[ImageInput | dict[str, Any]] = Field(default_factory=list)
+    # With a message only: the host gave up waiting for the model (see ``Fallback``).
+    fallback: Fallback | None = Field(default=None, exclude_if=absent)
 
     @field_validator("id")
     @classmethod
@@ -173,6 +185,8 @@ class TurnRequest(_Model):
             raise ValueError("images come only with a message")
         if self.burst and self.message is None:
             raise ValueError("a burst comes with a message: its last")
+        if self.fallback is not None and self.message is None:
+            raise ValueError("a fallback answers a message")
         return self
 
     @property

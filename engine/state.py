@@ -49,6 +49,7 @@ class SpeakReply:
     error: str | None = None
     retry_after_s: float | None = None  # the server's hint, when it gave one
     skipped: bool = False
+    unusable: bool = False  # the call was answered, but with no usable message
 
 
 @dataclass

@@ -50,6 +50,9 @@ class RecordedTurn:
     logged_at: datetime
     calls: list[dict[str, Any]] | None
     recorded: Recorded
+    # When the turn's reply was final by the engine's clock (its ``last_assistant_at``), when
+    # that was later than ``at``; None when the recording kept no later reading.
+    spoke_at: datetime | None = None
 
     @property
     def kind(self) -> str:
@@ -81,6 +84,16 @@ def iso(value: datetime) -> str:
     return to_utc(value).isoformat().replace("+00:00", "Z")
 
 
+def _time(value: Any) -> datetime | None:
+    """A recorded ISO time, or None for anything else (a recording is never trusted blindly)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return to_utc(value)
+    except ValueError:
+        return None
+
+
 def from_logged(turns: list[LoggedTurn]) -> list[Conversation]:
     """Group turn-log rows (ordered by session then version) into conversations."""
     out: list[Conversation] = []
@@ -97,6 +110,7 @@ def from_logged(turns: list[LoggedTurn]) -> list[Conversation]:
                 at=to_utc(row.clock_at or row.created_at),
                 logged_at=to_utc(row.created_at),
                 calls=list(calls) if isinstance(calls, list) else None,
+                spoke_at=_time(recording.get("spoke_at")) if recording else None,
                 recorded=Recorded(
                     messages=row.messages,
                     schedule=row.schedule,

@@ -70,6 +70,7 @@ class _Turn(_Strict):
     logged_at: datetime | None = None
     input: dict[str, Any]
     calls: list[dict[str, Any]] | None = None
+    spoke_at: datetime | None = None
     recorded: _Recorded
 
 
@@ -93,6 +94,7 @@ def golden_json(conversation: Conversation) -> dict[str, Any]:
                 "logged_at": iso(turn.logged_at),
                 "input": {k: v for k, v in turn.input.items() if k != "session_id"},
                 "calls": turn.calls,
+                **({"spoke_at": iso(turn.spoke_at)} if turn.spoke_at is not None else {}),
                 "recorded": {
                     "messages": turn.recorded.messages,
                     "schedule": turn.recorded.schedule,
@@ -147,6 +149,7 @@ def parse_golden(raw: bytes, *, name: str = "golden file") -> Conversation:
                 logged_at=to_utc(turn.logged_at) if turn.logged_at else at,
                 calls=turn.calls,
                 recorded=Recorded(**turn.recorded.model_dump()),
+                spoke_at=to_utc(turn.spoke_at) if turn.spoke_at is not None else None,
             )
         )
     versions = [t.version for t in turns]

@@ -62,6 +62,8 @@ async def record_conversation(
             logged_at=to_utc(at),
             calls=kept["calls"] if kept is not None else None,
             recorded=as_recorded(result, fields),
+            spoke_at=tape.spoke_at if tape.spoke_at is not None and tape.spoke_at != tape.at
+            else None,
         )
         turns.append(turn)
         wakes += [entry.key for entry in result.schedule]

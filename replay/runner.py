@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from engine import Agent, FakeClock, ModelRequest, ModelResponse
@@ -117,6 +118,26 @@ def as_recorded(result: Any, fields: dict[str, Any] | None) -> Recorded:
     )
 
 
+class _TurnClock:
+    """The recorded clock of one turn: its time on the first reading, then the time its reply
+    was final (``spoke_at``, when recorded) on every later one, as the live clock read."""
+
+    def __init__(self, start: datetime) -> None:
+        self._clock = FakeClock(start)
+        self._later: datetime | None = None
+        self._read = False
+
+    def set(self, at: datetime, *, spoke_at: datetime | None = None) -> None:
+        self._clock.set(at)
+        self._later, self._read = spoke_at, False
+
+    def now(self) -> datetime:
+        if self._read and self._later is not None:
+            return self._later
+        self._read = True
+        return self._clock.now()
+
+
 async def replay_conversation(
     agent: Agent,
     conversation: Conversation,
@@ -137,12 +158,12 @@ async def replay_conversation(
         report.skipped = f"the turn log starts at version {first} or has gaps"
         return report
     stand_in = provider if provider is not None else TapeProvider()
-    clock = FakeClock(conversation.turns[0].at)
+    clock = _TurnClock(conversation.turns[0].at)
     replaying = agent.replaced(provider=stand_in, clock=clock)
     state: dict[str, Any] | None = None
     history: list[dict[str, Any]] = []
     for position, turn in enumerate(conversation.turns, start=1):
-        clock.set(turn.at)
+        clock.set(turn.at, spoke_at=turn.spoke_at)
         stand_in.load(turn.calls)
         before_unrecorded = _unrecorded(stand_in)
         request = {

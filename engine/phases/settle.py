@@ -4,19 +4,30 @@ Spoken: the message goes out (``ai``), envelope values are validated and written
 as given; fields still pending get ``asked + 1`` and the run stays asking; nothing pending takes
 ``then`` and keeps moving (a talk step reached now waits for the next message). Deferred: a
 retryable failure re-parks the step on the retry ladder (+1m, +5m, +15m, +1h, +6h, then the run
-ends failed); a fatal one ends the run at once. Then: ``last_assistant_at``, the suspended stack,
-and silence wakes.
+ends failed); a fatal one ends the run at once. The idle speaker has no step to re-park: a
+failed idle reply sends the agent's ``fallback_message`` when it has one, else a retryable
+failure is raised (``ProviderError``, ``UnusableReply`` for an answer with no usable message) so
+the host retries the message, and the customer is never left unanswered without a trace.
+Then: ``last_assistant_at``, the suspended stack, and silence wakes.
+
+``last_assistant_at`` is when the reply was final, read from the agent's clock now, not when
+the turn began: a turn slower than a silence (a slow model, retries within the turn) must not
+be followed at once by the silence flow. A recording agent keeps this reading with the turn's
+time, so a replay reads the same one.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from engine.clock import to_utc
 from engine.collect import maxed, pending, write_fields
 from engine.config import TalkStep
+from engine.errors import ProviderError, UnusableReply
 from engine.keys import session_key
 from engine.lifecycle import handoff
 from engine.lifecycle import tools as builtin_tools
+from engine.lifecycle import turn as lifecycle_turn
 from engine.moves import take
 from engine.phases.advance import walk
 from engine.session import Run
@@ -36,7 +47,7 @@ async def run(state: TurnState) -> None:
     await _apply_reply(state)
     session = state.session
     if state.messages:
-        session.last_assistant_at = state.now
+        session.last_assistant_at = _spoke_at(state)
     if not state.asking():
         resumed = state.most_recently_suspended()
         if resumed is not None:
@@ -91,16 +102,40 @@ async def _apply_reply(state: TurnState) -> None:
         await walk(state, child, after_speak=True)
 
 
+def _spoke_at(state: TurnState) -> datetime:
+    """The agent's clock as the reply is final; never before the turn's own time."""
+    now = to_utc(state.config.clock.now())
+    return now if now > state.now else state.now
+
+
 def _idle(state: TurnState) -> None:
     reply = state.reply
     assert reply is not None
+    request = state.request
+    trigger_key = request.id or f"{ms(request.at or state.now)}"
     if reply.text is None:
+        turn = lifecycle_turn.of(state)
+        own = turn.settings.fallback_message if turn is not None else None
+        if own is not None and turn is not None:
+            key = session_key("idle", state.session.id, trigger_key)
+            state.send(None, "ai", own, key, None)
+            turn.fallback = True
+            state.outcome(
+                "fallback", step_id="idle", detail=reply.error, llm_calls=reply.calls,
+                status="idle",
+            )
+            return
+        if reply.deferred == "retryable":
+            # Nothing of this turn is kept: the host runs the message again later.
+            error = reply.error or "the idle reply failed"
+            if reply.unusable:
+                raise UnusableReply(f"idle: {error}")
+            raise ProviderError(f"idle: {error}", kind="retryable",
+                                retry_after=reply.retry_after_s)
         state.outcome(
             "deferred", step_id="idle", detail=reply.error, llm_calls=reply.calls, status="idle"
         )
         return
-    request = state.request
-    trigger_key = request.id or f"{ms(request.at or state.now)}"
     state.send(None, "ai", reply.text, session_key("idle", state.session.id, trigger_key), None)
     for patch in reply.patches:
         state.session.data.update(patch)

@@ -18,7 +18,7 @@ from engine.collect import pending, refuse
 from engine.compaction import summarize
 from engine.config import TalkStep, Tool
 from engine.envelopes import parse_speak, speak_schema
-from engine.errors import MockExhausted, ProviderError
+from engine.errors import MockExhausted, ProviderError, UnusableReply
 from engine.lifecycle import prompt as lifecycle_prompt
 from engine.lifecycle import reply_check, speak_budget
 from engine.lifecycle import tools as builtin_tools
@@ -124,6 +124,7 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
         except ProviderError as exc:
             reply.deferred, reply.error = exc.kind, str(exc)
             reply.retry_after_s = exc.retry_after
+            reply.unusable = isinstance(exc, UnusableReply)
             return reply
         except Exception as exc:  # anything else a provider raises is retryable
             reply.deferred, reply.error = "retryable", f"{type(exc).__name__}: {exc}"
@@ -141,6 +142,7 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
             continue
         if text is None:
             reply.deferred, reply.error = "retryable", "empty message"
+            reply.unusable = True
             return reply
         reply.text = text
         return reply

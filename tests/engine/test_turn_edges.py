@@ -186,9 +186,15 @@ async def test_tool_data_patches_are_written_as_given() -> None:
     assert [m.text for m in provider.calls[1].messages if m.role == "tool"] == ["ok"]
 
 
-async def test_idle_speaker_failure_is_deferred_without_a_wake() -> None:
-    """A provider failure or an empty message returns deferred instead of throwing."""
-    provider = MockProvider([ProviderError("503")])
+async def test_idle_speaker_failure_is_retried_by_the_host_and_a_fatal_one_deferred() -> None:
+    """The idle speaker has no step to re-park: a retryable failure is raised for the host to
+    retry the message (nothing of the turn kept), a fatal one is deferred without a wake."""
+    request = message()
+    before = repr(request)
+    with pytest.raises(ProviderError) as caught:
+        await build(MockProvider([ProviderError("503")]), flows=[]).turn(request)
+    assert caught.value.kind == "retryable" and repr(request) == before
+    provider = MockProvider([ProviderError("401", kind="fatal")])
     result = await build(provider, flows=[]).turn(message())
     line = next(o for o in result.outcomes if o.code == "deferred")
     assert (line.step_id, line.llm_calls) == ("idle", 1)
