@@ -155,6 +155,8 @@ class Request:
     """``(lower-case name, value)`` in the order sent, duplicates kept."""
     _reader: asyncio.StreamReader = field(repr=False)
     _limits: HttpLimits = field(repr=False)
+    body_read: bool = field(default=False, init=False)
+    """Whether ``body()`` read the body."""
 
     @property
     def path(self) -> str:
@@ -181,7 +183,9 @@ class Request:
             raise HttpError(413, f"body over {cap} bytes")
         try:
             async with asyncio.timeout(self._limits.body_timeout_s):
-                return await self._reader.readexactly(length)
+                body = await self._reader.readexactly(length)
+                self.body_read = True
+                return body
         except TimeoutError:
             raise HttpError(408, "body not received in time") from None
         except asyncio.IncompleteReadError:
@@ -361,6 +365,8 @@ class BoundedHttpServer:
             log.error("http handler failed", extra={"error": type(exc).__name__})
             response = _text(500, "internal error")
         await self._write(writer, response, head_only=request.method == "HEAD")
+        if not request.body_read and request.header("content-length") not in (None, "0"):
+            await self._discard(reader)  # an unread body would reset the answer on close
 
     async def _read_head(self, reader: asyncio.StreamReader) -> Request:
         """The request line and headers within the head deadline and caps."""
@@ -419,8 +425,9 @@ class BoundedHttpServer:
             await writer.drain()
 
     async def _discard(self, reader: asyncio.StreamReader) -> None:
-        """Read what is left of an over-long head for a moment, so closing does not reset the
-        connection before the client has read the error."""
+        """Read what is left of a refused head or an unread body for a moment (at most a second
+        and a few hundred KB), so closing does not reset the connection before the client has
+        read the answer."""
         with contextlib.suppress(TimeoutError, ConnectionError):
             async with asyncio.timeout(1.0):
                 left = 4 * self._limits.max_head_bytes + 256 * 1024

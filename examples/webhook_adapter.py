@@ -13,8 +13,10 @@ keyed by the session id so one conversation stays in one partition, in order. Th
 loses nothing, and a retried message carries the same ``id``, which the engine drops as a
 duplicate.
 
-Only the standard library and aiokafka (already a dependency): the point is the shape of the
-records, not a web framework.
+No web framework: the port is served by ``consumer.http_server``, the bounded server the
+service's own ports use, so a slow or hostile client meets the same limits there (a deadline on
+the request head, capped headers, a capped body, a capped number of connections). The point
+here is the shape of the records.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+
+from consumer.http_server import BoundedHttpServer, HttpError, HttpLimits, Request, Response
 
 MAX_BODY = 64 * 1024
 
@@ -68,47 +72,39 @@ ROUTES = {"/messages": message_record, "/events": event_record}
 
 
 class WebhookAdapter:
-    """A tiny asyncio HTTP/1.1 server that forwards each POST to the inbound topic."""
+    """Forwards each POST to the inbound topic; ``server()`` serves it on a bounded port."""
 
     def __init__(self, producer: AIOKafkaProducer, topic: str) -> None:
         self.producer = producer
         self.topic = topic
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            status, answer = await self._answer(reader)
-        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
-            status, answer = 400, {"error": "malformed HTTP request"}
-        data = json.dumps(answer).encode()
-        writer.write(
-            f"HTTP/1.1 {status} {'Accepted' if status == 202 else 'Error'}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
-            "Connection: close\r\n\r\n".encode()
-            + data
+    def server(self, host: str, port: int) -> BoundedHttpServer:
+        """The (unstarted) HTTP server of this adapter on ``host:port``."""
+        return BoundedHttpServer(
+            self.handle, host=host, port=port,
+            limits=HttpLimits(max_body_bytes=MAX_BODY), version="HTTP/1.1",
         )
-        await writer.drain()
-        writer.close()
 
-    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, dict[str, Any]]:
-        request_line = (await reader.readline()).decode("latin-1").split()
-        headers: dict[str, str] = {}
-        while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
-            name, _, value = line.decode("latin-1").partition(":")
-            headers[name.strip().lower()] = value.strip()
-        if len(request_line) < 2 or request_line[0] != "POST":
+    async def handle(self, request: Request) -> Response:
+        status, answer = await self._answer(request)
+        return Response(status, json.dumps(answer).encode(), "application/json")
+
+    async def _answer(self, request: Request) -> tuple[int, dict[str, Any]]:
+        if request.method != "POST":
             return 405, {"error": "POST only"}
-        build = ROUTES.get(request_line[1])
+        build = ROUTES.get(request.path)
         if build is None:
-            return 404, {"error": f"no route {request_line[1]}; use {sorted(ROUTES)}"}
-        length = int(headers.get("content-length", "0"))
-        if length > MAX_BODY:
-            return 413, {"error": "body too large"}
+            return 404, {"error": f"no route {request.path}; use {sorted(ROUTES)}"}
         try:
-            body = json.loads(await reader.readexactly(length))
+            raw = await request.body()
+        except HttpError as exc:
+            return exc.status, {"error": exc.text}
+        try:
+            body = json.loads(raw)
             if not isinstance(body, dict):
                 raise BadRequest("body must be a JSON object")
             record = build(body)
-        except (json.JSONDecodeError, BadRequest) as exc:
+        except (ValueError, BadRequest) as exc:  # JSONDecodeError and bad UTF-8 are ValueErrors
             return 400, {"error": str(exc)}
         # send_and_wait returns once the broker acknowledged: only then do we answer 202.
         await self.producer.send_and_wait(
@@ -123,11 +119,13 @@ async def serve(host: str, port: int, bootstrap: str, topic: str) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await producer.start()
     try:
-        adapter = WebhookAdapter(producer, topic)
-        server = await asyncio.start_server(adapter.handle, host, port)
-        print(f"webhook adapter on http://{host}:{port} -> {topic} at {bootstrap}", flush=True)
-        async with server:
-            await server.serve_forever()
+        server = await WebhookAdapter(producer, topic).server(host, port).start()
+        print(f"webhook adapter on http://{host}:{server.port} -> {topic} at {bootstrap}",
+              flush=True)
+        try:
+            await asyncio.Event().wait()  # until interrupted
+        finally:
+            await server.stop()
     finally:
         await producer.stop()
 

@@ -57,8 +57,63 @@ async def _post(port: int, path: str, body: bytes) -> tuple[int, dict[str, objec
     await writer.drain()
     raw = await reader.read()
     writer.close()
+    await writer.wait_closed()
     head, _, payload = raw.partition(b"\r\n\r\n")
     return int(head.split()[1]), json.loads(payload)
+
+
+class KeptProducer:
+    """Takes ``send_and_wait`` as an acknowledged send and keeps what was sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes, bytes]] = []
+
+    async def send_and_wait(self, topic: str, *, key: bytes, value: bytes) -> None:
+        self.sent.append((topic, key, value))
+
+
+async def test_posts_of_many_sessions_are_forwarded_next_to_slow_and_hostile_clients() -> None:
+    """Eighty clients that open a request and never finish it (more than the port's 64
+    connections), a body over the cap, a drip-fed body and a head of 100 headers do not keep
+    30 sessions' posts from being forwarded, each keyed by its own session, each answered 202;
+    the port never holds more than its cap."""
+    producer = KeptProducer()
+    server = await WebhookAdapter(producer, "in").server("127.0.0.1", 0).start()  # type: ignore[arg-type]
+    held = []
+    try:
+        for _ in range(80):
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(b"POST /messages HTTP/1.1\r\nContent-Length: 10\r\n")
+            held.append(writer)
+        posts = [
+            _post(server.port, "/messages",
+                  json.dumps({"session_id": f"s{n}", "text": f"t{n}", "id": f"m{n}"}).encode())
+            for n in range(30)
+        ]
+        big = _post(server.port, "/messages", b"x" * (70 * 1024))
+        headers = _raw(server.port, b"POST /messages HTTP/1.1\r\n" + b"X: y\r\n" * 100
+                       + b"Content-Length: 2\r\n\r\n{}")
+        results = await asyncio.gather(*posts, big, headers)
+    finally:
+        for writer in held:
+            writer.close()
+        await server.stop()
+    assert [status for status, _ in results[:30]] == [202] * 30
+    assert results[30][0] == 413
+    assert results[31].startswith(b"HTTP/1.1 431")
+    assert sorted((k, json.loads(v)["message"]) for _t, k, v in producer.sent) == sorted(
+        (f"s{n}".encode(), f"t{n}") for n in range(30)
+    )
+    assert server.peak_connections <= 64
+
+
+async def _raw(port: int, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    raw = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    return raw
 
 
 @pytest.mark.integration
@@ -70,8 +125,8 @@ async def test_a_post_lands_on_the_inbound_topic_keyed_by_session(
     topic = topics["inbound.turns"]
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
     await producer.start()
-    server = await asyncio.start_server(WebhookAdapter(producer, topic).handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    server = await WebhookAdapter(producer, topic).server("127.0.0.1", 0).start()
+    port = server.port
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka_bootstrap,
                                 auto_offset_reset="earliest")
     try:
@@ -82,8 +137,7 @@ async def test_a_post_lands_on_the_inbound_topic_keyed_by_session(
         await consumer.start()
         record = await asyncio.wait_for(consumer.getone(), timeout=30)
     finally:
-        server.close()
-        await server.wait_closed()
+        await server.stop()
         await consumer.stop()
         await producer.stop()
     assert (status, bad_status) == (202, 400)
