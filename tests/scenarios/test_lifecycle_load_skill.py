@@ -15,8 +15,10 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from engine import Agent, FakeClock, ModelResponse
+from engine import Agent, FakeClock, MockProvider, ModelResponse
 from tests.scenarios.lifecycle_support import (
     CHAT_FLOW,
     START,
@@ -155,3 +157,31 @@ async def test_many_conversations_asking_for_any_skill_load_only_what_is_allowed
         assert one.session.metadata.get("lifecycle", {}).get("goal") is None
         assert two.messages[0].text == f"oi {sid} | tom | load_skill | []"
         assert two.session.metadata.get("lifecycle", {}).get("goal") is None
+
+
+names = st.one_of(
+    st.sampled_from([s["name"] for s in SKILLS] + ["TROCAS", " frete", "estorno\x00"]),
+    st.text(max_size=80), st.integers(), st.none(), st.lists(st.text(max_size=5), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2),
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(names)
+def test_whatever_name_the_model_sends_it_loads_only_a_model_selected_skill(name: Any) -> None:
+    """Any name the model sends (any text, a number, nothing, a list): the turn answers, the
+    tool says ok only for "trocas" or "frete" exactly, and no goal ever starts."""
+
+    async def play() -> None:
+        script = [PICKED_NONE, calls(("load_skill", {"name": name})), said("Ok.")]
+        provider = MockProvider(script)
+        agent = Agent(name="Ana", provider=provider, clock=FakeClock(START),
+                      flows=[CHAT_FLOW], lifecycle={"skills": SKILLS})
+        result = await agent.turn(message("oi", "m1"))
+        assert [m.text for m in result.messages] == ["Ok."]
+        answer = json.loads(tool_texts(provider.calls[2])[0])
+        assert ("ok" in answer) == (name in ("trocas", "frete"))
+        assert "error" in answer or answer["skill"] == name
+        assert result.session.metadata.get("lifecycle", {}).get("goal") is None
+
+    asyncio.run(play())
