@@ -8,6 +8,14 @@ Every line is bounded: ids and keys come from producers (a wake key can be 60 KB
 string field is cut at ``MAX_FIELD_CHARS`` and the message at ``MAX_MESSAGE_CHARS``, with the
 number of characters cut said in place. Text that cannot be written as UTF-8 (a lone
 surrogate) is escaped rather than failing the line.
+
+Every line is one line to whatever reads it: JSON already escapes newlines and the C0 controls
+(ANSI escapes start with one), and the line also escapes, as ``\\uXXXX``, what JSON leaves
+alone but a reader or a terminal does not: the other line breaks ``str.splitlines()`` and
+log shippers split on (U+0085, U+2028, U+2029), the C1 controls (U+0080 to U+009F, 8-bit
+terminal escapes among them), and the bidirectional controls (U+061C, U+200E, U+200F, U+202A
+to U+202E, U+2066 to U+2069) that reorder how a terminal shows the rest of the line. The
+escaped line still parses to the same strings.
 """
 
 from __future__ import annotations
@@ -20,8 +28,8 @@ from typing import Any
 
 from pydantic_core import to_json
 
-__all__ = ["MAX_FIELD_CHARS", "MAX_MESSAGE_CHARS", "SAFE_FIELDS", "JsonFormatter",
-           "configure_logging"]
+__all__ = ["BIDI_CONTROLS", "MAX_FIELD_CHARS", "MAX_MESSAGE_CHARS", "SAFE_FIELDS",
+           "JsonFormatter", "configure_logging"]
 
 MAX_FIELD_CHARS = 200
 MAX_MESSAGE_CHARS = 1000
@@ -38,6 +46,16 @@ SAFE_FIELDS = frozenset(
     }
 )
 _FIELD_ORDER = tuple(sorted(SAFE_FIELDS))
+
+BIDI_CONTROLS = frozenset(
+    {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
+)
+"""Code points that reorder the display of the text around them."""
+_ESCAPED = {
+    code: f"\\u{code:04x}"
+    for code in (*range(0x80, 0xA0), 0x2028, 0x2029, *sorted(BIDI_CONTROLS))
+}
+"""Line breaks and controls a JSON encoder writes raw, as the JSON escapes they stand for."""
 
 
 def _clip(text: str, limit: int) -> str:
@@ -93,7 +111,8 @@ class JsonFormatter(logging.Formatter):
             if record.levelno <= logging.DEBUG:
                 entry["traceback"] = self.formatException(record.exc_info)
         # NaN and infinities are not JSON: written as null, so every line parses.
-        return to_json(entry, fallback=str, inf_nan_mode="null").decode("utf-8")
+        line = to_json(entry, fallback=str, inf_nan_mode="null").decode("utf-8")
+        return line if line.isascii() else line.translate(_ESCAPED)
 
     def _time(self, created: float) -> str:
         """``created`` as ISO 8601 UTC with milliseconds, e.g. 2026-11-30T20:00:00.123+00:00."""
