@@ -5,6 +5,8 @@ The one place where failures are classified, so the rules read in one screen:
 - success → ``Commit`` (the offset becomes eligible once everything below it is done);
 - the partition moved to another replica (``FencedPublishError``) → ``Abandon``: do not publish,
   do not commit; the new owner replays the record and the relay publishes what was saved;
+- a record no agent may answer (``RouteRefused``: an unknown agent, one of another workspace
+  than the conversation's) → ``DeadLetter`` at once, with its reason;
 - a request the engine refuses (``TurnRequestError``), a fatal model failure, or data no retry
   can fix (``consumer.failures``: text the database cannot store, a value out of range, a
   record over a size limit) → ``DeadLetter`` at once, with its own reason: retrying cannot help;
@@ -29,6 +31,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from consumer.errors import FencedPublishError, PublishError
 from consumer.failures import cannot_succeed, describe
+from consumer.routing import RouteRefused
 from engine import ProviderError, TurnRequestError
 
 __all__ = [
@@ -114,6 +117,8 @@ def decide(error: BaseException | None, *, attempt: int, policy: RetryPolicy) ->
         return Abandon("partition-lost")
     if isinstance(error, TurnRequestError):
         return DeadLetter("invalid-request", _first_line(error))
+    if isinstance(error, RouteRefused):
+        return DeadLetter(error.reason, _first_line(error))
     if isinstance(error, ProviderError):
         if error.kind == "fatal":
             status = f" (status {error.status})" if error.status is not None else ""

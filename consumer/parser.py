@@ -12,7 +12,8 @@ here), a JSON object, nesting at most ``MAX_DEPTH`` levels, text the service can
 or a lone surrogate such as an escaped ``\\ud800``: PostgreSQL cannot store the first and UTF-8
 cannot encode the second, so such a record would fail the same way on every attempt),
 ``session_id`` (a non-empty string of sane length), a record key equal to the session id
-(partitioning by session is what keeps one writer per conversation), exactly one input kind, and
+(partitioning by session is what keeps one writer per conversation), ``agent_id`` when given (a
+non-empty string of sane length, passed on as is), exactly one input kind, and
 the types of the fields that kind uses, including a message's ``at`` (an ISO 8601 time that
 stays in range once moved to UTC) and its ``id`` (not empty, and not starting with ``event:`` or
 ``start:``, the prefixes of the ids events and starts are recorded under). The engine validates
@@ -56,6 +57,7 @@ RejectReason = Literal[
 ]
 
 MAX_SESSION_ID_CHARS = 256
+MAX_AGENT_ID_CHARS = 256  # as long as the registry's ids (engine.definition)
 
 MAX_DEPTH = 64
 """The most objects and lists a record may nest. A start's ``input``, an event's ``payload`` and
@@ -75,7 +77,7 @@ _KIND_FIELDS: dict[str, tuple[str, ...]] = {
 # Names a refusal's detail may show; any other name is data.
 _KNOWN_NAMES = frozenset(
     {"session_id", *INPUT_KINDS, *_SHARED_FIELDS, *(n for f in _KIND_FIELDS.values() for n in f),
-     "flow", "input", "reason", "understand"}
+     "flow", "input", "reason", "understand", "agent_id"}
 )
 
 
@@ -87,6 +89,9 @@ class ParsedInput:
     kind: InputKind
     request: dict[str, Any] = field(repr=False)
     input_id: str
+    # The agent the record is for (a registry deployment routes by it); None: the agent its
+    # conversation is bound to, or the deployment's one agent.
+    agent_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,15 @@ def parse_record(
     if key != session_id.encode("utf-8"):
         return Rejected("key-mismatch", "record key is not the session_id")
 
+    agent_id = body.get("agent_id")
+    if agent_id is not None and (
+        not isinstance(agent_id, str) or not agent_id or len(agent_id) > MAX_AGENT_ID_CHARS
+    ):
+        return Rejected(
+            "invalid-field",
+            f"agent_id must be a non-empty string of at most {MAX_AGENT_ID_CHARS} characters",
+        )
+
     kinds = [k for k in INPUT_KINDS if body.get(k) is not None]
     if len(kinds) != 1:
         found = ", ".join(kinds) if kinds else "none"
@@ -162,6 +176,7 @@ def parse_record(
         kind=kind,
         request=request,
         input_id=_input_id(kind, body, source),
+        agent_id=agent_id,
     )
 
 

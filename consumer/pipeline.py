@@ -44,6 +44,7 @@ from consumer.decisions import VersionConflictsExhausted
 from consumer.groups import LoadGroup, SaveGroup
 from consumer.outbox import OutboxPublisher
 from consumer.parser import ParsedInput
+from consumer.routing import BINDING_KEY, AgentRouter, Route, SingleAgent
 from engine.recording import RecordingLevel, Tape, fields_written, taping
 from store import (
     AlreadyApplied,
@@ -198,14 +199,19 @@ class TurnPipeline:
         self,
         *,
         store: Store,
-        agent: TurnAgent,
+        agent: TurnAgent | None,
         publisher: OutboxPublisher,
         topics: OutboundTopics,
         history_limit: int = 50,
         max_version_conflicts: int = 5,
         recording: RecordingLevel = "off",
+        router: AgentRouter | None = None,
     ) -> None:
         self._agent = agent
+        # Which agent answers each input: ``agent`` alone, unless a registry router is given.
+        if router is None and agent is None:
+            raise ValueError("a pipeline needs an agent or a router")
+        self._router: AgentRouter = router if router is not None else SingleAgent(agent)
         self._publisher = publisher
         self._topics = topics
         self._max_conflicts = max_version_conflicts
@@ -260,6 +266,8 @@ class TurnPipeline:
                 return await self._skip_duplicate(work, may_publish, loaded.unpublished)
             work = burst_of(live)
             crash.reached("after_load")
+            # Before the turn slot: a refused route (RouteRefused) ran nothing and saved nothing.
+            route = await self._router.route(work.parsed, loaded.state)
             if before_turn is not None and not await before_turn():
                 raise TurnFenced(parsed.session_id)
             request = _request_of(work)
@@ -269,13 +277,13 @@ class TurnPipeline:
                 with taping(self._recording) as tape:
                     # The result in its JSON form at once: one pass through pydantic-core for
                     # the session, messages, timers and outcomes instead of one call per item.
-                    result = _json(await self._agent.turn(request))
+                    result = _json(await route.agent.turn(request))
             finally:
                 after_turn()
             crash.reached("after_turn")
             version = loaded.version + 1
             save = self._save_request(
-                work, loaded.version, version, result, tape, loaded.state, consumed
+                work, loaded.version, version, result, tape, loaded.state, consumed, route
             )
             try:
                 saved = await self._saves.save(save)
@@ -360,9 +368,17 @@ class TurnPipeline:
         tape: Tape | None = None,
         before: dict[str, Any] | None = None,
         consumed: tuple[ConsumedInput, ...] = (),
+        route: Route | None = None,
     ) -> SaveRequest:
         parsed = work.parsed
         state = _json(_field(result, "session"))
+        if route is not None and route.binding is not None and isinstance(state, dict):
+            # The conversation's agent and workspace travel with its session (routing.py).
+            metadata = state.get("metadata")
+            if not isinstance(metadata, dict):
+                metadata = state["metadata"] = {}
+            metadata[BINDING_KEY] = route.binding
+        credits = _field(result, "credits")
         messages = [_json(m) for m in _field(result, "messages", []) or []]
         schedule = [_json(s) for s in _field(result, "schedule", []) or []]
         outbox = [
@@ -410,6 +426,10 @@ class TurnPipeline:
             model_calls=_recording(tape, before, state),
             input_id=conversation_input_id(parsed.request),
             earlier=consumed,
+            agent_id=route.agent_id if route is not None else None,
+            agent_version=route.version if route is not None else None,
+            workspace=route.workspace if route is not None else None,
+            credits=credits if isinstance(credits, int) and not isinstance(credits, bool) else None,
         )
         return SaveRequest(
             session_id=parsed.session_id,

@@ -76,6 +76,7 @@ from consumer.pipeline import (
     burst_of,
 )
 from consumer.round_trips import RoundTrips, broker_probe, database_probe
+from consumer.routing import registry_router
 from consumer.settings import Settings
 from consumer.stopping import stopped_within
 from engine import Agent
@@ -131,6 +132,8 @@ class _Slot:
 
 
 def _agent_name(agent: Any) -> str:
+    if agent is None:
+        return "registry"
     name = getattr(agent, "name", None)
     return name if isinstance(name, str) else type(agent).__name__
 
@@ -161,7 +164,7 @@ class ConsumerService:
     def __init__(
         self,
         settings: Settings,
-        agent: TurnAgent,
+        agent: TurnAgent | None,
         *,
         store: Store | None = None,
         run_relay: bool = True,
@@ -273,10 +276,13 @@ class ConsumerService:
         await start_producer(self._producer, idempotent=s.kafka_idempotent_producer)
         publisher = self._publisher = OutboxPublisher(self._store, self._producer)
         self._dead_letters = DeadLetterPublisher(self._producer, self._store, s.dlq_topic)
-        observe_model_calls(self._agent)
-        self._agent = await attach_postgres_knowledge(self._agent, s.database_url)
-        if isinstance(self._agent, Agent):
-            self._agent = recorded_agent(self._agent)
+        if self._agent is not None:
+            observe_model_calls(self._agent)
+            self._agent = await attach_postgres_knowledge(self._agent, s.database_url)
+            if isinstance(self._agent, Agent):
+                self._agent = recorded_agent(self._agent)
+        # AGENT_REGISTRY: the registry's agents, by each record's agent_id (routing.py).
+        router = registry_router(s, self._store, self._agent) if s.agent_registry else None
         self._pipeline = TurnPipeline(
             store=self._store,
             agent=self._agent,
@@ -285,6 +291,7 @@ class ConsumerService:
             history_limit=s.history_limit,
             max_version_conflicts=s.max_version_conflicts,
             recording=s.model_recording,
+            router=router,
         )
         if self._run_relay:
             self._relay = OutboxRelay(

@@ -15,6 +15,7 @@ from consumer.agents import load_agent
 from consumer.commands.running import EXIT_CONFIG, fail, run_service
 from consumer.errors import AgentImportError
 from consumer.logs import configure_logging
+from consumer.packs import load_packs
 from consumer.service import ConsumerService
 from consumer.settings import Settings
 from consumer.supervisor import (
@@ -46,8 +47,11 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings()
     configure_logging(settings.log_level)
     agent_path = args.agent or settings.agent
-    if not agent_path:
-        return fail("no agent: pass --agent module:attribute or set AGENT", EXIT_CONFIG)
+    if not agent_path and not settings.agent_registry:
+        return fail(
+            "no agent: pass --agent module:attribute, set AGENT, or set AGENT_REGISTRY=true",
+            EXIT_CONFIG,
+        )
     if not settings.kafka_bootstrap_servers:
         return fail("KAFKA_BOOTSTRAP_SERVERS is not set", EXIT_CONFIG)
     if not settings.database_url:
@@ -57,7 +61,10 @@ def run(args: argparse.Namespace) -> int:
         return fail("--workers must be 0 (one per core) or more", EXIT_CONFIG)
     workers = workers or available_cores()
     try:
-        agent = load_agent(agent_path)  # checked here too, so a bad agent fails once, not N times
+        # Checked here too, so a bad agent or pack fails once, not once per worker.
+        agent = load_agent(agent_path) if agent_path else None
+        if settings.agent_registry:
+            load_packs(settings.packs)
     except AgentImportError as exc:
         return fail(str(exc), EXIT_CONFIG)
     if workers > 1:
@@ -99,7 +106,9 @@ async def _preflight(settings: Settings, workers: int) -> None:
         await producer.stop()
 
 
-def _supervise(workers: int, agent_path: str, *, relay: bool, first_port: int) -> int:
+def _supervise(
+    workers: int, agent_path: str | None, *, relay: bool, first_port: int
+) -> int:
     supervisor = WorkerSupervisor(
         workers,
         command=lambda i: worker_command(i, agent=agent_path, relay=relay),

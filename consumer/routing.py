@@ -1,0 +1,306 @@
+"""Which agent answers an input: the deployment's one agent (``AGENT``), or a registry agent.
+
+In a registry deployment (``AGENT_REGISTRY``) a record names its agent (``agent_id``), or its
+conversation is bound to the agent that answered it before: the binding is kept in the
+session (``metadata["agent"]``: the agent id and its workspace) and saved with every turn.
+
+- A conversation never changes workspace: a record naming an agent of another workspace than
+  the one the conversation is bound to is refused (``RouteRefused``, dead-lettered with the
+  reason), whatever the agent. Naming another agent of the same workspace moves the binding.
+- Ids are compared exactly, as stored: no case folding, trimming or normalisation.
+- The live version of an agent is read at most once per ``refresh_s`` per agent (one small
+  query), so a newly activated version answers each conversation's next turn after that,
+  without a restart. Built agents live in a bounded LRU cache keyed by agent and version:
+  memory does not grow with the number of agents, only with ``cache_size``.
+- A registry agent's plan check reads its workspace's row (cached for ``refresh_s``), and its
+  web search counts against the workspace's daily limit (``store.hosting.take_web_search``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from consumer.parser import ParsedInput
+from engine.definition import DefinitionError, HostHooks, build_agent, parse_definition
+from engine.lifecycle.web_search import DailyLimitReached
+from engine.packs import PackSet
+from store.hosting import Hosting, LiveAgent, WorkspacePlan
+
+__all__ = [
+    "BINDING_KEY",
+    "AgentRouter",
+    "RegistryRouter",
+    "Route",
+    "RouteRefused",
+    "SingleAgent",
+    "agent_label",
+    "registry_router",
+]
+
+BINDING_KEY = "agent"
+"""Where a conversation's binding lives in ``session.metadata``."""
+
+
+def registry_router(settings: Any, store: Any, fallback: Any = None) -> RegistryRouter:
+    """The service's router for ``AGENT_REGISTRY``: the packs of ``PACKS``, one provider from
+    the environment shared by every agent (recorded like ``AGENT``'s), ``fallback`` for
+    conversations that name no agent."""
+    from consumer.model_calls import observe_model_calls
+    from consumer.packs import load_packs
+    from engine.clock import SystemClock
+    from engine.providers import provider_from_env
+    from engine.recording import recorded_agent
+
+    def prepare(agent: Any) -> Any:
+        observe_model_calls(agent)  # once per provider: it is marked after the first
+        return recorded_agent(agent)
+
+    return RegistryRouter(
+        Hosting(store.engine),
+        load_packs(settings.packs),
+        provider=provider_from_env(),
+        clock=SystemClock(),
+        fallback=fallback,
+        cache_size=settings.agent_cache_size,
+        refresh_s=settings.agent_refresh_ms / 1000,
+        prepare=prepare,
+    )
+
+
+class RouteRefused(Exception):
+    """The input cannot be answered by any agent: ``reason`` is the DLQ code, the message a
+    content-free sentence."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Route:
+    """The agent that answers one turn and what the turn log and the ledger record of it.
+    ``binding`` is written into the session's metadata when not None."""
+
+    agent: Any
+    agent_id: str | None
+    version: int | None = None
+    workspace: str | None = None
+    binding: dict[str, Any] | None = None
+
+
+class AgentRouter(Protocol):
+    async def route(self, parsed: ParsedInput, state: dict[str, Any] | None) -> Route: ...
+
+
+def agent_label(agent: Any) -> str | None:
+    """The id a plain agent's turns are logged under: its lifecycle ``agent_id``, else name."""
+    config = getattr(agent, "config", None)
+    lifecycle = getattr(config, "lifecycle", None)
+    agent_id = getattr(lifecycle, "agent_id", None)
+    if isinstance(agent_id, str) and agent_id:
+        return agent_id
+    name = getattr(agent, "name", None)
+    return name if isinstance(name, str) else None
+
+
+class SingleAgent:
+    """``AGENT``: one agent answers every input; nothing is bound."""
+
+    def __init__(self, agent: Any) -> None:
+        self._route = Route(agent=agent, agent_id=agent_label(agent))
+
+    @property
+    def agent(self) -> Any:
+        return self._route.agent
+
+    async def route(self, parsed: ParsedInput, state: dict[str, Any] | None) -> Route:
+        return self._route
+
+
+def binding_of(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The conversation's binding, or None (a new conversation, or one never bound)."""
+    metadata = state.get("metadata") if isinstance(state, dict) else None
+    binding = metadata.get(BINDING_KEY) if isinstance(metadata, dict) else None
+    return binding if isinstance(binding, dict) else None
+
+
+class WorkspaceWebSearch:
+    """A pack's web search backend behind the workspace's daily limit: each search takes one
+    from the workspace's counter first; past the limit ``DailyLimitReached`` (the tool answers
+    the documented error and nothing is searched)."""
+
+    def __init__(self, backend: Any, hosting: Hosting, workspace: str) -> None:
+        self._backend = backend
+        self._hosting = hosting
+        self._workspace = workspace
+
+    async def search(self, query: str, *, limit: int, allowed_domains: Any) -> Any:
+        if not await self._hosting.take_web_search(self._workspace):
+            raise DailyLimitReached(self._workspace)
+        return await self._backend.search(query, limit=limit, allowed_domains=allowed_domains)
+
+
+class _Expiring:
+    """A small map whose entries are read again after ``ttl_s``; at most ``size`` entries."""
+
+    def __init__(self, ttl_s: float, size: int, now: Callable[[], float]) -> None:
+        self._ttl = ttl_s
+        self._size = size
+        self._now = now
+        self._entries: OrderedDict[str, tuple[float, Any]] = OrderedDict()
+
+    def get(self, key: str) -> tuple[bool, Any]:
+        found = self._entries.get(key)
+        if found is None or self._now() - found[0] >= self._ttl:
+            return False, None
+        return True, found[1]
+
+    def put(self, key: str, value: Any) -> None:
+        self._entries[key] = (self._now(), value)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._size:
+            self._entries.popitem(last=False)
+
+
+class RegistryRouter:
+    """Agents from the registry, by the record's ``agent_id`` or the conversation's binding;
+    ``fallback`` (``AGENT``) answers conversations that name none."""
+
+    def __init__(
+        self,
+        hosting: Hosting,
+        packs: PackSet,
+        *,
+        provider: Any = None,
+        clock: Any = None,
+        fallback: Any = None,
+        cache_size: int = 256,
+        refresh_s: float = 1.0,
+        prepare: Callable[[Any], Any] = lambda agent: agent,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if cache_size < 1:
+            raise ValueError("cache_size must be >= 1")
+        self._hosting = hosting
+        self._packs = packs
+        self._provider = provider
+        self._clock = clock
+        self._fallback = Route(
+            agent=fallback, agent_id=agent_label(fallback),
+            binding={"agent_id": None, "workspace": None},
+        ) if fallback is not None else None
+        self._cache_size = cache_size
+        self._prepare = prepare
+        self._live = _Expiring(refresh_s, cache_size * 4, now)
+        self._plans = _Expiring(refresh_s, cache_size * 4, now)
+        self._built: OrderedDict[tuple[str, int], Any] = OrderedDict()
+        self._building: dict[tuple[str, int], asyncio.Future[Any]] = {}
+        self.builds = 0  # agents built so far (the bench and tests read it)
+
+    @property
+    def cached_agents(self) -> int:
+        return len(self._built)
+
+    async def route(self, parsed: ParsedInput, state: dict[str, Any] | None) -> Route:
+        binding = binding_of(state)
+        named = parsed.agent_id
+        if named is None and binding is not None:
+            bound = binding.get("agent_id")
+            named = bound if isinstance(bound, str) else None
+            if named is None:  # bound to the fallback agent
+                return self._fallback_route()
+        if named is None:
+            return self._fallback_route()
+        live = await self._live_agent(named)
+        if live is None:
+            raise RouteRefused("unknown-agent", "agent_id names no stored agent")
+        if binding is not None and binding.get("workspace") != live.workspace:
+            raise RouteRefused(
+                "workspace-mismatch",
+                "agent_id names an agent of another workspace than the conversation's",
+            )
+        if live.live_version is None:
+            raise RouteRefused("agent-not-live", "the agent has no live version")
+        agent = await self._agent(live.agent_id, live.live_version, live.workspace)
+        return Route(
+            agent=agent,
+            agent_id=live.agent_id,
+            version=live.live_version,
+            workspace=live.workspace,
+            binding={"agent_id": live.agent_id, "workspace": live.workspace},
+        )
+
+    def _fallback_route(self) -> Route:
+        if self._fallback is None:
+            raise RouteRefused(
+                "no-agent", "the record names no agent_id and its conversation has none"
+            )
+        return self._fallback
+
+    async def _live_agent(self, agent_id: str) -> LiveAgent | None:
+        known, live = self._live.get(agent_id)
+        if not known:
+            live = (await self._hosting.live([agent_id])).get(agent_id)
+            self._live.put(agent_id, live)
+        return live  # type: ignore[no-any-return]
+
+    async def _plan(self, workspace: str) -> WorkspacePlan | None:
+        known, plan = self._plans.get(workspace)
+        if not known:
+            plan = await self._hosting.workspace(workspace)
+            self._plans.put(workspace, plan)
+        return plan  # type: ignore[no-any-return]
+
+    async def _agent(self, agent_id: str, version: int, workspace: str) -> Any:
+        key = (agent_id, version)
+        agent = self._built.get(key)
+        if agent is not None:
+            self._built.move_to_end(key)
+            return agent
+        pending = self._building.get(key)
+        if pending is not None:  # another turn is building it: one build, shared
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._building[key] = future
+        try:
+            agent = await self._build(agent_id, version, workspace)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: a build nobody else awaited logs no warning
+            raise
+        finally:
+            self._building.pop(key, None)
+        future.set_result(agent)
+        self._built[key] = agent
+        while len(self._built) > self._cache_size:
+            self._built.popitem(last=False)
+        return agent
+
+    async def _build(self, agent_id: str, version: int, workspace: str) -> Any:
+        stored = await self._hosting.version(agent_id, version)
+        if stored.workspace != workspace:  # cannot happen: an agent never moves
+            raise RouteRefused("workspace-mismatch", "the stored version names another workspace")
+
+        async def plan_check(session: Any) -> bool:
+            plan = await self._plan(workspace)
+            return plan is None or plan.agents_enabled
+
+        hooks = HostHooks(
+            plan_check=plan_check,
+            wrap_web_search=lambda backend: WorkspaceWebSearch(backend, self._hosting, workspace),
+        )
+        try:
+            definition = parse_definition(stored.document)
+            agent = build_agent(
+                definition, self._packs, provider=self._provider, clock=self._clock, host=hooks
+            )
+        except DefinitionError as exc:
+            # Checked when stored; refused now only if the deployment's packs changed since.
+            raise RouteRefused("agent-invalid", f"the live version does not build: {exc}") from None
+        self.builds += 1
+        return self._prepare(agent)
