@@ -143,3 +143,38 @@ def test_a_record_nested_to_the_limit_is_taken() -> None:
     context = b'{"a": ' * 63 + b"1" + b"}" * 63
     parsed = parse(b'{"session_id": "s1", "message": "oi", "context": ' + context + b"}")
     assert isinstance(parsed, ParsedInput), parsed
+
+
+_ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(st.text(max_size=300) | _ANY_JSON)
+def test_property_any_agent_id_is_kept_exactly_or_refused_with_a_reason(agent_id: object) -> None:
+    """``agent_id`` of any shape: a non-empty string up to 256 characters passes on exactly as
+    written (no trimming, no case folding); anything else is refused as an invalid field."""
+    body = {"session_id": "s1", "message": "oi", "agent_id": agent_id}
+    try:
+        value = json.dumps(body).encode()
+    except ValueError:
+        return
+    parsed = parse_record(b"s1", value, max_bytes=1 << 20)
+    if agent_id is None:
+        assert isinstance(parsed, ParsedInput) and parsed.agent_id is None
+    elif isinstance(agent_id, str) and 0 < len(agent_id) <= 256 and not _unstorable(agent_id):
+        assert isinstance(parsed, ParsedInput) and parsed.agent_id == agent_id
+        assert "agent_id" not in parsed.request
+    else:
+        assert isinstance(parsed, Rejected)
+        assert parsed.reason in ("invalid-field", "invalid-text")
+
+
+def _unstorable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return "\x00" in text
