@@ -53,6 +53,7 @@ from engine.phases import (
     understand,
 )
 from engine.providers.base import Provider
+from engine.recording import note_session
 from engine.request import TurnRequest, TurnResult
 from engine.values import template_fields
 
@@ -281,7 +282,9 @@ class Agent:
             ingest.run(state)  # 2 Ingest: the ids and last_user_at, nothing moves
             fallback.run(state)  # the fallback message instead of phases 3-6
             await settle.run(state)  # 7 Settle
-            return finish.run(state)  # 8 Return
+            result = finish.run(state)  # 8 Return
+            note_session(result.session)
+            return result
         await plan.check(state)  # lifecycle step 1: the host's plan check, before any call
         await images.read(state)  # lifecycle step 2: the customer's images, when read at all
         ingest.run(state)  # 2 Ingest
@@ -290,7 +293,9 @@ class Agent:
         await advance.run(state)  # 5 Run
         await speak.run(state)  # 6 Speak
         await settle.run(state)  # 7 Settle
-        return finish.run(state)  # 8 Return
+        result = finish.run(state)  # 8 Return
+        note_session(result.session)  # the state it left, for a recording open around the turn
+        return result
 
 
 def _validated_here(history: Any) -> bool:

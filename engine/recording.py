@@ -21,6 +21,8 @@ to fail a turn. ``level``:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -52,6 +54,9 @@ class Tape:
     # The clock's last reading after ``at``: when the turn's reply was final (Settle reads it
     # for ``last_assistant_at``). A replay gives the turn this reading back.
     spoke_at: datetime | None = None
+    # The session the turn left (``note_session``), kept as its digest: a replay that departs
+    # from the recording at this turn can tell whether the next turn starts from the same state.
+    session: Any = None
 
     def to_json(self) -> dict[str, Any] | None:
         """The calls as stored with the turn; None when the level keeps nothing."""
@@ -60,7 +65,29 @@ class Tape:
         out: dict[str, Any] = {"v": TAPE_VERSION, "level": self.level, "calls": list(self.calls)}
         if self.spoke_at is not None and self.spoke_at != self.at:
             out["spoke_at"] = self.spoke_at.isoformat().replace("+00:00", "Z")
+        dump = getattr(self.session, "model_dump", None)
+        if callable(dump):
+            out["state"] = state_digest(dump(mode="json"))
         return out
+
+
+def state_digest(session: Any) -> str:
+    """A digest of the state a turn left, in its JSON form: equal digests, equal state for the
+    next turn to start from. The ``version`` is left out: the host numbers saves, not the
+    engine. Recorded with each turn (``state``), never the state itself."""
+    body = {k: v for k, v in session.items() if k != "version"} if isinstance(
+        session, dict) else session
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+                      default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def note_session(session: Any) -> None:
+    """Keep the session a turn left on the open tape (the engine calls it as a turn returns);
+    nothing without a tape or at level ``off``."""
+    tape = _CURRENT.get()
+    if tape is not None and tape.level != "off":
+        tape.session = session
 
 
 _CURRENT: ContextVar[Tape | None] = ContextVar("turnflow_tape", default=None)
@@ -185,8 +212,10 @@ __all__ = [
     "RecordingProvider",
     "Tape",
     "fields_written",
+    "note_session",
     "prompt_json",
     "recorded_agent",
     "reply_json",
+    "state_digest",
     "taping",
 ]

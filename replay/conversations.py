@@ -22,7 +22,9 @@ class Recorded:
     """What a turn produced, as logged (the ``TurnResult`` fields in their JSON form).
 
     ``fields`` (the session fields the turn wrote) is None when it was not recorded: a replay
-    then does not compare fields for that turn.
+    then does not compare fields for that turn. ``state`` is the digest of the state the turn
+    left (``engine.recording.state_digest``), None when it was not recorded: after a departure
+    it tells whether the next turn starts from the same state, so the comparison can go on.
     """
 
     messages: list[dict[str, Any]] = field(default_factory=list)
@@ -33,6 +35,7 @@ class Recorded:
     skipped: list[dict[str, Any]] = field(default_factory=list)
     llm_calls: int = 0
     fields: dict[str, Any] | None = None
+    state: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,7 @@ def from_logged(turns: list[LoggedTurn]) -> list[Conversation]:
         recording = row.model_calls if isinstance(row.model_calls, dict) else None
         calls = recording.get("calls") if recording else None
         fields = recording.get("fields") if recording else None
+        state = recording.get("state") if recording else None
         out[-1].turns.append(
             RecordedTurn(
                 version=row.version,
@@ -120,6 +124,7 @@ def from_logged(turns: list[LoggedTurn]) -> list[Conversation]:
                     skipped=row.skipped,
                     llm_calls=row.llm_calls,
                     fields=fields if isinstance(fields, dict) else None,
+                    state=state if isinstance(state, str) else None,
                 ),
             )
         )

@@ -9,11 +9,14 @@ One file per conversation, written by ``turnflow replay export`` and read by
                 "calls": [{"kind": "understand", "ok": true, "reply": {"json": {...}}}],
                 "recorded": {"messages": [...], "schedule": [...], "outcomes": [...],
                              "started": [...], "ended": [...], "skipped": [...],
-                             "llm_calls": 1, "fields": {"name": "Rita"}}}]}
+                             "llm_calls": 1, "fields": {"name": "Rita"},
+                             "state": "<digest of the state the turn left>"}}]}
 
-``calls`` and ``fields`` are null when they were not recorded. A file is outside input: reading
-one either gives a ``Conversation`` or raises ``GoldenFileError`` naming the file and what is
-wrong with it, never quoting its content.
+``calls`` and ``fields`` are null when they were not recorded, and ``state`` is left out.
+A file is named after its session id (``walk-1.json``); an id a file name cannot carry as it
+is gets a safe name and a short hash of the id. A file is outside input: reading one either
+gives a ``Conversation`` or raises ``GoldenFileError`` naming the file and what is wrong with
+it, never quoting its content.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ class _Recorded(_Strict):
     skipped: list[dict[str, Any]] = Field(default_factory=list)
     llm_calls: int = Field(0, ge=0)
     fields: dict[str, Any] | None = None
+    state: str | None = Field(None, max_length=128)
 
 
 class _Turn(_Strict):
@@ -104,6 +108,8 @@ def golden_json(conversation: Conversation) -> dict[str, Any]:
                     "skipped": turn.recorded.skipped,
                     "llm_calls": turn.recorded.llm_calls,
                     "fields": turn.recorded.fields,
+                    **({"state": turn.recorded.state} if turn.recorded.state is not None
+                       else {}),
                 },
             }
             for turn in conversation.turns
@@ -161,21 +167,44 @@ def parse_golden(raw: bytes, *, name: str = "golden file") -> Conversation:
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def file_name(session_id: str) -> str:
-    """A file name for the session: its id made safe, plus a short hash so two ids that make
-    the same safe name still get two files."""
+def file_name(session_id: str, *, hashed: bool = False) -> str:
+    """The session's file name: its id, when the id is a safe file name as it is; otherwise
+    (or when ``hashed``) the id made safe plus a short hash, so two ids that make the same safe
+    name still get two files."""
+    if not hashed and _SAFE_NAME.fullmatch(session_id) and session_id.lower() not in _RESERVED:
+        return f"{session_id}.json"
     safe = _UNSAFE.sub("_", session_id).strip("._")[:80] or "session"
     digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:8]
-    return f"{safe}-{digest}.json"
+    return f"{safe}~{digest}.json"
+
+
+# An id kept as its own file name: the characters every file system takes, not hidden, not
+# the directory names, short enough for any file system.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,79}")
+_RESERVED = frozenset({"con", "prn", "aux", "nul"})
 
 
 def write_golden(conversation: Conversation, directory: Path) -> Path:
-    """Write ``conversation`` to ``directory`` (created if missing); returns the file."""
+    """Write ``conversation`` to ``directory`` (created if missing); returns the file. Where the
+    id's own name is already taken by another session's file (``Walk-1`` and ``walk-1`` on a
+    file system that ignores case), the hashed name is used instead."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / file_name(conversation.session_id)
+    if path.exists() and _session_of(path) not in (None, conversation.session_id):
+        path = directory / file_name(conversation.session_id, hashed=True)
     content = json.dumps(golden_json(conversation), indent=2, ensure_ascii=False, sort_keys=False)
     path.write_text(content + "\n", encoding="utf-8")
     return path
+
+
+def _session_of(path: Path) -> str | None:
+    """The session id a file already there holds; None when it holds none that can be read."""
+    try:
+        data = json.loads(path.read_bytes()[:MAX_FILE_BYTES])
+    except (OSError, ValueError, RecursionError):
+        return None
+    session = data.get("session_id") if isinstance(data, dict) else None
+    return session if isinstance(session, str) else None
 
 
 def read_directory(directory: Path) -> list[Conversation]:

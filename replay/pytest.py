@@ -10,7 +10,9 @@
 The golden files come from ``turnflow replay export``. A change fails the test with the same
 report ``turnflow replay`` prints: the first departing turn of each conversation and its diff.
 ``expect`` accepts changes as ``--expect-changes`` does (aspects such as ``messages``, or
-session ids). Inside an async test, ``await replays(agent, directory)`` instead.
+session ids); an accepted change does not end the comparison, so a later unexpected one still
+fails. ``allow_undecidable`` is ``--allow-undecidable``. Inside an async test,
+``await replays(agent, directory)`` instead.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ async def replays(
     directory: str | Path,
     *,
     expect: Iterable[str] = (),
+    allow_undecidable: bool = False,
     history_limit: int = HISTORY_LIMIT,
 ) -> ReplaySummary:
     """Replay every golden file of ``directory``; ``AssertionError`` with the report when a
@@ -40,7 +43,8 @@ async def replays(
     conversations = read_directory(Path(directory))
     if not conversations:
         raise AssertionError(f"no golden files (*.json) in {directory}")
-    summary = await replay_many(agent, conversations, expectations=Expectations.parse(expect),
+    expectations = Expectations.parse(expect, allow_undecidable=allow_undecidable)
+    summary = await replay_many(agent, conversations, expectations=expectations,
                                 history_limit=history_limit)
     if not summary.ok:
         raise AssertionError("golden conversations changed:\n" + report_text(summary))
@@ -52,7 +56,9 @@ def assert_replays(
     directory: str | Path,
     *,
     expect: Iterable[str] = (),
+    allow_undecidable: bool = False,
     history_limit: int = HISTORY_LIMIT,
 ) -> ReplaySummary:
     """``replays`` for a plain (not async) test."""
-    return asyncio.run(replays(agent, directory, expect=expect, history_limit=history_limit))
+    return asyncio.run(replays(agent, directory, expect=expect,
+                               allow_undecidable=allow_undecidable, history_limit=history_limit))

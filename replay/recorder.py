@@ -61,7 +61,7 @@ async def record_conversation(
             at=to_utc(at),
             logged_at=to_utc(at),
             calls=kept["calls"] if kept is not None else None,
-            recorded=as_recorded(result, fields),
+            recorded=as_recorded(result, fields, kept.get("state") if kept else None),
             spoke_at=tape.spoke_at if tape.spoke_at is not None and tape.spoke_at != tape.at
             else None,
         )

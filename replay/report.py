@@ -2,8 +2,12 @@
 JSON and JUnit XML for CI.
 
 A change is *expected* when its conversation is listed, or when every aspect it changed is
-listed (``--expect-changes messages`` accepts new wording but not a new route). Any other
-change is unexpected, and a run with an unexpected change fails.
+listed (``--expect-changes messages`` accepts new wording but not a new route). A conversation
+is expected when every one of its departing turns is. Any other change is unexpected, and a run
+with an unexpected change fails. A conversation whose comparison had to stop after a departure
+(the state differed, so later turns could not be compared) is *undecidable* past that turn:
+it fails the run too, unless the run allows it (``--allow-undecidable``) or lists the
+conversation.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 from replay.compare import ASPECTS
-from replay.runner import ConversationReport
+from replay.runner import ConversationReport, Departure
 
 __all__ = ["Expectations", "ReplaySummary", "junit_xml", "report_json", "report_text"]
 
@@ -28,22 +32,29 @@ class Expectations:
 
     sessions: frozenset[str] = frozenset()
     aspects: frozenset[str] = frozenset()
+    allow_undecidable: bool = False
 
     @classmethod
-    def parse(cls, tokens: Iterable[str]) -> Expectations:
+    def parse(cls, tokens: Iterable[str], *, allow_undecidable: bool = False) -> Expectations:
         """Aspect names (``messages``, ``schedule``, ...) and otherwise session ids."""
         sessions: set[str] = set()
         aspects: set[str] = set()
         for token in tokens:
             (aspects if token in ASPECTS else sessions).add(token)
-        return cls(frozenset(sessions), frozenset(aspects))
+        return cls(frozenset(sessions), frozenset(aspects), allow_undecidable)
+
+    def accepts(self, departure: Departure) -> bool:
+        """Whether this one departing turn is an accepted change (by its aspects)."""
+        return bool(self.aspects) and set(departure.aspects) <= self.aspects
 
     def expects(self, report: ConversationReport) -> bool:
-        if report.departure is None:
+        if not report.departures:
             return True
         if report.session_id in self.sessions:
             return True
-        return bool(self.aspects) and set(report.departure.aspects) <= self.aspects
+        if not all(self.accepts(d) for d in report.departures):
+            return False
+        return report.undecidable_after is None or self.allow_undecidable
 
 
 @dataclass
@@ -80,12 +91,16 @@ class ReplaySummary:
     def ok(self) -> bool:
         return not self.unexpected()
 
+    def undecidable(self) -> list[ConversationReport]:
+        return [r for r in self.reports if r.undecidable_after is not None]
+
     def counts(self) -> dict[str, Any]:
         return {
             "replayed": self.replayed,
             "identical": self.count("identical"),
             "changed": self.count("changed"),
             "unexpected": len(self.unexpected()),
+            "undecidable": len(self.undecidable()),
             "skipped": self.count("skipped"),
             "turns": self.turns,
             "unrecorded_calls": self.unrecorded,
@@ -93,17 +108,27 @@ class ReplaySummary:
         }
 
 
-def _departure_lines(report: ConversationReport, expected: bool) -> list[str]:
-    departure = report.departure
-    assert departure is not None
-    tag = "expected change" if expected else "CHANGED"
-    out = [f"{tag}: {report.session_id} departs at turn {departure.turn} of {report.turns} "
-           f"({departure.kind} at {departure.at})"]
-    if departure.unrecorded:
-        out.append(f"  {departure.unrecorded} model call(s) of this turn had no recorded reply")
-    for difference in departure.differences:
-        out.append(f"  {difference.aspect}:")
-        out += [f"    {line}" for line in difference.diff()]
+def _departure_lines(report: ConversationReport, expectations: Expectations) -> list[str]:
+    """Every departing turn of the conversation with its diff, then where the comparison
+    stopped, if it had to."""
+    listed = report.session_id in expectations.sessions
+    out: list[str] = []
+    for departure in report.departures:
+        expected = listed or expectations.accepts(departure)
+        tag = "expected change" if expected else "CHANGED"
+        out.append(f"{tag}: {report.session_id} departs at turn {departure.turn} of "
+                   f"{report.turns} ({departure.kind} at {departure.at})")
+        if departure.unrecorded:
+            out.append(f"  {departure.unrecorded} model call(s) of this turn had no recorded "
+                       "reply")
+        for difference in departure.differences:
+            out.append(f"  {difference.aspect}:")
+            out += [f"    {line}" for line in difference.diff()]
+    if report.undecidable_after is not None:
+        tag = "undecidable" if listed or expectations.allow_undecidable else "UNDECIDABLE"
+        out.append(f"{tag}: {report.session_id} past turn {report.undecidable_after} of "
+                   f"{report.turns}: {report.undecidable_reason}, so the later turns cannot "
+                   "be compared")
     return out
 
 
@@ -112,7 +137,7 @@ def report_text(summary: ReplaySummary) -> str:
     lines: list[str] = []
     for report in summary.reports:
         if report.status == "changed":
-            lines += _departure_lines(report, summary.expectations.expects(report))
+            lines += _departure_lines(report, summary.expectations)
             lines.append("")
         elif report.status == "skipped":
             lines.append(f"skipped: {report.session_id}: {report.skipped}")
@@ -120,6 +145,8 @@ def report_text(summary: ReplaySummary) -> str:
     line = (f"replayed {c['replayed']} conversations ({c['turns']} turns): "
             f"{c['identical']} identical, {c['changed']} changed "
             f"({c['unexpected']} unexpected), {c['unrecorded_calls']} unrecorded model calls")
+    if c["undecidable"]:
+        line += f", {c['undecidable']} undecidable"
     if c["skipped"]:
         line += f", {c['skipped']} skipped"
     if c["unrecorded_by_kind"]:
@@ -128,7 +155,23 @@ def report_text(summary: ReplaySummary) -> str:
     return "\n".join(lines)
 
 
-def _report_json(report: ConversationReport, expected: bool) -> dict[str, Any]:
+def _departure_json(departure: Departure, expected: bool) -> dict[str, Any]:
+    return {
+        "turn": departure.turn,
+        "version": departure.version,
+        "kind": departure.kind,
+        "at": departure.at,
+        "expected": expected,
+        "unrecorded_calls": departure.unrecorded,
+        "differences": [
+            {"aspect": d.aspect, "recorded": d.recorded, "replayed": d.replayed,
+             "diff": d.diff()}
+            for d in departure.differences
+        ],
+    }
+
+
+def _report_json(report: ConversationReport, expectations: Expectations) -> dict[str, Any]:
     out: dict[str, Any] = {
         "session_id": report.session_id,
         "status": report.status,
@@ -138,21 +181,16 @@ def _report_json(report: ConversationReport, expected: bool) -> dict[str, Any]:
     }
     if report.skipped is not None:
         out["skipped"] = report.skipped
-    departure = report.departure
-    if departure is not None:
-        out["expected"] = expected
-        out["departure"] = {
-            "turn": departure.turn,
-            "version": departure.version,
-            "kind": departure.kind,
-            "at": departure.at,
-            "unrecorded_calls": departure.unrecorded,
-            "differences": [
-                {"aspect": d.aspect, "recorded": d.recorded, "replayed": d.replayed,
-                 "diff": d.diff()}
-                for d in departure.differences
-            ],
-        }
+    if report.departures:
+        listed = report.session_id in expectations.sessions
+        out["expected"] = expectations.expects(report)
+        departures = [_departure_json(d, listed or expectations.accepts(d))
+                      for d in report.departures]
+        out["departure"] = departures[0]  # the first, as before
+        out["departures"] = departures
+    if report.undecidable_after is not None:
+        out["undecidable_after"] = report.undecidable_after
+        out["undecidable_reason"] = report.undecidable_reason
     return out
 
 
@@ -161,8 +199,7 @@ def report_json(summary: ReplaySummary, **extra: Any) -> str:
     body = {
         "summary": summary.counts(),
         **extra,
-        "conversations": [_report_json(r, summary.expectations.expects(r))
-                          for r in summary.reports],
+        "conversations": [_report_json(r, summary.expectations) for r in summary.reports],
     }
     return json.dumps(body, indent=2, ensure_ascii=False)
 
@@ -191,14 +228,15 @@ def junit_xml(summary: ReplaySummary, *, name: str = "turnflow replay") -> str:
             ElementTree.SubElement(case, "skipped", {"message": _xml(report.skipped or "")})
         elif report.status == "changed":
             expected = summary.expectations.expects(report)
-            body = "\n".join(_departure_lines(report, expected))
+            body = "\n".join(_departure_lines(report, summary.expectations))
             if expected:
                 ElementTree.SubElement(case, "system-out").text = _xml(body)
             else:
-                assert report.departure is not None
-                failure = ElementTree.SubElement(case, "failure", {
-                    "message": f"departs at turn {report.departure.turn}: "
-                    + ", ".join(report.departure.aspects),
-                })
+                message = "; ".join(
+                    f"departs at turn {d.turn}: " + ", ".join(d.aspects)
+                    for d in report.departures)
+                if report.undecidable_after is not None:
+                    message += f"; undecidable past turn {report.undecidable_after}"
+                failure = ElementTree.SubElement(case, "failure", {"message": message})
                 failure.text = _xml(body)
     return ElementTree.tostring(suite, encoding="unicode", xml_declaration=True)

@@ -5,8 +5,15 @@ the previous replayed turn left, the history the service would have loaded (user
 message inputs, assistant entries from the replayed messages, at the logged times, the last
 ``history_limit`` of them), the clock set to the time the turn ran at, and a provider that
 stands in for the model (``TapeProvider`` serves the recorded replies; ``--model live`` asks a
-real one). The first turn whose result departs from the recorded one ends the conversation's
-replay: everything after it would differ for that reason alone.
+real one).
+
+A departing turn does not end the comparison by itself. When the state the departing turn left
+is the state the recording left (the digest recorded with each turn, ``state``), the next turn
+starts from the same place and its comparison still means something: the replay goes on and
+reports every later departure too, so an accepted wording change at turn 1 cannot hide a
+behaviour change at turn 3. When the state differs, or was not recorded, what follows would
+differ for that reason alone: the replay stops there and the conversation is *undecidable past*
+that turn (``ConversationReport.undecidable_after``).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from engine import Agent, FakeClock, ModelRequest, ModelResponse
-from engine.recording import fields_written
+from engine.recording import fields_written, state_digest
 from replay.compare import Difference, compare
 from replay.conversations import Conversation, Recorded, RecordedTurn, iso
 from replay.tape_provider import TapeProvider
@@ -44,7 +51,7 @@ class ReplayProvider(Protocol):
 
 @dataclass(frozen=True)
 class Departure:
-    """The first turn whose replayed result differs from the recorded one."""
+    """A turn whose replayed result differs from the recorded one."""
 
     turn: int  # 1-based position in the conversation
     version: int
@@ -69,21 +76,30 @@ class TurnReplay:
 
 @dataclass
 class ConversationReport:
-    """How one conversation replayed."""
+    """How one conversation replayed: every departing turn, in order, and where the comparison
+    had to stop (``undecidable_after``: the departing turn after which the state differed, or
+    was not recorded, so later turns could not be compared)."""
 
     session_id: str
     turns: int
     replayed: int = 0
-    departure: Departure | None = None
+    departures: list[Departure] = field(default_factory=list)
+    undecidable_after: int | None = None
+    undecidable_reason: str = ""
     unrecorded: int = 0
     skipped: str | None = None  # why it was not replayed at all
     turn_replays: list[TurnReplay] = field(default_factory=list)
 
     @property
+    def departure(self) -> Departure | None:
+        """The first departing turn, if any."""
+        return self.departures[0] if self.departures else None
+
+    @property
     def status(self) -> str:
         if self.skipped is not None:
             return "skipped"
-        return "changed" if self.departure is not None else "identical"
+        return "changed" if self.departures else "identical"
 
 
 def _history_entries(turn: RecordedTurn, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -103,7 +119,8 @@ def _history_entries(turn: RecordedTurn, messages: list[dict[str, Any]]) -> list
     return entries
 
 
-def as_recorded(result: Any, fields: dict[str, Any] | None) -> Recorded:
+def as_recorded(result: Any, fields: dict[str, Any] | None, state: str | None = None
+                ) -> Recorded:
     """A ``TurnResult`` in the turn log's JSON form."""
     dumped = result.model_dump(mode="json")
     return Recorded(
@@ -115,6 +132,7 @@ def as_recorded(result: Any, fields: dict[str, Any] | None) -> Recorded:
         skipped=dumped["skipped"],
         llm_calls=dumped["llm_calls"],
         fields=fields,
+        state=state,
     )
 
 
@@ -148,7 +166,11 @@ async def replay_conversation(
     keep_turns: bool = False,
     on_turn: Callable[[TurnReplay], None] | None = None,
 ) -> ConversationReport:
-    """Replay ``conversation`` against ``agent``; the report says where it first departs."""
+    """Replay ``conversation`` against ``agent``; the report lists where it departs.
+
+    ``stop_at_departure``: stop at a departing turn after which the state differs from the
+    recorded one (or was not recorded), marking the conversation undecidable past it; False
+    goes on whatever the state (``--model live``, which compares decisions, not results)."""
     report = ConversationReport(session_id=conversation.session_id, turns=len(conversation.turns))
     if not conversation.turns:
         report.skipped = "no turns"
@@ -194,22 +216,38 @@ async def replay_conversation(
             report.turn_replays.append(step)
         if on_turn is not None:
             on_turn(step)
-        if differences and report.departure is None:
-            report.departure = Departure(
+        after_state = result.session.model_dump(mode="json") if result is not None else None
+        if differences:
+            report.departures.append(Departure(
                 turn=position,
                 version=turn.version,
                 kind=turn.kind,
                 at=iso(turn.at),
                 differences=differences,
                 unrecorded=turn_unrecorded,
-            )
-            if stop_at_departure:
-                break
-        if result is None:
+            ))
+            if stop_at_departure and position < len(conversation.turns):
+                reason = _diverged(turn, after_state)
+                if reason:
+                    report.undecidable_after, report.undecidable_reason = position, reason
+                    break
+        if after_state is None:
             break  # nothing to carry on from
-        state = result.session.model_dump(mode="json")
+        state = after_state
         history += _history_entries(turn, [m.model_dump(mode="json") for m in result.messages])
     return report
+
+
+def _diverged(turn: RecordedTurn, after: dict[str, Any] | None) -> str:
+    """Why the turn after a departing one cannot be compared; "" when it can (the replayed
+    state is the recorded one)."""
+    if after is None:
+        return "the replayed turn raised, so there is no state to go on from"
+    if turn.recorded.state is None:
+        return "the recording keeps no state for this turn to compare"
+    if state_digest(after) != turn.recorded.state:
+        return "the state this turn left differs from the recorded one"
+    return ""
 
 
 def _unrecorded(provider: Any) -> int:

@@ -1,8 +1,8 @@
 """``turnflow replay``: logged conversations run again against an agent, compared turn by turn.
 
     turnflow replay --agent mypkg.bot:agent [--session ID ...] [--since T] [--until T]
-                    [--sample N [--seed S]] [--expect-changes X ...] [--json FILE]
-                    [--junit FILE] [--model recorded|live] [--max-drift PCT]
+                    [--sample N [--seed S]] [--expect-changes X ...] [--allow-undecidable]
+                    [--json FILE] [--junit FILE] [--model recorded|live] [--max-drift PCT]
     turnflow replay --agent mypkg.bot:agent --from DIR        (golden files, no database)
     turnflow replay export --out DIR [--session ID ...] [--since T] [--until T] [--sample N]
 
@@ -49,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="X", help="changes that do not fail the run: an aspect "
                         "(messages, outcomes, started, ended, skipped, schedule, fields, error) "
                         "or a session id")
+    parser.add_argument("--allow-undecidable", action="store_true",
+                        help="do not fail a conversation whose accepted change left a different "
+                        "state, so its later turns could not be compared (they are still "
+                        "reported as undecidable)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
                         help="write the report as JSON to FILE")
     parser.add_argument("--junit", type=Path, default=None, metavar="FILE",
@@ -169,7 +173,8 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
         return fail(str(exc), EXIT_CONFIG)
     history_limit = args.history_limit if args.history_limit is not None \
         else settings.history_limit
-    expectations = Expectations.parse(args.expect_changes)
+    expectations = Expectations.parse(args.expect_changes,
+                                      allow_undecidable=args.allow_undecidable)
     if args.from_dir is None and not settings.database_url:
         return fail("DATABASE_URL is not set (or replay golden files with --from DIR)",
                     EXIT_CONFIG)

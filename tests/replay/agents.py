@@ -37,3 +37,14 @@ def misrouting() -> Agent:
     from tests.replay.support import Misrouting
 
     return demo(provider=Misrouting())
+
+
+def reworded_without_brake_note() -> Agent:
+    """docs/replay.md's two edits at once: another greeting (turn 1), and brake jobs skip
+    their note (turn 3 of a brakes booking)."""
+
+    def change(flows: list[dict[str, Any]]) -> None:
+        step(flows, "welcome", "hello")["say"] = "Hello! Ana here, at Spoke & Chain."
+        step(flows, "booking", "brakes?")["then"] = {"step": "summary", "clear": ["confirmed"]}
+
+    return demo(change)

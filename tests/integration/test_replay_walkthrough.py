@@ -1,0 +1,77 @@
+"""docs/replay.md's walk-through as a newcomer runs it: record the demo's scripted chat with
+``turnflow dev`` into a database, change the agent, replay with ``--expect-changes messages``.
+
+Both edits of the walk-through at once (a reworded greeting at turn 1, the brake note removed
+at turn 3): the accepted wording change must not hide the behaviour change after it, from the
+database and from exported golden files alike."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.consumer.dev_process import REPO, clean_env, run_dev
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+GREETING = '"Hi! I\'m Ana from Spoke & Chain bike repair."'
+NOTE_THEN = '''"then": "brakes_note",'''
+
+
+def _my_demo(folder: Path, *, greeting: bool, brakes: bool) -> str:
+    """``my_demo.py`` as the walk-through edits it; returns the module name."""
+    source = (REPO / "examples" / "demo_agent.py").read_text(encoding="utf-8")
+    if greeting:
+        assert GREETING in source
+        source = source.replace(GREETING, '"Hello! Ana here, at Spoke & Chain."')
+    if brakes:
+        assert NOTE_THEN in source
+        source = source.replace(NOTE_THEN, '"then": {"step": "summary", "clear": ["confirmed"]},')
+    name = f"my_demo_{int(greeting)}{int(brakes)}"
+    (folder / f"{name}.py").write_text(source, encoding="utf-8")
+    return name
+
+
+def _turnflow(folder: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "consumer.cli", *args], cwd=folder,
+        env={**clean_env(), **env}, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=120, check=False,
+    )
+
+
+def test_an_accepted_wording_change_does_not_hide_a_behaviour_change(
+    tmp_path: Path, database_url: str
+) -> None:
+    session = f"walk-{uuid.uuid4().hex[:6]}"
+    env = {"DATABASE_URL": database_url}
+    recorded = run_dev("--script", str(REPO / "examples" / "demo.chat"), "--session", session,
+                       "--data-dir", str(tmp_path / "dev"), env=env)
+    assert recorded.code == 0, recorded.stdout + recorded.stderr
+
+    replay = ("replay", "--session", session, "--expect-changes", "messages")
+    wording = _my_demo(tmp_path, greeting=True, brakes=False)
+    only_wording = _turnflow(tmp_path, env, *replay, "--agent", f"{wording}:agent")
+    assert only_wording.returncode == 0, only_wording.stdout + only_wording.stderr
+    assert f"expected change: {session} departs at turn 1 of 7" in only_wording.stdout
+
+    both = _my_demo(tmp_path, greeting=True, brakes=True)
+    for source in ((), ("--from", str(tmp_path / "golden"))):
+        if source:
+            exported = _turnflow(tmp_path, env, "replay", "export", "--out",
+                                 str(tmp_path / "golden"), "--session", session)
+            assert exported.returncode == 0, exported.stderr
+            assert (tmp_path / "golden" / f"{session}.json").is_file()
+        run = _turnflow(tmp_path, env if not source else {}, *replay, *source,
+                        "--agent", f"{both}:agent")
+        said = run.stdout
+        assert run.returncode == 1, said + run.stderr
+        assert f"expected change: {session} departs at turn 1 of 7" in said
+        assert f"CHANGED: {session} departs at turn 3 of 7" in said
+        assert "    - verbatim: Brake jobs take about two hours; please bring the bike in the " \
+            "morning." in said
+        assert "(1 unexpected)" in said
