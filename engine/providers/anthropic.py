@@ -40,6 +40,7 @@ from engine.providers.http import (
     JsonApiProvider,
     decode_json_object,
     malformed,
+    token_count,
     truncation,
     unusable_reply,
     usage_from,
@@ -150,7 +151,19 @@ def _anthropic_headers(api_key: str) -> dict[str, str]:
 
 
 def _usage(raw: Any) -> Usage | None:
-    return usage_from(raw, input_key="input_tokens", output_key="output_tokens")
+    """The Messages API counts the prompt in three parts: ``input_tokens`` (after the last cache
+    breakpoint), ``cache_read_input_tokens`` and ``cache_creation_input_tokens``. The whole
+    prompt is their sum, as OpenAI-compatible servers report it; the cached parts are kept."""
+    usage = usage_from(raw, input_key="input_tokens", output_key="output_tokens")
+    if usage is None:
+        return None
+    read = token_count(raw.get("cache_read_input_tokens"))
+    written = token_count(raw.get("cache_creation_input_tokens"))
+    whole = usage.input_tokens
+    if whole is not None:
+        whole += (read or 0) + (written or 0)
+    return Usage(input_tokens=whole, output_tokens=usage.output_tokens,
+                 cache_read_tokens=read, cache_write_tokens=written)
 
 
 def parse_message(

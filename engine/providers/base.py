@@ -100,12 +100,21 @@ class ModelRequest(BaseModel):
 
 
 class Usage(BaseModel):
-    """Token counts when the API reports them."""
+    """Token counts when the API reports them.
+
+    ``input_tokens`` is the whole prompt, whatever part of it the server read from its prompt
+    cache: the Messages API counts cached tokens apart (a 19-token prompt with 18 cached reports
+    ``input_tokens: 1``), so its provider adds them back. ``cache_read_tokens`` and
+    ``cache_write_tokens`` say how much of that prompt was read from or written to the cache,
+    None when the API does not say.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
 
 
 class ModelResponse(BaseModel):

@@ -377,16 +377,21 @@ def _call_record(
     return record(CallRecord, values, {"provider", "schema_name", "duration_s", "ok", *given})
 
 
+def token_count(value: Any) -> int | None:
+    """A token count as the API gave it, or None for anything that is not one (a bool, a
+    negative number, a float, a string)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
 def usage_from(raw: Any, *, input_key: str, output_key: str) -> Usage | None:
     """The token counts of a reply's usage object under the API's own key names; a count that
-    is not an int is None, and a usage that is not an object is None altogether."""
+    is not a token count is None, and a usage that is not an object is None altogether."""
     if not isinstance(raw, dict):
         return None
-    given, taken = raw.get(input_key), raw.get(output_key)
-    return Usage(
-        input_tokens=given if isinstance(given, int) else None,
-        output_tokens=taken if isinstance(taken, int) else None,
-    )
+    return Usage(input_tokens=token_count(raw.get(input_key)),
+                 output_tokens=token_count(raw.get(output_key)))
 
 
 class JsonApiProvider:
@@ -471,6 +476,7 @@ __all__ = [
     "redact",
     "refused_shape",
     "status_kind",
+    "token_count",
     "truncation",
     "unusable_reply",
     "usage_from",

@@ -54,6 +54,7 @@ from engine.providers.http import (
     JsonApiProvider,
     decode_json_object,
     malformed,
+    token_count,
     truncation,
     unusable_reply,
     usage_from,
@@ -230,7 +231,13 @@ def _bearer_headers(api_key: str) -> dict[str, str]:
 
 
 def _usage(raw: Any) -> Usage | None:
-    return usage_from(raw, input_key="prompt_tokens", output_key="completion_tokens")
+    """``prompt_tokens`` is the whole prompt; ``prompt_tokens_details.cached_tokens``, where the
+    server reports it, the part of it read from the prompt cache."""
+    usage = usage_from(raw, input_key="prompt_tokens", output_key="completion_tokens")
+    details = raw.get("prompt_tokens_details") if usage is not None else None
+    if usage is None or not isinstance(details, dict):
+        return usage
+    return usage.model_copy(update={"cache_read_tokens": token_count(details.get("cached_tokens"))})
 
 
 def parse_chat_completion(

@@ -7,6 +7,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine.errors import ProviderError
 from engine.providers import AnthropicProvider
@@ -44,7 +46,7 @@ def request(*, schema: bool = True, tools: bool = False,
     )
 
 
-def reply(*blocks: dict[str, Any], usage: dict[str, int] | None = None) -> dict[str, Any]:
+def reply(*blocks: dict[str, Any], usage: dict[str, Any] | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"id": "msg_1", "type": "message", "role": "assistant",
                             "content": list(blocks), "stop_reason": "end_turn"}
     if usage is not None:
@@ -141,6 +143,52 @@ def test_parse_envelope_tool_into_json() -> None:
     ), envelope_tool="speak_envelope")
     assert response.json == {"message": "Oi!"} and response.tool_calls == []
     assert response.usage == Usage(input_tokens=20, output_tokens=6)
+
+
+def test_usage_counts_the_whole_prompt_and_keeps_the_cached_parts() -> None:
+    """The Messages API reports only the tokens after the cache in ``input_tokens``: the whole
+    prompt is that plus what was read from and written to the cache, and those are kept."""
+    # The second identical call to llama.cpp's /v1/messages: 18 of 19 prompt tokens cached.
+    cached = parse_message(reply({"type": "text", "text": "Hello there!"}, usage={
+        "cache_read_input_tokens": 18, "input_tokens": 1, "output_tokens": 23}),
+        envelope_tool=None)
+    assert cached.usage == Usage(input_tokens=19, output_tokens=23, cache_read_tokens=18)
+    # The Messages API's own shape on a call that writes a cache breakpoint.
+    written = parse_message(reply({"type": "text", "text": "Hi"}, usage={
+        "input_tokens": 50, "cache_creation_input_tokens": 1800, "cache_read_input_tokens": 0,
+        "output_tokens": 503}), envelope_tool=None)
+    assert written.usage == Usage(input_tokens=1850, output_tokens=503, cache_read_tokens=0,
+                                  cache_write_tokens=1800)
+    # A cache count that is not a count is unknown and adds nothing; no input count, no total.
+    odd = parse_message(reply({"type": "text", "text": "Hi"}, usage={
+        "input_tokens": 4, "cache_read_input_tokens": "18", "cache_creation_input_tokens": True,
+        "output_tokens": 2}), envelope_tool=None)
+    assert odd.usage == Usage(input_tokens=4, output_tokens=2)
+    blind = parse_message(reply({"type": "text", "text": "Hi"}, usage={
+        "cache_read_input_tokens": 18, "output_tokens": 2}), envelope_tool=None)
+    assert blind.usage == Usage(output_tokens=2, cache_read_tokens=18)
+
+
+TOKEN_VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True),
+                         st.text(max_size=5), st.lists(st.integers(), max_size=2))
+
+
+@given(st.dictionaries(st.sampled_from(["input_tokens", "output_tokens",
+                                        "cache_read_input_tokens",
+                                        "cache_creation_input_tokens", "other"]),
+                       TOKEN_VALUES))
+def test_any_usage_object_gives_counts_or_unknowns(usage: dict[str, Any]) -> None:
+    """Whatever a server puts in ``usage``, the reply parses; each count is a non-negative int
+    or None, and the whole prompt is never less than the part outside the cache."""
+    parsed = parse_message(reply({"type": "text", "text": "Hi"}, usage=usage),
+                           envelope_tool=None).usage
+    assert parsed is not None
+    counts = [parsed.input_tokens, parsed.output_tokens, parsed.cache_read_tokens,
+              parsed.cache_write_tokens]
+    assert all(c is None or (type(c) is int and c >= 0) for c in counts)
+    given_input = usage.get("input_tokens")
+    if parsed.input_tokens is not None:
+        assert type(given_input) is int and parsed.input_tokens >= given_input
 
 
 def test_parse_real_tool_calls_and_text() -> None:

@@ -51,7 +51,7 @@ def speak_request(*, schema: bool = True, tools: bool = False) -> ModelRequest:
 
 
 def completion(content: str | None = None, *, tool_calls: list[dict[str, Any]] | None = None,
-               usage: dict[str, int] | None = None) -> dict[str, Any]:
+               usage: dict[str, Any] | None = None) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if tool_calls is not None:
         message["tool_calls"] = tool_calls
@@ -141,6 +141,23 @@ def test_parse_json_reply_and_usage() -> None:
     )
     assert response.json == {"message": "Olá!", "nome": None}
     assert response.usage == Usage(input_tokens=12, output_tokens=5)
+
+
+def test_cached_prompt_tokens_are_kept_apart_from_the_whole_prompt() -> None:
+    """``prompt_tokens`` already counts the cached part; ``cached_tokens`` (as llama.cpp's
+    server and OpenAI report it) is kept as what was read from the cache. Details that are not
+    a count leave it unknown."""
+    recorded = {"completion_tokens": 23, "prompt_tokens": 19, "total_tokens": 42,
+                "prompt_tokens_details": {"cached_tokens": 18}}
+    response = parse_chat_completion(completion('{"message": "Hi"}', usage=recorded),
+                                     wants_json=True)
+    assert response.usage == Usage(input_tokens=19, output_tokens=23, cache_read_tokens=18)
+    for details in ({"cached_tokens": "18"}, {"cached_tokens": True}, [], None):
+        body = completion('{"message": "Hi"}', usage={"prompt_tokens": 19,
+                                                      "completion_tokens": 2,
+                                                      "prompt_tokens_details": details})
+        assert parse_chat_completion(body, wants_json=True).usage == Usage(input_tokens=19,
+                                                                           output_tokens=2)
 
 
 def test_parse_non_json_content_is_a_retryable_failure() -> None:
