@@ -10,15 +10,25 @@ The one place where failures are classified, so the rules read in one screen:
 - a request the engine refuses (``TurnRequestError``), a fatal model failure, or data no retry
   can fix (``consumer.failures``: text the database cannot store, a value out of range, a
   record over a size limit) → ``DeadLetter`` at once, with its own reason: retrying cannot help;
-- a retryable model failure, a version race lost too often, or an unexpected exception →
-  ``Retry`` with exponential backoff (the server's ``retry_after`` when larger, up to the
-  backoff's ceiling: a server asking for a day must not hold the session, and the partition's
-  committed offset behind it, for a day), then ``DeadLetter`` past ``max_retries``;
+- a retryable model failure (the model could not be reached: a timeout, a refused connection,
+  a 429 or 5xx) → ``Retry`` with exponential backoff and jitter (the server's ``retry_after``
+  when larger, up to the backoff's ceiling: a server asking for a day must not hold the
+  session, and the partition's committed offset behind it, for a day) for as long as an outage
+  plausibly lasts (``model_outage_s`` since the input's first such failure), then ``Fallback``:
+  the message is answered with the agent's fallback message, never dead-lettered, since a
+  working model would have answered it. An input that is not a message has nothing to answer
+  and goes to the DLQ (``retries-exhausted``) instead;
+- a reply the model gave but nothing in it could be used (``UnusableReply``, raised by the idle
+  speaker) → ``Retry`` up to ``max_retries``, then ``Fallback``: a model at temperature 0 gives
+  the same reply every time, so waiting out an outage's bound would only hold the conversation;
+- a version race lost too often, or an unexpected exception → ``Retry`` with exponential
+  backoff, then ``DeadLetter`` past ``max_retries``;
 - infrastructure (PostgreSQL or Kafka unreachable, or a database connection lost mid-statement)
   → ``Retry`` with capped backoff and no limit:
   an outage must not dead-letter customers' inputs, and the held offset makes the lag visible.
 
-Pure: no I/O, no clock; the attempt number comes in, the delay goes out.
+Pure: no I/O, no clock, no randomness; the attempt number, the time already waited on the model
+and a random draw for the jitter come in, the delay goes out.
 """
 
 from __future__ import annotations
@@ -32,13 +42,14 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from consumer.errors import FencedPublishError, PublishError
 from consumer.failures import cannot_succeed, describe
 from consumer.routing import RouteRefused
-from engine import ProviderError, TurnRequestError
+from engine import ProviderError, TurnRequestError, UnusableReply
 
 __all__ = [
     "Abandon",
     "Commit",
     "DeadLetter",
     "Decision",
+    "Fallback",
     "Retry",
     "RetryPolicy",
     "VersionConflictsExhausted",
@@ -62,10 +73,15 @@ class RetryPolicy:
     max_retries: int = 5
     backoff_s: float = 0.5
     backoff_max_s: float = 30.0
+    model_outage_s: float = 600.0
+    jitter: float = 0.5
 
-    def delay(self, attempt: int) -> float:
-        """Delay before retry number ``attempt`` (1-based): doubling, capped."""
-        return float(min(self.backoff_max_s, self.backoff_s * (2 ** max(0, attempt - 1))))
+    def delay(self, attempt: int, draw: float = 1.0) -> float:
+        """Delay before retry number ``attempt`` (1-based): doubling, capped; ``draw`` (in
+        [0, 1]) takes up to ``jitter`` of it away, so conversations that failed together
+        (every one in flight when the model went down) do not all come back at once."""
+        full = float(min(self.backoff_max_s, self.backoff_s * (2 ** max(0, attempt - 1))))
+        return full * (1.0 - self.jitter * (1.0 - min(1.0, max(0.0, draw))))
 
 
 @dataclass(frozen=True)
@@ -90,13 +106,21 @@ class DeadLetter:
 
 
 @dataclass(frozen=True)
+class Fallback:
+    """Answer the message with the agent's fallback message: the model could not answer it
+    (``reason``: ``model-unavailable`` or ``unusable-reply``)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class Abandon:
     """Stop without publishing or committing; another consumer owns the record now."""
 
     reason: str
 
 
-Decision = Commit | Retry | DeadLetter | Abandon
+Decision = Commit | Retry | DeadLetter | Fallback | Abandon
 
 _INFRASTRUCTURE: tuple[type[BaseException], ...] = (
     OSError,  # includes TimeoutError and ConnectionError
@@ -109,8 +133,20 @@ _INFRASTRUCTURE: tuple[type[BaseException], ...] = (
 )
 
 
-def decide(error: BaseException | None, *, attempt: int, policy: RetryPolicy) -> Decision:
-    """The decision after attempt number ``attempt`` (1-based) ended with ``error`` (or not)."""
+def decide(
+    error: BaseException | None,
+    *,
+    attempt: int,
+    policy: RetryPolicy,
+    waited_s: float = 0.0,
+    draw: float = 1.0,
+    answerable: bool = True,
+) -> Decision:
+    """The decision after attempt number ``attempt`` (1-based) ended with ``error`` (or not).
+
+    ``waited_s``: how long the input has been waiting on the model, since its first retryable
+    provider failure; ``draw``: a random number in [0, 1] for the jitter; ``answerable``: the
+    input is a message, which a fallback can answer."""
     if error is None:
         return Commit()
     if isinstance(error, FencedPublishError):
@@ -123,9 +159,17 @@ def decide(error: BaseException | None, *, attempt: int, policy: RetryPolicy) ->
         if error.kind == "fatal":
             status = f" (status {error.status})" if error.status is not None else ""
             return DeadLetter("provider-fatal", f"model provider refused{status}")
-        return _bounded_retry(
-            "provider-retryable", attempt, policy, at_least=error.retry_after or 0.0
-        )
+        if isinstance(error, UnusableReply):
+            if attempt > policy.max_retries:
+                return _give_up("unusable-reply", f"unusable replies after {attempt} attempts",
+                                answerable)
+            return Retry(policy.delay(attempt, draw), "unusable-reply")
+        delay = max(policy.delay(attempt, draw),
+                    min(error.retry_after or 0.0, policy.backoff_max_s))
+        if waited_s + delay > policy.model_outage_s:
+            return _give_up("model-unavailable", f"model unavailable for {waited_s:.0f}s "
+                            f"({attempt} attempts)", answerable)
+        return Retry(delay, "provider-retryable")
     if isinstance(error, VersionConflictsExhausted):
         return _bounded_retry("version-conflicts", attempt, policy)
     if _connection_lost(error):
@@ -145,14 +189,15 @@ def _connection_lost(error: BaseException) -> bool:
     return isinstance(error, DBAPIError) and error.connection_invalidated
 
 
+def _give_up(reason: str, detail: str, answerable: bool) -> Fallback | DeadLetter:
+    return Fallback(reason) if answerable else DeadLetter("retries-exhausted", detail)
+
+
 def _bounded_retry(
     reason: str, attempt: int, policy: RetryPolicy, *, at_least: float = 0.0
 ) -> Retry | DeadLetter:
     if attempt > policy.max_retries:
-        return DeadLetter(
-            "retries-exhausted" if reason == "provider-retryable" else reason,
-            f"{reason} after {attempt} attempts",
-        )
+        return DeadLetter(reason, f"{reason} after {attempt} attempts")
     return Retry(max(policy.delay(attempt), min(at_least, policy.backoff_max_s)), reason)
 
 

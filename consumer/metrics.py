@@ -126,7 +126,19 @@ REPLAYS_SKIPPED = Counter(
 )
 INPUT_RETRIES = Counter(
     "turnflow_input_retries_total",
-    "Inputs retried after a retryable understand failure.",
+    "Inputs retried after a retryable failure (the model's, or an unexpected one).",
+    registry=REGISTRY,
+)
+MODEL_WAITING = Gauge(
+    "turnflow_model_waiting_conversations",
+    "Conversations holding an input that is being retried because the model could not answer it.",
+    registry=REGISTRY,
+)
+MODEL_FALLBACKS = Counter(
+    "turnflow_model_fallbacks_total",
+    "Messages answered with the fallback message because the model could not answer them, by "
+    "reason (model-unavailable, unusable-reply).",
+    ["reason"],
     registry=REGISTRY,
 )
 IN_FLIGHT = Gauge(
@@ -213,6 +225,7 @@ _CONSUMER = (
     LLM_CALLS, OUTCOMES, TURN_OUTCOMES, AI_CREDITS, TURN_DURATION,
     MODEL_CALL_DURATION, MODEL_TOKENS, MODEL_ERRORS, VERSION_CONFLICTS, DLQ, REPLAYS_SKIPPED,
     INPUT_RETRIES, IN_FLIGHT, CONSUMER_LAG, PAUSED_PARTITIONS, INPUT_TO_OUTBOUND,
+    MODEL_WAITING, MODEL_FALLBACKS,
 )
 _SCHEDULER = (TIMERS_PENDING, TIMER_FIRE_DELAY, WAKES_EMITTED, TIMERS_SCHEDULED, SCHEDULE_REFUSED)
 PROCESS_FAMILIES: dict[str, tuple[Any, ...]] = {
@@ -230,6 +243,7 @@ DECISION_DLQ_REASONS = (
     "invalid-request", "provider-fatal", "retries-exhausted", "version-conflicts", "turn-failed",
 )
 DLQ_REASONS = tuple(get_args(RejectReason)) + DECISION_DLQ_REASONS
+FALLBACK_REASONS = ("model-unavailable", "unusable-reply")
 # The reason codes ScheduleRecordError documents for a malformed schedule record.
 SCHEDULE_REFUSED_REASONS = ("empty", "not-json", "not-an-object", "invalid-text", "invalid-field")
 
@@ -244,6 +258,8 @@ def _precreate() -> None:
         DLQ.labels(reason=reason)
     for kind in INPUT_KINDS:
         TURNS.labels(kind=kind)
+    for reason in FALLBACK_REASONS:
+        MODEL_FALLBACKS.labels(reason=reason)
     for call in MODEL_CALLS:
         LLM_CALLS.labels(call=call)
         for error_kind in ("retryable", "fatal"):

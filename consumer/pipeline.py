@@ -32,6 +32,7 @@ Nothing here logs message text.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -100,6 +101,9 @@ class TurnWork:
     source: SourceRecord
     timestamp_ms: int | None = None
     earlier: tuple[TurnWork, ...] = ()
+    # Set by the consumer when the model could not answer the message in time: the turn's
+    # ``fallback`` ({"reason", "message"}), answered without the model and logged with it.
+    fallback: dict[str, str] | None = None
 
     @property
     def parts(self) -> list[TurnWork]:
@@ -138,6 +142,8 @@ def _request_of(work: TurnWork) -> dict[str, Any]:
         ]
         if images:
             request["images"] = images
+    if work.fallback is not None:
+        request["fallback"] = dict(work.fallback)
     return request
 
 
@@ -247,6 +253,7 @@ class TurnPipeline:
         the turn again, so each attempt takes a slot (and says again whether it may run)."""
         parsed = work.parsed
         asked = work.parts
+        fallback = work.fallback
         started = time.perf_counter()
         conflicts = 0
         while True:
@@ -265,6 +272,8 @@ class TurnPipeline:
             if not live:
                 return await self._skip_duplicate(work, may_publish, loaded.unpublished)
             work = burst_of(live)
+            if fallback is not None:
+                work = dataclasses.replace(work, fallback=fallback)
             crash.reached("after_load")
             # Before the turn slot: a refused route (RouteRefused) ran nothing and saved nothing.
             route = await self._router.route(work.parsed, loaded.state)

@@ -8,12 +8,15 @@ session (``metadata["agent"]``: the agent id and its workspace) and saved with e
   the one the conversation is bound to is refused (``RouteRefused``, dead-lettered with the
   reason), whatever the agent. Naming another agent of the same workspace moves the binding.
 - Ids are compared exactly, as stored: no case folding, trimming or normalisation.
-- The live version of an agent is read at most once per ``refresh_s`` per agent (one small
-  query), so a newly activated version answers each conversation's next turn after that,
-  without a restart. Built agents live in a bounded LRU cache keyed by agent and version:
-  memory does not grow with the number of agents, only with ``cache_size``.
-- A registry agent's plan check reads its workspace's row (cached for ``refresh_s``), and its
-  web search counts against the workspace's daily limit (``store.hosting.take_web_search``).
+- An agent's live version and a workspace's plan are read once when first needed and then kept
+  fresh by one poll per ``refresh_s`` of what changed in the registry since the last poll
+  (``store.hosting.changes_since``): its cost does not grow with the number of agents, and a
+  newly activated version answers each conversation's next turn after the poll, on every
+  consumer, without a restart. An id the registry does not know is asked again after
+  ``refresh_s``. Built agents live in a bounded LRU cache keyed by agent and version (and the
+  looked-up rows in one a few times larger): memory does not grow with the number of agents.
+- A registry agent's plan check reads its workspace's plan from that copy, and its web search
+  counts against the workspace's daily limit (``store.hosting.take_web_search``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from consumer.parser import ParsedInput
@@ -145,8 +149,16 @@ class WorkspaceWebSearch:
         return await self._backend.search(query, limit=limit, allowed_domains=allowed_domains)
 
 
-class _Expiring:
-    """A small map whose entries are read again after ``ttl_s``; at most ``size`` entries."""
+# How far back each poll of the registry's changes reaches before the previous poll's time: a
+# change whose transaction took its ``now()`` before that poll but committed after it is still
+# seen by the next one.
+CHANGES_MARGIN = timedelta(seconds=10)
+
+
+class _Rows:
+    """Looked-up registry rows by id, at most ``size`` (least recently used dropped first).
+    A row found stays until a poll changes it; an id not found (None) is asked again after
+    ``ttl_s``."""
 
     def __init__(self, ttl_s: float, size: int, now: Callable[[], float]) -> None:
         self._ttl = ttl_s
@@ -156,8 +168,9 @@ class _Expiring:
 
     def get(self, key: str) -> tuple[bool, Any]:
         found = self._entries.get(key)
-        if found is None or self._now() - found[0] >= self._ttl:
+        if found is None or (found[1] is None and self._now() - found[0] >= self._ttl):
             return False, None
+        self._entries.move_to_end(key)
         return True, found[1]
 
     def put(self, key: str, value: Any) -> None:
@@ -165,6 +178,11 @@ class _Expiring:
         self._entries.move_to_end(key)
         while len(self._entries) > self._size:
             self._entries.popitem(last=False)
+
+    def update(self, key: str, value: Any) -> None:
+        """A poll's newer row, kept only when the id is looked up here already."""
+        if key in self._entries:
+            self._entries[key] = (self._entries[key][0], value)
 
 
 class RegistryRouter:
@@ -196,11 +214,17 @@ class RegistryRouter:
         ) if fallback is not None else None
         self._cache_size = cache_size
         self._prepare = prepare
-        self._live = _Expiring(refresh_s, cache_size * 4, now)
-        self._plans = _Expiring(refresh_s, cache_size * 4, now)
+        self._refresh_s = refresh_s
+        self._now = now
+        self._live = _Rows(refresh_s, cache_size * 4, now)
+        self._plans = _Rows(refresh_s, cache_size * 4, now)
+        self._polled_at: float | None = None  # this process's clock
+        self._polled_db: datetime | None = None  # the database's clock at that poll
+        self._polling = asyncio.Lock()
         self._built: OrderedDict[tuple[str, int], Any] = OrderedDict()
         self._building: dict[tuple[str, int], asyncio.Future[Any]] = {}
         self.builds = 0  # agents built so far (the bench and tests read it)
+        self.polls = 0  # polls of the registry's changes so far
 
     @property
     def cached_agents(self) -> int:
@@ -242,7 +266,25 @@ class RegistryRouter:
             )
         return self._fallback
 
+    async def _poll(self) -> None:
+        """Bring the looked-up rows up to date, at most once per ``refresh_s``."""
+        if self._polled_at is not None and self._now() - self._polled_at < self._refresh_s:
+            return
+        async with self._polling:
+            if self._polled_at is not None and self._now() - self._polled_at < self._refresh_s:
+                return
+            since = None if self._polled_db is None else self._polled_db - CHANGES_MARGIN
+            db_now, agents, plans = await self._hosting.changes_since(since)
+            for live in agents:
+                self._live.update(live.agent_id, live)
+            for plan in plans:
+                self._plans.update(plan.workspace, plan)
+            self._polled_db = db_now
+            self._polled_at = self._now()
+            self.polls += 1
+
     async def _live_agent(self, agent_id: str) -> LiveAgent | None:
+        await self._poll()
         known, live = self._live.get(agent_id)
         if not known:
             live = (await self._hosting.live([agent_id])).get(agent_id)
@@ -250,6 +292,7 @@ class RegistryRouter:
         return live  # type: ignore[no-any-return]
 
     async def _plan(self, workspace: str) -> WorkspacePlan | None:
+        await self._poll()
         known, plan = self._plans.get(workspace)
         if not known:
             plan = await self._hosting.workspace(workspace)

@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -57,6 +59,7 @@ from consumer.decisions import (
     Abandon,
     Commit,
     DeadLetter,
+    Fallback,
     Retry,
     RetryPolicy,
     decide,
@@ -79,7 +82,7 @@ from consumer.round_trips import RoundTrips, broker_probe, database_probe
 from consumer.routing import registry_router
 from consumer.settings import Settings
 from consumer.stopping import stopped_within
-from engine import Agent
+from engine import Agent, ProviderError, UnusableReply
 from engine.recording import recorded_agent
 from store import SourceRecord, Store
 
@@ -129,6 +132,24 @@ class _Slot:
             self._held = False
             metrics.IN_FLIGHT.dec()
             self._slots.release()
+
+
+@dataclass
+class _ModelWait:
+    """One input's wait on the model: since its first retryable provider failure (by the
+    event loop's clock), and whether it counts in ``turnflow_model_waiting_conversations``."""
+
+    since: float | None = None
+    counted: bool = False
+
+
+def _outage(error: BaseException | None) -> bool:
+    """The model could not be reached (not: it answered with nothing usable)."""
+    return (
+        isinstance(error, ProviderError)
+        and error.kind == "retryable"
+        and not isinstance(error, UnusableReply)
+    )
 
 
 def _agent_name(agent: Any) -> str:
@@ -183,6 +204,8 @@ class ConsumerService:
             max_retries=settings.max_retries,
             backoff_s=settings.retry_backoff_ms / 1000,
             backoff_max_s=settings.retry_backoff_max_ms / 1000,
+            model_outage_s=settings.model_outage_max_ms / 1000,
+            jitter=settings.retry_jitter,
         )
         self._marks: OffsetWatermarks[TopicPartition] = OffsetWatermarks()
         self._queues: SessionQueues[TopicPartition, _Input] = SessionQueues()
@@ -488,11 +511,29 @@ class ConsumerService:
     async def _process(self, *entries: _Entry) -> None:
         """Run one turn for ``entries`` (one input, or a burst of one session's messages in
         offset order) and release their offsets together once it is saved and published."""
-        first, last = entries[0], entries[-1]
-        tp, item = first.partition, first.item
         work = burst_of([e.item.work for e in entries])
         ids = {"session_id": work.parsed.session_id, "input_id": work.parsed.input_id,
                "inputs": len(entries)}
+        with self._model_wait() as waiting:
+            await self._attempts(entries, work, ids, waiting)
+
+    @contextlib.contextmanager
+    def _model_wait(self) -> Iterator[_ModelWait]:
+        """How long this input has waited on the model; it counts in
+        ``turnflow_model_waiting_conversations`` from its first outage retry until it ends."""
+        waiting = _ModelWait()
+        try:
+            yield waiting
+        finally:
+            if waiting.counted:
+                metrics.MODEL_WAITING.dec()
+
+    async def _attempts(
+        self, entries: tuple[_Entry, ...], work: TurnWork, ids: dict[str, Any], waiting: _ModelWait
+    ) -> None:
+        first, last = entries[0], entries[-1]
+        tp, item = first.partition, first.item
+        loop = asyncio.get_running_loop()
         attempt = 1
         while True:
             if not self._owns(tp, item.epoch):
@@ -515,7 +556,33 @@ class ConsumerService:
                         error = exc
             finally:
                 slot.give_back()
-            decision = decide(error, attempt=attempt, policy=self._policy)
+            if _outage(error) and waiting.since is None:
+                waiting.since = loop.time()
+            decision = decide(
+                error,
+                attempt=attempt,
+                policy=self._policy,
+                waited_s=0.0 if waiting.since is None else loop.time() - waiting.since,
+                draw=random.random(),
+                answerable=work.parsed.kind == "message" and work.fallback is None,
+            )
+            if isinstance(decision, Fallback):
+                # The model could not answer in time: the message is answered without it.
+                metrics.MODEL_FALLBACKS.labels(reason=decision.reason).inc()
+                log.warning(
+                    "the model could not answer; sending the fallback message",
+                    extra=ids | {"reason": decision.reason, "attempt": attempt,
+                                 "error": type(error).__name__},
+                )
+                work = dataclasses.replace(work, fallback={
+                    "reason": decision.reason,
+                    "message": self._settings.model_fallback_message,
+                })
+                if waiting.counted:  # no longer waiting on the model
+                    waiting.counted = False
+                    metrics.MODEL_WAITING.dec()
+                attempt = 1
+                continue
             if isinstance(decision, Commit):
                 for entry in entries:
                     self._done(tp, entry.offset, item.epoch)
@@ -546,6 +613,9 @@ class ConsumerService:
                 return
             assert isinstance(decision, Retry)
             metrics.INPUT_RETRIES.inc()
+            if decision.reason == "provider-retryable" and not waiting.counted:
+                waiting.counted = True
+                metrics.MODEL_WAITING.inc()
             log.warning(
                 "input failed; retrying this session after a delay",
                 extra=ids | {"reason": decision.reason, "attempt": attempt,

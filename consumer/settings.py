@@ -71,8 +71,8 @@ class Settings(BaseSettings):
         "dropped first)."
     )
     agent_refresh_ms: int = Field(
-        1000, ge=0, description="How long a live version and a workspace's plan are reused "
-        "before they are read again: a newly activated version answers within this."
+        1000, ge=0, description="How often a consumer polls the registry for activated versions "
+        "and plan changes: a newly activated version answers within this."
     )
     max_in_flight: int = Field(
         64,
@@ -119,7 +119,8 @@ class Settings(BaseSettings):
         5, ge=0, description="Reruns of a turn after losing a version race, before backing off."
     )
     max_retries: int = Field(
-        5, ge=0, description="Retries of a retryable model failure before the input goes to DLQ."
+        5, ge=0, description="Retries of an unexpected failure before the input goes to DLQ, "
+        "and of a model reply with nothing usable in it before the fallback message answers.",
     )
     retry_backoff_ms: int = Field(
         500, ge=0, description="First retry delay; doubles each attempt."
@@ -127,6 +128,20 @@ class Settings(BaseSettings):
     retry_backoff_max_ms: int = Field(
         30000, ge=0,
         description="Ceiling of the retry delay, a model server's Retry-After included.",
+    )
+    retry_jitter: float = Field(
+        0.5, ge=0, le=1, description="Share of each retry delay taken away at random, so "
+        "conversations that failed together do not retry together.",
+    )
+    model_outage_max_ms: int = Field(
+        600000, ge=0, description="How long a message is retried while the model cannot be "
+        "reached (its conversation's later inputs wait behind it, others go on) before the "
+        "fallback message answers it.",
+    )
+    model_fallback_message: str = Field(
+        "Sorry, I can't answer right now. Please write again in a few minutes.",
+        min_length=1, description="Sent when the model could not answer a message and the agent "
+        "has no `fallback_message` of its own.",
     )
     drain_timeout_ms: int = Field(
         10000, ge=0, description="On rebalance or SIGTERM, how long in-flight turns may finish."

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -141,6 +141,21 @@ _VERSION = text(
 _LIVE = text(
     "SELECT agent_id, workspace_id, live_version FROM agents WHERE agent_id = ANY(:agent_ids)"
 )
+# What changed since a time (the consumers' routers poll it once per refresh, whatever the number
+# of agents), with the database's clock to ask from next time.
+_CHANGED_AGENTS = text(
+    """
+    SELECT agent_id, workspace_id, live_version FROM agents
+    WHERE updated_at >= CAST(:since AS timestamptz)
+    """
+)
+_CHANGED_WORKSPACES = text(
+    """
+    SELECT id, plan, agents_enabled, web_searches_per_day FROM workspaces
+    WHERE updated_at >= CAST(:since AS timestamptz)
+    """
+)
+_NOW = text("SELECT now()")
 _WORKSPACE = text(
     "SELECT id, plan, agents_enabled, web_searches_per_day FROM workspaces WHERE id = :workspace"
 )
@@ -275,6 +290,24 @@ class Hosting:
         async with self._engine.connect() as connection:
             rows = (await connection.execute(_LIVE, {"agent_ids": list(agent_ids)})).all()
         return {r.agent_id: LiveAgent(r.agent_id, r.workspace_id, r.live_version) for r in rows}
+
+    async def changes_since(
+        self, since: datetime | None
+    ) -> tuple[datetime, list[LiveAgent], list[WorkspacePlan]]:
+        """The database's time now, and the agents and workspaces changed at or after
+        ``since`` (None: nothing, only the time)."""
+        async with self._engine.connect() as connection:
+            now = (await connection.execute(_NOW)).scalar_one()
+            if since is None:
+                return now, [], []
+            agents = (await connection.execute(_CHANGED_AGENTS, {"since": since})).all()
+            plans = (await connection.execute(_CHANGED_WORKSPACES, {"since": since})).all()
+        return (
+            now,
+            [LiveAgent(r.agent_id, r.workspace_id, r.live_version) for r in agents],
+            [WorkspacePlan(r.id, r.plan, r.agents_enabled, r.web_searches_per_day)
+             for r in plans],
+        )
 
     async def workspace(self, workspace: str) -> WorkspacePlan | None:
         async with self._engine.connect() as connection:

@@ -85,6 +85,33 @@ async def test_a_new_live_version_is_read_after_the_refresh_and_builds_are_bound
     assert router.builds == 7
 
 
+async def test_one_poll_per_refresh_keeps_every_agent_and_plan_fresh(store: Store) -> None:
+    """Looked-up rows stay until a poll of the registry's changes updates them: one poll per
+    refresh whatever the number of agents; an unknown id is asked again after the refresh."""
+    hosting = Hosting(store.engine)
+    clock = Clock()
+    router = RegistryRouter(hosting, PackSet(), provider=RuleProvider(), refresh_s=1.0,
+                            now=clock)
+    for i in range(20):
+        await _put(hosting, f"p{i}", f"w{i % 2}", f"p{i} v1")
+    for second in range(3):
+        clock.now = float(second)
+        for i in range(20):
+            await router.route(_input("s", f"p{i}"), None)
+    assert router.polls == 3
+    with pytest.raises(RouteRefused, match="no stored agent"):
+        await router.route(_input("s", "late"), None)
+    await _put(hosting, "late", "w0", "late")
+    await _put(hosting, "p3", "w1", "p3 v2")
+    await hosting.set_workspace("w0", agents_enabled=False)
+    assert await _say(router, "p3") == ["p3 v1"]  # before the next poll
+    clock.now = 3.0
+    assert await _say(router, "p3") == ["p3 v2"]
+    assert await _say(router, "late") == []  # found now, and its workspace's plan is off
+    assert await _say(router, "p4") == []
+    assert router.polls == 4
+
+
 async def test_the_binding_keeps_a_conversation_in_its_workspace(store: Store) -> None:
     hosting = Hosting(store.engine)
     await _put(hosting, "mine", "w1", "mine")

@@ -17,7 +17,8 @@ README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 OURS = [README, ROOT / "examples" / "README.md", *(
     ROOT / "docs" / name
-    for name in ("concepts.md", "agents.md", "production.md", "operating.md", "replay.md")
+    for name in ("concepts.md", "agents.md", "production.md", "operating.md", "replay.md",
+                 "hosting.md")
 )]
 
 # Variables the docs may name that are not service settings: the model provider's, the web
@@ -85,7 +86,7 @@ def test_engine_names_exist(path: Path) -> None:
         for group in re.findall(r"from engine import ([A-Za-z_, ]+)", text)
         for name in group.split(",")
     }
-    modules = {"config", "providers", "phases", "lifecycle"}
+    modules = {"config", "providers", "phases", "lifecycle", "packs", "definition"}
     assert (dotted - modules) | imported <= set(engine.__all__)
 
 
