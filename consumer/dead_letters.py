@@ -14,22 +14,31 @@ header that cannot be encoded again), the record is kept in full
 in the ``dead_letters`` table and the dead letter goes out with an empty value, the consumer's
 headers and two more: ``kept-in`` (``dead_letters``) and ``kept-id`` (the row id); the
 producer's headers stay in the table with the rest. Nothing is lost and the partition moves on.
+
+A record the parser refused is sent once (``RefusedRecords``): its source is stored as
+dead-lettered after the send, and a reread of the partition (a restart with a new group id,
+lost offsets, a crash before the commit) looks it up before sending it again. The lookups and
+sends of one partition's refused records run one at a time, in offset order, so the DLQ keeps
+the partition's order; a record past the partition's highest dead-lettered offset (every
+record, unless the partition is being reread) needs no lookup at all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from aiokafka.structs import ConsumerRecord
+from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from consumer.failures import cannot_succeed, describe
-from store import DeadLetterRecord
+from store import DeadLetterRecord, SourceRecord
 
 __all__ = [
     "KEPT_IN",
     "DeadLetterPublisher",
     "DeadLetterStore",
+    "RefusedRecords",
     "dead_letter_headers",
     "keep_unsendable",
 ]
@@ -152,3 +161,49 @@ async def keep_unsendable(
         )
     )
     return reason, kept
+
+
+class DeadLetteredSources(Protocol):
+    """Where dead-lettered sources are looked up: ``store.Store``."""
+
+    async def last_dead_lettered_offset(self, topic: str, partition: int) -> int | None: ...
+
+    async def is_dead_lettered(self, source: SourceRecord) -> bool: ...
+
+
+class RefusedRecords:
+    """Per partition: a lane that runs refused records one at a time in offset order, and
+    whether a refused record's source is known as already dead-lettered."""
+
+    def __init__(self) -> None:
+        self._lanes: dict[TopicPartition, asyncio.Lock] = {}
+        self._highest: dict[TopicPartition, int] = {}
+
+    def lane(self, tp: TopicPartition) -> asyncio.Lock:
+        """Held around one refused record's lookup and send. ``asyncio.Lock`` wakes waiters
+        first come first served, and each record's task asks for the lane before any other
+        await, so the records of a partition pass in the order they were fetched."""
+        return self._lanes.setdefault(tp, asyncio.Lock())
+
+    def forget(self, partitions: Iterable[TopicPartition]) -> None:
+        """A new assignment: the highest dead-lettered offset is read again (another consumer
+        may have dead-lettered records of the partition meanwhile)."""
+        for tp in partitions:
+            self._highest.pop(tp, None)
+
+    async def sent_before(self, store: DeadLetteredSources, tp: TopicPartition,
+                          offset: int) -> bool:
+        """Whether the record at ``offset`` was dead-lettered before (and stored as such)."""
+        highest = self._highest.get(tp)
+        if highest is None:
+            last = await store.last_dead_lettered_offset(tp.topic, tp.partition)
+            highest = self._highest[tp] = -1 if last is None else last
+        if offset > highest:
+            return False
+        return await store.is_dead_lettered(SourceRecord(tp.topic, tp.partition, offset))
+
+    def sent(self, tp: TopicPartition, offset: int) -> None:
+        """The record at ``offset`` was dead-lettered: a refetch of it within this assignment
+        looks it up instead of trusting the cached highest offset."""
+        if tp in self._highest:
+            self._highest[tp] = max(self._highest[tp], offset)

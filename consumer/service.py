@@ -54,7 +54,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from consumer import crash, metrics
 from consumer.backpressure import Backpressure
 from consumer.closing import close_quietly
-from consumer.dead_letters import DeadLetterPublisher
+from consumer.dead_letters import DeadLetterPublisher, RefusedRecords
 from consumer.decisions import (
     Abandon,
     Commit,
@@ -228,6 +228,7 @@ class ConsumerService:
         self._pipeline: TurnPipeline | None = None
         self._publisher: OutboxPublisher | None = None
         self._dead_letters: DeadLetterPublisher | None = None
+        self._refused = RefusedRecords()
         self._relay: OutboxRelay | None = None
         self._relay_task: asyncio.Task[None] | None = None
         self._health: HealthServer | None = None
@@ -451,7 +452,7 @@ class ConsumerService:
                 extra={"reason": parsed.reason, "partition": tp.partition,
                        "offset": record.offset},
             )
-            self._spawn_side(self._dead_letter_then_done(tp, record, epoch, parsed))
+            self._spawn_side(self._refused_then_done(tp, record, epoch, parsed))
             return
         work = TurnWork(parsed=parsed, source=source, timestamp_ms=record.timestamp)
         entry = QueuedInput(parsed.session_id, tp, record.offset, _Input(work, record, epoch))
@@ -625,6 +626,40 @@ class ConsumerService:
                 return
             attempt += 1
 
+    async def _refused_then_done(
+        self,
+        tp: TopicPartition,
+        record: ConsumerRecord[bytes, bytes],
+        epoch: int,
+        why: Rejected,
+    ) -> None:
+        """A record the parser refused goes to the DLQ once, in its partition's order
+        (``RefusedRecords``): on a reread of the partition (a new group id, lost offsets, a
+        crash before the commit) its stored source is found and it is skipped, not sent
+        again. Its source is stored under the session id ``""``: it may name none."""
+        async with self._refused.lane(tp):
+            found: list[bool] = []
+
+            async def look_up() -> None:
+                assert self._store is not None
+                found.append(await self._refused.sent_before(self._store, tp, record.offset))
+
+            if not await self._while_owned(
+                tp, epoch, look_up, "looking up a refused record failed; retrying"
+            ):
+                return
+            if found[-1]:
+                metrics.REPLAYS_SKIPPED.inc()
+                log.info(
+                    "refused record already sent to the DLQ; skipped",
+                    extra={"reason": why.reason, "partition": tp.partition,
+                           "offset": record.offset},
+                )
+                self._done(tp, record.offset, epoch)
+                return
+            await self._dead_letter_then_done(tp, record, epoch, why, session_id="")
+            self._refused.sent(tp, record.offset)
+
     async def _dead_letter_then_done(
         self,
         tp: TopicPartition,
@@ -636,8 +671,8 @@ class ConsumerService:
     ) -> None:
         """Send the original record to the DLQ (retrying the broker), then release its offset.
 
-        With ``session_id`` (an input of a conversation, not a record the parser refused), the
-        record's source is then stored as dead-lettered before the offset is released: a replay
+        With ``session_id`` (an input's conversation, ``""`` for a record the parser refused),
+        the record's source is then stored as dead-lettered before the offset is released: a replay
         after a crash finds it there and skips it, as it skips a record in the turn log, instead
         of answering it late, after the inputs behind it, or dead-lettering it twice. In that
         order: stored first and lost before the send, the record would never reach the DLQ."""
@@ -830,6 +865,7 @@ class ConsumerService:
             self._epoch_counter += 1
             self._epochs[tp] = self._epoch_counter
             self._marks.forget([tp])
+            self._refused.forget([tp])
             self._committed.pop(tp, None)
             self._starts.pop(tp, None)
             if self._consumer is not None:

@@ -55,6 +55,15 @@ _DEAD_LETTERED = text(
     " ON CONFLICT (source_topic, source_partition, source_offset) DO NOTHING"
 )
 
+_LAST_DEAD_LETTERED = text(
+    "SELECT max(source_offset) FROM dead_lettered_sources"
+    " WHERE source_topic = :topic AND source_partition = :partition"
+)
+_IS_DEAD_LETTERED = text(
+    "SELECT EXISTS (SELECT 1 FROM dead_lettered_sources WHERE source_topic = :topic"
+    " AND source_partition = :partition AND source_offset = :offset)"
+)
+
 
 def _loaded(request: LoadRequest, row: Any) -> LoadedSession:
     """One row of the load statement as the turn's `LoadedSession`."""
@@ -429,8 +438,9 @@ class Store:
     async def record_dead_lettered(
         self, session_id: str, sources: Sequence[SourceRecord], reason: str
     ) -> None:
-        """Remember that these source records of a conversation went to the dead-letter topic,
-        so a replay of any of them is skipped like an applied one (idempotent)."""
+        """Remember that these source records went to the dead-letter topic, so a replay of any
+        of them is skipped like an applied one (idempotent). ``session_id`` is the
+        conversation's, or ``""`` for a record the parser refused (it may name none)."""
         if not sources:
             return
         async with self._engine.begin() as connection:
@@ -439,6 +449,21 @@ class Store:
                  "offset": s.offset, "reason": reason}
                 for s in sources
             ])
+
+    async def last_dead_lettered_offset(self, topic: str, partition: int) -> int | None:
+        """The highest offset of ``topic``/``partition`` stored as dead-lettered, or None: a
+        record past it cannot have been dead-lettered, so it needs no lookup."""
+        value = await self._scalar(
+            _LAST_DEAD_LETTERED, {"topic": topic, "partition": partition}
+        )
+        return None if value is None else int(value)
+
+    async def is_dead_lettered(self, source: SourceRecord) -> bool:
+        """Whether ``source`` was stored as dead-lettered (by ``record_dead_lettered``)."""
+        return bool(await self._scalar(
+            _IS_DEAD_LETTERED,
+            {"topic": source.topic, "partition": source.partition, "offset": source.offset},
+        ))
 
     async def dead_letter(self, row_id: int) -> DeadLetterRecord | None:
         """The record kept under `row_id`, or None."""

@@ -230,11 +230,12 @@ dead_letters = Table(
     UniqueConstraint("source", name="uq_dead_letters_source"),
 )
 
-# The inputs of a conversation the consumer sent to the dead-letter topic, by source record.
-# A record that ran no turn leaves nothing in the turn log, so without this a replay after a
-# crash (before its offset was committed) would run it again: answered late, after the inputs
-# behind it, or dead-lettered twice. Only the source is kept, not the input id: a re-drive of
-# the same input from the DLQ comes at a new offset and must run.
+# The inputs of a conversation the consumer sent to the dead-letter topic, by source record,
+# and the records the parser refused (`session_id` '': they may name none). A record that ran
+# no turn leaves nothing in the turn log, so without this a replay after a crash (before its
+# offset was committed) or a reread under a new group would run it again: answered late, after
+# the inputs behind it, or dead-lettered twice. Only the source is kept, not the input id: a
+# re-drive of the same input from the DLQ comes at a new offset and must run.
 dead_lettered_sources = Table(
     "dead_lettered_sources",
     metadata,

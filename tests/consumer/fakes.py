@@ -93,6 +93,15 @@ class FakeStore:
         for s in sources:
             self.dead_lettered.setdefault((s.topic, s.partition, s.offset), (session_id, reason))
 
+    async def last_dead_lettered_offset(self, topic: str, partition: int) -> int | None:
+        self.calls.append("last_dead_lettered_offset")
+        offsets = [o for (t, p, o) in self.dead_lettered if (t, p) == (topic, partition)]
+        return max(offsets, default=None)
+
+    async def is_dead_lettered(self, source: SourceRecord) -> bool:
+        self.calls.append("is_dead_lettered")
+        return (source.topic, source.partition, source.offset) in self.dead_lettered
+
     async def is_applied(self, topic: str, partition: int, offset: int) -> bool:
         self.calls.append("is_applied")
         return (topic, partition, offset) in self.applied
@@ -258,11 +267,11 @@ class FakeKafkaConsumer:
         self.commit_attempts = 0
         self.fetch_errors: list[BaseException] = []
 
-    def append(self, tp: TopicPartition, key: bytes, value: bytes) -> int:
+    def append(self, tp: TopicPartition, key: bytes | None, value: bytes) -> int:
         """Produce one record to a partition; returns its offset."""
         log = self.logs[tp]
         log.append(ConsumerRecord(tp.topic, tp.partition, len(log), 0, 0, key, value, None,
-                                  len(key), len(value), []))
+                                  len(key or b""), len(value), []))
         self._arrived.set()
         return len(log) - 1
 
