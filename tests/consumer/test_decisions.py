@@ -11,6 +11,7 @@ from consumer.decisions import (
     Abandon,
     Commit,
     DeadLetter,
+    Fallback,
     Retry,
     RetryPolicy,
     VersionConflictsExhausted,
@@ -18,7 +19,7 @@ from consumer.decisions import (
 )
 from consumer.errors import FencedPublishError, PublishError
 from consumer.failures import cannot_succeed
-from engine import ProviderError, TurnRequestError
+from engine import ProviderError, TurnRequestError, UnusableReply
 
 POLICY = RetryPolicy(max_retries=3, backoff_s=0.5, backoff_max_s=3.0)
 
@@ -28,15 +29,42 @@ def test_success_commits() -> None:
     assert decide(None, attempt=1, policy=POLICY) == Commit()
 
 
-def test_retryable_provider_error_backs_off_then_dead_letters() -> None:
-    """A retryable model failure retries with doubling, capped delays, then goes to the DLQ."""
+def test_an_outage_is_retried_for_its_whole_bound_then_answered_with_the_fallback() -> None:
+    """A retryable model failure retries with doubling, capped delays for as long as the outage
+    bound allows, however many attempts that takes, never to the DLQ; once the next delay
+    would pass the bound, a message is answered with the fallback and any other input goes to
+    the DLQ (there is nothing to answer)."""
     error = ProviderError("429", kind="retryable", status=429)
-    delays = [decide(error, attempt=n, policy=POLICY) for n in (1, 2, 3)]
+    policy = RetryPolicy(max_retries=3, backoff_s=0.5, backoff_max_s=3.0, model_outage_s=60.0)
+    delays = [decide(error, attempt=n, policy=policy) for n in (1, 2, 3, 4, 50)]
     assert delays == [Retry(0.5, "provider-retryable"), Retry(1.0, "provider-retryable"),
-                      Retry(2.0, "provider-retryable")]
-    last = decide(error, attempt=4, policy=POLICY)
-    assert isinstance(last, DeadLetter)
-    assert last.reason == "retries-exhausted"
+                      Retry(2.0, "provider-retryable"), Retry(3.0, "provider-retryable"),
+                      Retry(3.0, "provider-retryable")]
+    assert decide(error, attempt=50, policy=policy, waited_s=56.9) == Retry(3.0,
+                                                                            "provider-retryable")
+    assert decide(error, attempt=51, policy=policy, waited_s=57.1) == Fallback("model-unavailable")
+    other = decide(error, attempt=51, policy=policy, waited_s=57.1, answerable=False)
+    assert isinstance(other, DeadLetter) and other.reason == "retries-exhausted"
+
+
+def test_jitter_takes_at_most_its_share_of_the_delay() -> None:
+    """The draw takes up to ``jitter`` of each delay away: never more, never a longer wait."""
+    error = ProviderError("503", kind="retryable", status=503)
+    policy = RetryPolicy(backoff_s=2.0, backoff_max_s=30.0, jitter=0.5)
+    assert decide(error, attempt=1, policy=policy, draw=1.0) == Retry(2.0, "provider-retryable")
+    assert decide(error, attempt=1, policy=policy, draw=0.0) == Retry(1.0, "provider-retryable")
+    assert decide(error, attempt=2, policy=policy, draw=0.5) == Retry(3.0, "provider-retryable")
+    assert RetryPolicy(jitter=0.0).delay(3, draw=0.0) == RetryPolicy().delay(3)
+
+
+def test_an_unusable_reply_is_retried_by_count_then_answered_with_the_fallback() -> None:
+    """A reply with nothing usable in it is not an outage: retried ``max_retries`` times (a model
+    at temperature 0 gives the same reply), then the fallback answers, whatever the bound."""
+    error = UnusableReply("openai: unusable reply: not JSON")
+    assert decide(error, attempt=3, policy=POLICY) == Retry(2.0, "unusable-reply")
+    assert decide(error, attempt=4, policy=POLICY) == Fallback("unusable-reply")
+    other = decide(error, attempt=4, policy=POLICY, answerable=False)
+    assert isinstance(other, DeadLetter) and other.reason == "retries-exhausted"
 
 
 def test_retry_after_hint_is_respected() -> None:

@@ -10,10 +10,16 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from consumer import metrics
-from consumer.decisions import DeadLetter, RetryPolicy, VersionConflictsExhausted, decide
+from consumer.decisions import (
+    DeadLetter,
+    Fallback,
+    RetryPolicy,
+    VersionConflictsExhausted,
+    decide,
+)
 from consumer.parser import RejectReason
 from consumer.pipeline import turn_outcome
-from engine import FakeClock, ProviderError, TurnRequestError
+from engine import FakeClock, ProviderError, TurnRequestError, UnusableReply
 from engine.providers import RuleProvider
 from examples.demo_agent import build_agent
 from tests.examples.host import Conversation
@@ -78,10 +84,16 @@ def test_known_label_values_exist_at_zero_before_any_increment() -> None:
     ids=lambda e: type(e).__name__,
 )
 def test_every_reason_the_consumer_dead_letters_with_is_pre_created(error: Exception) -> None:
-    """The reasons decide() gives once retries are spent are all among the pre-created ones."""
-    decision = decide(error, attempt=99, policy=RetryPolicy(max_retries=1))
+    """The reasons decide() gives once retries (and the outage bound) are spent are all among
+    the pre-created ones; a message the model could not answer falls back under a pre-created
+    reason instead."""
+    policy = RetryPolicy(max_retries=1, model_outage_s=10.0)
+    decision = decide(error, attempt=99, policy=policy, waited_s=60.0, answerable=False)
     assert isinstance(decision, DeadLetter)
     assert decision.reason in metrics.DLQ_REASONS
+    for failure in (ProviderError("busy", kind="retryable"), UnusableReply("not JSON")):
+        fallback = decide(failure, attempt=99, policy=policy, waited_s=60.0)
+        assert isinstance(fallback, Fallback) and fallback.reason in metrics.FALLBACK_REASONS
 
 
 def test_build_info_names_version_agent_and_process() -> None:
