@@ -2,8 +2,10 @@
 
 ``fault_setup`` creates one test's topics, group and consumer environment on the servers the
 session fixtures started, so a test names only the partitions it needs. ``restartable_broker``
-is a broker of the test's own that keeps its data across ``restart()`` (embedded Tansu on a
-local S3, ``tests/fixtures/restartable_broker.py``).
+is a broker of the test's own that keeps its data across ``restart()``: a node of Apache Kafka
+with ``TURNFLOW_TEST_BROKER=kafka`` (``tests/fixtures/kafka_server.py``), else embedded Tansu on
+a local S3 (``tests/fixtures/restartable_broker.py``). Both have ``bootstrap_servers``,
+``restart(hard=, down_for=)``, ``stop()`` and ``embedded``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import pytest
 
 from consumer.errors import EmbeddedBrokerError
 from tests.faults.process import FaultSetup, SetupFactory
-from tests.fixtures.broker import TopicFactory
+from tests.fixtures.broker import TopicFactory, chosen_test_broker
+from tests.fixtures.kafka_server import KafkaServer, KafkaServerError
 from tests.fixtures.restartable_broker import RestartableBroker, S3ServerError
 from tests.fixtures.servers import servers_unavailable
 
@@ -35,14 +38,18 @@ def fault_setup(
 
 
 @pytest.fixture
-def restartable_broker() -> Iterator[RestartableBroker]:
-    """A running embedded broker of this test alone whose ``restart()`` keeps topics, records
-    and committed offsets; it and its S3 server are stopped when the test ends."""
-    broker = RestartableBroker()
+def restartable_broker() -> Iterator[RestartableBroker | KafkaServer]:
+    """A running broker of this test alone whose ``restart()`` keeps topics, records and
+    committed offsets; it (and Tansu's S3 server, or Kafka's data directory) is gone when the
+    test ends."""
+    broker: RestartableBroker | KafkaServer = (
+        KafkaServer() if chosen_test_broker() == "kafka" else RestartableBroker()
+    )
     try:
         broker.start()
-    except (S3ServerError, EmbeddedBrokerError) as exc:
-        servers_unavailable(f"the restartable embedded broker did not start: {exc}")
+    except (S3ServerError, EmbeddedBrokerError, KafkaServerError) as exc:
+        broker.stop()
+        servers_unavailable(f"the restartable broker did not start: {exc}")
     try:
         yield broker
     finally:

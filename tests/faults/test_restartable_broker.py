@@ -1,4 +1,5 @@
-"""The restartable embedded broker really restarts: what it stored is there afterwards.
+"""The restartable broker really restarts: what it stored is there afterwards (Tansu on S3,
+or Apache Kafka under ``TURNFLOW_TEST_BROKER=kafka``).
 
 The broker-restart fault test relies on this; were the storage lost, a restart would look to the
 consumer like a new, empty broker (offsets back at 0, topics gone) and that test would prove
@@ -14,6 +15,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from consumer.topics import TopicSpec, ensure_topics
 from tests.fixtures.broker import unique_topic_name
+from tests.fixtures.kafka_server import KafkaServer
 from tests.fixtures.restartable_broker import RestartableBroker
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(60)]
@@ -71,7 +73,7 @@ async def _committed(bootstrap: str, group: str,
 
 @pytest.mark.parametrize("hard", [True, False], ids=["sigkill", "sigterm"])
 async def test_restart_keeps_topics_records_and_committed_offsets(
-    restartable_broker: RestartableBroker, hard: bool
+    restartable_broker: RestartableBroker | KafkaServer, hard: bool
 ) -> None:
     """After a restart on the same port the topic, its records and the group's committed
     offsets are as they were before, and new records get the next offsets."""
