@@ -61,7 +61,7 @@ from consumer.parser import MAX_SESSION_ID_CHARS
 from consumer.scheduler import Scheduler, build_scheduler
 from consumer.service import ConsumerService
 from consumer.settings import Settings
-from consumer.topics import TopicSpec, ensure_topics
+from consumer.topics import TopicSpec, ensure_topics, partitions_of
 from engine import Agent, FlowConfigurationError, ProviderError, TurnRequestError
 from engine.keys import session_tag
 from engine.recording import recorded_agent
@@ -272,8 +272,7 @@ class ReplyReader:
         from aiokafka import TopicPartition
 
         await self._consumer.start()
-        await self._consumer.topics()  # loads metadata, so the partitions are known
-        partitions = self._consumer.partitions_for_topic(self._topic) or {0}
+        partitions = await partitions_of(self._consumer, self._topic)
         assigned = [TopicPartition(self._topic, p) for p in sorted(partitions)]
         self._consumer.assign(assigned)
         await self._consumer.seek_to_end(*assigned)

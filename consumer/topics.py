@@ -16,7 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from consumer.errors import TopicSetupError
 
-__all__ = ["TopicReport", "TopicSpec", "ensure_topics"]
+__all__ = ["TopicReport", "TopicSpec", "ensure_topics", "partitions_of"]
 
 _TOPIC_ALREADY_EXISTS = 36
 _NONE = 0
@@ -94,3 +94,18 @@ async def _wait_ready(
                 f"topics not ready after {ready_within:.0f}s: {sorted(wanted - set(ready))}"
             )
         await asyncio.sleep(0.1)
+
+
+async def partitions_of(consumer: Any, topic: str) -> set[int]:
+    """The partition ids of ``topic``, for a started aiokafka consumer that reads it by
+    ``assign`` rather than by subscribing; raises ``TopicSetupError`` when it has none.
+
+    A consumer's own metadata covers only the topics it subscribed to, and Apache Kafka answers
+    the metadata request it starts with (no topics) with none at all, so its
+    ``partitions_for_topic`` knows nothing of an assigned topic. (Tansu answers with every
+    topic, which hid this.) The cluster's full metadata is fetched here instead."""
+    cluster = await consumer._client.fetch_all_metadata()  # aiokafka's one way to ask for it
+    partitions = cluster.partitions_for_topic(topic)
+    if not partitions:
+        raise TopicSetupError("the broker reports no partitions", topic=topic)
+    return set(partitions)

@@ -7,7 +7,8 @@ import asyncio
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from consumer.topics import TopicSpec, ensure_topics
+from consumer.errors import TopicSetupError
+from consumer.topics import TopicSpec, ensure_topics, partitions_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -46,3 +47,19 @@ async def test_ensure_topics_is_idempotent(kafka_bootstrap: str, kafka_topics) -
     """Creating an existing topic again succeeds and leaves it usable."""
     names = await kafka_topics("again", partitions=3)
     await ensure_topics(kafka_bootstrap, [TopicSpec(names["again"], partitions=3)])
+
+
+async def test_an_assigned_topic_has_all_its_partitions(kafka_bootstrap: str, kafka_topics) -> None:
+    """``partitions_of`` gives every partition of a topic a consumer reads by ``assign`` (the
+    dev chat's reply and dead-letter readers). Apache Kafka tells a fresh consumer of no topic it
+    has not subscribed to, so its own ``partitions_for_topic`` knows none there; the readers
+    once fell back to partition 0 alone and missed replies on the others."""
+    names = await kafka_topics("assigned", partitions=3)
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        assert await partitions_of(consumer, names["assigned"]) == {0, 1, 2}
+        with pytest.raises(TopicSetupError):
+            await partitions_of(consumer, names["assigned"] + ".missing")
+    finally:
+        await consumer.stop()

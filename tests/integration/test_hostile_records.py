@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from consumer.scheduler import FiringOptions
 from store import Store
@@ -32,6 +34,33 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 # A value the default producer accepts (its limit is 1,048,576 bytes for value, key and
 # record overhead) but that no longer fits once the dead letter's headers are added.
 NEAR_LIMIT = 1_048_400
+
+
+async def allow_records_of(bootstrap: str, topic: str, size: int) -> None:
+    """Raise ``topic``'s ``max.message.bytes`` to ``size``, as an operator would for an inbound
+    topic that takes larger records than the DLQ, and wait until the broker reports it. Apache
+    Kafka refuses a record past the topic's limit (1 MB by default) at produce time and applies
+    a changed limit a moment after acknowledging it; Tansu enforces no limit, so needs none."""
+    wanted = str(size)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        resource = ConfigResource(ConfigResourceType.TOPIC, topic, configs={
+            "max.message.bytes": wanted})
+        responses = await admin.alter_configs([resource])
+        errors = [r[0] for response in responses for r in response.resources]
+        assert errors == [0], f"altering {topic}'s max.message.bytes failed: {responses}"
+        asked = ConfigResource(ConfigResourceType.TOPIC, topic, configs={
+            "max.message.bytes": None})
+        async with asyncio.timeout(20):
+            while True:
+                (described,) = await admin.describe_configs([asked])
+                values = {entry[0]: entry[1] for entry in described.resources[0][4]}
+                if values.get("max.message.bytes") == wanted:
+                    break
+                await asyncio.sleep(0.1)
+    finally:
+        await admin.close()
 
 
 async def read_records(bootstrap: str, topic: str, count: int) -> list[Any]:
@@ -97,6 +126,8 @@ async def test_an_oversized_record_is_kept_whole_and_its_partition_moves_on(
     sid = f"big-{uuid.uuid4().hex[:6]}"
     value = b'{"session_id":"%s","message":"' % sid.encode()
     value += b"x" * (size - len(value) - 2) + b'"}'
+    if not setup.embedded:
+        await allow_records_of(setup.bootstrap, setup.topics[INBOUND], 2 << 20)
     producer = AIOKafkaProducer(
         bootstrap_servers=setup.bootstrap, acks="all", max_request_size=2 << 20
     )

@@ -18,6 +18,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from consumer.scheduler import FiringOptions, Scheduler, TimerStore, build_scheduler
+from consumer.topics import partitions_of
 from store import Store, TimerEntry
 from tests.fixtures.broker import TopicFactory
 
@@ -89,7 +90,7 @@ class WakeReader:
 
     async def __aenter__(self) -> WakeReader:
         await self._consumer.start()
-        partitions = self._consumer.partitions_for_topic(self.topic) or set()
+        partitions = await partitions_of(self._consumer, self.topic)
         self._consumer.assign([TopicPartition(self.topic, p) for p in partitions])
         await self._consumer.seek_to_beginning()
         return self
@@ -308,7 +309,7 @@ async def committed_offsets(bootstrap: str, group_id: str, topic: str) -> dict[i
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id)
     await consumer.start()
     try:
-        partitions = consumer.partitions_for_topic(topic) or set()
+        partitions = await partitions_of(consumer, topic)
         found = {p: await consumer.committed(TopicPartition(topic, p)) for p in partitions}
     finally:
         await consumer.stop()
