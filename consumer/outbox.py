@@ -375,7 +375,7 @@ async def _settled(futures: list[asyncio.Future[Any]]) -> list[Any]:
 class OutboxRelay:
     """Republishes rows committed but left unpublished, every ``interval_s``, until stopped;
     every ``prune_every_s`` it also drops what is past its retention (model recordings,
-    published rows)."""
+    published rows, dead letters)."""
 
     def __init__(
         self,
@@ -386,6 +386,7 @@ class OutboxRelay:
         grace_s: float,
         recording_retention: timedelta | None = None,
         outbox_retention: timedelta | None = None,
+        dead_letter_retention: timedelta | None = None,
         prune_every_s: float = PRUNE_EVERY_S,
     ) -> None:
         self._publisher = publisher
@@ -395,6 +396,7 @@ class OutboxRelay:
         self._stopping = asyncio.Event()
         self._retention = recording_retention
         self._outbox_retention = outbox_retention
+        self._dead_letter_retention = dead_letter_retention
         self._prune_every_s = prune_every_s
         self._next_prune = 0.0
 
@@ -415,15 +417,17 @@ class OutboxRelay:
         await self.prune()
         return total
 
-    async def prune(self) -> tuple[int, int]:
+    async def prune(self) -> tuple[int, int, int]:
         """At most once per ``prune_every_s``: drop model recordings past their retention (a
-        promise about personal data, kept by whoever runs the relay) and outbox rows published
-        longer ago than theirs (else the outbox grows by every reply and timer for good).
-        Returns (turns whose recordings were dropped, outbox rows deleted)."""
+        promise about personal data, kept by whoever runs the relay), outbox rows published
+        longer ago than theirs (else the outbox grows by every reply and timer for good), and
+        dead letters and dead-lettered sources past theirs (a poison record kept in full, up to
+        the broker's size limit, is not kept forever). Returns (turns whose recordings were
+        dropped, outbox rows deleted, dead letters and dead-lettered sources deleted)."""
         if time.monotonic() < self._next_prune:
-            return 0, 0
+            return 0, 0, 0
         self._next_prune = time.monotonic() + self._prune_every_s
-        dropped = deleted = 0
+        dropped = deleted = letters = 0
         if self._retention is not None:
             dropped = await self._store.prune_recordings(older_than=self._retention)
             if dropped:
@@ -432,7 +436,14 @@ class OutboxRelay:
             deleted = await self._store.delete_published(older_than=self._outbox_retention)
             if deleted:
                 log.info("relay deleted published outbox rows", extra={"rows": deleted})
-        return dropped, deleted
+        if self._dead_letter_retention is not None:
+            kept, sources = await self._store.prune_dead_letters(
+                older_than=self._dead_letter_retention
+            )
+            letters = kept + sources
+            if letters:
+                log.info("relay deleted expired dead letters", extra={"rows": letters})
+        return dropped, deleted, letters
 
     async def run(self) -> None:
         while not self._stopping.is_set():

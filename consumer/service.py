@@ -325,6 +325,7 @@ class ConsumerService:
                 grace_s=s.relay_grace_ms / 1000,
                 recording_retention=s.recording_retention(),
                 outbox_retention=s.outbox_retention(),
+                dead_letter_retention=s.dead_letter_retention(),
             )
             self._relay_task = asyncio.create_task(self._relay.run(), name="outbox-relay")
         self._consumer = AIOKafkaConsumer(

@@ -177,6 +177,14 @@ class Settings(BaseSettings):
         "(and by `turnflow prune`); 0 keeps them until deleted by hand. The turn log keeps what "
         "was said; a published row only shows when it went out. At most 36500."
     )
+    dead_letter_retention_days: float = Field(
+        30, ge=0, le=MAX_RETENTION_DAYS, allow_inf_nan=False,
+        description="Records kept in the `dead_letters` table, and the sources of records sent "
+        "to the DLQ, stored longer ago than this are deleted by the relay (and by `turnflow "
+        "prune`); 0 keeps them until deleted by hand. Keep it longer than the inbound topic's "
+        "retention: a reread finds a refused record's source and does not send it again. At "
+        "most 36500."
+    )
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="Port of `/metrics`, `/healthz`, `/readyz` (0: off). "
         "Unset: 9100 for `consume` (worker i of `--workers`: 9100+i; also `dev`), 9200 for "
@@ -256,6 +264,11 @@ class Settings(BaseSettings):
     def outbox_retention(self) -> timedelta | None:
         """How long published outbox rows are kept; None when they are kept until deleted."""
         days = self.outbox_retention_days
+        return timedelta(days=days) if days > 0 else None
+
+    def dead_letter_retention(self) -> timedelta | None:
+        """How long dead letters and dead-lettered sources are kept; None: until deleted."""
+        days = self.dead_letter_retention_days
         return timedelta(days=days) if days > 0 else None
 
     def kafka_client_options(self) -> dict[str, Any]:

@@ -465,6 +465,15 @@ class Store:
             {"topic": source.topic, "partition": source.partition, "offset": source.offset},
         ))
 
+    async def prune_dead_letters(
+        self, *, older_than: timedelta, batch: int = 5000
+    ) -> tuple[int, int]:
+        """Delete kept dead letters and dead-lettered sources stored longer ago than
+        `older_than` (database clock), oldest first and in batches; returns how many of each."""
+        kept = await self._in_batches(dead_letters.PRUNE_KEPT, older_than, batch)
+        sources = await self._in_batches(dead_letters.PRUNE_SOURCES, older_than, batch)
+        return kept, sources
+
     async def dead_letter(self, row_id: int) -> DeadLetterRecord | None:
         """The record kept under `row_id`, or None."""
         async with self._engine.connect() as connection:

@@ -5,7 +5,9 @@ letter's headers are added, and an outbox row the broker refuses as too large ca
 sent. Retrying either only jams what waits behind it, and dropping it would lose it, so it is
 kept here and the dead letter that does travel names the row. `keep` is idempotent per
 `source`: keeping the same record again (a replay after a crash between the keep and the
-publish) returns the row it made the first time.
+publish) returns the row it made the first time. Kept records, and the sources of every record
+sent to the DLQ, are deleted past their retention (`DEAD_LETTER_RETENTION_DAYS`, by the relay
+and `turnflow prune`), the oldest first.
 
 Headers are stored as a jsonb list of `[name, base64 value]` pairs, in their order.
 """
@@ -25,6 +27,24 @@ INSERT INTO dead_letters (source, topic, reason, detail, key, value, headers)
 VALUES (:source, :topic, :reason, :detail, :key, :value, CAST(:headers AS jsonb))
 ON CONFLICT (source) DO UPDATE SET source = EXCLUDED.source
 RETURNING id
+""")
+
+# Retention: the oldest rows first, by id (identity order is insertion order), at most
+# ``:limit`` read per statement whether or not they expired, so no pass scans the table.
+PRUNE_KEPT = text("""
+DELETE FROM dead_letters WHERE id IN (
+    SELECT id FROM (SELECT id, created_at FROM dead_letters ORDER BY id LIMIT :limit) AS oldest
+    WHERE created_at < now() - make_interval(secs => :older_than_s)
+)
+""")
+
+PRUNE_SOURCES = text("""
+DELETE FROM dead_lettered_sources WHERE id IN (
+    SELECT id FROM (
+        SELECT id, created_at FROM dead_lettered_sources ORDER BY id LIMIT :limit
+    ) AS oldest
+    WHERE created_at < now() - make_interval(secs => :older_than_s)
+)
 """)
 
 READ = text("""

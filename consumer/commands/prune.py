@@ -1,9 +1,11 @@
 """``turnflow prune``: drop what is past its retention, once, and exit.
 
-Two things are kept for a while and then dropped: model recordings (the model's side of each
-turn, for replays; `MODEL_RECORDING_RETENTION_DAYS`) and outbox rows already published
-(`OUTBOX_RETENTION_DAYS`). The relay does both by itself every few minutes; this command is for
-a cron job, for a deployment that runs no relay, or to drop them sooner than configured.
+Three things are kept for a while and then dropped: model recordings (the model's side of each
+turn, for replays; `MODEL_RECORDING_RETENTION_DAYS`), outbox rows already published
+(`OUTBOX_RETENTION_DAYS`), and dead letters: records kept in full in the `dead_letters` table
+and the sources of records sent to the DLQ (`DEAD_LETTER_RETENTION_DAYS`). The relay does all
+three by itself every few minutes; this command is for a cron job, for a deployment that runs
+no relay, or to drop them sooner than configured.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--outbox-older-than-days", type=_days, default=None,
         help="delete outbox rows published longer ago than this many days "
         "(default: $OUTBOX_RETENTION_DAYS; 0 deletes every published row)",
+    )
+    parser.add_argument(
+        "--dead-letters-older-than-days", type=_days, default=None,
+        help="delete dead letters (kept records and dead-lettered sources) stored longer ago "
+        "than this many days (default: $DEAD_LETTER_RETENTION_DAYS; 0 deletes them all)",
     )
 
 
@@ -62,22 +69,29 @@ def run(args: argparse.Namespace) -> int:
         print("turnflow: OUTBOX_RETENTION_DAYS is 0 (keep); no outbox row deleted")
     elif outbox_days is None:
         outbox_days = settings.outbox_retention_days
+    letter_days = args.dead_letters_older_than_days
+    if letter_days is None and settings.dead_letter_retention_days <= 0:
+        print("turnflow: DEAD_LETTER_RETENTION_DAYS is 0 (keep); no dead letter deleted")
+    elif letter_days is None:
+        letter_days = settings.dead_letter_retention_days
     url = settings.database_url
 
-    async def prune() -> tuple[int | None, int | None]:
+    async def prune() -> tuple[int | None, int | None, tuple[int, int] | None]:
         store = await Store.connect(url, pool_size=1)
         try:
-            dropped = deleted = None
+            dropped = deleted = letters = None
             if days is not None:
                 dropped = await store.prune_recordings(older_than=timedelta(days=days))
             if outbox_days is not None:
                 deleted = await store.delete_published(older_than=timedelta(days=outbox_days))
-            return dropped, deleted
+            if letter_days is not None:
+                letters = await store.prune_dead_letters(older_than=timedelta(days=letter_days))
+            return dropped, deleted, letters
         finally:
             await store.close()
 
     try:
-        dropped, deleted = asyncio.run(prune())
+        dropped, deleted, letters = asyncio.run(prune())
     except (DBAPIError, OSError) as exc:
         return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}", EXIT_UNREACHABLE)
     if dropped is not None:
@@ -85,4 +99,7 @@ def run(args: argparse.Namespace) -> int:
     if deleted is not None:
         print(f"turnflow: deleted {deleted} outbox rows published more than {outbox_days:g} days"
               " ago")
+    if letters is not None:
+        print(f"turnflow: deleted {letters[0]} kept dead letters and {letters[1]} dead-lettered"
+              f" sources stored more than {letter_days:g} days ago")
     return 0

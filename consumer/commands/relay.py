@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
                 grace_s=grace_ms / 1000,
                 recording_retention=settings.recording_retention(),
                 outbox_retention=settings.outbox_retention(),
+                dead_letter_retention=settings.dead_letter_retention(),
             )
             task = asyncio.create_task(relay.run())
             trips = RoundTrips({"broker": broker_probe(producer.client),

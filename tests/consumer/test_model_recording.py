@@ -103,11 +103,11 @@ async def test_the_relay_prunes_expired_recordings_at_most_once_per_period() -> 
     store = _PruningStore()
     relay = OutboxRelay(None, store, interval_s=1, grace_s=1,  # type: ignore[arg-type]
                         recording_retention=timedelta(days=2), prune_every_s=3600)
-    assert await relay.prune() == (3, 0)
-    assert await relay.prune() == (0, 0)
+    assert await relay.prune() == (3, 0, 0)
+    assert await relay.prune() == (0, 0, 0)
     assert store.prunes == [2 * 86400] and store.deletes == []
     keep = OutboxRelay(None, store, interval_s=1, grace_s=1)  # type: ignore[arg-type]
-    assert await keep.prune() == (0, 0) and len(store.prunes) == 1
+    assert await keep.prune() == (0, 0, 0) and len(store.prunes) == 1
 
 
 async def test_the_relay_deletes_published_outbox_rows_past_their_retention() -> None:
@@ -121,8 +121,8 @@ async def test_the_relay_deletes_published_outbox_rows_past_their_retention() ->
     relay = OutboxRelay(None, store, interval_s=1, grace_s=1,  # type: ignore[arg-type]
                         recording_retention=timedelta(days=30),
                         outbox_retention=timedelta(days=7), prune_every_s=3600)
-    assert await relay.prune() == (3, 5)
-    assert await relay.prune() == (0, 0)
+    assert await relay.prune() == (3, 5, 0)
+    assert await relay.prune() == (0, 0, 0)
     assert store.deletes == [7 * 86400]
 
 
