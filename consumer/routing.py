@@ -15,8 +15,10 @@ session (``metadata["agent"]``: the agent id and its workspace) and saved with e
   consumer, without a restart. An id the registry does not know is asked again after
   ``refresh_s``. Built agents live in a bounded LRU cache keyed by agent and version (and the
   looked-up rows in one a few times larger): memory does not grow with the number of agents.
-- A registry agent's plan check reads its workspace's plan from that copy, and its web search
-  counts against the workspace's daily limit (``store.hosting.take_web_search``).
+- A registry agent's plan check reads its workspace's plan from that copy, its web search
+  counts against the workspace's daily limit (``store.hosting.take_web_search``), and its
+  ``search_knowledge`` without sources of its own reads its workspace's Knowledge Base (the
+  installed pack's ``workspace_knowledge(workspace)``), never another's.
 """
 
 from __future__ import annotations
@@ -336,6 +338,7 @@ class RegistryRouter:
         hooks = HostHooks(
             plan_check=plan_check,
             wrap_web_search=lambda backend: WorkspaceWebSearch(backend, self._hosting, workspace),
+            workspace_knowledge=self._packs.workspace_knowledge(workspace),
         )
         try:
             definition = parse_definition(stored.document)

@@ -192,12 +192,13 @@ class AgentDefinition(_Doc):
 @dataclass(frozen=True)
 class HostHooks:
     """What the host adds to an agent built from data: the plan check, a wrapper around the
-    web search backend (the workspace's daily quota), and a knowledge index used when the
-    definition names no pack's own."""
+    web search backend (the workspace's daily quota), a knowledge index used when the
+    definition names no pack's own, and the workspace's whole Knowledge Base."""
 
     plan_check: PlanCheck | None = None
     wrap_web_search: Callable[[Any], Any] | None = None
     knowledge_index: Any = None
+    workspace_knowledge: Any = None
 
 
 def parse_definition(document: Any) -> AgentDefinition:
@@ -303,6 +304,8 @@ def _lifecycle(definition: AgentDefinition, code: dict[str, dict[str, Any]],
         values["knowledge_index"] = index
     elif host.knowledge_index is not None:
         values["knowledge_index"] = host.knowledge_index
+    if host.workspace_knowledge is not None:
+        values["workspace_knowledge"] = host.workspace_knowledge
     source = settings.web_search
     if source is not None:
         backend = code["web_search"].get(source.backend)

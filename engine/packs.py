@@ -29,7 +29,7 @@ class Pack:
     ``actions``: ``do`` handlers (a callable or an ``engine.Action`` with its params);
     ``conditions``: ``fn(ctx, arg)``; ``tools``: tool handlers; ``web_search``: objects with
     ``async search(query, *, limit, allowed_domains)``; ``knowledge``: knowledge indexes
-    (anything ``Lifecycle.knowledge_index`` takes)."""
+    (anything ``Lifecycle.knowledge_index`` takes); ``workspace_knowledge``: see below."""
 
     name: str
     actions: Mapping[str, Action | Callable[..., Any]] = field(default_factory=dict)
@@ -38,6 +38,10 @@ class Pack:
     web_search: Mapping[str, Any] = field(default_factory=dict)
     knowledge: Mapping[str, Any] = field(default_factory=dict)
     events: Mapping[str, Any] = field(default_factory=dict)
+    # The deployment's way to each workspace's whole Knowledge Base: ``fn(workspace_id)`` gives
+    # its ``WorkspaceKnowledgeIndex`` (an agent with no knowledge sources of its own searches
+    # it). Deployment-wide: at most one installed pack has it, whatever a definition lists.
+    workspace_knowledge: Callable[[str], Any] | None = None
 
 
 _KINDS = ("actions", "conditions", "tools", "web_search", "knowledge", "events")
@@ -56,7 +60,21 @@ class PackSet:
             raise PackError(f"not a Pack: {type(pack).__name__}")
         if pack.name in self._packs and self._packs[pack.name] is not pack:
             raise PackError(f"two packs are named {pack.name!r}")
+        if pack.workspace_knowledge is not None:
+            other = next((p.name for p in self._packs.values() if p is not pack
+                          and p.workspace_knowledge is not None), None)
+            if other is not None:
+                raise PackError(
+                    f"packs {other!r} and {pack.name!r} both give the workspace knowledge"
+                )
         self._packs[pack.name] = pack
+
+    def workspace_knowledge(self, workspace: str) -> Any:
+        """The installed workspace Knowledge Base index of ``workspace``, or None."""
+        for pack in self._packs.values():
+            if pack.workspace_knowledge is not None:
+                return pack.workspace_knowledge(workspace)
+        return None
 
     @property
     def names(self) -> list[str]:

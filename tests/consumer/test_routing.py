@@ -251,3 +251,25 @@ async def _interleaved(database_url: str, steps: list[tuple[int, int | None]]) -
         assert router.cached_agents <= 3
     finally:
         await store.close()
+
+
+async def test_each_agent_searches_its_own_workspaces_knowledge_base(store: Store) -> None:
+    """The installed pack's workspace_knowledge gives each agent its own workspace's index."""
+    from engine.lifecycle.knowledge import InMemoryWorkspaceKnowledge
+    from engine.lifecycle.settings import KnowledgeDocument
+    from engine.packs import Pack
+
+    indexes = {
+        ws: InMemoryWorkspaceKnowledge(
+            [KnowledgeDocument(id=f"{ws}-doc", title=ws, text=f"the {ws} handbook")]
+        )
+        for ws in ("kb1", "kb2")
+    }
+    packs = PackSet([Pack(name="kb", workspace_knowledge=indexes.get)])
+    hosting = Hosting(store.engine)
+    await _put(hosting, "one", "kb1", "x")
+    await _put(hosting, "two", "kb2", "x")
+    router = RegistryRouter(hosting, packs, refresh_s=0)
+    for agent_id, workspace in (("one", "kb1"), ("two", "kb2")):
+        route = await router.route(_input("s", agent_id), None)
+        assert route.agent.config.lifecycle.workspace_knowledge is indexes[workspace]

@@ -190,3 +190,11 @@ def test_lifecycle_settings_keep_the_engines_own_checks_of_what_was_left_unset()
     )
     assert agent.config.lifecycle is not None and agent.config.lifecycle.escalation
     assert agent.config.lifecycle.max_tool_calls == 4  # the engine's default, not restated
+
+
+def test_one_installed_pack_gives_the_workspace_knowledge() -> None:
+    first = Pack(name="kb", workspace_knowledge=lambda workspace: f"index of {workspace}")
+    assert PackSet([first]).workspace_knowledge("acme") == "index of acme"
+    assert PackSet([bike_pack]).workspace_knowledge("acme") is None
+    with pytest.raises(PackError, match="both give the workspace knowledge"):
+        PackSet([first, Pack(name="kb2", workspace_knowledge=lambda workspace: None)])
