@@ -42,6 +42,11 @@ COMMANDS: dict[str, Command] = {
     "agents": Command(
         "consumer.commands.agents", "store agents as versioned data, activate, list; credits"
     ),
+    "inspect": Command(
+        "consumer.commands.inspect", "a conversation turn by turn, or the conversations list"
+    ),
+    "ui": Command("consumer.commands.ui", "the read-only web inspector of conversations"),
+    "graph": Command("consumer.commands.graph", "an agent's flows as an SVG or Mermaid diagram"),
 }
 
 

@@ -47,6 +47,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
 
 from store.history import GIVES_ENTRIES
+from store.incidents import INCIDENT
 
 metadata = MetaData()
 
@@ -59,6 +60,8 @@ sessions = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
+# The inspector's conversation list: a keyset page by last activity (consumer/inspect).
+Index("ix_sessions_updated", sessions.c.updated_at, sessions.c.id)
 
 turns = Table(
     "turns",
@@ -93,6 +96,14 @@ turns = Table(
     UniqueConstraint("session_id", "version", name="uq_turns_session_version"),
 )
 Index("ix_turns_created_at", turns.c.created_at)
+# The turns an incident list looks for (store/incidents.py): a hand-off, fallback, error or
+# gated turn. Few turns are any of them, so a list filtered by one reads only these.
+Index(
+    "ix_turns_incidents",
+    turns.c.session_id,
+    turns.c.created_at,
+    postgresql_where=text(INCIDENT),
+)
 # The turns a load's history reads (store/history.py): those that hold a message or sent one,
 # so the read does not pass over the turns in between that did neither.
 Index(
@@ -253,6 +264,11 @@ Index(
     dead_lettered_sources.c.source_partition,
     dead_lettered_sources.c.source_offset,
     unique=True,
+)
+Index(
+    "ix_dead_lettered_sources_session",
+    dead_lettered_sources.c.session_id,
+    dead_lettered_sources.c.created_at,
 )
 
 # -- hosting: workspaces, agents as versioned data, quotas, the credit ledger (store/hosting.py)

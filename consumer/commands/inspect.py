@@ -1,0 +1,122 @@
+"""``turnflow inspect``: a conversation turn by turn, or the list of conversations.
+
+``turnflow inspect SESSION`` prints the conversation oldest turn first: each turn's input, what
+the model understood, what the code decided (outcome lines with flow and step), what was sent
+and whether it is published, the timers, the credits; then what is still pending. Without a
+session it lists recent conversations, narrowed by ``--outcome`` (handoff, fallback, error,
+gated, dead-lettered), ``--flow``, ``--agent`` and ``--since``/``--until``. ``--json`` prints
+the same view model for scripts. Reads ``INSPECT_DATABASE_URL`` (else ``DATABASE_URL``) in
+read-only transactions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+from consumer.commands.arguments import whole_number
+from consumer.commands.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
+from consumer.inspect.options import database_url, parse_time
+from consumer.inspect.reading import MAX_PAGE, OUTCOME_FILTERS, Cursor, ListFilter, Reader
+
+__all__ = ["add_arguments", "run"]
+
+EXIT_NOT_FOUND = 3
+
+
+def _time(value: str) -> Any:
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _cursor(value: str) -> Cursor:
+    try:
+        return Cursor.decode(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("session", nargs="?", help="a session id; without it, list conversations")
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    parser.add_argument("--turns", type=whole_number(1), default=50,
+                        help=f"how many turns to show, the latest unless --since or --from "
+                        f"(default 50, at most {MAX_PAGE})")
+    parser.add_argument("--from", dest="from_version", type=whole_number(1), default=None,
+                        help="show turns from this turn number on")
+    parser.add_argument("--since", type=_time, default=None,
+                        help="from this time on: ISO 8601 or an age (30m, 2h, 7d)")
+    parser.add_argument("--until", type=_time, default=None, help="the list: before this time")
+    parser.add_argument("--outcome", choices=OUTCOME_FILTERS, default=None,
+                        help="the list: conversations with a turn of this outcome")
+    parser.add_argument("--flow", default=None, help="the list: conversations that ran this flow")
+    parser.add_argument("--agent", default=None,
+                        help="the list: conversations this agent answered")
+    parser.add_argument("--limit", type=whole_number(1), default=20,
+                        help=f"the list: conversations per page (default 20, at most {MAX_PAGE})")
+    parser.add_argument("--after", type=_cursor, default=None,
+                        help="the list: the page after this cursor (printed under a full page)")
+    parser.add_argument("--colour", "--color", choices=("auto", "always", "never"),
+                        default="auto", help="colour the output (auto: only on a terminal)")
+
+
+def _colour(choice: str) -> bool:
+    if choice == "always":
+        return True
+    if choice == "never" or os.environ.get("NO_COLOR"):
+        return False
+    return sys.stdout.isatty()
+
+
+def run(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import DBAPIError
+
+    from consumer.inspect import terminal, view
+
+    url = database_url()
+    if url is None:
+        return fail("INSPECT_DATABASE_URL or DATABASE_URL must be set", EXIT_CONFIG)
+    if args.turns > MAX_PAGE or args.limit > MAX_PAGE:
+        return fail(f"--turns and --limit are at most {MAX_PAGE}", EXIT_CONFIG)
+    colour = _colour(args.colour) and not args.json
+
+    async def read() -> tuple[str, int]:
+        reader = Reader(url, pool_size=1)
+        try:
+            if args.session is not None:
+                rows = await reader.conversation(
+                    args.session, turns=args.turns, from_version=args.from_version,
+                    since=args.since,
+                )
+                if rows is None:
+                    return f"turnflow: no conversation {args.session!r}\n", EXIT_NOT_FOUND
+                model = view.conversation_view(rows)
+                if args.json:
+                    return json.dumps(view.to_jsonable(model), ensure_ascii=False) + "\n", 0
+                return terminal.conversation_text(model, colour=colour), 0
+            where = ListFilter(outcome=args.outcome, flow=args.flow, agent=args.agent,
+                               since=args.since, until=args.until)
+            found, following = await reader.conversations(where, limit=args.limit,
+                                                          after=args.after)
+            items = [view.list_item(row) for row in found]
+            cursor = following.encode() if following else None
+            if args.json:
+                document = {"conversations": view.to_jsonable(items), "next": cursor}
+                return json.dumps(document, ensure_ascii=False) + "\n", 0
+            return terminal.list_text(items, colour=colour, next_cursor=cursor), 0
+        finally:
+            await reader.close()
+
+    try:
+        text, code = asyncio.run(read())
+    except (DBAPIError, OSError) as exc:
+        return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}",
+                    EXIT_UNREACHABLE)
+    (sys.stderr if code else sys.stdout).write(text)
+    return code

@@ -1,0 +1,369 @@
+"""The inspector's queries: paged, read-only, over the tables the consumer writes.
+
+Every read runs in a ``READ ONLY`` transaction, so the inspector cannot write even when it is
+given a role that could (docs/inspecting.md describes a read-only role as well). Nothing here
+loads a table or a conversation whole:
+
+- the conversation list is a keyset page over ``sessions`` by last activity
+  (``ix_sessions_updated``); filtered by an incident kind it reads only the turns of that kind
+  from the partial index ``ix_turns_incidents`` (``store.incidents``), grouped by conversation;
+- a conversation is read as a range of turn versions (versions are dense, one per saved turn),
+  with the session's unpublished outbox rows, its pending timers and its dead-lettered inputs,
+  each from an index on the session.
+
+The SQL is composed only from the fixed fragments below; every value is a bound parameter.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from store import jsoncodec
+from store.incidents import INCIDENT, KINDS
+from store.urls import async_url
+
+__all__ = [
+    "DEAD_LETTERED",
+    "OUTCOME_FILTERS",
+    "ConversationRows",
+    "Cursor",
+    "ListFilter",
+    "ListRow",
+    "Reader",
+]
+
+DEAD_LETTERED = "dead-lettered"
+OUTCOME_FILTERS = (*KINDS, DEAD_LETTERED)
+"""The ``--outcome`` values: the incident kinds of ``store.incidents`` and dead-lettered inputs."""
+
+MAX_PAGE = 500
+"""The largest page any caller may ask for (conversations or turns)."""
+
+_TURN_COLUMNS = """
+    session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
+    llm_calls, created_at, clock_at, model_calls, input_id, source_topic, source_partition,
+    source_offset
+"""
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where a list page ends: the last row's activity time and id (the next page is after)."""
+
+    at: datetime
+    session_id: str
+
+    def encode(self) -> str:
+        raw = json.dumps([self.at.isoformat(), self.session_id]).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, value: str) -> Cursor:
+        """The cursor ``encode`` gave; a ValueError for anything else (it comes from a URL)."""
+        try:
+            padded = value + "=" * (-len(value) % 4)
+            at, session_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
+            parsed = datetime.fromisoformat(at)
+        except (ValueError, TypeError, UnicodeError) as exc:
+            raise ValueError("not a page cursor") from exc
+        if not isinstance(session_id, str) or parsed.tzinfo is None:
+            raise ValueError("not a page cursor")
+        return cls(parsed, session_id)
+
+
+@dataclass(frozen=True)
+class ListFilter:
+    """What the conversation list is narrowed to. ``outcome`` is one of ``OUTCOME_FILTERS``;
+    ``since``/``until`` bound the last activity (or, with ``outcome``, the matching turns)."""
+
+    outcome: str | None = None
+    flow: str | None = None
+    agent: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.outcome is not None and self.outcome not in OUTCOME_FILTERS:
+            raise ValueError(
+                f"unknown outcome {self.outcome!r}: one of {', '.join(OUTCOME_FILTERS)}"
+            )
+
+
+@dataclass(frozen=True)
+class ListRow:
+    """One conversation of a list page, with what the list shows of it."""
+
+    session_id: str
+    turns: int
+    created_at: datetime
+    updated_at: datetime
+    at: datetime  # the ordering key: last activity, or the last matching turn when filtered
+    state: dict[str, Any]
+    last_input: dict[str, Any] | None = None
+    incidents: list[str] = field(default_factory=list)
+    dead_lettered: int = 0
+
+
+@dataclass(frozen=True)
+class ConversationRows:
+    """What a conversation page is built from: the session row, one range of its turns, and
+    what is still pending for it."""
+
+    session: dict[str, Any]
+    turns: list[dict[str, Any]]
+    unpublished: list[dict[str, Any]]
+    timers: list[dict[str, Any]]
+    dead_lettered: list[dict[str, Any]]
+    first_version: int
+    last_version: int
+
+
+class Reader:
+    """The inspector's connection to the database: read-only transactions on a small pool."""
+
+    def __init__(self, database_url: str, *, pool_size: int = 4) -> None:
+        self._engine: AsyncEngine = create_async_engine(
+            async_url(database_url), pool_size=pool_size, max_overflow=0, pool_pre_ping=True,
+        )
+
+    async def close(self) -> None:
+        await self._engine.dispose()
+
+    @asynccontextmanager
+    async def _reading(self) -> AsyncIterator[AsyncConnection]:
+        async with self._engine.connect() as plain:
+            # One snapshot for all of a page's statements, and no statement may write.
+            connection = await plain.execution_options(
+                isolation_level="REPEATABLE READ", postgresql_readonly=True
+            )
+            async with connection.begin():
+                yield connection
+
+    # -- the list ----------------------------------------------------------------------------
+
+    async def conversations(
+        self, where: ListFilter, *, limit: int = 50, after: Cursor | None = None
+    ) -> tuple[list[ListRow], Cursor | None]:
+        """A page of conversations, most recent first, and the cursor of the next page (None
+        when this is the last)."""
+        limit = max(1, min(limit, MAX_PAGE))
+        sql, params = _list_query(where, limit + 1, after)
+        async with self._reading() as connection:
+            rows = (await connection.execute(text(sql), params)).mappings().all()
+            more = len(rows) > limit
+            rows = rows[:limit]
+            ids = [r["id"] for r in rows]
+            details = await _list_details(connection, ids) if ids else {}
+        out = []
+        for r in rows:
+            last_input, incidents, dead = details.get(r["id"], (None, [], 0))
+            out.append(
+                ListRow(
+                    session_id=r["id"], turns=int(r["version"]), created_at=r["created_at"],
+                    updated_at=r["updated_at"], at=r["at"], state=_json(r["state"]) or {},
+                    last_input=last_input, incidents=incidents, dead_lettered=dead,
+                )
+            )
+        following = Cursor(out[-1].at, out[-1].session_id) if more and out else None
+        return out, following
+
+    # -- one conversation ---------------------------------------------------------------------
+
+    async def conversation(
+        self,
+        session_id: str,
+        *,
+        turns: int = 50,
+        from_version: int | None = None,
+        since: datetime | None = None,
+    ) -> ConversationRows | None:
+        """The session and a range of ``turns`` of its turns, oldest first: from
+        ``from_version``, else from the first turn at or after ``since``, else the last
+        ``turns`` turns. None when there is no such conversation (no session row and no
+        dead-lettered input)."""
+        turns = max(1, min(turns, MAX_PAGE))
+        async with self._reading() as connection:
+            session = (await connection.execute(text(
+                "SELECT id, version, state, created_at, updated_at FROM sessions WHERE id = :s"
+            ), {"s": session_id})).mappings().first()
+            dead = [dict(r) for r in (await connection.execute(text(
+                "SELECT source_topic, source_partition, source_offset, reason, created_at "
+                "FROM dead_lettered_sources WHERE session_id = :s ORDER BY created_at, id "
+                "LIMIT :n"
+            ), {"s": session_id, "n": MAX_PAGE})).mappings().all()]
+            if session is None and not dead:
+                return None
+            last = int(session["version"]) if session is not None else 0
+            if from_version is not None:
+                first = max(1, from_version)
+            elif since is not None:
+                found = (await connection.execute(text(
+                    "SELECT version FROM turns WHERE session_id = :s AND created_at >= :since "
+                    "ORDER BY version LIMIT 1"
+                ), {"s": session_id, "since": since})).scalar()
+                first = int(found) if found is not None else last + 1
+            else:
+                first = max(1, last - turns + 1)
+            upto = min(last, first + turns - 1)
+            rows = (await connection.execute(text(
+                f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = :s "
+                "AND version BETWEEN :lo AND :hi ORDER BY version"
+            ), {"s": session_id, "lo": first, "hi": upto})).mappings().all()
+            unpublished = (await connection.execute(text(
+                "SELECT id, topic, key, payload, created_at FROM outbox "
+                "WHERE session_id = :s AND published_at IS NULL ORDER BY id LIMIT :n"
+            ), {"s": session_id, "n": MAX_PAGE})).mappings().all()
+            timers = (await connection.execute(text(
+                "SELECT key, at FROM timers WHERE session_id = :s ORDER BY at, key LIMIT :n"
+            ), {"s": session_id, "n": MAX_PAGE})).mappings().all()
+        return ConversationRows(
+            session={
+                "id": session_id,
+                "version": last,
+                "state": _json(session["state"]) if session is not None else {},
+                "created_at": session["created_at"] if session is not None else None,
+                "updated_at": session["updated_at"] if session is not None else None,
+            },
+            turns=[_turn(r) for r in rows],
+            unpublished=[
+                {**dict(r), "payload": _json(r["payload"])} for r in unpublished
+            ],
+            timers=[dict(r) for r in timers],
+            dead_lettered=dead,
+            first_version=first,
+            last_version=upto,
+        )
+
+    async def visited(self, session_id: str, *, limit: int = 10_000) -> list[tuple[str, str]]:
+        """The (flow, step) pairs the conversation's last ``limit`` turns' outcome lines name,
+        oldest first, for the diagram's highlighted path. Only the outcome column is read."""
+        async with self._reading() as connection:
+            rows = (await connection.execute(text(
+                "SELECT outcomes FROM (SELECT version, outcomes FROM turns WHERE session_id = :s "
+                "ORDER BY version DESC LIMIT :n) AS t ORDER BY version"
+            ), {"s": session_id, "n": limit})).scalars().all()
+        path: list[tuple[str, str]] = []
+        for outcomes in rows:
+            for line in _json(outcomes) or []:
+                flow, step = line.get("flow_id"), line.get("step_id")
+                if flow and step and (not path or path[-1] != (flow, step)):
+                    path.append((flow, step))
+        return path
+
+
+def _json(value: Any) -> Any:
+    """A jsonb value as the driver gave it (text with asyncpg), decoded."""
+    if value is None or not isinstance(value, str | bytes):
+        return value
+    return jsoncodec.loads(value)
+
+
+def _turn(row: Any) -> dict[str, Any]:
+    out = dict(row)
+    for name in ("input", "messages", "schedule", "outcomes", "started", "ended", "skipped",
+                 "model_calls"):
+        out[name] = _json(out[name])
+    return out
+
+
+def _list_query(
+    where: ListFilter, limit: int, after: Cursor | None
+) -> tuple[str, dict[str, Any]]:
+    """The list page's SQL: composed of fixed fragments only, the values bound."""
+    params: dict[str, Any] = {"limit": limit}
+    conditions: list[str] = []
+    if where.outcome is None:
+        source = "sessions AS s"
+        at = "s.updated_at"
+        if where.since is not None:
+            conditions.append("s.updated_at >= :since")
+        if where.until is not None:
+            conditions.append("s.updated_at < :until")
+    else:
+        if where.outcome == DEAD_LETTERED:
+            matching = "SELECT session_id, max(created_at) AS at FROM dead_lettered_sources"
+            kind_condition: list[str] = []
+        else:
+            matching = "SELECT session_id, max(created_at) AS at FROM turns"
+            kind_condition = [KINDS[where.outcome]]
+        bounds = list(kind_condition)
+        if where.since is not None:
+            bounds.append("created_at >= :since")
+        if where.until is not None:
+            bounds.append("created_at < :until")
+        if bounds:
+            matching += " WHERE " + " AND ".join(bounds)
+        matching += " GROUP BY session_id"
+        source = f"({matching}) AS m JOIN sessions AS s ON s.id = m.session_id"
+        at = "m.at"
+    if where.since is not None:
+        params["since"] = where.since
+    if where.until is not None:
+        params["until"] = where.until
+    if after is not None:
+        conditions.append(f"({at}, s.id) < (:after_at, :after_id)")
+        params["after_at"], params["after_id"] = after.at, after.session_id
+    if where.flow is not None:
+        # a conversation that ran the flow: a turn started a run of it
+        conditions.append(
+            "EXISTS (SELECT 1 FROM turns AS f WHERE f.session_id = s.id "
+            "AND f.started @> CAST(:flow AS jsonb))"
+        )
+        params["flow"] = json.dumps([{"flow_id": where.flow}])
+    if where.agent is not None:
+        # the registry agent that ran a turn, or the agent id its messages carry (an agent
+        # loaded from AGENT has no registry id; its messages name it when it has lifecycle
+        # settings)
+        conditions.append(
+            "EXISTS (SELECT 1 FROM turns AS a WHERE a.session_id = s.id "
+            "AND (a.agent_id = :agent OR a.messages @> CAST(:agent_json AS jsonb)))"
+        )
+        params["agent"] = where.agent
+        params["agent_json"] = json.dumps([{"agent_id": where.agent}])
+    sql = (
+        f"SELECT s.id, s.version, s.state, s.created_at, s.updated_at, {at} AS at FROM {source}"
+        + (" WHERE " + " AND ".join(conditions) if conditions else "")
+        + f" ORDER BY {at} DESC, s.id DESC LIMIT :limit"
+    )
+    return sql, params
+
+
+async def _list_details(
+    connection: AsyncConnection, ids: list[str]
+) -> dict[str, tuple[dict[str, Any] | None, list[str], int]]:
+    """For a page's conversations: the last turn's input, the incident kinds seen, and the
+    number of dead-lettered inputs; each read through an index on the session."""
+    last = (await connection.execute(text(
+        "SELECT DISTINCT ON (session_id) session_id, input FROM turns "
+        "WHERE session_id = ANY(CAST(:ids AS text[])) ORDER BY session_id, version DESC"
+    ), {"ids": ids})).mappings().all()
+    kinds_sql = ", ".join(f"bool_or({sql}) AS \"{name}\"" for name, sql in KINDS.items())
+    incidents = (await connection.execute(text(
+        f"SELECT session_id, {kinds_sql} FROM turns "
+        f"WHERE session_id = ANY(CAST(:ids AS text[])) AND {INCIDENT} GROUP BY session_id"
+    ), {"ids": ids})).mappings().all()
+    dead = (await connection.execute(text(
+        "SELECT session_id, count(*) AS n FROM dead_lettered_sources "
+        "WHERE session_id = ANY(CAST(:ids AS text[])) GROUP BY session_id"
+    ), {"ids": ids})).mappings().all()
+    out: dict[str, tuple[dict[str, Any] | None, list[str], int]] = {
+        i: (None, [], 0) for i in ids
+    }
+    for r in last:
+        out[r["session_id"]] = (_json(r["input"]), [], 0)
+    for r in incidents:
+        found = [name for name in KINDS if r[name]]
+        out[r["session_id"]] = (out[r["session_id"]][0], found, 0)
+    for r in dead:
+        before = out[r["session_id"]]
+        out[r["session_id"]] = (before[0], before[1], int(r["n"]))
+    return out

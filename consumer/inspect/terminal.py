@@ -1,0 +1,173 @@
+"""The inspector's views for a terminal: a conversation turn by turn, and the list.
+
+Plain text, one turn as a block: the input, then ``understood``, ``decided``, ``sent`` and
+``timers`` lines. Colour (ANSI) only when asked for, which the command does only when its
+output is a terminal and ``NO_COLOR`` is unset. Customer text is printed with its control
+characters made visible, so a message cannot move the cursor or recolour the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from consumer.inspect.view import ConversationView, ListItem, TurnView
+
+__all__ = ["conversation_text", "list_text", "safe"]
+
+_STYLES = {"dim": "2", "bold": "1", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
+
+
+class _Paint:
+    def __init__(self, colour: bool) -> None:
+        self.colour = colour
+
+    def __call__(self, style: str, text: str) -> str:
+        if not self.colour:
+            return text
+        return f"\x1b[{_STYLES[style]}m{text}\x1b[0m"
+
+
+def safe(text: Any) -> str:
+    """``text`` with control characters (escape sequences, carriage returns, newlines) shown
+    as escapes: nothing from a record reaches the terminal as a control."""
+    out = []
+    for ch in str(text):
+        if ch == "\n":
+            out.append("⏎ ")
+        elif ord(ch) < 32 or 0x7F <= ord(ch) < 0xA0 or ch in "\u2028\u2029\u202e\u2066\u2067":
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _time(value: datetime | str | None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    return value.strftime("%Y-%m-%d %H:%M:%S") + "Z" if value.utcoffset() is not None else str(
+        value
+    )
+
+
+def _compact(value: Any) -> str:
+    return safe(json.dumps(value, ensure_ascii=False, sort_keys=True, default=str))
+
+
+def conversation_text(view: ConversationView, *, colour: bool = False) -> str:
+    paint = _Paint(colour)
+    out = [
+        paint("bold", f"conversation {safe(view.session_id)}")
+        + f" · {view.turns_total} turns · started {_time(view.created_at)}"
+        + f" · last activity {_time(view.updated_at)}"
+    ]
+    if view.runs:
+        out.append("runs now: " + ", ".join(
+            f"{r['flow']}/{r['step']} ({r['status']})" for r in view.runs
+        ))
+    if view.data:
+        out.append("data: " + ", ".join(f"{safe(k)}={_compact(v)}" for k, v in view.data.items()))
+    for timer in view.pending_timers:
+        out.append(paint("yellow", f"pending timer {safe(timer['key'])} at {_time(timer['at'])}"))
+    for row in view.unpublished:
+        out.append(paint("yellow", f"not yet published: outbox row {row['id']} "
+                                   f"{row['kind'] or 'timer'} {safe(row['key'])}"))
+    for dead in view.dead_lettered:
+        out.append(paint("red", f"dead-lettered input {safe(dead['source'])}: "
+                                f"{safe(dead['reason'])} at {_time(dead['at'])}"))
+    if view.has_earlier:
+        out.append(paint("dim", f"(turns 1-{view.first_version - 1} not shown)"))
+    for turn in view.turns:
+        out.append("")
+        out.extend(_turn_lines(turn, paint))
+    if view.has_later:
+        out.append(paint("dim", f"(turns {view.last_version + 1}-{view.turns_total} not shown)"))
+    return "\n".join(out) + "\n"
+
+
+def _turn_lines(turn: TurnView, paint: _Paint) -> list[str]:
+    head = f"#{turn.version} {_time(turn.at)} {turn.kind}"
+    if turn.input_id:
+        head += f" {safe(turn.input_id)}"
+    if turn.text is not None:
+        head += f" {safe(json.dumps(turn.text, ensure_ascii=False))}"
+    if turn.source:
+        head += paint("dim", f"  [{safe(turn.source)}]")
+    if turn.incidents:
+        head += " " + paint("red", " ".join(f"<{i}>" for i in turn.incidents))
+    lines = [paint("bold", head)]
+
+    def block(label: str, items: Iterable[str]) -> None:
+        for n, item in enumerate(items):
+            lines.append(f"   {(label if n == 0 else ''):<11} {item}")
+
+    if turn.understood:
+        block("understood", (_call(call) for call in turn.understood))
+    elif turn.llm_calls and not turn.recorded:
+        block("understood", [paint("dim", "(no recording kept for this turn)")])
+    block("decided", (_line(line) for line in turn.decided))
+    block("skipped", (f"{safe(s.get('flow_id'))}: {safe(s.get('code'))}" for s in turn.skipped))
+    block("sent", (
+        f"{m.kind} {safe(json.dumps(m.text, ensure_ascii=False))} key {safe(m.key)} "
+        + (paint("green", "published") if m.published else paint("yellow", "in the outbox"))
+        + (f" after {m.after_ms} ms" if m.after_ms else "")
+        + (f" hand-off {_compact(m.handoff)}" if m.handoff else "")
+        for m in turn.sent
+    ))
+    block("timers", (
+        f"{safe(t.key)} at {safe(t.at)} {t.state}"
+        + (f" (replaces {safe(t.replaces)})" if t.replaces else "")
+        for t in turn.timers
+    ))
+    cost = f"{turn.llm_calls} model call(s)"
+    if turn.credits is not None:
+        cost += f", {turn.credits} credit(s)"
+    block("cost", [paint("dim", cost)])
+    return lines
+
+
+def _call(call: dict[str, Any]) -> str:
+    if not call["ok"]:
+        return f"{call['kind']}: failed {safe(call.get('error') or '')}"
+    if call["json"] is not None:
+        return f"{call['kind']}: {_compact(call['json'])}"
+    return f"{call['kind']}: {safe(json.dumps(call['text'], ensure_ascii=False))}"
+
+
+def _line(line: Any) -> str:
+    where = "/".join(p for p in (line.flow, line.step) if p) or "turn"
+    text = f"{line.code} {safe(where)}"
+    if line.detail:
+        text += f" ({safe(line.detail)})"
+    if line.status:
+        text += f" → {line.status}"
+    if line.llm_calls:
+        text += f" [{line.llm_calls} model call(s)]"
+    if line.credits is not None:
+        text += f" [{line.credits} credit(s)]"
+    return text
+
+
+def list_text(items: list[ListItem], *, colour: bool = False, next_cursor: str | None) -> str:
+    paint = _Paint(colour)
+    if not items:
+        return "no conversation matches\n"
+    out = []
+    for item in items:
+        runs = ", ".join(f"{r['flow']}/{r['step']} ({r['status']})" for r in item.runs) or "-"
+        flags = " ".join(paint("red", f"<{i}>") for i in item.incidents)
+        last = (
+            f"{item.last_kind} {safe(json.dumps(item.last_text, ensure_ascii=False))}"
+            if item.last_kind else ""
+        )
+        out.append(
+            f"{paint('bold', safe(item.session_id))}  {_time(item.at)}  {item.turns} turns  "
+            f"{safe(runs)}  {flags}  {paint('dim', last)}".rstrip()
+        )
+    if next_cursor:
+        out.append(paint("dim", f"more: --after {next_cursor}"))
+    return "\n".join(out) + "\n"

@@ -1,0 +1,35 @@
+"""The turns an incident list looks for, as SQL predicates over a `turns` row.
+
+An operator asked about a conversation starts from the turns that went wrong or left the agent:
+a hand-off to a person, a fallback, an error, a turn the plan check gated. The turn log names
+each in its outcome lines (`outcomes`, jsonb), so each kind is a containment test on that
+column. `INCIDENT` is their disjunction: the partial index `ix_turns_incidents` (migration 0014)
+holds only such turns, and a query on any one kind is answered from it, because each kind's
+predicate implies the disjunction (PostgreSQL proves that for a partial index).
+
+The strings are fixed SQL (no parameters), so the index predicate and the queries are the same
+text; `store/schema.py` declares the index with `INCIDENT`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["INCIDENT", "KINDS"]
+
+KINDS: dict[str, str] = {
+    # A rule or the model's tool handed the conversation to a person (engine/lifecycle/
+    # handoff.py): the turn's own line, with no run. A run's "handoff" line is a move to
+    # another flow, not to a person.
+    "handoff": """outcomes @> '[{"code": "handoff", "run_id": null}]'""",
+    # The speak call gave up and the agent's fallback line went out (billed nothing).
+    "fallback": """outcomes @> '[{"code": "billed", "detail": "not billed (fallback)"}]'""",
+    # An action failed, a reply was deferred, or the turn's own outcome was an error.
+    "error": (
+        """(outcomes @> '[{"code": "action-failed"}]' """
+        """OR outcomes @> '[{"code": "deferred"}]' """
+        """OR outcomes @> '[{"code": "billed", "detail": "not billed (error)"}]')"""
+    ),
+    # The host's plan check said the plan does not include the agent.
+    "gated": """outcomes @> '[{"code": "gated"}]'""",
+}
+
+INCIDENT = "(" + " OR ".join(KINDS.values()) + ")"

@@ -1,0 +1,38 @@
+"""One database filled by the real consumer for the inspector's tests (module scope: the fill
+takes a few seconds and every test only reads it)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+from tests.fixtures.broker import TopicFactory
+from tests.inspect.filling import fill
+from tests.integration.harness import ServiceSetup, service_topics
+
+
+@dataclass(frozen=True)
+class Filled:
+    database_url: str
+    prefix: str
+    sessions: dict[str, list[str]]
+
+    def all(self) -> set[str]:
+        return {sid for ids in self.sessions.values() for sid in ids}
+
+
+@pytest.fixture(scope="module")
+def filled(kafka_bootstrap: str, database_url: str, kafka_is_embedded: bool) -> Filled:
+    """Conversations of every script in ``tests.inspect.filling``, under a prefix of this
+    module's own, saved by a ``ConsumerService`` running the demo agent."""
+    prefix = f"i{uuid.uuid4().hex[:6]}-"
+
+    async def run() -> dict[str, list[str]]:
+        topics = await service_topics(TopicFactory(kafka_bootstrap, "inspect"))
+        setup = ServiceSetup(kafka_bootstrap, database_url, topics, kafka_is_embedded)
+        return await fill(setup, prefix=prefix)
+
+    return Filled(database_url, prefix, asyncio.run(run()))
