@@ -1,0 +1,75 @@
+"""``turnflow graph``: an agent's flows as a diagram file, SVG or Mermaid.
+
+The same drawing ``turnflow ui`` shows (``consumer.inspect.diagram``): every flow with its
+triggers, every step, every move between them. ``--session`` highlights the path one
+conversation took (read from ``INSPECT_DATABASE_URL`` or ``DATABASE_URL``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from consumer.commands.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--agent", required=True, help="module:attribute of the agent")
+    parser.add_argument("--format", choices=("svg", "mermaid"), default=None,
+                        help="svg or mermaid (default: from --output's suffix, else mermaid)")
+    parser.add_argument("--output", "-o", type=Path, default=None,
+                        help="file to write (default: standard output)")
+    parser.add_argument("--session", default=None,
+                        help="highlight the path this conversation took")
+
+
+def run(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import DBAPIError
+
+    from consumer.agents import load_agent
+    from consumer.errors import AgentImportError
+    from consumer.inspect import diagram
+
+    try:
+        agent = load_agent(args.agent)
+    except AgentImportError as exc:
+        return fail(str(exc), EXIT_CONFIG)
+    graph = diagram.flow_graph(agent)
+    fmt = args.format or (
+        "svg" if args.output is not None and args.output.suffix.lower() == ".svg" else "mermaid"
+    )
+    path: list[tuple[str, str]] = []
+    if args.session is not None:
+        from consumer.inspect.options import database_url
+        from consumer.inspect.reading import Reader
+
+        url = database_url()
+        if url is None:
+            return fail("--session needs INSPECT_DATABASE_URL or DATABASE_URL", EXIT_CONFIG)
+
+        async def visited() -> list[tuple[str, str]]:
+            reader = Reader(url, pool_size=1)
+            try:
+                return await reader.visited(args.session)
+            finally:
+                await reader.close()
+
+        try:
+            path = asyncio.run(visited())
+        except (DBAPIError, OSError) as exc:
+            return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}",
+                        EXIT_UNREACHABLE)
+    text = diagram.svg(graph, path) if fmt == "svg" else diagram.mermaid(graph, path)
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        args.output.write_text(text)
+    except OSError as exc:
+        return fail(f"cannot write {args.output}: {exc.strerror}", EXIT_CONFIG)
+    print(f"turnflow graph: wrote {args.output} ({fmt})", file=sys.stderr)
+    return 0

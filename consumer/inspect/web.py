@@ -1,0 +1,248 @@
+"""``turnflow ui``'s pages: a Starlette app rendering Jinja2 templates over ``reading``/``view``.
+
+Read-only and script-free: every page is HTML and CSS rendered on the server, turns expand with
+``<details>``, filters are a GET form, so the list and the timeline work without JavaScript. The
+templates autoescape everything; the one piece of markup passed through unescaped is the flow
+diagram, which ``diagram.svg`` builds with every label escaped. Pages are sent with a strict
+Content-Security-Policy (no script at all, styles from this app only).
+
+Access: with a token (``TURNFLOW_UI_TOKEN``) every page asks for it, as
+``Authorization: Bearer <token>`` or the cookie that ``/login?token=...`` sets; without one the
+app is meant for a loopback address only (``consumer.commands.ui`` refuses to bind elsewhere).
+
+Logs: one line per request with the route's name, status and time. Never the path or query
+(session ids, filters) nor anything from a page.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections.abc import MutableMapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from consumer.inspect import diagram, view
+from consumer.inspect.options import parse_time
+from consumer.inspect.reading import MAX_PAGE, OUTCOME_FILTERS, Cursor, ListFilter, Reader
+
+__all__ = ["TOKEN_COOKIE", "build_app"]
+
+log = logging.getLogger("turnflow.ui")
+
+HERE = Path(__file__).parent
+TOKEN_COOKIE = "turnflow_ui_token"
+SECURITY_HEADERS = {
+    "content-security-policy": (
+        "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
+        "base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+    "cache-control": "no-store",
+}
+LIST_PAGE = 50
+TURNS_PAGE = 50
+
+
+def _templates() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["q"] = lambda value: quote(str(value), safe="")
+    env.filters["when"] = _when
+    env.filters["compact"] = _compact
+    return env
+
+
+def _when(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    return "" if value is None else str(value)
+
+
+def _compact(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+class _Guard:
+    """Asks for the token on every request when one is set, and adds the security headers."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = {"code": 0}
+
+        async def sending(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+                headers = [
+                    (k, v) for k, v in message.get("headers", [])
+                    if k.decode().lower() not in SECURITY_HEADERS
+                ]
+                headers.extend((k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items())
+                message = {**message, "headers": headers}
+            await send(message)
+
+        request = Request(scope)
+        if self.token is not None and not self._allowed(request):
+            response: Response = PlainTextResponse(
+                "a token is required: open /login?token=... or send Authorization: Bearer\n",
+                status_code=401, headers={"www-authenticate": "Bearer"},
+            )
+            await response(scope, receive, sending)
+        else:
+            await self.app(scope, receive, sending)
+        # The route's fixed name only: never the path or the query (session ids, filters).
+        route = getattr(scope.get("route"), "name", None) or "none"
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        log.info(f"ui {route} {status['code']} {elapsed_ms:.1f} ms")
+
+    def _allowed(self, request: Request) -> bool:
+        assert self.token is not None
+        if request.url.path == "/login":
+            return True
+        given = request.headers.get("authorization", "")
+        if given.startswith("Bearer ") and hmac.compare_digest(
+            given[7:].encode(), self.token.encode()
+        ):
+            return True
+        cookie = request.cookies.get(TOKEN_COOKIE, "")
+        return bool(cookie) and hmac.compare_digest(cookie.encode(), self.token.encode())
+
+
+def build_app(reader: Reader, *, agent: Any = None, token: str | None = None) -> ASGIApp:
+    """The inspector's ASGI app over ``reader``; ``agent`` (optional) for the flow diagram."""
+    env = _templates()
+    graph = diagram.flow_graph(agent) if agent is not None else None
+
+    def page(name: str, status: int = 200, **values: Any) -> HTMLResponse:
+        html = env.get_template(name).render(agent=graph.agent if graph else None, **values)
+        return HTMLResponse(html, status_code=status)
+
+    def bad(text: str) -> HTMLResponse:
+        return page("error.html", status=400, message=text)
+
+    async def conversations(request: Request) -> Response:
+        q = request.query_params
+        try:
+            where = ListFilter(
+                outcome=q.get("outcome") or None,
+                flow=q.get("flow") or None,
+                agent=q.get("agent") or None,
+                since=parse_time(q["since"]) if q.get("since") else None,
+                until=parse_time(q["until"]) if q.get("until") else None,
+            )
+            limit = _number(q.get("limit"), LIST_PAGE)
+            after = Cursor.decode(q["after"]) if q.get("after") else None
+        except ValueError as exc:
+            return bad(str(exc))
+        rows, following = await reader.conversations(where, limit=limit, after=after)
+        kept = {k: v for k, v in q.items() if k != "after" and v}
+        next_url = (
+            "/?" + urlencode({**kept, "after": following.encode()}) if following else None
+        )
+        return page(
+            "list.html", items=[view.list_item(r) for r in rows], form=q,
+            outcomes=OUTCOME_FILTERS, flows=[f.id for f in graph.flows] if graph else [],
+            next_url=next_url, first_url=("/?" + urlencode(kept)) if after else None,
+        )
+
+    async def conversation(request: Request) -> Response:
+        session_id = request.path_params["session_id"]
+        q = request.query_params
+        try:
+            turns = _number(q.get("turns"), TURNS_PAGE)
+            from_version = _number(q.get("from"), None) if q.get("from") else None
+            since = parse_time(q["since"]) if q.get("since") else None
+        except ValueError as exc:
+            return bad(str(exc))
+        rows = await reader.conversation(
+            session_id, turns=turns, from_version=from_version, since=since
+        )
+        if rows is None:
+            return page("error.html", status=404, message="no such conversation")
+        model = view.conversation_view(rows)
+        flows_svg = None
+        if graph is not None:
+            path = await reader.visited(session_id)
+            # built by diagram.svg with every label escaped: the one unescaped piece
+            flows_svg = Markup(diagram.svg(graph, path, standalone=False))
+        base = "/conversations/" + quote(session_id, safe="")
+        earlier = (
+            f"{base}?from={max(1, model.first_version - turns)}&turns={turns}"
+            if model.has_earlier else None
+        )
+        later = (
+            f"{base}?from={model.last_version + 1}&turns={turns}" if model.has_later else None
+        )
+        return page("conversation.html", c=model, flows_svg=flows_svg, earlier=earlier,
+                    later=later, latest=f"{base}?turns={turns}" if later else None)
+
+    async def flows(request: Request) -> Response:
+        if graph is None:
+            return page("error.html", status=404,
+                        message="no agent given: start the inspector with --agent")
+        drawing = Markup(diagram.svg(graph, [], standalone=False))
+        return page("flows.html", flows_svg=drawing)
+
+    async def login(request: Request) -> Response:
+        given = request.query_params.get("token", "")
+        response = RedirectResponse("/", status_code=303)
+        if token is not None and given and hmac.compare_digest(given.encode(), token.encode()):
+            response.set_cookie(TOKEN_COOKIE, given, httponly=True, samesite="strict")
+            return response
+        return PlainTextResponse("wrong token\n", status_code=401)
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok\n")
+
+    async def diagram_css(request: Request) -> Response:
+        return Response(diagram.SVG_STYLE, media_type="text/css")
+
+    app = Starlette(routes=[
+        Route("/", conversations, name="list"),
+        Route("/conversations/{session_id:path}", conversation, name="conversation"),
+        Route("/flows", flows, name="flows"),
+        Route("/login", login, name="login"),
+        Route("/healthz", healthz, name="healthz"),
+        Route("/static/diagram.css", diagram_css, name="diagram_css"),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ])
+    return _Guard(app, token)
+
+
+def _number(value: str | None, default: int | None) -> int:
+    if value is None or value == "":
+        assert default is not None
+        return default
+    if not value.isdigit() or len(value) > 6:
+        raise ValueError("not a whole number")
+    number = int(value)
+    if not 1 <= number <= MAX_PAGE:
+        raise ValueError(f"a page is 1 to {MAX_PAGE} rows")
+    return number

@@ -1,0 +1,277 @@
+"""The inspector's read side over a database the real consumer filled: the list's filters and
+paging, a conversation turn by turn, read-only transactions, and the CLI and web views of it."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+
+from consumer import cli
+from consumer.inspect import view
+from consumer.inspect.reading import Cursor, ListFilter, Reader
+from consumer.inspect.web import build_app
+from engine.providers.rules import RuleProvider
+from examples.demo_agent import build_agent
+from tests.inspect.conftest import Filled
+from tests.inspect.filling import HOSTILE
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+async def _mine(reader: Reader, filled: Filled, where: ListFilter) -> list[str]:
+    """Every conversation of this module the filter lists, walking the pages (3 a page)."""
+    out: list[str] = []
+    after = None
+    while True:
+        rows, after = await reader.conversations(where, limit=3, after=after)
+        out.extend(r.session_id for r in rows if r.session_id.startswith(filled.prefix))
+        if after is None:
+            return out
+
+
+async def test_each_outcome_filter_lists_exactly_those_conversations(filled: Filled) -> None:
+    reader = Reader(filled.database_url)
+    try:
+        handoffs = await _mine(reader, filled, ListFilter(outcome="handoff"))
+        dead = await _mine(reader, filled, ListFilter(outcome="dead-lettered"))
+        hours = await _mine(reader, filled, ListFilter(flow="hours"))
+        errors = await _mine(reader, filled, ListFilter(outcome="error"))
+        by_agent = await _mine(reader, filled, ListFilter(agent="Ana"))
+        nobody = await _mine(reader, filled, ListFilter(agent="Someone else"))
+        future = await _mine(reader, filled, ListFilter(
+            outcome="handoff", since=datetime.now(UTC) + timedelta(hours=1)))
+    finally:
+        await reader.close()
+    assert sorted(handoffs) == sorted(filled.sessions["handoff"])
+    assert sorted(dead) == sorted(filled.sessions["refused"])
+    assert sorted(hours) == sorted(filled.sessions["hours"])
+    assert errors == []  # no action failed and nothing was deferred
+    assert sorted(by_agent) == sorted(filled.all())
+    assert nobody == [] and future == []
+
+
+async def test_paging_visits_every_conversation_once_most_recent_first(filled: Filled) -> None:
+    reader = Reader(filled.database_url)
+    try:
+        seen: list[tuple[datetime, str]] = []
+        after = None
+        while True:
+            rows, after = await reader.conversations(ListFilter(), limit=4, after=after)
+            seen.extend((r.at, r.session_id) for r in rows)
+            if after is None:
+                break
+    finally:
+        await reader.close()
+    mine = [sid for _, sid in seen if sid.startswith(filled.prefix)]
+    assert sorted(mine) == sorted(filled.all()) and len(mine) == len(set(mine))
+    assert seen == sorted(seen, reverse=True)
+
+
+async def test_a_conversation_reads_turn_by_turn_with_the_correction_and_its_path(
+    filled: Filled,
+) -> None:
+    sid = filled.sessions["wrong-day"][0]
+    reader = Reader(filled.database_url)
+    try:
+        rows = await reader.conversation(sid)
+        last_two = await reader.conversation(sid, turns=2)
+        from_second = await reader.conversation(sid, turns=1, from_version=2)
+        path = await reader.visited(sid)
+        missing = await reader.conversation(filled.prefix + "nobody")
+    finally:
+        await reader.close()
+    assert rows is not None and last_two is not None and from_second is not None
+    model = view.conversation_view(rows)
+    assert [t.version for t in model.turns] == [1, 2, 3, 4] and model.turns_total == 4
+    assert [t.text for t in model.turns] == [
+        "book a repair", "a tune-up on friday", "actually, saturday", "yes"]
+    second, third = model.turns[1], model.turns[2]
+    # why the day changed: the code's own line, on the booking flow, naming the field
+    assert any(line.code == "corrected" and line.detail == "day" and line.flow == "booking"
+               for line in third.decided)
+    assert "friday" in " ".join(m.text for m in second.sent)
+    assert "saturday" in " ".join(m.text for m in third.sent)
+    assert third.understood and third.understood[0]["kind"] == "understand"
+    assert third.understood[0]["json"]["fields"]["day"] == "saturday"
+    assert all(m.published for t in model.turns for m in t.sent)  # the consumer sent them
+    assert model.turns[3].credits == 1 and "R-" in model.turns[3].sent[0].text
+    assert [t.version for t in view.conversation_view(last_two).turns] == [3, 4]
+    assert [t.version for t in view.conversation_view(from_second).turns] == [2]
+    assert path[0] == ("booking", "what") and ("booking", "book") in path
+    assert missing is None
+
+
+async def test_a_handoff_and_a_dead_lettered_input_are_shown_where_they_happened(
+    filled: Filled,
+) -> None:
+    reader = Reader(filled.database_url)
+    try:
+        handoff = await reader.conversation(filled.sessions["handoff"][0])
+        refused = await reader.conversation(filled.sessions["refused"][0])
+    finally:
+        await reader.close()
+    assert handoff is not None and refused is not None
+    turns = view.conversation_view(handoff).turns
+    assert [t.incidents for t in turns] == [[], ["handoff"], []]
+    assert turns[1].sent[0].kind == "handoff" and turns[1].sent[0].handoff["reason"] == "keyword"
+    assert any(line.code == "handed-off" for line in turns[2].decided) and not turns[2].sent
+    dead = view.conversation_view(refused)
+    assert [d["reason"] for d in dead.dead_lettered] == ["provider-fatal"]
+    assert [t.text for t in dead.turns] == ["hi", "hello"]
+
+
+async def test_pending_timers_and_unpublished_rows_are_shown_as_such(filled: Filled) -> None:
+    """A reply whose outbox row the relay has not published yet, and a timer the scheduler
+    holds, are marked on the turn that wrote them and listed as pending."""
+    import asyncpg
+
+    from store.urls import plain_url
+
+    sid = filled.sessions["hours"][1]
+    connection = await asyncpg.connect(plain_url(filled.database_url))
+    try:
+        messages = json.loads(await connection.fetchval(
+            "SELECT messages FROM turns WHERE session_id = $1 AND version = 1", sid))
+        schedule = json.loads(await connection.fetchval(
+            "SELECT schedule FROM turns WHERE session_id = $1 AND version = 1", sid))
+        await connection.execute(
+            "INSERT INTO outbox (session_id, topic, key, payload) VALUES ($1, 'outbound.messages',"
+            " $1, $2::jsonb)", sid, json.dumps({**messages[0], "session_id": sid}))
+        await connection.execute(
+            "INSERT INTO timers (key, session_id, at) VALUES ($1, $2, now() + interval '1 hour')",
+            schedule[0]["key"], sid)
+    finally:
+        await connection.close()
+    reader = Reader(filled.database_url)
+    try:
+        rows = await reader.conversation(sid)
+    finally:
+        await reader.close()
+    assert rows is not None
+    model = view.conversation_view(rows)
+    assert [m.published for m in model.turns[0].sent] == [False]
+    assert [t.state for t in model.turns[0].timers] == ["pending"]
+    assert [t["key"] for t in model.pending_timers] == [schedule[0]["key"]]
+    assert [u["key"] for u in model.unpublished] == [messages[0]["key"]]
+    other = filled.sessions["hours"][2]
+    reader = Reader(filled.database_url)
+    try:
+        untouched = await reader.conversation(other)
+    finally:
+        await reader.close()
+    assert untouched is not None  # nothing of one conversation shows on another
+    assert view.conversation_view(untouched).unpublished == []
+    assert view.conversation_view(untouched).pending_timers == []
+
+
+async def test_the_reader_cannot_write(filled: Filled) -> None:
+    reader = Reader(filled.database_url)
+    try:
+        async with reader._reading() as connection:
+            with pytest.raises(DBAPIError, match="read-only"):
+                await connection.execute(text("DELETE FROM sessions"))
+    finally:
+        await reader.close()
+    reader = Reader(filled.database_url)
+    try:
+        rows, _ = await reader.conversations(ListFilter(), limit=500)
+    finally:
+        await reader.close()
+    assert filled.all() <= {r.session_id for r in rows}
+
+
+def _cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], url: str,
+         *args: str) -> tuple[int, str, str]:
+    monkeypatch.delenv("INSPECT_DATABASE_URL", raising=False)
+    monkeypatch.setenv("DATABASE_URL", url)
+    code = cli.main(["inspect", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_the_cli_prints_a_conversation_the_list_and_json(
+    filled: Filled, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sid = filled.sessions["wrong-day"][0]
+    code, out, _ = _cli(monkeypatch, capsys, filled.database_url, sid)
+    assert code == 0 and "corrected booking/" in out and "(day)" in out and "\x1b[" not in out
+    assert out.index("#1 ") < out.index("#2 ") < out.index("#4 ")
+    code, out, _ = _cli(monkeypatch, capsys, filled.database_url, sid, "--json", "--turns", "1")
+    document = json.loads(out)
+    assert code == 0 and [t["version"] for t in document["turns"]] == [4]
+    assert any(line["code"] == "action-ok" for line in document["turns"][0]["decided"])
+    code, out, _ = _cli(monkeypatch, capsys, filled.database_url, "--outcome", "handoff",
+                        "--json", "--limit", "500")
+    listed = {c["session_id"] for c in json.loads(out)["conversations"]}
+    assert code == 0 and set(filled.sessions["handoff"]) <= listed
+    assert not listed & set(filled.sessions["booked"])
+    code, out, _ = _cli(monkeypatch, capsys, filled.database_url, sid, "--colour", "always")
+    assert "\x1b[1m" in out
+    code, _, err = _cli(monkeypatch, capsys, filled.database_url, filled.prefix + "nobody")
+    assert code == 3 and "no conversation" in err
+    hostile = filled.sessions["hostile"][0]
+    code, out, _ = _cli(monkeypatch, capsys, filled.database_url, hostile)
+    assert code == 0 and "<script>" in out  # text, quoted: a terminal does not run HTML
+
+
+async def _get(app: Any, path: str, **headers: str) -> httpx.Response:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://inspector") as client:
+        return await client.get(path, headers=headers)
+
+
+async def test_pages_escape_customer_text_and_send_a_strict_policy(filled: Filled) -> None:
+    reader = Reader(filled.database_url)
+    try:
+        app = build_app(reader, agent=build_agent(provider=RuleProvider()))
+        hostile = filled.sessions["hostile"][0]
+        page = await _get(app, f"/conversations/{hostile}")
+        listing = await _get(app, "/?limit=500")
+        flows = await _get(app, "/flows")
+        bad = await _get(app, "/?after=not-a-cursor")
+        outcome = await _get(app, "/?outcome=nonsense")
+        missing = await _get(app, f"/conversations/{filled.prefix}nobody")
+    finally:
+        await reader.close()
+    assert page.status_code == 200 and listing.status_code == 200 and flows.status_code == 200
+    for body in (page.text, listing.text):
+        assert "<script" not in body and "<img src=x" not in body
+        assert "&lt;script&gt;document.title=&#34;pwned&#34;&lt;/script&gt;" in body
+    assert "script-src" not in page.headers["content-security-policy"]  # default-src 'none'
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert 'data-step="welcome/hello"' in page.text and "step visited" in page.text
+    assert bad.status_code == 400 and outcome.status_code == 400 and missing.status_code == 404
+    assert HOSTILE not in page.text
+
+
+async def test_with_a_token_every_page_asks_for_it(filled: Filled) -> None:
+    token = "t" * 24
+    reader = Reader(filled.database_url)
+    try:
+        app = build_app(reader, token=token)
+        refused = await _get(app, "/")
+        wrong = await _get(app, "/", authorization="Bearer " + "x" * 24)
+        allowed = await _get(app, "/", authorization=f"Bearer {token}")
+        login = await _get(app, f"/login?token={token}")
+        bad_login = await _get(app, "/login?token=nope")
+        with_cookie = await _get(app, "/", cookie=f"turnflow_ui_token={token}")
+    finally:
+        await reader.close()
+    assert refused.status_code == 401 and wrong.status_code == 401
+    assert allowed.status_code == 200 and with_cookie.status_code == 200
+    assert login.status_code == 303 and "httponly" in login.headers["set-cookie"].lower()
+    assert bad_login.status_code == 401
+
+
+def test_cursors_round_trip_and_refuse_anything_else() -> None:
+    cursor = Cursor(datetime(2026, 12, 3, 8, 0, tzinfo=UTC), "a/b?c")
+    assert Cursor.decode(cursor.encode()) == cursor
+    for bad in ("", "x", "WyJ4Il0", "bm90IGpzb24"):
+        with pytest.raises(ValueError):
+            Cursor.decode(bad)
