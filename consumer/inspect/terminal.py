@@ -158,7 +158,8 @@ def list_text(items: list[ListItem], *, colour: bool = False, next_cursor: str |
         return "no conversation matches\n"
     out = []
     for item in items:
-        runs = ", ".join(f"{r['flow']}/{r['step']} ({r['status']})" for r in item.runs) or "-"
+        runs = ", ".join(f"{r['flow']}/{r['step']} ({r['status']})" for r in item.runs) or (
+            "with a person" if item.with_person else "idle")
         flags = " ".join(paint("red", f"<{i}>") for i in item.incidents)
         last = (
             f"{item.last_kind} {safe(json.dumps(item.last_text, ensure_ascii=False))}"

@@ -130,6 +130,7 @@ class ListItem:
     last_kind: str | None
     last_text: str | None
     incidents: list[str]
+    with_person: bool = False  # handed off, and not yet given back (handoff_cleared)
 
 
 def list_item(row: ListRow) -> ListItem:
@@ -138,7 +139,7 @@ def list_item(row: ListRow) -> ListItem:
     return ListItem(
         session_id=row.session_id, turns=row.turns, created_at=row.created_at,
         updated_at=row.updated_at, at=row.at, runs=_runs(row.state), last_kind=kind,
-        last_text=_preview(text), incidents=incidents,
+        last_text=_preview(text), incidents=incidents, with_person=_with_person(row.state),
     )
 
 
@@ -284,6 +285,11 @@ def _input_text(given: dict[str, Any]) -> tuple[str, str | None]:
         start = given["start"]
         return "start", str(start.get("key") if isinstance(start, dict) else start)
     return "unknown", None
+
+
+def _with_person(state: dict[str, Any]) -> bool:
+    lifecycle = (state.get("metadata") or {}).get("lifecycle") or {}
+    return isinstance(lifecycle, dict) and bool(lifecycle.get("handoff"))
 
 
 def _runs(state: dict[str, Any]) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
@@ -35,4 +36,8 @@ def filled(kafka_bootstrap: str, database_url: str, kafka_is_embedded: bool) -> 
         setup = ServiceSetup(kafka_bootstrap, database_url, topics, kafka_is_embedded)
         return await fill(setup, prefix=prefix)
 
-    return Filled(database_url, prefix, asyncio.run(run()))
+    # In a thread of its own: a module's other fixtures (Playwright's sync API) may hold an
+    # event loop in this one.
+    with ThreadPoolExecutor(1) as pool:
+        sessions = pool.submit(asyncio.run, run()).result()
+    return Filled(database_url, prefix, sessions)

@@ -49,6 +49,14 @@ async def test_each_outcome_filter_lists_exactly_those_conversations(filled: Fil
     finally:
         await reader.close()
     assert sorted(handoffs) == sorted(filled.sessions["handoff"])
+    reader = Reader(filled.database_url)
+    try:
+        rows, _ = await reader.conversations(ListFilter(outcome="handoff"), limit=500)
+    finally:
+        await reader.close()
+    items = {r.session_id: view.list_item(r) for r in rows}
+    assert all(items[sid].with_person and items[sid].incidents == ["handoff"]
+               for sid in filled.sessions["handoff"])
     assert sorted(dead) == sorted(filled.sessions["refused"])
     assert sorted(hours) == sorted(filled.sessions["hours"])
     assert errors == []  # no action failed and nothing was deferred

@@ -1,0 +1,218 @@
+"""The inspector as a person uses it, in a real headless Chromium driven by Playwright.
+
+A live ``turnflow ui`` (the command, in its own process) serves a database the real consumer
+filled with many conversations (``tests.inspect.filling``). The tests open the list, filter it
+by hand-off, open a conversation, expand a turn into its decision trace, see the path on the
+flow diagram, check that a customer message holding HTML and script stays text, and that the
+list, its filter and the timeline work with JavaScript off.
+
+The browser is Debian's ``chromium`` (``/usr/bin/chromium``, ``make chromium`` installs it);
+Playwright never downloads one. Without it the tests skip, or fail under
+``TURNFLOW_REQUIRE_SERVERS=1`` (CI). Screenshots go to ``test-artifacts/browser/`` (or
+``$TURNFLOW_TEST_ARTIFACTS/browser``), kept after the run for a person to look at.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.servers import servers_unavailable
+from tests.inspect.conftest import Filled
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+CHROMIUM = os.environ.get("TURNFLOW_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = Path(os.environ.get("TURNFLOW_TEST_ARTIFACTS", ROOT / "test-artifacts")) / "browser"
+VISITED_FILL = "rgb(253, 230, 138)"  # diagram.SVG_STYLE's fill of a visited step
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not (Path(CHROMIUM).is_file() and os.access(CHROMIUM, os.X_OK)):
+        servers_unavailable(f"no Chromium at {CHROMIUM} (make chromium installs Debian's)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        servers_unavailable("playwright is not installed (pip install -e '.[test]')")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture(scope="module")
+def ui(filled: Filled) -> Iterator[str]:
+    """``turnflow ui`` on a free loopback port over the filled database; its base URL."""
+    env = {**os.environ, "DATABASE_URL": filled.database_url, "LOG_LEVEL": "INFO"}
+    env.pop("INSPECT_DATABASE_URL", None)
+    env.pop("TURNFLOW_UI_TOKEN", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "consumer.cli", "ui", "--port", "0",
+         "--agent", "tests.inspect.filling:agent"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert process.stderr is not None
+        first = process.stderr.readline()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)/", first)
+        assert match, f"turnflow ui did not start: {first!r}"
+        yield f"http://127.0.0.1:{match.group(1)}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        logs = process.stderr.read() if process.stderr else ""
+        if process.stderr:
+            process.stderr.close()
+    # The request log names routes, never a session id or anything a customer wrote.
+    assert "ui list 200" in logs
+    assert filled.prefix not in logs and "pwned" not in logs and "saturday" not in logs
+
+
+def _shot(page: Any, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=False)
+
+
+def test_filter_by_handoff_open_a_conversation_expand_a_turn_and_see_the_path(
+    browser: Any, ui: str, filled: Filled
+) -> None:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(f"{ui}/?limit=100")
+        listed = page.locator("a.session").all_inner_texts()
+        assert filled.all() <= set(listed)
+        _shot(page, "01-list")
+
+        page.select_option("select[name=outcome]", "handoff")
+        page.click("form.filters button[type=submit]")
+        page.wait_for_url(re.compile(r"outcome=handoff"))
+        rows = page.locator("table.conversations tbody tr")
+        mine = [r for r in rows.all() if r.locator("a.session").inner_text().startswith(
+            filled.prefix)]
+        assert sorted(r.locator("a.session").inner_text() for r in mine) == sorted(
+            filled.sessions["handoff"])
+        assert all(r.locator(".badge.flag.handoff").count() == 1 for r in rows.all())
+        _shot(page, "02-handoffs")
+
+        target = filled.sessions["handoff"][0]
+        page.click(f"a.session:text-is('{target}')")
+        page.wait_for_selector("h1.session")
+        assert page.locator("h1.session").inner_text() == target
+        handed = page.locator("article.turn#t2")
+        assert handed.locator(".bubble.assistant.handoff").count() == 1
+        trace = handed.locator("details.trace")
+        assert not trace.locator("ol.stages").is_visible()
+        trace.locator("summary").click()
+        decided = trace.locator("li.stage.decided")
+        assert decided.is_visible()
+        assert "keyword" in decided.inner_text() and "handoff" in decided.inner_text()
+        trace.scroll_into_view_if_needed()
+        _shot(page, "03-handoff-turn-expanded")
+
+        step = page.locator('svg.flows g.step[data-step="welcome/ask_name"]')
+        assert "visited" in (step.get_attribute("class") or "")
+        fill = step.locator("rect").evaluate("r => getComputedStyle(r).fill")
+        assert fill == VISITED_FILL
+        unvisited = page.locator('svg.flows g.step[data-step="booking/book"] rect')
+        assert unvisited.evaluate("r => getComputedStyle(r).fill") != VISITED_FILL
+    finally:
+        context.close()
+
+
+def test_a_booking_shows_its_path_and_the_corrected_day(
+    browser: Any, ui: str, filled: Filled
+) -> None:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(f"{ui}/conversations/{filled.sessions['wrong-day'][0]}")
+        third = page.locator("article.turn#t3")
+        third.locator("details.trace summary").click()
+        assert "corrected" in third.locator("li.stage.decided").inner_text()
+        assert "saturday" in third.locator("li.stage.understood").inner_text()
+        taken = page.locator("svg.flows path.edge.taken")
+        assert taken.count() >= 3
+        for name in ("booking/what", "booking/book"):
+            cls = page.locator(f'svg.flows g.step[data-step="{name}"]').get_attribute("class")
+            assert "visited" in (cls or "")
+        third.scroll_into_view_if_needed()
+        _shot(page, "04-corrected-day")
+    finally:
+        context.close()
+
+
+def test_a_message_holding_html_and_script_is_shown_as_text(
+    browser: Any, ui: str, filled: Filled
+) -> None:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    try:
+        hostile = filled.sessions["hostile"][0]
+        page.goto(f"{ui}/conversations/{hostile}")
+        bubble = page.locator("article.turn#t1 .bubble.customer .text")
+        assert bubble.inner_text().startswith("<script>document.title=")
+        assert page.title() == f"{hostile} · turnflow inspector"
+        assert page.locator("main script, main img").count() == 0 and dialogs == []
+        page.goto(f"{ui}/?limit=100")
+        assert page.title() == "conversations · turnflow inspector"
+        _shot(page, "05-hostile-text")
+    finally:
+        context.close()
+
+
+def test_the_list_its_filter_and_the_timeline_work_without_javascript(
+    browser: Any, ui: str, filled: Filled
+) -> None:
+    context = browser.new_context(java_script_enabled=False,
+                                  viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(ui)
+        page.select_option("select[name=outcome]", "dead-lettered")
+        page.click("form.filters button[type=submit]")
+        page.wait_for_url(re.compile(r"outcome=dead-lettered"))
+        listed = set(page.locator("a.session").all_inner_texts())
+        assert set(filled.sessions["refused"]) <= listed
+        assert not listed & set(filled.sessions["booked"])
+        page.click(f"a.session:text-is('{filled.sessions['refused'][0]}')")
+        page.wait_for_selector("section.pending p.dead")
+        assert "provider-fatal" in page.locator("section.pending").inner_text()
+        first = page.locator("article.turn#t1 details.trace")
+        first.locator("summary").click()
+        assert first.locator("li.stage.sent").is_visible()
+        _shot(page, "06-no-javascript")
+    finally:
+        context.close()
+
+
+def test_the_diagram_file_matches_the_page(tmp_path: Path) -> None:
+    """``turnflow graph`` writes the drawing the page shows (a copy kept with the shots)."""
+    from consumer import cli
+
+    out = tmp_path / "flows.svg"
+    assert cli.main(["graph", "--agent", "tests.inspect.filling:agent", "-o", str(out)]) == 0
+    if ARTIFACTS.is_dir():
+        shutil.copy(out, ARTIFACTS / "flows.svg")
+    assert 'data-step="booking/what"' in out.read_text()
