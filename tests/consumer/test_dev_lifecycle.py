@@ -87,24 +87,27 @@ def test_sigterm_stops_the_embedded_postgres(tmp_path: Path) -> None:
 
 
 DOWN_AGENT = textwrap.dedent("""
-    from engine import ProviderError
     from examples.demo_agent import build_agent
 
 
-    class ModelDown:
-        description = "a model that is always down"
+    class Broken:  # every turn fails with a bug: retried, then dead-lettered
 
-        async def generate(self, request):
-            raise ProviderError("model server unreachable", kind="retryable")
+        def __init__(self, inner):
+            self.inner, self.name, self.config = inner, inner.name, inner.config
+
+        async def turn(self, request):
+            raise RuntimeError("the agent is broken")
 
 
-    agent = build_agent(provider=ModelDown())
+    agent = Broken(build_agent())
 """)
 
 
 def test_a_dead_lettered_input_is_reported_at_once(tmp_path: Path) -> None:
-    """An input the consumer gives up on goes to the DLQ; the chat reads the DLQ and says so
-    at once instead of waiting out the turn timeout and blaming a missing turn."""
+    """An input the consumer gives up on goes to the DLQ (a turn failing with a bug, retried
+    MAX_RETRIES times: a model that is only down is waited out, then answered with the fallback
+    message); the chat reads the DLQ and says so at once instead of waiting out the turn
+    timeout and blaming a missing turn."""
     (tmp_path / "down_agent.py").write_text(DOWN_AGENT)
     script = tmp_path / "one.chat"
     script.write_text("hi\n")
