@@ -381,6 +381,9 @@ class TurnPipeline:
     ) -> SaveRequest:
         parsed = work.parsed
         state = _json(_field(result, "session"))
+        # Before the binding joins the state's metadata: the recording's digest is of the
+        # session the engine left, taken from this very dump (not a second one).
+        model_calls = _recording(tape, before, state)
         if route is not None and route.binding is not None and isinstance(state, dict):
             # The conversation's agent and workspace travel with its session (routing.py).
             metadata = state.get("metadata")
@@ -432,7 +435,7 @@ class TurnPipeline:
             llm_calls=int(_field(result, "llm_calls", 0) or 0),
             source=work.source,
             clock_at=tape.at if tape is not None else None,
-            model_calls=_recording(tape, before, state),
+            model_calls=model_calls,
             input_id=conversation_input_id(parsed.request),
             earlier=consumed,
             agent_id=route.agent_id if route is not None else None,
@@ -504,7 +507,7 @@ def _recording(tape: Tape | None, before: Any, after: Any) -> dict[str, Any] | N
     ``recorded_agent``): an empty list of calls would claim the turn made none."""
     if tape is None or tape.at is None:
         return None
-    recorded = tape.to_json()
+    recorded = tape.to_json(after if isinstance(after, dict) else None)
     if recorded is None:
         return None
     recorded["fields"] = fields_written(before, after)

@@ -58,8 +58,13 @@ class Tape:
     # from the recording at this turn can tell whether the next turn starts from the same state.
     session: Any = None
 
-    def to_json(self) -> dict[str, Any] | None:
-        """The calls as stored with the turn; None when the level keeps nothing."""
+    def to_json(self, session: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The calls as stored with the turn; None when the level keeps nothing.
+
+        ``session`` is the JSON form of the session the turn left (what ``model_dump(mode=
+        "json")`` of the noted one gives), for a host that has dumped it already to save it:
+        the digest is taken from it instead of dumping the session a second time, which costs
+        a turn about as much as the digest itself."""
         if self.level == "off":
             return None
         out: dict[str, Any] = {"v": TAPE_VERSION, "level": self.level, "calls": list(self.calls)}
@@ -67,7 +72,7 @@ class Tape:
             out["spoke_at"] = self.spoke_at.isoformat().replace("+00:00", "Z")
         dump = getattr(self.session, "model_dump", None)
         if callable(dump):
-            out["state"] = state_digest(dump(mode="json"))
+            out["state"] = state_digest(session if session is not None else dump(mode="json"))
         return out
 
 

@@ -8,8 +8,9 @@ from typing import Any
 from consumer.outbox import OutboxPublisher
 from consumer.parser import ParsedInput, parse_record
 from consumer.pipeline import OutboundTopics, TurnPipeline, TurnWork
+from consumer.routing import BINDING_KEY, Route
 from engine import Agent, FakeClock, MockProvider, ModelRequest
-from engine.recording import RecordingLevel, recorded_agent
+from engine.recording import RecordingLevel, recorded_agent, state_digest
 from store import SourceRecord
 from tests.consumer.fakes import FakeProducer, FakeStore
 
@@ -68,6 +69,44 @@ async def test_each_saved_turn_holds_its_own_calls_fields_and_clock() -> None:
         assert second.model_calls["fields"] == {"size": sizes[n % 3]}
         assert [c["reply"]["json"].get("size") for c in second.model_calls["calls"]] == [
             sizes[n % 3]]
+    # Each turn's digest is of the state its own save holds (the dump the pipeline saves).
+    assert all(s.turn.model_calls["state"] == state_digest(s.state) for s in store.saves)
+
+
+class _Bound:
+    """A router binding every conversation to one agent, as a registry router does."""
+
+    def __init__(self, agent: Any) -> None:
+        self.route_ = Route(agent=agent, agent_id="bo", version=1, workspace="w",
+                            binding={"agent_id": "bo", "workspace": "w"})
+
+    async def route(self, parsed: Any, state: Any) -> Route:
+        return self.route_
+
+
+async def test_the_digest_is_of_the_session_the_engine_left_not_of_its_binding() -> None:
+    """The binding a router writes into the saved state's metadata is the host's, not the
+    engine's: the recording's digest is of the session the turn left (what a replay of the
+    turn compares with), taken before the binding joins it."""
+    store, clock = FakeStore(), FakeClock("2026-04-01T10:00:00Z")
+    agent = recorded_agent(Agent(name="Bo", provider=MockProvider([_answer] * 20), clock=clock,
+                                 flows=FLOWS, fields={"size": {"type": "string"}}))
+    pipeline = TurnPipeline(store=store, agent=None, router=_Bound(agent),  # type: ignore[arg-type]
+                            publisher=OutboxPublisher(store, FakeProducer()),  # type: ignore[arg-type]
+                            topics=OutboundTopics(messages="m", schedule="s"),
+                            recording="envelopes")
+    await pipeline.apply(_work("s-1", "order please", 0))
+    await pipeline.apply(_work("s-1", "size M", 1))
+    first, second = store.saves
+    for save in (first, second):
+        assert save.state["metadata"][BINDING_KEY] == {"agent_id": "bo", "workspace": "w"}
+    # The first turn started a conversation with no binding: the engine left none.
+    unbound = {**first.state, "metadata": {
+        k: v for k, v in first.state["metadata"].items() if k != BINDING_KEY}}
+    assert first.turn.model_calls["state"] == state_digest(unbound)
+    assert first.turn.model_calls["state"] != state_digest(first.state)
+    # The second loaded the bound state, so the session the engine left carries the binding.
+    assert second.turn.model_calls["state"] == state_digest(second.state)
 
 
 async def test_recording_off_keeps_the_clock_but_no_calls() -> None:

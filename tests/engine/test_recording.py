@@ -126,3 +126,30 @@ def test_fields_written_names_set_changed_and_removed_fields() -> None:
     after = {"data": {"a": 1, "b": 5, "d": 4}}
     assert fields_written(before, after) == {"b": 5, "d": 4, "c": None}
     assert fields_written(None, after) == {"a": 1, "b": 5, "d": 4}
+
+
+async def test_a_digest_from_the_hosts_dump_is_the_digest_of_the_session_left() -> None:
+    """A host that dumped the turn's result already hands ``to_json`` the session's JSON form
+    from it: the stored digest is the one the session itself gives, over turns that start a
+    flow, collect a field, finish it and answer another, for several conversations."""
+    from engine.providers.rules import RuleProvider
+
+    agent = recorded_agent(_agent(RuleProvider()))
+    compared = 0
+    for n in range(6):
+        session: Any = None
+        for text in ("I want to order", "size M please", "hours?", "buy one more", "L"):
+            request: dict[str, Any] = {"session_id": f"s-{n}", "message": text, "id": text}
+            if session is not None:
+                request["session"] = session
+            with taping("envelopes") as tape:
+                result = await agent.turn(request)
+            dumped = result.model_dump(mode="json")
+            own, given = tape.to_json(), tape.to_json(dumped["session"])
+            assert own is not None and given is not None and own["state"] == given["state"]
+            # What is given is what is digested: another session's form, another digest.
+            other = tape.to_json({**dumped["session"], "id": "another"})
+            assert other is not None and other["state"] != own["state"]
+            session = dumped["session"]
+            compared += 1
+    assert compared == 30
