@@ -49,9 +49,24 @@ def _spec_meta(spec: FieldSpec) -> dict[str, Any]:
     return spec.model_dump(mode="json", exclude_none=True)
 
 
+MAX_HISTORY_ENTRY_CHARS = 4_000
+"""The most of one earlier history entry a prompt carries: an entry past it (a pasted document,
+a reply of a model that ran on) is cut there, with the number of characters left out said in
+place, so one entry can never push every later prompt past the model's context window. This
+turn's own messages are sent whole."""
+
+
+def _bounded_entry(text: str) -> str:
+    """``text`` cut to ``MAX_HISTORY_ENTRY_CHARS``, saying how much was left out."""
+    if type(text) is not str or len(text) <= MAX_HISTORY_ENTRY_CHARS:
+        return text
+    left_out = len(text) - MAX_HISTORY_ENTRY_CHARS
+    return f"{text[:MAX_HISTORY_ENTRY_CHARS]} [... {left_out} more characters not shown]"
+
+
 def history_messages(state: TurnState) -> list[ChatMessage]:
     """The host's history (as trimmed by Load) plus this turn's message (each message of a
-    burst as its own entry).
+    burst as its own entry), each earlier entry bounded (``MAX_HISTORY_ENTRY_CHARS``).
 
     A model turn asks for these twice (the understand call and the speak call), and with a
     host's full history (50 entries by default) building them is most of what the history costs
@@ -69,15 +84,19 @@ def history_messages(state: TurnState) -> list[ChatMessage]:
     ):
         return list(kept[2])
     out = [
-        _chat_message("assistant" if e.role == "assistant" else "user", e.text)
+        _chat_message("assistant" if e.role == "assistant" else "user", _bounded_entry(e.text))
         for e in entries
         if e.role in ("user", "assistant")
     ]
     said = [p.message for p in state.request.parts]
     tail = [(m.role, m.text) for m in out[len(out) - len(said) :]] if said else []
-    already_there = len(out) >= len(said) and tail == [("user", text) for text in said]
+    already_there = len(out) >= len(said) and tail == [
+        ("user", _bounded_entry(text)) for text in said
+    ]
     if said and not already_there:  # a host may log the messages before the turn
         out.extend(_chat_message("user", text) for text in said)
+    elif said and tail != [("user", text) for text in said]:  # logged, and cut: sent whole
+        out[len(out) - len(said) :] = [_chat_message("user", text) for text in said]
     state.history_chat = (state.request, tuple(entries), tuple(out))
     return out
 

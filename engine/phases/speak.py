@@ -4,8 +4,8 @@ The speaker is the talk step phase 5 queued or, on a message with no run asking 
 said yet, the idle speaker (``"silent"`` mutes it). Under ``silenced`` nobody speaks. When a run
 other than the floor holder already answered the message, the floor's talk is skipped
 (``another-reply``). Tools run in rounds, at most ``max_tool_loops``, then one call without
-tools so a message always comes back. A provider failure or an empty message never raises:
-the reply is ``deferred`` and phase 7 re-parks the step.
+tools so a message always comes back. A provider failure, an empty message or one longer than
+``MAX_REPLY_CHARS`` never raises: the reply is ``deferred`` and phase 7 re-parks the step.
 """
 
 from __future__ import annotations
@@ -28,6 +28,12 @@ from engine.providers.base import ChatMessage, ModelRequest, ModelResponse, Tool
 from engine.records import built
 from engine.session import Run
 from engine.state import Speaker, SpeakReply, TurnState
+
+MAX_REPLY_CHARS = 100_000
+"""The longest message the speaker may say. A longer one (a model that ran on far past any
+chat reply) is an unusable reply, retried and then answered by the fallback: it could not be
+delivered (a broker record is 1 MiB by default) and, kept in the history, it would be sent
+back to the model on every later turn. Providers over HTTP refuse such a body before this."""
 
 
 async def run(state: TurnState) -> None:
@@ -142,6 +148,11 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
             continue
         if text is None:
             reply.deferred, reply.error = "retryable", "empty message"
+            reply.unusable = True
+            return reply
+        if len(text) > MAX_REPLY_CHARS:
+            reply.deferred = "retryable"
+            reply.error = f"a message of {len(text)} characters, over {MAX_REPLY_CHARS}"
             reply.unusable = True
             return reply
         reply.text = text

@@ -10,9 +10,10 @@ The Messages API wants user and assistant turns, a user turn first and last, and
 blocks: consecutive entries of one role are merged into one turn, tool results ride in a user
 turn, and a conversation that would open or end on the assistant gets a short user placeholder.
 
-A reply stopped at the token limit (``stop_reason: "max_tokens"``), or one that asked for the
-envelope and carries neither it nor a tool call, is raised as a retryable ``ProviderError``
-with the reason logged: none of it is ever used as text.
+A reply stopped at the token limit (``stop_reason: "max_tokens"``), one that asked for the
+envelope and carries neither it nor a tool call, or one whose body is far larger than
+``max_tokens`` allows (``reply_byte_limit``), is raised as a retryable ``ProviderError`` with
+the reason logged: none of it is ever used as text.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from engine.providers.http import (
     JsonApiProvider,
     decode_json_object,
     malformed,
+    reply_byte_limit,
     token_count,
     truncation,
     unusable_reply,
@@ -261,7 +263,9 @@ class AnthropicProvider(JsonApiProvider):
     async def generate(self, request: ModelRequest) -> ModelResponse:
         async def call() -> ModelResponse:
             body = messages_body(request, model=self.model, max_tokens=self.max_tokens)
-            reply = await self._api.post("v1/messages", body)
+            reply = await self._api.post(
+                "v1/messages", body, max_reply_bytes=reply_byte_limit(self.max_tokens)
+            )
             envelope = envelope_tool_name(request) if request.json_schema else None
             return parse_message(reply, envelope_tool=envelope, max_tokens=self.max_tokens)
 

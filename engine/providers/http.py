@@ -4,7 +4,8 @@ Every failure of a call leaves as ``ProviderError``:
 
     retryable   408, 409, 425, 429 and every 5xx; timeouts; connection and other network
                 errors; a 2xx whose body is not the JSON object the API documents; a reply
-                cut off at the token limit, or not the JSON object the call asked for
+                cut off at the token limit, or not the JSON object the call asked for; a
+                reply far larger than its token cap allows (``reply_byte_limit``)
     fatal       401, 403 and every other 4xx (a prompt past the context window is a 400);
                 any status whose error body says the request itself is malformed (some
                 servers answer a request shape they do not support with a 500, and retrying
@@ -55,6 +56,30 @@ REFUSED_SHAPE_HINTS = (
 """Phrases by which servers say "this request is malformed" in an error body. A body with one
 of them is fatal whatever the status: llama-cpp-python, for one, answers an unsupported
 ``response_format`` with HTTP 500 and a validation error."""
+
+BYTES_PER_TOKEN = 64
+"""The most body bytes one generated token is taken to cost: the longest tokens of common
+vocabularies are a few dozen characters, and a server that escapes non-ASCII text writes each
+character as six bytes (``\\u00e9``). An honest reply stays far below it."""
+
+REPLY_OVERHEAD_BYTES = 16 * 1024
+"""Body bytes besides the generated text: ids, usage, the envelope's structure."""
+
+MAX_REPLY_BYTES = 256 * 1024
+"""The largest reply body taken whatever the token cap (or without one): a chat reply is never
+near it, and a message under it always fits a broker record of the default 1 MiB, so a reply
+that is taken can always be delivered."""
+
+
+def reply_byte_limit(max_tokens: int | None) -> int:
+    """The largest reply body a call capped at ``max_tokens`` can honestly produce, at most
+    ``MAX_REPLY_BYTES``. A bigger one (a server answering 200 with megabytes of text and
+    ``finish_reason: "stop"``) is refused as an unusable reply: retried, then the fallback,
+    never stored nor sent back to the model in the history."""
+    if max_tokens is None or max_tokens <= 0:
+        return MAX_REPLY_BYTES
+    return min(MAX_REPLY_BYTES, max_tokens * BYTES_PER_TOKEN + REPLY_OVERHEAD_BYTES)
+
 
 _CONTEXT_HINTS = ("context_length", "context length", "context window", "prompt is too long",
                   "maximum context", "too many tokens")
@@ -243,7 +268,11 @@ class JsonApi:
             await self._client.aclose()
             self._client = None
 
-    async def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def post(
+        self, path: str, body: Mapping[str, Any], *, max_reply_bytes: int | None = None
+    ) -> dict[str, Any]:
+        """The decoded JSON object of a 2xx answer; ``max_reply_bytes`` bounds its body (see
+        ``reply_byte_limit``): a bigger one is an ``UnusableReply``, never decoded."""
         url = f"{self.base_url}/{path.lstrip('/')}"
         try:
             async with asyncio.timeout(self.timeout):
@@ -266,6 +295,11 @@ class JsonApi:
             raise error_for_status(
                 response, provider=self.provider, now=self._clock.now(), secrets=self._secrets
             )
+        size = len(response.content)
+        if max_reply_bytes is not None and size > max_reply_bytes:
+            raise unusable_reply(
+                self.provider, f"a reply body of {size} bytes, over the {max_reply_bytes} its "
+                "token cap allows; not used")
         try:
             decoded = strict_json.loads(response.content)
         except (ValueError, UnicodeDecodeError, RecursionError):

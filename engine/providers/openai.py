@@ -12,8 +12,10 @@ since servers speak different ones:
     none                 no ``response_format``: the prompt alone asks for JSON
 
 The reply's content is decoded into ``ModelResponse.json``. A reply the server cut off at the
-token limit (``finish_reason: "length"``), or whose content is not the JSON object asked for
-(and no tool call), is raised as a retryable ``ProviderError``: none of it is ever used as text.
+token limit (``finish_reason: "length"``), whose content is not the JSON object asked for
+(and no tool call), or whose body is far larger than ``max_tokens`` allows (``reply_byte_limit``,
+whatever the finish reason), is raised as a retryable ``ProviderError``: none of it is ever used
+as text.
 Tools go out as ``{"type": "function"}`` entries with ``tool_choice: "auto"`` (some servers
 never call a tool without it) and tool calls come back as ``ToolCall`` values; arguments that
 are not a JSON object become ``{}`` (logged, never raised) so one sloppy call cannot fail a
@@ -54,6 +56,7 @@ from engine.providers.http import (
     JsonApiProvider,
     decode_json_object,
     malformed,
+    reply_byte_limit,
     token_count,
     truncation,
     unusable_reply,
@@ -330,7 +333,9 @@ class OpenAIProvider(JsonApiProvider):
                 request, model=self.model, max_tokens=self.max_tokens,
                 temperature=self.temperature, json_mode=self.json_mode,
             )
-            reply = await self._api.post("chat/completions", body)
+            reply = await self._api.post(
+                "chat/completions", body, max_reply_bytes=reply_byte_limit(self.max_tokens)
+            )
             return parse_chat_completion(
                 reply, wants_json=bool(request.json_schema), max_tokens=self.max_tokens
             )
