@@ -10,10 +10,10 @@ failure is raised (``ProviderError``, ``UnusableReply`` for an answer with no us
 the host retries the message, and the customer is never left unanswered without a trace.
 Then: ``last_assistant_at``, the suspended stack, and silence wakes.
 
-``last_assistant_at`` is when the reply was final, read from the agent's clock now, not when
-the turn began: a turn slower than a silence (a slow model, retries within the turn) must not
-be followed at once by the silence flow. A recording agent keeps this reading with the turn's
-time, so a replay reads the same one.
+``last_assistant_at`` is when the reply was final, read from the agent's clock again after a
+turn that made a model call, not when the turn began: a turn slower than a silence (a slow
+model, tool rounds) must not be followed at once by the silence flow. A recording agent keeps
+this reading with the turn's time, so a replay reads the same one.
 """
 
 from __future__ import annotations
@@ -103,7 +103,11 @@ async def _apply_reply(state: TurnState) -> None:
 
 
 def _spoke_at(state: TurnState) -> datetime:
-    """The agent's clock as the reply is final; never before the turn's own time."""
+    """The agent's clock as the reply is final, when the turn waited on the model; never
+    before the turn's own time. A turn that made no model call keeps its own time: it took
+    no time worth a second reading, and its replay then needs no recording to be exact."""
+    if state.llm_calls == 0:
+        return state.now
     now = to_utc(state.config.clock.now())
     return now if now > state.now else state.now
 

@@ -201,3 +201,28 @@ async def test_a_fallback_answers_only_a_message() -> None:
     for given in others:
         with pytest.raises(TurnRequestError):
             await agent.turn({"session_id": "s1", **given, "fallback": HOST_FALLBACK})
+
+
+class TickingClock(FakeClock):
+    """Moves a minute each time it is read, as a slow turn's wall clock would."""
+
+    def now(self) -> Any:
+        value = super().now()
+        self.advance(60)
+        return value
+
+
+async def test_a_turn_without_a_model_call_keeps_its_own_time() -> None:
+    """A turn that made no model call keeps the turn's time as lastAssistantAt (the clock is
+    read once), so it replays exactly without a recording; one that called the model reads
+    the clock again."""
+    clock = TickingClock(START)
+    hello = {"id": "hello", "on": [{"message": []}], "steps": [{"id": "s", "say": "Hi"}]}
+    quick = Agent(name="Ana", provider=MockProvider([]), clock=clock, flows=[hello, NUDGE])
+    result = await quick.turn({"session_id": "s1", "message": "hi", "id": "m1"})
+    assert result.session.last_assistant_at == to_utc(START) and result.llm_calls == 0
+    talk = Agent(name="Ana", provider=MockProvider([{"message": "What is your name?"}]),
+                 clock=TickingClock(START), fields={"name": {"type": "string"}},
+                 flows=[SIGNUP, NUDGE])
+    spoke = await talk.turn({"session_id": "s2", "message": "hi", "id": "m1"})
+    assert spoke.session.last_assistant_at == to_utc(START) + timedelta(minutes=1)
