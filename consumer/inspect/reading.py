@@ -131,8 +131,14 @@ class Reader:
     """The inspector's connection to the database: read-only transactions on a small pool."""
 
     def __init__(self, database_url: str, *, pool_size: int = 4) -> None:
+        # Every transaction of these connections is read-only, even a statement run outside
+        # an explicit one (the server refuses any write), on top of the role's own grants.
         self._engine: AsyncEngine = create_async_engine(
-            async_url(database_url), pool_size=pool_size, max_overflow=0, pool_pre_ping=True,
+            async_url(database_url), pool_size=pool_size, max_overflow=0,
+            connect_args={"server_settings": {
+                "default_transaction_read_only": "on",
+                "application_name": "turnflow-inspect",
+            }},
         )
 
     async def close(self) -> None:
@@ -140,13 +146,20 @@ class Reader:
 
     @asynccontextmanager
     async def _reading(self) -> AsyncIterator[AsyncConnection]:
+        """A read-only transaction over one snapshot, for a page of several statements."""
         async with self._engine.connect() as plain:
-            # One snapshot for all of a page's statements, and no statement may write.
             connection = await plain.execution_options(
                 isolation_level="REPEATABLE READ", postgresql_readonly=True
             )
             async with connection.begin():
                 yield connection
+
+    @asynccontextmanager
+    async def _statement(self) -> AsyncIterator[AsyncConnection]:
+        """For a page read by one statement: no BEGIN and COMMIT round trips around it; the
+        statement is its own transaction, read-only by the connection's default."""
+        async with self._engine.connect() as plain:
+            yield await plain.execution_options(isolation_level="AUTOCOMMIT")
 
     # -- the list ----------------------------------------------------------------------------
 
@@ -157,22 +170,19 @@ class Reader:
         when this is the last)."""
         limit = max(1, min(limit, MAX_PAGE))
         sql, params = _list_query(where, limit + 1, after)
-        async with self._reading() as connection:
+        async with self._statement() as connection:
             rows = (await connection.execute(text(sql), params)).mappings().all()
-            more = len(rows) > limit
-            rows = rows[:limit]
-            ids = [r["id"] for r in rows]
-            details = await _list_details(connection, ids) if ids else {}
-        out = []
-        for r in rows:
-            last_input, incidents, dead = details.get(r["id"], (None, [], 0))
-            out.append(
-                ListRow(
-                    session_id=r["id"], turns=int(r["version"]), created_at=r["created_at"],
-                    updated_at=r["updated_at"], at=r["at"], state=_json(r["state"]) or {},
-                    last_input=last_input, incidents=incidents, dead_lettered=dead,
-                )
+        more = len(rows) > limit
+        out = [
+            ListRow(
+                session_id=r["id"], turns=int(r["version"]), created_at=r["created_at"],
+                updated_at=r["updated_at"], at=r["at"], state=_json(r["state"]) or {},
+                last_input=_json(r["last_input"]),
+                incidents=[name for name in KINDS if r[f"is_{name}"]],
+                dead_lettered=int(r["dead_lettered"] or 0),
             )
+            for r in rows[:limit]
+        ]
         following = Cursor(out[-1].at, out[-1].session_id) if more and out else None
         return out, following
 
@@ -246,7 +256,7 @@ class Reader:
     async def visited(self, session_id: str, *, limit: int = 10_000) -> list[tuple[str, str]]:
         """The (flow, step) pairs the conversation's last ``limit`` turns' outcome lines name,
         oldest first, for the diagram's highlighted path. Only the outcome column is read."""
-        async with self._reading() as connection:
+        async with self._statement() as connection:
             rows = (await connection.execute(text(
                 "SELECT outcomes FROM (SELECT version, outcomes FROM turns WHERE session_id = :s "
                 "ORDER BY version DESC LIMIT :n) AS t ORDER BY version"
@@ -329,41 +339,23 @@ def _list_query(
         )
         params["agent"] = where.agent
         params["agent_json"] = json.dumps([{"agent_id": where.agent}])
-    sql = (
+    page = (
         f"SELECT s.id, s.version, s.state, s.created_at, s.updated_at, {at} AS at FROM {source}"
         + (" WHERE " + " AND ".join(conditions) if conditions else "")
         + f" ORDER BY {at} DESC, s.id DESC LIMIT :limit"
     )
+    # What the list shows of each conversation of the page, read for those rows only, each
+    # through an index on the session: its last input, the incident kinds of its turns, its
+    # dead-lettered inputs. One statement, so one round trip.
+    kinds = ", ".join(f'bool_or({sql}) AS "is_{name}"' for name, sql in KINDS.items())
+    sql = (
+        f"SELECT p.*, lt.input AS last_input, inc.*, dead.n AS dead_lettered FROM ({page}) AS p"
+        " LEFT JOIN LATERAL (SELECT input FROM turns WHERE session_id = p.id"
+        " ORDER BY version DESC LIMIT 1) AS lt ON true"
+        f" LEFT JOIN LATERAL (SELECT {kinds} FROM turns"
+        f" WHERE session_id = p.id AND {INCIDENT}) AS inc ON true"
+        " LEFT JOIN LATERAL (SELECT count(*) AS n FROM dead_lettered_sources"
+        " WHERE session_id = p.id) AS dead ON true"
+        " ORDER BY p.at DESC, p.id DESC"
+    )
     return sql, params
-
-
-async def _list_details(
-    connection: AsyncConnection, ids: list[str]
-) -> dict[str, tuple[dict[str, Any] | None, list[str], int]]:
-    """For a page's conversations: the last turn's input, the incident kinds seen, and the
-    number of dead-lettered inputs; each read through an index on the session."""
-    last = (await connection.execute(text(
-        "SELECT DISTINCT ON (session_id) session_id, input FROM turns "
-        "WHERE session_id = ANY(CAST(:ids AS text[])) ORDER BY session_id, version DESC"
-    ), {"ids": ids})).mappings().all()
-    kinds_sql = ", ".join(f"bool_or({sql}) AS \"{name}\"" for name, sql in KINDS.items())
-    incidents = (await connection.execute(text(
-        f"SELECT session_id, {kinds_sql} FROM turns "
-        f"WHERE session_id = ANY(CAST(:ids AS text[])) AND {INCIDENT} GROUP BY session_id"
-    ), {"ids": ids})).mappings().all()
-    dead = (await connection.execute(text(
-        "SELECT session_id, count(*) AS n FROM dead_lettered_sources "
-        "WHERE session_id = ANY(CAST(:ids AS text[])) GROUP BY session_id"
-    ), {"ids": ids})).mappings().all()
-    out: dict[str, tuple[dict[str, Any] | None, list[str], int]] = {
-        i: (None, [], 0) for i in ids
-    }
-    for r in last:
-        out[r["session_id"]] = (_json(r["input"]), [], 0)
-    for r in incidents:
-        found = [name for name in KINDS if r[name]]
-        out[r["session_id"]] = (out[r["session_id"]][0], found, 0)
-    for r in dead:
-        before = out[r["session_id"]]
-        out[r["session_id"]] = (before[0], before[1], int(r["n"]))
-    return out

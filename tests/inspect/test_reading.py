@@ -184,6 +184,9 @@ async def test_the_reader_cannot_write(filled: Filled) -> None:
         async with reader._reading() as connection:
             with pytest.raises(DBAPIError, match="read-only"):
                 await connection.execute(text("DELETE FROM sessions"))
+        async with reader._statement() as connection:  # outside an explicit transaction too
+            with pytest.raises(DBAPIError, match="read-only"):
+                await connection.execute(text("DELETE FROM sessions"))
     finally:
         await reader.close()
     reader = Reader(filled.database_url)
