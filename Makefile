@@ -37,12 +37,29 @@ lint: $(STAMP)
 	$(BIN)/mypy engine
 	$(BIN)/mypy --strict replay
 
+# The broker of the integration and fault tests (tests/fixtures/broker.py): Apache Kafka when Java
+# and Maven are installed (its jars are fetched once into ~/.cache/turnflow/kafka-<version>), else
+# the embedded Tansu broker; `make test TEST_BROKER=tansu` chooses Tansu. CI sets kafka.
+TEST_BROKER ?= $(if $(and $(shell command -v java),$(shell command -v mvn)),kafka,tansu)
+# After a pass on Apache Kafka, what `make run` uses runs again on the embedded Tansu broker: the
+# dev chat, a consumer's flow, timers through the scheduler, Tansu's restartable broker.
+TANSU_TESTS := tests/consumer/test_dev_script.py tests/consumer/test_dev_terminal.py \
+	tests/integration/test_broker.py tests/integration/test_consumer_flow.py \
+	tests/integration/test_scheduler_e2e.py tests/faults/test_restartable_broker.py
+
 # The whole suite: lint, unit, scenario, store, consumer, integration, fault and real-model tests
 # (llama.cpp's server with a small model, fetched into ~/.cache/turnflow/models on first use);
 # the longer real-model tests are `make test-real-model`.
 test: lint
-	$(BIN)/pytest -q -p no:cacheprovider --cov --cov-report=term:skip-covered \
-		-m "not real_model_slow" $(PYTEST_ARGS)
+ifeq ($(TEST_BROKER),kafka)
+	$(BIN)/python -m tests.fixtures.kafka_server fetch >/dev/null
+endif
+	TURNFLOW_TEST_BROKER=$(TEST_BROKER) $(BIN)/pytest -q -p no:cacheprovider --cov \
+		--cov-report=term:skip-covered -m "not real_model_slow" $(PYTEST_ARGS)
+ifeq ($(TEST_BROKER),kafka)
+	env -u KAFKA_BOOTSTRAP_SERVERS TURNFLOW_TEST_BROKER=tansu $(BIN)/pytest -q -p no:cacheprovider \
+		$(TANSU_TESTS)
+endif
 
 # Every real-model test, the demo's scripted chat through the consumer included.
 test-real-model: $(STAMP)
