@@ -25,7 +25,14 @@ serialization, database, broker, the stand-in model).
 ``--history-turns N`` starts every session N turns into its conversation, so each load reads
 and each turn sends a history as long as such a conversation has (by default sessions start
 empty and stay a few turns long); the table's ``hist`` column says N. One more 0 ms row does
-that for ``--long-turns`` (default 25, the consumer's whole history window; 0 skips it).
+that for ``--long-turns`` (default 100: twice the consumer's whole history window, so the row
+shows a turn's cost stays bounded once the window is full; 0 skips it).
+
+The run ends with the targets, each a ratio of this run: CPU per turn against the save's client
+CPU and turns/s against the save rate, fresh and with history; the 200 ms rows against their
+bound; and, for ``--processes N``, turns per second of consumer CPU (the consumer processes'
+own user+system time, not the broker's, PostgreSQL's or this load generator's, which share
+the host) for one process and for N side by side.
 
     python bench/e2e_bench.py [--quick] [--latencies 0,200,1000] [--partitions 1,8]
     turnflow bench [same options]
@@ -720,6 +727,57 @@ def repeated_summary(
     return lines
 
 
+def _per_cpu_second(r: RunResult) -> float:
+    """Turns per second of the consumer processes' own CPU (user+system, the supervisor and
+    its workers; the broker, PostgreSQL and the load generator are not counted)."""
+    return 1000 / r.cpu_ms_per_turn if r.cpu_ms_per_turn > 0 else float("nan")
+
+
+def _spread(values: list[float]) -> str:
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return f"{ordered[0]:.2f}"
+    return f"{statistics.median(ordered):.2f} (median of {len(ordered)}: " \
+        f"{ordered[0]:.2f}-{ordered[-1]:.2f})"
+
+
+def target_lines(
+    results: list[RunResult], baselines: dict[int, SaveBaseline], args: argparse.Namespace,
+    per_turn: float,
+) -> list[str]:
+    """The targets this run can speak to, each as its ratio (a median where several rows
+    give it) and whether it is met: CPU per turn at 0 ms at most 2.0x the save's client CPU
+    on fresh sessions and 2.3x with history; turns/s at 0 ms at least 0.6x the save rate in
+    both; at 200 ms at least 1.0 of the bound."""
+    def verdict(value: float, wanted: float, most: bool) -> str:
+        met = value <= wanted if most else value >= wanted
+        return f"{'met' if met else 'NOT met'} ({'at most' if most else 'at least'} {wanted:g})"
+
+    lines: list[str] = []
+    by_history: dict[int, list[tuple[float, float]]] = {}
+    for index, base in baselines.items():
+        by_history.setdefault(results[index].history_turns, []).append(
+            base.ratios(results[index])
+        )
+    for turns, ratios in sorted(by_history.items()):
+        cpu = [c for c, _ in ratios]
+        rate = [t for _, t in ratios]
+        label = "fresh sessions" if turns == 0 else f"sessions {turns} turns in"
+        cpu_wanted = 2.0 if turns == 0 else 2.3
+        lines.append(f"  0 ms, {label}: CPU per turn {_spread(cpu)} x the save's client CPU, "
+                     f"{verdict(statistics.median(cpu), cpu_wanted, True)}")
+        lines.append(f"  0 ms, {label}: turns/s {_spread(rate)} x the save rate, "
+                     f"{verdict(statistics.median(rate), 0.6, False)}")
+    for latency in sorted({r.latency_ms for r in results if r.latency_ms}):
+        bound = args.max_in_flight / (per_turn * latency / 1000)
+        shares = [r.turns_per_s / bound for r in results
+                  if r.latency_ms == latency and r.workers == 1]
+        if latency == 200 and shares:
+            lines.append(f"  200 ms: turns/s {_spread(shares)} of the bound ({bound:.0f}), "
+                         f"{verdict(statistics.median(shares), 1.0, False)}")
+    return lines
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="fewer sessions and inputs (200 sessions, 400 inputs, 4 s paced)")
@@ -745,10 +803,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--history-turns", type=int, default=0,
                         help="earlier turns every session has before the run (each gives two "
                         "history entries; the consumer loads up to 50), default 0")
-    parser.add_argument("--long-turns", type=int, default=25,
+    parser.add_argument("--long-turns", type=int, default=100,
                         help="one more 0 ms row (most partitions, one process) with every "
                         "session this many turns into its conversation; 0 skips it "
-                        "(default 25: 50 history entries, the consumer's HISTORY_LIMIT)")
+                        "(default 100: the consumer's HISTORY_LIMIT of 50 entries, full "
+                        "twice over)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="one-process 0 ms runs per partition count, interleaved, each "
                         "beside its own save windows; with more than one, the spread and "
@@ -902,7 +961,16 @@ def run(args: argparse.Namespace) -> int:
             one = single[r.partitions]
             print(f"  0 ms, {r.partitions} partitions, {r.workers} processes: "
                   f"{r.turns_per_s:.0f} turns/s = {r.turns_per_s / one.turns_per_s:.2f} x one "
-                  f"process ({one.turns_per_s:.0f} turns/s)")
+                  f"process ({one.turns_per_s:.0f} turns/s); per second of consumer CPU "
+                  f"(the consumer processes' own): {_per_cpu_second(r):.0f} turns against "
+                  f"{_per_cpu_second(one):.0f} for one process "
+                  f"({_per_cpu_second(r) / _per_cpu_second(one):.2f} x)")
+    lines = target_lines(results, baselines, args, per_turn)
+    if lines:
+        print()
+        print("targets, each a ratio of this run:")
+        for line in lines:
+            print(line)
     if profile:
         total = sum(profile.values())
         aside = ("waiting on I/O (idle)", "start-up (imports)")

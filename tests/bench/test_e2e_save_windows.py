@@ -23,7 +23,8 @@ class _Recorder:
     """Stands in for the servers, the runs and the save windows; logs the order of events.
 
     Window k measures (1000 * (k + 1)) saves/s at (0.1 * (k + 1)) ms client CPU per save, and
-    every run gives 600 turns/s at 0.6 ms, so each printed ratio names its windows."""
+    every one-process run gives 600 turns/s at 0.6 ms, so each printed ratio names its windows;
+    a run of several processes gives 900 turns/s at 0.5 ms of their CPU."""
 
     def __init__(self) -> None:
         self.events: list[str] = []
@@ -43,7 +44,8 @@ class _Recorder:
         )
         return RunResult(
             latency_ms=latency, partitions=settings["partitions"], inputs=10,
-            turns_per_s=600.0, cpu_ms_per_turn=0.6, paced_rate=1.0, paced_inputs=1,
+            turns_per_s=600.0 if workers == 1 else 900.0,
+            cpu_ms_per_turn=0.6 if workers == 1 else 0.5, paced_rate=1.0, paced_inputs=1,
             p50_ms=1.0, p95_ms=1.0, p99_ms=1.0, workers=workers, history_turns=history,
         )
 
@@ -90,7 +92,7 @@ def test_each_0_ms_run_has_a_save_window_right_before_and_after(
         "run 1000 ms 8 parts 1 procs 0 hist",
         "run 0 ms 8 parts 2 procs 0 hist",  # compared with one process, not with the save
         "window 4",  # other runs came since window 3: measured again
-        "run 0 ms 8 parts 1 procs 25 hist",
+        "run 0 ms 8 parts 1 procs 100 hist",
         "window 5",
     ]
     out = capsys.readouterr().out
@@ -105,7 +107,32 @@ def test_each_0_ms_run_has_a_save_window_right_before_and_after(
     assert ratios == [
         ("1", "", "0.40", "1500", "4.0", "0.15"),
         ("8", "", "0.24", "2500", "2.4", "0.25"),
-        ("8", ", sessions 25 turns in", "0.13", "4500", "1.3", "0.45"),
+        ("8", ", sessions 100 turns in", "0.13", "4500", "1.3", "0.45"),
+    ]
+
+
+def test_the_targets_and_the_processes_per_cpu_second_are_printed_from_the_run(
+    recorder: _Recorder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each target as this run's ratio (a median where several rows give it) and whether it
+    is met; the two-process row also per second of the consumer processes' own CPU."""
+    assert e2e_bench.run(_args()) == 0
+    out = capsys.readouterr().out
+    assert ("0 ms, 8 partitions, 2 processes: 900 turns/s = 1.50 x one process (600 turns/s); "
+            "per second of consumer CPU (the consumer processes' own): 2000 turns against "
+            "1667 for one process (1.20 x)") in out
+    targets = out.split("targets, each a ratio of this run:\n", 1)[1].splitlines()
+    assert targets[:5] == [
+        # Fresh: the 1- and 8-partition rows, 0.6 ms against 0.15 and 0.25 ms per save.
+        "  0 ms, fresh sessions: CPU per turn 3.20 (median of 2: 2.40-4.00) x the save's "
+        "client CPU, NOT met (at most 2)",
+        "  0 ms, fresh sessions: turns/s 0.32 (median of 2: 0.24-0.40) x the save rate, "
+        "NOT met (at least 0.6)",
+        "  0 ms, sessions 100 turns in: CPU per turn 1.33 x the save's client CPU, met "
+        "(at most 2.3)",
+        "  0 ms, sessions 100 turns in: turns/s 0.13 x the save rate, NOT met (at least 0.6)",
+        # 600 turns/s against 64 in flight / 0.2 s = 320.
+        "  200 ms: turns/s 1.88 (median of 2: 1.88-1.88) of the bound (320), met (at least 1)",
     ]
 
 
