@@ -2,7 +2,8 @@
 
 A move is a step id, ``"end"``, ``{"step", "clear"}`` or ``{"flow", "input"}``; None means the
 next step in the list. Entering a step bumps ``visit`` so every visit has its own key. A flow
-move ends this run and starts a child, at most ``HOP_LIMIT`` hops per turn. Reaching the end of
+move ends this run and starts a child, at most ``HOP_LIMIT`` hops per turn, unless the target
+flow already has a live run (skip ``already-running``: that run keeps going). Reaching the end of
 an ``on_end: "stay"`` flow sends the run back to the last talk step it took.
 """
 
@@ -88,6 +89,16 @@ def _hand_off(state: TurnState, run: Run, move: FlowMove) -> bool:
     child_input = render_value(dict(move.input), scopes(state, run))
     was_floor = state.floor_run_id == run.id
     state.end_run(run, "handoff", detail=move.flow)
+    live = next((r for r in state.session.runs if r.flow_id == target.id), None)
+    if live is not None:
+        # One run of a flow at a time, as for every other start (``engine.starts``): a second
+        # one would wait beside the first, and one event or wake would move both (two
+        # bookings, each confirmed by the same payment). The live run keeps its place and
+        # takes the floor the handing-over run had.
+        state.skip(target.id, "already-running")
+        if was_floor:
+            state.floor_run_id = live.id
+        return False
     child = state.new_run(
         target,
         origin="flow",

@@ -118,6 +118,11 @@ def _chat_message(role: Literal["user", "assistant"], text: str) -> ChatMessage:
     return built(ChatMessage, values, _CHAT_GIVEN, validate=type(text) is not str)
 
 
+def _parts(state: TurnState) -> list[str]:
+    """The turn's customer messages one by one, oldest first (a burst's, or the one)."""
+    return [p.message for p in state.request.parts]
+
+
 def customer_message(state: TurnState) -> str | None:
     """The Customer message block's text: the message, or a burst's messages numbered in the
     order they were sent (the model sees each one and answers them together)."""
@@ -211,6 +216,7 @@ def build_speak(
         "pending": {n: _spec_meta(config.fields[n]) for n in pending},
         "known": dict(known),
         "message": state.request.text,
+        "messages": _parts(state),
         "already_sent": list(state.sent),
         "retry": retry and message is None and history_ends_with_user,
         "idle": run is None,
@@ -277,5 +283,6 @@ def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
         **({"corrections": sorted(plan.corrections)} if plan.corrections else {}),
         "extract": {m: {p: _spec_meta(s) for p, s in ps.items()} for m, ps in plan.extract.items()},
         "message": state.request.text,
+        "messages": _parts(state),
     }
     return SpeakPrompt(system="\n\n".join(blocks), messages=history_messages(state), meta=meta)

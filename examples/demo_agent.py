@@ -14,7 +14,15 @@ It is small on purpose and still shows every piece of an agent (docs/agents.md w
 - a customer who takes a few turns to answer still gets booked, and a flow that gives up on a
   field never shows an empty value or calls the action without it (the guards below);
 - a correction: ``day`` is ``correctable``, so "actually, Saturday" at the confirmation changes
-  it and the confirm step's ``on_correction`` goes back to the summary to confirm again.
+  it and the confirm step's ``on_correction`` says the new booking and asks to confirm again
+  (one question, not the summary's and the step's);
+- one booking at a time: a booking made is done with its answers (the next starts from
+  scratch), and while one waits for its payment a new request is told so instead of booking
+  again, so one ``paid`` event never confirms two bookings; after a booking the welcome does
+  not start over, so "thanks!" or another "yes" books nothing;
+- the name is read wherever the customer gives it (``extract: anywhere``), so "hi / my name is
+  Lee / I need a flat tire fix" sent at once keeps the name although it goes straight to the
+  booking.
 
 Every speak of a talk step that collects several fields counts one ask of *each* field still
 missing, so a customer who answers one question at a time spends asks of the other. The
@@ -75,13 +83,21 @@ def book_repair(ctx: Any) -> Any:
     return ok(data={"booking_ref": booking["ref"], "awaiting_payment": True})
 
 
+BOOKING_PHRASES = ["book a repair", "appointment", "fix my bike", "book", "repair", "brakes",
+                   "flat tire", "tune-up"]
+
+BOOKED_ANSWERS = ["service", "day", "confirmed"]
+"""Cleared once a booking is made and its payment wait is over; an unfinished booking keeps
+them, so "book a repair" later picks up where the customer left off."""
+
 ANSWER_TURNS = 5
 """Asks of ``service`` and ``day`` before the booking gives up. Each speak of the ``what`` step
 counts an ask of every field still missing, and the answer to the last ask is not read, so 5
 leaves a customer four replies ("brakes please", "not sure yet", ...) to give both."""
 
 FIELDS: dict[str, dict[str, Any]] = {
-    "name": {"type": "string", "ask": "Ask for the customer's first name."},
+    "name": {"type": "string", "ask": "Ask for the customer's first name.",
+             "extract": "anywhere"},
     "service": {
         "type": "string",
         "enum": SERVICES,
@@ -115,7 +131,8 @@ FLOWS: list[dict[str, Any]] = [
         "id": "welcome",
         "name": "Welcome",
         "description": "Anyone who writes without a clear request: greet, learn the name.",
-        "on": [{"message": []}],
+        # Not after a booking: "thanks!" then must not greet and offer a booking again.
+        "on": [{"message": [], "if": {"missing": "booking_ref"}}],
         "repeat": "once",
         "steps": [
             {"id": "hello", "say": "Hi! I'm Ana from Spoke & Chain bike repair.", "once": True},
@@ -123,10 +140,9 @@ FLOWS: list[dict[str, Any]] = [
             # A customer may never give a name: greet by name only when there is one.
             {"id": "named?", "if": {"known": "name"}, "then": "offer", "else": "offer_unnamed"},
             # a move to another flow: the welcome hands over to the booking.
-            {"id": "offer",
-             "say": "Nice to meet you, {{name}}. What does your bike need (a tune-up, a "
-             "flat-tire fix or brakes), and which day suits you?",
-             "then": {"flow": "booking"}},
+            # No question here: the booking's first step asks its own right after this line
+            # (asked here too, a customer who gave the name in passing would get two).
+            {"id": "offer", "say": "Nice to meet you, {{name}}.", "then": {"flow": "booking"}},
             # Reached when the name step gave up, on a turn with no reply spoken yet: the
             # booking's first step asks its own question right after this line.
             {"id": "offer_unnamed", "say": "No problem, let's get your bike booked.",
@@ -137,8 +153,8 @@ FLOWS: list[dict[str, Any]] = [
         "id": "booking",
         "name": "Book a repair",
         "description": "The customer wants a repair or service booked.",
-        "on": [{"message": ["book a repair", "appointment", "fix my bike", "book", "repair",
-                                "brakes", "flat tire", "tune-up"]}],
+        # One booking at a time: while one waits for its payment, ``one_at_a_time`` answers.
+        "on": [{"message": BOOKING_PHRASES, "if": {"missing": "awaiting_payment"}}],
         "clear_on_start": ["confirmed", "booking_ref"],
         "steps": [
             {
@@ -160,8 +176,8 @@ FLOWS: list[dict[str, Any]] = [
                 "id": "confirm",
                 "collect": ["confirmed"],
                 "prompt": "Ask them to confirm the booking.",
-                # a correction ("make it Saturday") goes back to the summary: re-confirm.
-                "on_correction": "summary",
+                # a correction ("make it Saturday") says the new booking: re-confirm.
+                "on_correction": {"step": "changed", "clear": ["confirmed"]},
                 # branch: a "no" starts the booking over with the answers cleared; a "yes"
                 # leaves nothing pending, so the step is done without a speak call.
                 "branches": [
@@ -195,11 +211,12 @@ FLOWS: list[dict[str, Any]] = [
                 "then": {"step": "paid", "clear": ["awaiting_payment"]},
                 "else": {"step": "unpaid", "clear": ["awaiting_payment"]},
             },
+            # A booking made is done with its answers: the next one starts from scratch.
             {"id": "paid", "say": "Payment received, thank you! See you on {{day}}.",
-             "then": "end"},
+             "then": {"step": "done", "clear": BOOKED_ANSWERS}},
             {"id": "unpaid",
              "say": "No payment yet; you can also pay when you drop the bike off.",
-             "then": "end"},
+             "then": {"step": "done", "clear": BOOKED_ANSWERS}},
             {"id": "not_yet",
              "say": "No problem. When you know what the bike needs and which day suits you, "
              "just write \"book a repair\" and we'll pick it up from there.",
@@ -211,7 +228,20 @@ FLOWS: list[dict[str, Any]] = [
             {"id": "book_failed",
              "say": "Sorry, I could not book that just now. Someone from the shop will call you.",
              "then": "end"},
+            # Ends the run: whichever way the condition goes (its move cleared the answers).
+            {"id": "done", "if": {"known": "booking_ref"}, "then": "end", "else": "end"},
+            # After a correction at the confirmation: the booking as it now stands, and the
+            # confirm step asks its question once.
+            {"id": "changed", "say": "Sure, {{day}} then: {{service}} on {{day}}.",
+             "then": "confirm"},
         ],
+    },
+    {
+        "id": "one_at_a_time",
+        "name": "A booking already waits for its payment",
+        "on": [{"message": BOOKING_PHRASES, "if": {"known": "awaiting_payment"}}],
+        "steps": [{"id": "pending", "say": "Your booking {{booking_ref}} is waiting for its "
+                   "payment; once it is paid I can book another repair."}],
     },
     {
         "id": "hours",

@@ -82,11 +82,14 @@ class ModelRequest(BaseModel):
     ``meta`` keys, by ``schema_name``:
       understand: ``flows`` {id: [phrases]}, ``mentions`` {id: [phrases]},
                   ``branches`` {alias: question}, ``fields`` {name: field spec dict},
-                  ``extract`` {mention flow id: {param: field spec dict}}, ``message`` str
+                  ``extract`` {mention flow id: {param: field spec dict}}, ``message`` str,
+                  ``messages`` [str]
       speak:      ``prompt`` str | None, ``pending`` {name: field spec dict}, ``known`` dict,
-                  ``message`` str | None, ``agent_name`` str, ``already_sent`` [str],
-                  ``retry`` bool
+                  ``message`` str | None, ``messages`` [str], ``agent_name`` str,
+                  ``already_sent`` [str], ``retry`` bool
       compact:    ``entries`` int
+    ``message`` is the customer's words of the turn (a burst's messages one per line);
+    ``messages`` the same one message at a time, oldest first (empty on other turns).
     """
 
     model_config = ConfigDict(frozen=True)

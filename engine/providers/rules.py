@@ -9,10 +9,15 @@ property the schema names is present, ``null`` when the rules know nothing. It n
   for some of its words); a mention is present when one of its phrases is; a branch reads the
   message as yes or no; fields are extracted with one pattern per type.
 - speak: the message asks the first field still pending (its ``ask``, turned into a question
-  when it is an "Ask ..." / "Pergunte ..." / "Pregunta ..." instruction), else thanks the
-  customer when the message answered everything, else phrases the step prompt, else a polite
-  default; pending fields are extracted from the customer's message. Stock replies follow the
-  language (English, Portuguese, Spanish) that the message, prompt and asks are written in.
+  when it is an "Ask ..." / "Pergunte ..." / "Pregunta ..." instruction), first saying which
+  choices it just heard ("Noted: saturday."), else thanks the customer when the message answered
+  everything, else phrases the step prompt, else a polite default; pending fields are extracted
+  from the customer's message. The first reply to a burst that opens with a greeting greets
+  back ("Hi Lee!") when nothing else was said this turn. Stock replies follow the language
+  (English, Portuguese, Spanish) that the message, prompt and asks are written in.
+- a burst (several messages answered in one turn, ``meta["messages"]``) is read message by
+  message, as a model reads them: each value, yes or no is read from one message, and where
+  several messages give one the latest wins ("saturday" then "actually friday" is friday).
 - compact: a short summary naming how many entries it covers and what the customer said.
 - skills (the lifecycle's skill classifier): the skills whose description shares words with the
   message, best first, at most two, and the message's language.
@@ -40,6 +45,10 @@ _STOCK_REPLIES = {
     "pt": ("Perfeito, anotado.", "Como posso ajudar?"),
     "es": ("Perfecto, anotado.", "¿En qué puedo ayudarte?"),
 }
+# "Noted: {values}." before the next question; "Hi{ name}!" back to a first greeting.
+_NOTED = {"en": "Noted: {}.", "pt": "Anotado: {}.", "es": "Anotado: {}."}
+_HELLO = {"en": "Hi{}!", "pt": "Olá{}!", "es": "¡Hola{}!"}
+_GREETINGS = frozenset("hi hello hey hiya howdy oi ola hola buenas bom dia".split())
 _LANGUAGE_MARKERS = {
     "en": frozenset("the an of to and is you your ask hi hello thanks please i want my "
                     "what which could would".split()),
@@ -72,7 +81,7 @@ _DAY_FIRST_DATE = re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4})\b")
 _NUMBER = re.compile(r"(?<![\w.,])[-+]?\d+(?:[.,]\d+)*")
 _NAME_INTRO = re.compile(
     r"\b(?:my name is|i'?m called|call me|me llamo|mi nombre es|meu nome (?:é|e)|me chamo|"
-    r"chamo-me)\s+([^\W\d_][\w'-]*(?:\s+[^\W\d_][\w'-]*){0,2})",
+    r"chamo-me)[ \t]+([^\W\d_][\w'-]*(?:[ \t]+[^\W\d_][\w'-]*){0,2})",
     re.IGNORECASE,
 )
 # Weaker lead-ins, trusted only in a reply to the question that asked for the name.
@@ -81,6 +90,13 @@ _ANSWER_INTRO = re.compile(
     re.IGNORECASE,
 )
 _NAME_FIELD = re.compile(r"name|nome|nombre", re.IGNORECASE)
+# Words that make a reply something other than a name.
+_NOT_NAMES = _GREETINGS | frozenset(
+    "i my me you your it is am are be would will can could should the an to for and or with "
+    "need want like please thanks thank best good fine ok what which when how why "
+    "monday tuesday wednesday thursday friday saturday sunday today tomorrow morning "
+    "afternoon evening week book booking repair fix bike".split()
+)
 
 
 def normalize(text: str) -> str:
@@ -143,6 +159,45 @@ def read_yes_no(message: str) -> bool | None:
         if word in _NO or (index == 0 and word in _NO_FIRST_WORD):
             return False
     return None
+
+
+def message_parts(meta: dict[str, Any]) -> list[str]:
+    """The customer's messages of the turn, oldest first: ``meta["messages"]`` (a burst's,
+    one by one), else the one ``message``."""
+    parts = meta.get("messages")
+    if isinstance(parts, list) and parts and all(isinstance(p, str) for p in parts):
+        return list(parts)
+    message = meta.get("message")
+    return [str(message)] if message else []
+
+
+def latest(parts: list[str], read: Any) -> Any:
+    """What ``read`` finds in the latest message that gives anything (None when none does):
+    in a burst, a later message corrects an earlier one."""
+    for part in reversed(parts):
+        value = read(part)
+        if value is not None:
+            return value
+    return None
+
+
+def _listed(spec: dict[str, Any]) -> bool:
+    """A field whose value is one of a list or not free text (a day, a number, a date)."""
+    return bool(spec.get("enum")) or spec.get("type", "string") != "string"
+
+
+def latest_value(parts: list[str], spec: dict[str, Any], name: str) -> Any:
+    """A field's value from the latest message that gives one."""
+    return latest(parts, lambda part: extract_value(spec, part, name=name))
+
+
+def greets(parts: list[str]) -> bool:
+    """Whether one of the messages opens with a greeting ("hi", "hello there", "olá")."""
+    for part in parts:
+        found = words(part)
+        if found and (found[0] in _GREETINGS or " ".join(found[:2]) in _GREETINGS):
+            return True
+    return False
 
 
 def _parse_number(token: str) -> float | None:
@@ -275,10 +330,11 @@ def extract_value(spec: dict[str, Any], text: str, *, name: str = "") -> Any:
     return None
 
 
-def direct_answer(spec: dict[str, Any], text: str) -> Any:
+def direct_answer(spec: dict[str, Any], text: str, *, name: str = "") -> Any:
     """The whole message as the answer to a plain string question it was just asked.
 
-    Only short replies count (up to six words), and never a bare yes or no.
+    Only short replies count (up to six words), and never a bare yes or no. A name is at most
+    three words, none of them an everyday word ("saturday would be best" is not a name).
     """
     if spec.get("type", "string") != "string" or spec.get("enum"):
         return None
@@ -286,7 +342,12 @@ def direct_answer(spec: dict[str, Any], text: str) -> Any:
     if not reply or len(reply.split()) > 6 or read_yes_no(reply) is not None:
         return None
     intro = _NAME_INTRO.search(reply) or _ANSWER_INTRO.match(reply)
-    return intro.group(1) if intro else reply
+    answer = intro.group(1) if intro else reply
+    if _NAME_FIELD.search(name):
+        said = words(answer)
+        if not said or len(answer.split()) > 3 or any(w in _NOT_NAMES for w in said):
+            return None
+    return answer
 
 
 def guess_language(texts: list[str]) -> str:
@@ -367,6 +428,21 @@ def ask_as_question(ask: str) -> str:
     if verb.lower().startswith(("pergunte", "peç", "pec")):
         return _portuguese_question(verb, rest)
     return _spanish_question(verb, rest)
+
+
+def _question_of(name: str, spec: dict[str, Any]) -> str:
+    """The question these rules ask for a field (see ``speak``)."""
+    ask = spec.get("ask") or spec.get("description")
+    return ask_as_question(str(ask)) if ask else f"Could you tell me your {name}?"
+
+
+def _last_question(request: ModelRequest) -> str | None:
+    """The assistant's last entry in the transcript."""
+    for message in reversed(request.messages):
+        if message.role == "assistant":
+            text = (message.text or "").strip()
+            return text or None
+    return None
 
 
 def _json_type(value: Any) -> str:
@@ -459,6 +535,7 @@ class RuleProvider:
     def understand(self, request: ModelRequest) -> ModelResponse:
         meta = request.meta
         message = str(meta.get("message") or "")
+        parts = message_parts(meta)
         envelope: dict[str, Any] = {}
         for section, schema in _properties(request.json_schema).items():
             names = list(_properties(schema))
@@ -470,17 +547,25 @@ class RuleProvider:
                 phrases = _dict(meta.get("mentions"))
                 found = {n: mentioned(list(phrases.get(n) or []), message) for n in names}
             elif section == "branches":
-                answer = read_yes_no(message)
+                answer = latest(parts, read_yes_no)
                 found = {n: answer for n in names}
             elif section == "fields":
                 specs = _dict(meta.get("fields"))
-                found = {n: extract_value(_dict(specs.get(n)), message, name=n) for n in names}
+                found = {n: latest_value(parts, _dict(specs.get(n)), n) for n in names}
+                asked = _last_question(request)
+                for n in names:
+                    spec = _dict(specs.get(n))
+                    if found[n] is None and parts and asked and asked.endswith(
+                            _question_of(n, spec)):
+                        # The assistant's last words asked for this field: the latest
+                        # message answers it, as a model reading the conversation would take it.
+                        found[n] = direct_answer(spec, parts[-1], name=n)
             elif section == "extract":
                 per_flow = _dict(meta.get("extract"))
                 found = {
                     flow_id: _fill(flow_schema, {
-                        param: extract_value(_dict(_dict(per_flow.get(flow_id)).get(param)),
-                                             message, name=param)
+                        param: latest_value(
+                            parts, _dict(_dict(per_flow.get(flow_id)).get(param)), param)
                         for param in _properties(flow_schema)
                     })
                     for flow_id, flow_schema in _properties(schema).items()
@@ -494,30 +579,37 @@ class RuleProvider:
     def speak(self, request: ModelRequest) -> ModelResponse:
         meta = request.meta
         message = str(meta.get("message") or "")
+        parts = message_parts(meta)
         if not message and meta.get("retry"):
             # A retry answers the customer message the failed call left unanswered.
             said = [m.text for m in request.messages if m.role == "user"]
             message = said[-1] if said else ""
+            parts = [message] if message else []
         pending = _dict(meta.get("pending"))
         asked_before = any(m.role == "assistant" for m in request.messages)
         found: dict[str, Any] = {}
         for index, (name, raw_spec) in enumerate(pending.items()):
             spec = _dict(raw_spec)
-            value = extract_value(spec, message, name=name)
-            if value is None and index == 0 and asked_before:
-                # The first pending field is the one the last reply asked for.
-                value = direct_answer(spec, message)
+            value = latest_value(parts, spec, name)
+            if value is None and index == 0 and asked_before and parts:
+                # The first pending field is the one the last reply asked for: the last
+                # message is the answer to it.
+                value = direct_answer(spec, parts[-1], name=name)
             if value is not None:
                 found[name] = value
         still_pending = [name for name in pending if name not in found]
         texts = [message, str(meta.get("prompt") or "")]
         texts += [str(_dict(spec).get("ask") or "") for spec in pending.values()]
-        thanks, polite = _STOCK_REPLIES[guess_language(texts)]
+        language = guess_language(texts)
+        thanks, polite = _STOCK_REPLIES[language]
         if still_pending:
             first = _dict(pending[still_pending[0]])
             ask = first.get("ask") or first.get("description")
             default = f"Could you tell me your {still_pending[0]}?"
             text = ask_as_question(str(ask)) if ask else default
+            heard = [str(v) for n, v in found.items() if _listed(_dict(pending[n]))]
+            if heard:  # say which choice was heard, so the customer knows it counted
+                text = f"{_NOTED[language].format(', '.join(heard))} {text}"
         elif pending:
             text = thanks
         elif meta.get("prompt"):
@@ -526,6 +618,13 @@ class RuleProvider:
             text = polite
         if text in (meta.get("already_sent") or []):
             text = polite if text != polite else thanks
+        if len(parts) > 1 and not asked_before and not meta.get("already_sent") and greets(
+                parts):
+            # The first thing the assistant says, to a burst that opened with a hello.
+            known = {**_dict(meta.get("known")), **found}
+            name = next((v for k, v in known.items() if _NAME_FIELD.search(k) and
+                         isinstance(v, str) and v), "")
+            text = f"{_HELLO[language].format(f' {name}' if name else '')} {text}"
         schema = request.json_schema
         if not _properties(schema):
             return ModelResponse(text=text)
@@ -560,4 +659,13 @@ class RuleProvider:
         return ModelResponse(text=summary, json=json)
 
 
-__all__ = ["RuleProvider", "ask_as_question", "extract_value", "flow_score", "read_yes_no"]
+__all__ = [
+    "RuleProvider",
+    "ask_as_question",
+    "extract_value",
+    "flow_score",
+    "greets",
+    "latest",
+    "message_parts",
+    "read_yes_no",
+]

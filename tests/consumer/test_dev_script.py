@@ -65,9 +65,8 @@ def test_replies_come_back_through_the_topics_in_order(demo_run: DevRun) -> None
     assert replies == [
         "Hi! I'm Ana from Spoke & Chain bike repair.",
         "Could you tell me your first name?",
-        "Thank you, got it.",
-        "Nice to meet you, Sam. What does your bike need (a tune-up, a flat-tire fix or "
-        "brakes), and which day suits you?",
+        "Nice to meet you, Sam.",
+        "Which service does the bike need: a tune-up, a flat-tire fix or brakes?",
         "Thank you, got it.",
         "Brake jobs take about two hours; please bring the bike in the morning.",
         "So: brakes on saturday. Shall I book it?",

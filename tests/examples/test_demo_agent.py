@@ -66,7 +66,10 @@ async def test_a_booking_from_greeting_to_payment(chat: Conversation) -> None:
     assert hello.llm_calls <= 2
 
     named = await chat.say("my name is Sam")
-    assert texts(named)[-1].startswith("Nice to meet you, Sam.")
+    assert texts(named) == [
+        "Nice to meet you, Sam.",
+        "Which service does the bike need: a tune-up, a flat-tire fix or brakes?",
+    ]
     assert chat.session.data["name"] == "Sam"
 
     asked = await chat.say("I need the brakes fixed on saturday")
@@ -167,14 +170,16 @@ def test_silence_delay_comes_from_the_environment(monkeypatch: pytest.MonkeyPatc
 
 async def test_a_changed_day_at_the_confirmation_is_confirmed_again(chat: Conversation) -> None:
     """"Actually friday" at the confirmation: the day is corrected (named, not valued, in the
-    outcome) and the summary asks again with the new day; "yes" then books friday."""
+    outcome), the booking is said again with the new day and confirmed with one question (not
+    the summary's and then the step's); "yes" then books friday."""
     await chat.say("I want to book a repair")
     await chat.say("a tune-up on monday")
     changed = await chat.say("actually make it friday")
     assert chat.session.data["day"] == "friday"
     assert ("confirm", "corrected") in codes(changed)
     assert all("friday" not in (o.detail or "") for o in changed.outcomes)
-    assert texts(changed)[0] == "So: tune-up on friday. Shall I book it?"
+    assert texts(changed) == ["Sure, friday then: tune-up on friday.",
+                              "Could you confirm the booking (yes or no)?"]
     assert changed.llm_calls <= 2
     booked = await chat.say("yes")
     assert texts(booked)[0].startswith("Booked: tune-up on friday")
