@@ -117,3 +117,34 @@ def test_docs_speak_of_the_behaviour_not_of_its_history(path: Path) -> None:
     found = [w for w in ("seed 0", "seeds 0", "source text", "shared/spec", "engine.md",
                          "the seed") if w in text]
     assert found == []
+
+
+def _anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation other than ``-``
+    and ``_`` dropped, spaces as ``-``; a repeated heading gets ``-1``, ``-2``, ...; plus any
+    ``<a id=...>`` of its own."""
+    seen: dict[str, int] = {}
+    out: set[str] = set(re.findall(r'<a (?:id|name)="([^"]+)"', text))
+    in_code = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        if in_code or not (match := re.match(r"#{1,6} (.+)", line)):
+            continue
+        slug = re.sub(r"[^\w\- ]", "", match.group(1).strip().lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        out.add(slug if count == 0 else f"{slug}-{count}")
+    return out
+
+
+@pytest.mark.parametrize("path", OURS, ids=lambda p: p.name)
+def test_anchors_resolve(path: Path) -> None:
+    """Every ``#anchor`` a page links to, on itself or on another page of the repository, is a
+    heading of that page."""
+    broken = []
+    for target, anchor in re.findall(r"\]\(([^)#:\s]*)#([^)\s]+)\)", _text(path)):
+        page = path if not target else path.parent / target
+        if page.suffix == ".md" and page.exists() and anchor not in _anchors(_text(page)):
+            broken.append(f"{target}#{anchor}")
+    assert broken == []
