@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from engine.clock import Clock, to_utc
-from engine.errors import ProviderError
+from engine.errors import ProviderError, UnusableReply
 from engine.providers.base import ModelRequest, ModelResponse, Provider, ProviderHooks
 
 if TYPE_CHECKING:
@@ -155,6 +155,8 @@ class RecordingProvider:
         except Exception as exc:
             kind = exc.kind if isinstance(exc, ProviderError) else "retryable"
             entry |= {"ok": False, "error_kind": kind, "error": str(exc)[:_ERROR_LIMIT]}
+            if isinstance(exc, UnusableReply):  # answered, but not usably: read differently
+                entry["unusable"] = True
             entry["latency_ms"] = round((time.perf_counter() - started) * 1000, 3)
             tape.calls.append(entry)
             raise

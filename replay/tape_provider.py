@@ -2,7 +2,8 @@
 
 Each turn's calls are served by kind and, within a kind, in the order they were made: the new
 agent's second ``speak`` call of a turn gets the recorded second ``speak`` reply, whatever it
-asked in between. A recorded failure is raised again as the ``ProviderError`` it was. A call
+asked in between. A recorded failure is raised again as the ``ProviderError`` it was (an
+``UnusableReply`` for a reply that came back with nothing usable in it). A call
 with nothing recorded for it (the new agent asks more, or the recording was pruned or never
 kept) is counted in ``unrecorded`` and refused with a fatal ``ProviderError``: guessing a reply
 would make the replay say something no model said.
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from typing import Any
 
-from engine import ModelRequest, ModelResponse, ProviderError, ToolCall
+from engine import ModelRequest, ModelResponse, ProviderError, ToolCall, UnusableReply
 
 __all__ = ["TapeProvider", "UnrecordedCall", "response_of"]
 
@@ -75,6 +76,8 @@ class TapeProvider:
         self.served[request.schema_name] += 1
         if call.get("ok") is False:
             kind = call.get("error_kind")
+            if call.get("unusable") is True:
+                raise UnusableReply(f"replay: recorded unusable reply: {call.get('error')}")
             raise ProviderError(
                 f"replay: recorded failure: {call.get('error') or kind}",
                 kind="fatal" if kind == "fatal" else "retryable",

@@ -28,6 +28,10 @@ import pytest
 from consumer import metrics
 from engine import Agent
 from engine.providers.openai import OpenAIProvider
+from replay.report import report_text
+from replay.session import replay_many
+from replay.source import Selection, choose_sessions, read_conversations
+from store import Store
 from tests.fixtures.llama_server import free_port
 from tests.fixtures.stand_in_model import StandInModel
 from tests.integration.harness import DLQ, SCHEDULE, ServiceSetup, SetupFactory, running_consumer
@@ -79,6 +83,20 @@ async def dead_letters(setup: ServiceSetup) -> int:
     async with setup.reader(DLQ) as dlq:
         await dlq.settle(1.0)
         return len(dlq.records)
+
+
+async def replays_identical(setup: ServiceSetup, sessions: list[str]) -> None:
+    """The turn log of ``sessions`` replays identical on the same agent: fallback turns, the
+    understand calls read as empty judgements and the recorded reply times included."""
+    store = await Store.connect(setup.database_url, pool_size=2)
+    try:
+        chosen = await choose_sessions(store, Selection(sessions=tuple(sessions)))
+        conversations = [c async for c in read_conversations(store, chosen)]
+    finally:
+        await store.close()
+    summary = await replay_many(model_agent("http://127.0.0.1:9/v1"), conversations)
+    assert summary.counts()["identical"] == len(sessions), report_text(summary)
+    assert summary.unrecorded == 0
 
 
 def fallbacks(reason: str) -> float:
@@ -159,6 +177,7 @@ async def test_past_the_outage_bound_each_message_gets_the_fallback_once(
         assert got[sid] == [FALLBACK, FALLBACK, "echo: third"], sid
     assert fallbacks("model-unavailable") - before == 2 * len(sessions)
     assert await dead_letters(setup) == 0
+    await replays_identical(setup, sessions)
 
 
 async def test_a_model_that_never_answers_usably_gets_no_message_dead_lettered(
@@ -193,6 +212,7 @@ async def test_a_model_that_never_answers_usably_gets_no_message_dead_lettered(
     assert fallbacks("unusable-reply") - before == len(garbled)
     assert metrics.INPUT_RETRIES._value.get() - retries == 2 * len(garbled)
     assert await dead_letters(setup) == 0
+    await replays_identical(setup, good + garbled)
 
 
 async def test_a_slow_model_does_not_bring_the_silence_nudge_at_once(
@@ -219,6 +239,7 @@ async def test_a_slow_model_does_not_bring_the_silence_nudge_at_once(
         # Due a whole silence after the reply was final (within the save and the publish).
         assert due_ms - sent_at[sid] > SILENCE_MS - 1000, (sid, due_ms - sent_at[sid])
         assert due_ms > sent_at[sid], sid
+    await replays_identical(setup, sessions)
 
 
 def _ms(iso: str) -> int:
