@@ -352,7 +352,7 @@ class BoundedHttpServer:
                 self.dropped += 1
             await self._write(writer, _text(exc.status, exc.text), head_only=False)
             if exc.status in (414, 431):
-                await self._discard(reader)
+                await self._discard(reader, writer)
             return
         connection.answering = True
         try:
@@ -366,7 +366,7 @@ class BoundedHttpServer:
             response = _text(500, "internal error")
         await self._write(writer, response, head_only=request.method == "HEAD")
         if not request.body_read and request.header("content-length") not in (None, "0"):
-            await self._discard(reader)  # an unread body would reset the answer on close
+            await self._discard(reader, writer)  # an unread body would reset the answer
 
     async def _read_head(self, reader: asyncio.StreamReader) -> Request:
         """The request line and headers within the head deadline and caps."""
@@ -424,11 +424,14 @@ class BoundedHttpServer:
         async with asyncio.timeout(self._limits.write_timeout_s):
             await writer.drain()
 
-    async def _discard(self, reader: asyncio.StreamReader) -> None:
+    async def _discard(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Read what is left of a refused head or an unread body for a moment (at most a second
         and a few hundred KB), so closing does not reset the connection before the client has
-        read the answer."""
-        with contextlib.suppress(TimeoutError, ConnectionError):
+        read the answer. The answer is ended first (EOF), so a client reading to the end has
+        it at once and closes, which ends this too."""
+        with contextlib.suppress(TimeoutError, ConnectionError, OSError):
+            if writer.can_write_eof():
+                writer.write_eof()
             async with asyncio.timeout(1.0):
                 left = 4 * self._limits.max_head_bytes + 256 * 1024
                 while left > 0 and (chunk := await reader.read(min(left, 65536))):

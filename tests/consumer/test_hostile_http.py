@@ -144,9 +144,9 @@ async def _open_idle(port: int, count: int, held: Held) -> Held:
     return held
 
 
-async def _closed_by_server(reader: asyncio.StreamReader) -> bool:
+async def _closed_by_server(reader: asyncio.StreamReader, within: float = 2.0) -> bool:
     try:
-        async with asyncio.timeout(2):
+        async with asyncio.timeout(within):
             return await reader.read() == b""
     except ConnectionError:
         return True
@@ -178,7 +178,8 @@ async def test_past_the_connection_cap_the_oldest_idle_client_is_dropped() -> No
         assert server.http.connections == 8
         dropped = [await _closed_by_server(reader) for reader, _ in held[:3]]
         assert dropped == [True, True, True]
-        assert not await _closed_by_server(held[3][0])  # the fourth oldest is still served
+        # The fourth oldest is still served (a drop happens on admission, at once).
+        assert not await _closed_by_server(held[3][0], within=0.3)
         answer = await _exchange(server.port, b"GET /healthz HTTP/1.1\r\n\r\n")
         assert answer.startswith(b"HTTP/1.0 200")
         assert server.http.dropped == 4  # three idle clients, then one for the probe
