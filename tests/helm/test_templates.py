@@ -415,3 +415,28 @@ def test_chart_json_modes_are_the_providers() -> None:
     schema = json.loads((CHART_DIR / "values.schema.json").read_text())
     allowed = schema["properties"]["model"]["properties"]["jsonMode"]["enum"]
     assert allowed == ["", *openai.JSON_MODES]
+
+
+def test_the_inspector_is_off_by_default_and_reads_with_its_own_credentials() -> None:
+    """The optional inspector: absent by default; when on, a Deployment and a Service whose pod
+    gets the read-only URL and the token from their own Secrets, never the services'
+    DATABASE_URL or a model key, and runs ``turnflow ui`` behind the token on a probe that
+    needs none."""
+    assert not [d for d in render_chart().documents() if "inspector" in d["metadata"]["name"]]
+    chart = render_chart(ALL_ON)
+    pod = chart.one("Deployment", "-inspector")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["args"][:3] == ["ui", "--host", "0.0.0.0"]
+    assert container["args"][-1] == "examples.demo_agent:agent"
+    assert "ui" in COMMANDS
+    env = {e["name"]: e for e in container["env"]}
+    assert env["INSPECT_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {
+        "name": "turnflow-inspector-database", "key": "INSPECT_DATABASE_URL"}
+    assert env["TURNFLOW_UI_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "turnflow-inspector-token", "key": "TURNFLOW_UI_TOKEN"}
+    assert not set(env) & ({"DATABASE_URL"} | _MODEL_KEY_ENV) and "envFrom" not in container
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    service = chart.one("Service", "-inspector")
+    assert _matches(service["spec"]["selector"], pod.get("labels") or chart.one(
+        "Deployment", "-inspector")["spec"]["template"]["metadata"]["labels"])
+    assert pod["nodeSelector"] == {"pool": "tools"}

@@ -40,6 +40,8 @@ ALL_ON: dict[str, Any] = {
     "scheduler": {"pdb": {"enabled": True, "minAvailable": 1}, "affinity": {"podAntiAffinity": {}}},
     "serviceAccount": {"annotations": {"example.com/role": "turnflow"}},
     "dashboards": {"namespace": "monitoring", "folder": "turnflow"},
+    "inspector": {"enabled": True, "agent": "examples.demo_agent:agent",
+                  "nodeSelector": {"pool": "tools"}},
 }
 
 ALL_OFF: dict[str, Any] = {

@@ -272,12 +272,14 @@ async def test_with_a_token_every_page_asks_for_it(filled: Filled) -> None:
         login = await _get(app, f"/login?token={token}")
         bad_login = await _get(app, "/login?token=nope")
         with_cookie = await _get(app, "/", cookie=f"turnflow_ui_token={token}")
+        probe = await _get(app, "/healthz")
     finally:
         await reader.close()
     assert refused.status_code == 401 and wrong.status_code == 401
     assert allowed.status_code == 200 and with_cookie.status_code == 200
     assert login.status_code == 303 and "httponly" in login.headers["set-cookie"].lower()
     assert bad_login.status_code == 401
+    assert probe.status_code == 200 and probe.text == "ok\n"  # the probe needs no token
 
 
 def test_cursors_round_trip_and_refuse_anything_else() -> None:
