@@ -11,7 +11,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/turnflow
 WORKDIR /src
 # Metadata first, so the dependency layer is cached until pyproject.toml changes.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY engine ./engine
 COPY store ./store
 COPY consumer ./consumer
