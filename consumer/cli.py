@@ -35,7 +35,10 @@ COMMANDS: dict[str, Command] = {
     "dev": Command("consumer.dev", "embedded servers, consumer and scheduler, and a terminal chat"),
     "broker": Command("consumer.commands.broker", "the embedded broker alone, for a local trial"),
     "bench": Command("consumer.commands.bench", "the end-to-end load benchmark (source tree)"),
-    "prune": Command("consumer.commands.prune", "drop model recordings past their retention"),
+    "prune": Command(
+        "consumer.commands.prune",
+        "drop model recordings, published outbox rows and dead letters past their retention",
+    ),
     "replay": Command(
         "consumer.commands.replay", "replay logged conversations against an agent, compare"
     ),
