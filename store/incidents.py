@@ -3,12 +3,13 @@
 An operator asked about a conversation starts from the turns that went wrong or left the agent:
 a hand-off to a person, a fallback, an error, a turn the plan check gated. The turn log names
 each in its outcome lines (`outcomes`, jsonb), so each kind is a containment test on that
-column. `INCIDENT` is their disjunction: the partial index `ix_turns_incidents` (migration 0014)
-holds only such turns, and a query on any one kind is answered from it, because each kind's
-predicate implies the disjunction (PostgreSQL proves that for a partial index).
+column. Each kind has a partial index of its own (`ix_turns_<kind>`, migration 0014) holding
+only its turns, by (session_id, created_at): a list filtered by one kind reads that index alone
+(its predicate is the query's, so no row is read back to check it), however large the turn
+log. `INCIDENT`, their disjunction, is what a page asks of one conversation's turns.
 
-The strings are fixed SQL (no parameters), so the index predicate and the queries are the same
-text; `store/schema.py` declares the index with `INCIDENT`.
+The strings are fixed SQL (no parameters), so the index predicates and the queries are the
+same text; `store/schema.py` declares the indexes from `KINDS`.
 """
 
 from __future__ import annotations

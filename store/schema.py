@@ -47,7 +47,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
 
 from store.history import GIVES_ENTRIES
-from store.incidents import INCIDENT
+from store.incidents import KINDS as INCIDENT_KINDS
 
 metadata = MetaData()
 
@@ -96,14 +96,16 @@ turns = Table(
     UniqueConstraint("session_id", "version", name="uq_turns_session_version"),
 )
 Index("ix_turns_created_at", turns.c.created_at)
-# The turns an incident list looks for (store/incidents.py): a hand-off, fallback, error or
-# gated turn. Few turns are any of them, so a list filtered by one reads only these.
-Index(
-    "ix_turns_incidents",
-    turns.c.session_id,
-    turns.c.created_at,
-    postgresql_where=text(INCIDENT),
-)
+# The turns an incident list looks for (store/incidents.py), one index per kind: a hand-off,
+# fallback, error or gated turn. Few turns are any of them, so a list filtered by one reads
+# only those.
+for _kind, _predicate in INCIDENT_KINDS.items():
+    Index(
+        f"ix_turns_{_kind}",
+        turns.c.session_id,
+        turns.c.created_at,
+        postgresql_where=text(_predicate),
+    )
 # The turns a load's history reads (store/history.py): those that hold a message or sent one,
 # so the read does not pass over the turns in between that did neither.
 Index(

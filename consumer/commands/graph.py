@@ -2,7 +2,8 @@
 
 The same drawing ``turnflow ui`` shows (``consumer.inspect.diagram``): every flow with its
 triggers, every step, every move between them. ``--session`` highlights the path one
-conversation took (read from ``INSPECT_DATABASE_URL`` or ``DATABASE_URL``).
+conversation's last thousand turns took (read from ``INSPECT_DATABASE_URL`` or
+``DATABASE_URL``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     )
     path: list[tuple[str, str]] = []
     if args.session is not None:
+        from consumer.inspect import view
         from consumer.inspect.options import database_url
         from consumer.inspect.reading import Reader
 
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         async def visited() -> list[tuple[str, str]]:
             reader = Reader(url, pool_size=1)
             try:
-                return await reader.visited(args.session)
+                return view.path(await reader.outcome_lines(args.session))
             finally:
                 await reader.close()
 

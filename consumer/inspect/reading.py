@@ -253,21 +253,18 @@ class Reader:
             last_version=upto,
         )
 
-    async def visited(self, session_id: str, *, limit: int = 10_000) -> list[tuple[str, str]]:
-        """The (flow, step) pairs the conversation's last ``limit`` turns' outcome lines name,
-        oldest first, for the diagram's highlighted path. Only the outcome column is read."""
+    async def outcome_lines(
+        self, session_id: str, *, limit: int = 1_000
+    ) -> list[list[dict[str, Any]]]:
+        """The outcome lines of the conversation's last ``limit`` turns, oldest turn first
+        (``view.path`` reads the path through the flows from them). Only that column is read."""
+        limit = max(1, min(limit, 10_000))
         async with self._statement() as connection:
             rows = (await connection.execute(text(
                 "SELECT outcomes FROM (SELECT version, outcomes FROM turns WHERE session_id = :s "
                 "ORDER BY version DESC LIMIT :n) AS t ORDER BY version"
             ), {"s": session_id, "n": limit})).scalars().all()
-        path: list[tuple[str, str]] = []
-        for outcomes in rows:
-            for line in _json(outcomes) or []:
-                flow, step = line.get("flow_id"), line.get("step_id")
-                if flow and step and (not path or path[-1] != (flow, step)):
-                    path.append((flow, step))
-        return path
+        return [_json(outcomes) or [] for outcomes in rows]
 
 
 def _json(value: Any) -> Any:

@@ -27,6 +27,7 @@ __all__ = [
     "TurnView",
     "conversation_view",
     "list_item",
+    "path",
     "to_jsonable",
 ]
 
@@ -111,6 +112,12 @@ class ConversationView:
     dead_lettered: list[dict[str, Any]]
 
     @property
+    def path(self) -> list[tuple[str, str]]:
+        """The (flow, step) pairs this page's turns went through, for the diagram."""
+        return path([[{"flow_id": line.flow, "step_id": line.step} for line in turn.decided]
+                     for turn in self.turns])
+
+    @property
     def has_earlier(self) -> bool:
         return self.first_version > 1
 
@@ -183,6 +190,18 @@ def conversation_view(rows: ConversationRows) -> ConversationView:
             for d in rows.dead_lettered
         ],
     )
+
+
+def path(outcome_lines: list[list[dict[str, Any]]]) -> list[tuple[str, str]]:
+    """The (flow, step) pairs outcome lines name, in order, a step repeated back to back once:
+    the path the diagram highlights."""
+    out: list[tuple[str, str]] = []
+    for lines in outcome_lines:
+        for line in lines:
+            flow, step = line.get("flow_id"), line.get("step_id")
+            if flow and step and (not out or out[-1] != (flow, step)):
+                out.append((str(flow), str(step)))
+    return out
 
 
 def _turn_view(

@@ -189,9 +189,10 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None) ->
         model = view.conversation_view(rows)
         flows_svg = None
         if graph is not None:
-            path = await reader.visited(session_id)
-            # built by diagram.svg with every label escaped: the one unescaped piece
-            flows_svg = Markup(diagram.svg(graph, path, standalone=False))
+            # The path of the turns on this page (a long conversation is read a page at a
+            # time, its path too). Built by diagram.svg with every label escaped: the one
+            # unescaped piece of the page.
+            flows_svg = Markup(diagram.svg(graph, model.path, standalone=False))
         base = "/conversations/" + quote(session_id, safe="")
         earlier = (
             f"{base}?from={max(1, model.first_version - turns)}&turns={turns}"

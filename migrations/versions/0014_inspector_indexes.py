@@ -2,19 +2,21 @@
 
 - `ix_sessions_updated (updated_at, id)`: the conversation list is a keyset page by last
   activity; without it every page sorted the whole sessions table.
-- `ix_turns_incidents (session_id, created_at)`, partial: only the turns an incident list asks
-  for (a hand-off to a person, a fallback, an error, a gated turn; `store/incidents.py`), so a
-  list filtered by one of them reads those turns alone, however large the turn log. Most turns
-  are none of these, so the index stays small and costs a save nothing for them.
+- `ix_turns_handoff`, `ix_turns_fallback`, `ix_turns_error`, `ix_turns_gated`
+  `(session_id, created_at)`, partial: each holds only the turns of one kind an incident list
+  asks for (a hand-off to a person, a fallback, an error, a gated turn; `store/incidents.py`),
+  so a list filtered by one of them reads those turns alone, however large the turn log, from
+  the index only (its predicate is the query's). Most turns are none of these, so the indexes
+  stay small and cost a save nothing for them.
 - `ix_dead_lettered_sources_session (session_id, created_at)`: a conversation's dead-lettered
   inputs.
 
-The predicate is written out here as `store/incidents.py` has it at this revision, so the
+The predicates are written out here as `store/incidents.py` has them at this revision, so the
 migration does not change if that module does.
 
-Creating `ix_turns_incidents` reads the whole turn log once and holds writes to `turns` while it
-does; on a large live table create it beforehand with CREATE INDEX CONCURRENTLY under the same
-name and definition (this migration then finds it and skips it).
+Creating the turn indexes reads the whole turn log once each and holds writes to `turns` while
+it does; on a large live table create them beforehand with CREATE INDEX CONCURRENTLY under the
+same names and definitions (this migration then finds them and skips them).
 
 Revision ID: 0014
 Revises: 0013
@@ -32,21 +34,25 @@ down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-INCIDENT = (
-    """(outcomes @> '[{"code": "handoff", "run_id": null}]' """
-    """OR outcomes @> '[{"code": "billed", "detail": "not billed (fallback)"}]' """
-    """OR (outcomes @> '[{"code": "action-failed"}]' OR outcomes @> '[{"code": "deferred"}]' """
-    """OR outcomes @> '[{"code": "billed", "detail": "not billed (error)"}]') """
-    """OR outcomes @> '[{"code": "gated"}]')"""
-)
+KINDS = {
+    "handoff": """outcomes @> '[{"code": "handoff", "run_id": null}]'""",
+    "fallback": """outcomes @> '[{"code": "billed", "detail": "not billed (fallback)"}]'""",
+    "error": (
+        """(outcomes @> '[{"code": "action-failed"}]' """
+        """OR outcomes @> '[{"code": "deferred"}]' """
+        """OR outcomes @> '[{"code": "billed", "detail": "not billed (error)"}]')"""
+    ),
+    "gated": """outcomes @> '[{"code": "gated"}]'""",
+}
 
 
 def upgrade() -> None:
     op.execute("CREATE INDEX IF NOT EXISTS ix_sessions_updated ON sessions (updated_at, id)")
-    op.execute(
-        "CREATE INDEX IF NOT EXISTS ix_turns_incidents ON turns (session_id, created_at) "
-        f"WHERE {INCIDENT}"
-    )
+    for kind, predicate in KINDS.items():
+        op.execute(
+            f"CREATE INDEX IF NOT EXISTS ix_turns_{kind} ON turns (session_id, created_at) "
+            f"WHERE {predicate}"
+        )
     op.execute(
         "CREATE INDEX IF NOT EXISTS ix_dead_lettered_sources_session "
         "ON dead_lettered_sources (session_id, created_at)"
@@ -55,5 +61,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_dead_lettered_sources_session", table_name="dead_lettered_sources")
-    op.drop_index("ix_turns_incidents", table_name="turns")
+    for kind in reversed(KINDS):
+        op.drop_index(f"ix_turns_{kind}", table_name="turns")
     op.drop_index("ix_sessions_updated", table_name="sessions")

@@ -90,7 +90,7 @@ async def test_a_conversation_reads_turn_by_turn_with_the_correction_and_its_pat
         rows = await reader.conversation(sid)
         last_two = await reader.conversation(sid, turns=2)
         from_second = await reader.conversation(sid, turns=1, from_version=2)
-        path = await reader.visited(sid)
+        path = view.path(await reader.outcome_lines(sid))
         missing = await reader.conversation(filled.prefix + "nobody")
     finally:
         await reader.close()
@@ -112,6 +112,7 @@ async def test_a_conversation_reads_turn_by_turn_with_the_correction_and_its_pat
     assert [t.version for t in view.conversation_view(last_two).turns] == [3, 4]
     assert [t.version for t in view.conversation_view(from_second).turns] == [2]
     assert path[0] == ("booking", "what") and ("booking", "book") in path
+    assert model.path == path  # the page's path is the one its turns' lines name
     assert missing is None
 
 
