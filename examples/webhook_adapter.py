@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import os
 from datetime import UTC, datetime
@@ -145,6 +146,13 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(serve(args.host, args.port, args.bootstrap, args.topic))
     except KeyboardInterrupt:
         pass
+    except OSError as exc:  # the port: one line saying what to do, not a traceback
+        if exc.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            raise
+        raise SystemExit(
+            f"webhook adapter: cannot listen on {args.host}:{args.port}: "
+            f"{exc.strerror or exc}; stop the process using it or pass another --port"
+        ) from None
 
 
 if __name__ == "__main__":
