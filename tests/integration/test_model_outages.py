@@ -34,7 +34,14 @@ from replay.source import Selection, choose_sessions, read_conversations
 from store import Store
 from tests.fixtures.llama_server import free_port
 from tests.fixtures.stand_in_model import StandInModel
-from tests.integration.harness import DLQ, SCHEDULE, ServiceSetup, SetupFactory, running_consumer
+from tests.integration.harness import (
+    DLQ,
+    INBOUND,
+    SCHEDULE,
+    ServiceSetup,
+    SetupFactory,
+    running_consumer,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 
@@ -219,7 +226,9 @@ async def test_a_slow_model_does_not_bring_the_silence_nudge_at_once(
     service_setup: SetupFactory,
 ) -> None:
     """Each call takes 1.2 s (a turn 2.4 s, longer than the 1.5 s silence): every conversation's
-    silence wake is due a whole silence after its reply went out, not already due."""
+    silence wake is due a whole silence after its reply was final, so at least 2.4 + 1.5 s
+    after the message came in, never when the reply goes out (counted from the turn's start
+    it was due 0.9 s before the reply existed)."""
     setup = await service_setup(partitions=2)
     tag = uuid.uuid4().hex[:6]
     sessions = [f"slow-{tag}-{i}" for i in range(6)]
@@ -229,16 +238,16 @@ async def test_a_slow_model_does_not_bring_the_silence_nudge_at_once(
             await setup.produce([message(sid, "hello") for sid in sessions])
             await out.until(lambda v: set(sessions) <= set(replies(v)), within=40)
             await wakes.until(lambda v: len(v) >= len(sessions), within=20)
-    sent_at = {r.key.decode(): r.timestamp for r in out.records}
+        async with setup.reader(INBOUND) as inbound:
+            await inbound.until(lambda v: len(v) >= len(sessions), within=20)
+    came_at = {r.key.decode(): r.timestamp for r in inbound.records}
+    assert sorted(r.key.decode() for r in wakes.records) == sorted(sessions)
     for record in wakes.records:
         value = record.value
         assert value is not None
-        entry = json.loads(value)
         sid = record.key.decode()
-        due_ms = _ms(entry["at"])
-        # Due a whole silence after the reply was final (within the save and the publish).
-        assert due_ms - sent_at[sid] > SILENCE_MS - 1000, (sid, due_ms - sent_at[sid])
-        assert due_ms > sent_at[sid], sid
+        due_after = _ms(json.loads(value)["at"]) - came_at[sid]
+        assert due_after >= 2 * 1200 + SILENCE_MS, (sid, due_after)
     await replays_identical(setup, sessions)
 
 
