@@ -198,7 +198,7 @@ _steps = st.lists(
 )
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=15, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(_steps)
 def test_interleaved_conversations_route_as_a_model_of_the_rules_says(
