@@ -1,11 +1,12 @@
 """``turnflow dev`` as a child process: what a stop signal leaves behind, what the chat says
-when its input is dead-lettered, the metrics port it picks, and recording after recording into
-one database."""
+when its input is dead-lettered, and the metrics port it picks. (Recording after recording into
+one database, and a burst sent from the chat: tests/integration/test_replay_walkthrough.py.)"""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -14,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from consumer.embedded_broker import free_port
+from consumer.settings import DEFAULT_METRICS_PORTS
 from store import EmbeddedPostgres
-from tests.consumer.dev_process import REPO, clean_env, run_dev
+from tests.consumer.dev_process import REPO, clean_env
 
 pytestmark = pytest.mark.integration
 
@@ -107,74 +108,32 @@ def test_a_dead_lettered_input_is_reported_at_once(tmp_path: Path) -> None:
     """An input the consumer gives up on goes to the DLQ (a turn failing with a bug, retried
     MAX_RETRIES times: a model that is only down is waited out, then answered with the fallback
     message); the chat reads the DLQ and says so at once instead of waiting out the turn
-    timeout and blaming a missing turn."""
+    timeout and blaming a missing turn.
+
+    The same run has the default metrics port taken (a node exporter, another turnflow): with
+    METRICS_PORT unset the chat picks a free port on 127.0.0.1 itself and prints it."""
     (tmp_path / "down_agent.py").write_text(DOWN_AGENT)
     script = tmp_path / "one.chat"
     script.write_text("hi\n")
-    run = run_dev("--agent", "down_agent:agent", "--script", str(script),
-                  "--data-dir", str(tmp_path), cwd=tmp_path,
-                  env={"MAX_RETRIES": "1", "RETRY_BACKOFF_MS": "10"}, timeout=200)
-    assert run.code == 1, run.stdout + run.stderr
-    said = run.stdout
-    assert "was sent to the dead-letter topic (" in said, said
-    assert "no turn will run for it" in said
-    assert "no turn ran for this input within" not in said, said
-
-
-def test_the_metrics_port_is_picked_when_unset(tmp_path: Path) -> None:
-    """With the default metrics port taken (a node exporter, another turnflow), the chat picks a
-    free port on 127.0.0.1 itself and prints it, unless METRICS_PORT is set."""
-    script = tmp_path / "one.chat"
-    script.write_text("hi\n")
     env = {k: v for k, v in clean_env().items() if k not in ("METRICS_PORT", "METRICS_HOST")}
-    import socket
-
     with socket.socket() as holder:  # the default port of `turnflow consume`, taken
-        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            holder.bind(("0.0.0.0", 9100))
+            holder.bind(("0.0.0.0", DEFAULT_METRICS_PORTS["consume"]))
             holder.listen()
         except OSError:
             pass  # already taken by something else: the same situation
         completed = subprocess.run(
-            [sys.executable, "-m", "consumer.cli", "dev", "--script", str(script),
-             "--data-dir", str(tmp_path)],
-            cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-            timeout=240, check=False,
+            [sys.executable, "-m", "consumer.cli", "dev", "--agent", "down_agent:agent",
+             "--script", str(script), "--data-dir", str(tmp_path)],
+            cwd=tmp_path, env={**env, "MAX_RETRIES": "1", "RETRY_BACKOFF_MS": "10"},
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=200, check=False,
         )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    metrics = [line for line in completed.stdout.splitlines() if line.startswith("  metrics")]
-    assert len(metrics) == 1, completed.stdout
+    said = completed.stdout
+    assert completed.returncode == 1, said + completed.stderr
+    assert "was sent to the dead-letter topic (" in said, said
+    assert "no turn will run for it" in said
+    assert "no turn ran for this input within" not in said, said
+    metrics = [line for line in said.splitlines() if line.startswith("  metrics")]
+    assert len(metrics) == 1, said
     assert metrics[0].startswith("  metrics   http://127.0.0.1:")
-    assert ":9100/" not in metrics[0]
-
-
-def test_recordings_one_after_another_into_one_database(
-    tmp_path: Path, database_url: str
-) -> None:
-    """Two chats recorded into the same DATABASE_URL with the embedded broker: the second is
-    not refused, and both conversations are in the turn log."""
-    import asyncio
-
-    script = tmp_path / "two.chat"
-    script.write_text("hi\nmy name is Sam\n")
-    env = {"DATABASE_URL": database_url}
-    sessions = [f"walk-{os.getpid()}-{n}-{free_port()}" for n in (1, 2)]
-    for session in sessions:
-        run = run_dev("--script", str(script), "--session", session, "--data-dir",
-                      str(tmp_path), env=env)
-        assert run.code == 0, run.stdout + run.stderr
-
-    async def turns_of(session: str) -> int:
-        import asyncpg
-
-        connection = await asyncpg.connect(database_url, timeout=10)
-        try:
-            count = await connection.fetchval(
-                "SELECT count(*) FROM turns WHERE session_id = $1", session)
-        finally:
-            await connection.close()
-        return int(count)
-
-    for session in sessions:
-        assert asyncio.run(turns_of(session)) >= 2
+    assert f":{DEFAULT_METRICS_PORTS['consume']}/" not in metrics[0]

@@ -1,5 +1,6 @@
 """docs/replay.md's walk-through as a newcomer runs it: record the demo's scripted chat with
-``turnflow dev`` into a database, change the agent, replay with ``--expect-changes messages``.
+``turnflow dev`` into a database (and a second chat after it, into the same database), change
+the agent, replay with ``--expect-changes messages``.
 
 Both edits of the walk-through at once (a reworded greeting at turn 1, the brake note removed
 at turn 3): the accepted wording change must not hide the behaviour change after it, from the
@@ -52,6 +53,20 @@ def test_an_accepted_wording_change_does_not_hide_a_behaviour_change(
     recorded = run_dev("--script", str(REPO / "examples" / "demo.chat"), "--session", session,
                        "--data-dir", str(tmp_path / "dev"), env=env)
     assert recorded.code == 0, recorded.stdout + recorded.stderr
+    # A second recording into the same database (its own topics, named for the run), with a
+    # burst sent from the chat: its three messages go out together and one turn answers them.
+    burst = tmp_path / "burst.chat"
+    burst.write_text("/burst hi | my name is Sam | I need the brakes fixed on saturday\nyes\n")
+    second = run_dev("--script", str(burst), "--session", f"{session}-b", "--data-dir",
+                     str(tmp_path / "dev"), env=env)
+    assert second.code == 0, second.stdout + second.stderr
+    lines = second.stdout.splitlines()
+    answered = lines[lines.index("you> I need the brakes fixed on saturday") + 1:
+                     lines.index("you> yes")]
+    footers = [line for line in answered if line.startswith("  [llm_calls=")]
+    timers = [line for line in answered if line.startswith("  [timer fired")]
+    assert len(footers) == 1 + len(timers), second.stdout  # the burst: one turn
+    assert "ana> Hi Sam! Thank you, got it." in answered, second.stdout
 
     replay = ("replay", "--session", session, "--expect-changes", "messages")
     wording = _my_demo(tmp_path, greeting=True, brakes=False)
