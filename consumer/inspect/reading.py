@@ -285,44 +285,43 @@ def _turn(row: Any) -> dict[str, Any]:
 def _list_query(
     where: ListFilter, limit: int, after: Cursor | None
 ) -> tuple[str, dict[str, Any]]:
-    """The list page's SQL: composed of fixed fragments only, the values bound."""
+    """The list page's SQL: composed of fixed fragments only, the values bound.
+
+    Unfiltered, the page walks ``sessions`` by last activity (``ix_sessions_updated``). By an
+    outcome, it groups the matching turns (from that kind's own index) or dead-lettered inputs
+    by conversation, takes the page of them, and only then reads those conversations' rows."""
     params: dict[str, Any] = {"limit": limit}
     conditions: list[str] = []
     if where.outcome is None:
-        source = "sessions AS s"
-        at = "s.updated_at"
+        sid, at = "s.id", "s.updated_at"
         if where.since is not None:
             conditions.append("s.updated_at >= :since")
         if where.until is not None:
             conditions.append("s.updated_at < :until")
     else:
-        if where.outcome == DEAD_LETTERED:
-            matching = "SELECT session_id, max(created_at) AS at FROM dead_lettered_sources"
-            kind_condition: list[str] = []
-        else:
-            matching = "SELECT session_id, max(created_at) AS at FROM turns"
-            kind_condition = [KINDS[where.outcome]]
-        bounds = list(kind_condition)
+        sid, at = "m.session_id", "m.at"
+        table = "dead_lettered_sources" if where.outcome == DEAD_LETTERED else "turns"
+        bounds = [] if where.outcome == DEAD_LETTERED else [KINDS[where.outcome]]
         if where.since is not None:
             bounds.append("created_at >= :since")
         if where.until is not None:
             bounds.append("created_at < :until")
-        if bounds:
-            matching += " WHERE " + " AND ".join(bounds)
-        matching += " GROUP BY session_id"
-        source = f"({matching}) AS m JOIN sessions AS s ON s.id = m.session_id"
-        at = "m.at"
+        matching = (
+            f"SELECT session_id, max(created_at) AS at FROM {table}"
+            + (" WHERE " + " AND ".join(bounds) if bounds else "")
+            + " GROUP BY session_id"
+        )
     if where.since is not None:
         params["since"] = where.since
     if where.until is not None:
         params["until"] = where.until
     if after is not None:
-        conditions.append(f"({at}, s.id) < (:after_at, :after_id)")
+        conditions.append(f"({at}, {sid}) < (:after_at, :after_id)")
         params["after_at"], params["after_id"] = after.at, after.session_id
     if where.flow is not None:
         # a conversation that ran the flow: a turn started a run of it
         conditions.append(
-            "EXISTS (SELECT 1 FROM turns AS f WHERE f.session_id = s.id "
+            f"EXISTS (SELECT 1 FROM turns AS f WHERE f.session_id = {sid} "
             "AND f.started @> CAST(:flow AS jsonb))"
         )
         params["flow"] = json.dumps([{"flow_id": where.flow}])
@@ -331,16 +330,30 @@ def _list_query(
         # loaded from AGENT has no registry id; its messages name it when it has lifecycle
         # settings)
         conditions.append(
-            "EXISTS (SELECT 1 FROM turns AS a WHERE a.session_id = s.id "
+            f"EXISTS (SELECT 1 FROM turns AS a WHERE a.session_id = {sid} "
             "AND (a.agent_id = :agent OR a.messages @> CAST(:agent_json AS jsonb)))"
         )
         params["agent"] = where.agent
         params["agent_json"] = json.dumps([{"agent_id": where.agent}])
-    page = (
-        f"SELECT s.id, s.version, s.state, s.created_at, s.updated_at, {at} AS at FROM {source}"
-        + (" WHERE " + " AND ".join(conditions) if conditions else "")
-        + f" ORDER BY {at} DESC, s.id DESC LIMIT :limit"
-    )
+    filtered = " WHERE " + " AND ".join(conditions) if conditions else ""
+    if where.outcome is None:
+        page = (
+            "SELECT s.id, s.version, s.state, s.created_at, s.updated_at, s.updated_at AS at"
+            f" FROM sessions AS s{filtered} ORDER BY s.updated_at DESC, s.id DESC LIMIT :limit"
+        )
+    else:
+        # A conversation whose first input was dead-lettered has no session row yet: it is
+        # listed all the same (no turns, its dead letter's time).
+        page = (
+            "SELECT m.session_id AS id, COALESCE(s.version, 0) AS version,"
+            " COALESCE(s.state, '{}'::jsonb) AS state,"
+            " COALESCE(s.created_at, m.at) AS created_at,"
+            " COALESCE(s.updated_at, m.at) AS updated_at, m.at FROM ("
+            f"SELECT m.session_id, m.at FROM ({matching}) AS m{filtered}"
+            " ORDER BY m.at DESC, m.session_id DESC LIMIT :limit"
+            ") AS m LEFT JOIN sessions AS s ON s.id = m.session_id"
+        )
+
     # What the list shows of each conversation of the page, read for those rows only, each
     # through an index on the session: its last input, the incident kinds of its turns, its
     # dead-lettered inputs. One statement, so one round trip.

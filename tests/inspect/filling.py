@@ -57,6 +57,9 @@ SCRIPTS: dict[str, list[dict[str, Any]]] = {
     # input goes to the DLQ and is recorded as the conversation's dead-lettered source; the
     # messages around it are answered.
     "refused": [{"message": "hi"}, {"message": f"{REFUSED} please"}, {"message": "hello"}],
+    # Refused on the very first message: a conversation with no turn and no session row,
+    # only its dead-lettered input (the customer was never answered at all).
+    "lost": [{"message": f"hello? {REFUSED}"}],
 }
 """What each kind of conversation sends, in order (a message's id is ``m<position>`` unless
 the script gives one)."""
@@ -121,7 +124,7 @@ async def fill(
         # One conversation at a time per position, so each input is its own turn.
         await setup.produce(records)
         await setup.produce([b"\xff not json"], key=f"{prefix}broken".encode())
-        await _until_saved(setup.database_url, expected, sessions["refused"])
+        await _until_saved(setup.database_url, expected, sessions["refused"] + sessions["lost"])
     return sessions
 
 

@@ -57,7 +57,7 @@ async def test_each_outcome_filter_lists_exactly_those_conversations(filled: Fil
     items = {r.session_id: view.list_item(r) for r in rows}
     assert all(items[sid].with_person and items[sid].incidents == ["handoff"]
                for sid in filled.sessions["handoff"])
-    assert sorted(dead) == sorted(filled.sessions["refused"])
+    assert sorted(dead) == sorted(filled.sessions["refused"] + filled.sessions["lost"])
     assert sorted(hours) == sorted(filled.sessions["hours"])
     assert errors == []  # no action failed and nothing was deferred
     assert sorted(by_agent) == sorted(filled.all())
@@ -133,6 +133,18 @@ async def test_a_handoff_and_a_dead_lettered_input_are_shown_where_they_happened
     dead = view.conversation_view(refused)
     assert [d["reason"] for d in dead.dead_lettered] == ["provider-fatal"]
     assert [t.text for t in dead.turns] == ["hi", "hello"]
+    reader = Reader(filled.database_url)
+    try:
+        lost = await reader.conversation(filled.sessions["lost"][0])
+        listed, _ = await reader.conversations(ListFilter(outcome="dead-lettered"), limit=500)
+    finally:
+        await reader.close()
+    assert lost is not None  # never answered: no turn, no session, its dead letter shown
+    never = view.conversation_view(lost)
+    assert never.turns == [] and never.turns_total == 0
+    assert [d["reason"] for d in never.dead_lettered] == ["provider-fatal"]
+    row = next(r for r in listed if r.session_id == filled.sessions["lost"][0])
+    assert row.turns == 0 and view.list_item(row).incidents == ["dead-lettered"]
 
 
 async def test_pending_timers_and_unpublished_rows_are_shown_as_such(filled: Filled) -> None:
@@ -249,6 +261,7 @@ async def test_pages_escape_customer_text_and_send_a_strict_policy(filled: Fille
         bad = await _get(app, "/?after=not-a-cursor")
         outcome = await _get(app, "/?outcome=nonsense")
         missing = await _get(app, f"/conversations/{filled.prefix}nobody")
+        lost = await _get(app, f"/conversations/{filled.sessions['lost'][0]}")
     finally:
         await reader.close()
     assert page.status_code == 200 and listing.status_code == 200 and flows.status_code == 200
@@ -259,6 +272,7 @@ async def test_pages_escape_customer_text_and_send_a_strict_policy(filled: Fille
     assert "default-src 'none'" in page.headers["content-security-policy"]
     assert 'data-step="welcome/hello"' in page.text and "step visited" in page.text
     assert bad.status_code == 400 and outcome.status_code == 400 and missing.status_code == 404
+    assert lost.status_code == 200 and "provider-fatal" in lost.text
     assert HOSTILE not in page.text
 
 
