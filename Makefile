@@ -5,7 +5,8 @@ BIN    := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint unit run run-local-model test-real-model prometheus bench bench-engine bench-store \
+.PHONY: install test lint unit run run-local-model test-real-model prometheus chromium \
+	test-browser bench-inspect bench bench-engine bench-store \
 	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks bench-pipeline \
 	bench-hosting clean
 
@@ -32,6 +33,17 @@ prometheus:
 	@command -v prometheus >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get install -y --no-install-recommends prometheus; \
 	  else sudo apt-get install -y --no-install-recommends prometheus; fi; }
+
+# Debian's Chromium, which tests/inspect/test_browser.py drives through Playwright (Playwright's
+# own browser download is never used; skipped without it, failed under TURNFLOW_REQUIRE_SERVERS=1).
+chromium:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get install -y --no-install-recommends chromium; \
+	  else sudo apt-get install -y --no-install-recommends chromium; fi; }
+
+# The inspector in a real browser; screenshots in test-artifacts/browser/.
+test-browser: $(STAMP) chromium
+	$(BIN)/pytest -q -p no:cacheprovider tests/inspect/test_browser.py $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check engine store consumer replay migrations tests bench examples
@@ -116,6 +128,11 @@ bench-pipeline: $(STAMP)
 # One agent against 1,000 over the same traffic, and a version switch under load.
 bench-hosting: $(STAMP)
 	$(BIN)/python bench/hosting_bench.py $(ARGS)
+
+# The inspector's list and conversation page on 100,000 conversations and one of 10,000 turns,
+# against a plain SELECT of the same rows.
+bench-inspect: $(STAMP)
+	$(BIN)/python bench/inspect_bench.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage
