@@ -187,10 +187,11 @@ class Settings(BaseSettings):
     )
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="Port of `/metrics`, `/healthz`, `/readyz` (0: off). "
-        "Unset: 9100 for `consume` (worker i of `--workers`: 9100+i; also `dev`), 9200 for "
-        "`schedule`, 9300 for `relay`, so they run side by side on one host."
+        "Unset: 9100 for `consume` (worker i of `--workers`: 9100+i), 9200 for `schedule`, 9300 "
+        "for `relay`, so they run side by side on one host; `dev` takes a free port and prints it."
     )
-    metrics_host: str = Field("0.0.0.0", description="Address the metrics port binds to.")
+    metrics_host: str = Field("0.0.0.0", description="Address the metrics port binds to "
+                              "(`dev`: 127.0.0.1 unless set).")
     log_level: LogLevel = Field(
         "INFO", description="Log level of the JSON logs: DEBUG, INFO, WARNING, ERROR or "
         "CRITICAL (any case)."
