@@ -677,7 +677,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--session", metavar="ID", type=_session_id,
         help="session id (default: a new one); every run starts with empty servers, so an id "
-        "from an earlier run starts a new conversation under that id",
+        "from an earlier run starts a new conversation under that id (with DATABASE_URL set, "
+        "the same id carries on the conversation it names there)",
     )
     parser.add_argument(
         "--data-dir", metavar="DIR", type=Path, default=Path(".turnflow"),
