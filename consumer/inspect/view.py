@@ -63,7 +63,8 @@ class Sent:
 @dataclass(frozen=True)
 class TimerView:
     """A timer a turn set: ``state`` is pending (held by the scheduler or still in the outbox),
-    replaced (a later turn set another in its place), fired (a wake with its key ran), or
+    replaced (a later turn set another in its place), fired (a wake with its key ran), stale
+    (it fired, but nothing waited on it any more: the wake's ``stale-wake`` line), or
     not pending (the scheduler holds it no longer: fired, replaced or stale in turns not shown)."""
 
     key: str
@@ -161,12 +162,17 @@ def conversation_view(rows: ConversationRows) -> ConversationView:
         if isinstance(r["payload"], dict) and "at" in r["payload"] and "kind" not in r["payload"]
     }
     woken = {t["input"].get("wake") for t in rows.turns if t["input"].get("wake")}
+    stale = {
+        o.get("detail") for t in rows.turns for o in t["outcomes"] or []
+        if o.get("code") == "stale-wake"
+    }
     replaced = {
         s.get("replaces") for t in rows.turns for s in t["schedule"] or [] if s.get("replaces")
     }
     turns = []
     for t in rows.turns:
-        turns.append(_turn_view(t, unpublished_keys, pending_timer_keys, woken, replaced))
+        turns.append(_turn_view(t, unpublished_keys, pending_timer_keys, woken - stale, stale,
+                                replaced))
     state = rows.session["state"] or {}
     return ConversationView(
         session_id=rows.session["id"],
@@ -206,7 +212,7 @@ def path(outcome_lines: list[list[dict[str, Any]]]) -> list[tuple[str, str]]:
 
 def _turn_view(
     t: dict[str, Any], unpublished: set[Any], pending: set[Any], woken: set[Any],
-    replaced: set[Any],
+    stale: set[Any], replaced: set[Any],
 ) -> TurnView:
     given = t["input"] or {}
     kind, text = _input_text(given)
@@ -229,6 +235,8 @@ def _turn_view(
         key = s.get("key")
         if key in pending:
             state = "pending"
+        elif key in stale:
+            state = "stale"
         elif key in woken:
             state = "fired"
         elif key in replaced:

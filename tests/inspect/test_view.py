@@ -1,0 +1,67 @@
+"""The view model alone, from rows made here: each timer's state, each message's publication,
+the incident marks of a turn, and the path the diagram highlights."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from consumer.inspect import view
+from consumer.inspect.reading import ConversationRows
+
+AT = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
+
+
+def _turn(version: int, given: dict[str, Any], **columns: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "session_id": "s", "version": version, "input": given, "messages": [], "schedule": [],
+        "outcomes": [], "started": [], "ended": [], "skipped": [], "llm_calls": 0,
+        "created_at": AT, "clock_at": None, "model_calls": None, "input_id": None,
+        "source_topic": "inbound.turns", "source_partition": 0, "source_offset": version,
+    }
+    row.update(columns)
+    return row
+
+
+def _line(code: str, flow: str | None = None, step: str | None = None, **more: Any) -> dict:
+    return {"code": code, "flow_id": flow, "step_id": step, "run_id": "r1" if flow else None,
+            "status": more.pop("status", None), "detail": more.pop("detail", None),
+            "llm_calls": 0, **more}
+
+
+def test_timer_states_publication_incidents_and_path() -> None:
+    turns = [
+        _turn(1, {"message": "hi"}, schedule=[
+            {"key": "t-fired", "at": "x", "replaces": None},
+            {"key": "t-stale", "at": "x", "replaces": None},
+            {"key": "t-replaced", "at": "x", "replaces": None},
+        ], messages=[{"kind": "ai", "text": "a", "key": "k1"},
+                     {"kind": "verbatim", "text": "b", "key": "k2"}],
+            outcomes=[_line("spoke", "f", "ask"), _line("said", "f", "say")]),
+        _turn(2, {"wake": "t-fired"}, schedule=[
+            {"key": "t-new", "at": "x", "replaces": "t-replaced"},
+            {"key": "t-pending", "at": "x", "replaces": None},
+        ], outcomes=[_line("resumed", "f", "wait"), _line("handoff", detail="keyword")]),
+        _turn(3, {"wake": "t-stale"}, outcomes=[_line("stale-wake", detail="t-stale")]),
+        _turn(4, {"message": "x", "burst": [{"message": "first"}]}, outcomes=[
+            _line("action-failed", "f", "do"),
+            _line("billed", detail="not billed (fallback)", credits=0)]),
+    ]
+    rows = ConversationRows(
+        session={"id": "s", "version": 4, "state": {"runs": [], "data": {}},
+                 "created_at": AT, "updated_at": AT},
+        turns=turns,
+        unpublished=[{"id": 9, "topic": "m", "key": "s", "created_at": AT,
+                      "payload": {"kind": "verbatim", "key": "k2", "text": "b"}}],
+        timers=[{"key": "t-pending", "at": AT}],
+        dead_lettered=[], first_version=1, last_version=4,
+    )
+    model = view.conversation_view(rows)
+    states = {t.key: t.state for turn in model.turns for t in turn.timers}
+    assert states == {"t-fired": "fired", "t-stale": "stale", "t-replaced": "replaced",
+                      "t-new": "not pending", "t-pending": "pending"}
+    assert [(m.key, m.published) for m in model.turns[0].sent] == [("k1", True), ("k2", False)]
+    assert [t.incidents for t in model.turns] == [[], ["handoff"], [], ["fallback", "error"]]
+    assert model.turns[3].text == "first\nx" and model.turns[3].credits == 0
+    assert model.path == [("f", "ask"), ("f", "say"), ("f", "wait"), ("f", "do")]
+    assert view.to_jsonable(model)["turns"][0]["at"] == AT.isoformat()
