@@ -8,25 +8,29 @@ the reply texts. Around it, per input, the input's ``context`` may ask for:
 - ``delay_ms``: sleep before the turn (a slow model for this session);
 - ``poison``: raise ``PoisonInputError`` every time (an input no retry can fix).
 
-``AGENT=tests.faults.agent:fault_agent``.
+``AGENT=tests.faults.agent:fault_agent``. ``timer_agent`` is the same agent waiting only
+``FAULT_TIMER_MS`` milliseconds: when that timer fires its turn says ``"<n>:woke"`` and the run
+ends (``AGENT=tests.faults.agent:timer_agent``, with a scheduler process running).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from engine import Agent, ok
 
-__all__ = ["FaultAgent", "PoisonInputError", "counting_agent", "fault_agent"]
+__all__ = ["FaultAgent", "PoisonInputError", "counting_agent", "fault_agent", "timer_agent"]
 
 
 class PoisonInputError(RuntimeError):
     """Raised for an input marked ``poison``: it fails on every attempt."""
 
 
-def counting_agent() -> Agent:
-    """A code-only agent whose verbatim replies are ``"<inputs applied>:<label>"``."""
+def counting_agent(timer_ms: int | None = None) -> Agent:
+    """A code-only agent whose verbatim replies are ``"<inputs applied>:<label>"``; with
+    ``timer_ms`` its wait fires after that long and says ``"<inputs applied>:woke"``."""
 
     async def count(ctx: Any) -> Any:
         return ok(data={
@@ -44,7 +48,9 @@ def counting_agent() -> Agent:
             "steps": [
                 {"id": "c", "do": "count"},
                 {"id": "say", "say": "{{n}}:{{last}}"},
-                {"id": "w", "wait": {"ms": 3_600_000}, "then": "end", "else": "c"},
+                {"id": "w", "wait": {"ms": timer_ms or 3_600_000},
+                 "then": "woke" if timer_ms else "end", "else": "c"},
+                *([{"id": "woke", "say": "{{n}}:woke"}] if timer_ms else []),
             ],
         }],
     )
@@ -73,3 +79,8 @@ class FaultAgent:
 def fault_agent() -> FaultAgent:
     """What ``--agent tests.faults.agent:fault_agent`` loads."""
     return FaultAgent(counting_agent())
+
+
+def timer_agent() -> FaultAgent:
+    """What ``--agent tests.faults.agent:timer_agent`` loads: timers of ``FAULT_TIMER_MS``."""
+    return FaultAgent(counting_agent(int(os.environ["FAULT_TIMER_MS"])))

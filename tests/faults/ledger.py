@@ -15,6 +15,9 @@ checks return human-readable problems, an empty list when everything holds:
   delivery worker dedupes on the key alone, and the scheduler must wake the right session);
 - ``in_session_order``: per session, the first copies of the replies come in turn-log order
   (version, then position in the turn).
+
+``timers_fired_once`` (for tests whose agent waits on a timer that fires) checks that no timer
+woke its session twice and that each session's last timer woke it exactly once.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 import asyncpg
 from aiokafka import AIOKafkaConsumer
 
-__all__ = ["Ledger", "TurnLog", "TurnRow", "check_all"]
+__all__ = ["Ledger", "TurnLog", "TurnRow", "check_all", "timers_fired_once"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class TurnRow:
     messages: tuple[dict[str, Any], ...]
     schedule: tuple[dict[str, Any], ...]
     source: tuple[str, int, int] | None
+    wake: str | None = None  # the timer key of a wake, None for an input
 
     @property
     def applied(self) -> bool:
@@ -74,14 +78,16 @@ class TurnLog:
                 if r["source_topic"] is not None
                 else None
             )
+            stored_input = json.loads(r["input"])
             rows.append(TurnRow(
                 session_id=r["session_id"],
                 version=r["version"],
-                input_id=json.loads(r["input"]).get("id"),
+                input_id=stored_input.get("id"),
                 outcomes=tuple(o.get("code", "") for o in json.loads(r["outcomes"])),
                 messages=tuple(json.loads(r["messages"])),
                 schedule=tuple(json.loads(r["schedule"])),
                 source=source,
+                wake=stored_input.get("wake"),
             ))
         return cls(rows)
 
@@ -260,3 +266,22 @@ def check_all(log: TurnLog, ledger: Ledger, inputs: Iterable[dict[str, Any]]) ->
         + keys_owned_by_one_session(ledger)
         + in_session_order(log, ledger)
     )
+
+
+def timers_fired_once(log: TurnLog, session_ids: Iterable[str]) -> list[str]:
+    """No timer woke its session twice (a wake turn that ran, outcome ``no-reply``; a stale
+    wake is refused as ``stale-wake``), and the last timer each session set woke it once."""
+    fired = Counter(
+        (r.session_id, r.wake) for r in log.rows if r.wake is not None and "no-reply" in r.outcomes
+    )
+    problems = [f"timer {key} woke its session {n} times" for key, n in fired.items() if n > 1]
+    for sid in session_ids:
+        timers = [e["key"] for r in log.rows if r.session_id == sid for e in r.schedule
+                  if e.get("at")]
+        if not timers:
+            problems.append(f"session {sid} set no timer")
+        elif fired[(sid, timers[-1])] != 1:
+            problems.append(
+                f"session {sid}'s last timer {timers[-1]} woke it {fired[(sid, timers[-1])]} times"
+            )
+    return problems

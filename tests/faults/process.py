@@ -115,23 +115,30 @@ def message(session_id: str, label: str, **context: Any) -> dict[str, Any]:
 class ConsumerProcess:
     """One ``turnflow consume`` process and the log lines it wrote."""
 
-    def __init__(self, env: dict[str, str], name: str = "consumer") -> None:
+    def __init__(
+        self, env: dict[str, str], name: str = "consumer", *,
+        command: tuple[str, ...] = ("consume", "--workers", "1"),
+    ) -> None:
         self._env = env
         self.name = name
+        self.command = command
         self.logs: list[dict[str, Any]] = []
         self.raw: list[str] = []
         self._process: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
 
-    async def start(self, *, ready_within: float = 30.0, assigned: bool = True) -> None:
-        """Start; return once it logged ``consumer ready`` (and got partitions)."""
+    async def start(
+        self, *, ready_within: float = 30.0, assigned: bool = True, ready: str | None = None
+    ) -> None:
+        """Start; return once it logged ``consumer ready`` (and got partitions), or ``ready``
+        (``scheduler ready`` for ``command=("schedule",)``)."""
         self._process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "consumer.cli", "consume", "--workers", "1",
+            sys.executable, "-m", "consumer.cli", *self.command,
             env=self._env, cwd=str(REPO), stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         )
         self._reader = asyncio.create_task(self._read_logs())
-        wanted = "partitions assigned" if assigned else "consumer ready"
+        wanted = ready or ("partitions assigned" if assigned else "consumer ready")
         async with asyncio.timeout(ready_within):
             while not self.logged(wanted):
                 if self._process.returncode is not None:
@@ -152,6 +159,11 @@ class ConsumerProcess:
     def logged(self, message: str) -> int:
         """How many log lines carry ``message``."""
         return sum(1 for entry in self.logs if entry.get("message") == message)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment it runs with (a replacement process takes the same)."""
+        return self._env
 
     @property
     def returncode(self) -> int | None:
