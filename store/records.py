@@ -168,6 +168,8 @@ class LoggedTurn:
 
     `clock_at` is None for turns saved before the engine's clock was kept (a replay then falls
     back to `created_at`); `model_calls` is None when nothing was recorded or it was pruned.
+    `agent_id` and `agent_version` name what answered (a registry agent's version; None for
+    rows saved before they were kept, and no version for an agent loaded from ``AGENT``).
     """
 
     session_id: str
@@ -183,6 +185,8 @@ class LoggedTurn:
     created_at: datetime
     clock_at: datetime | None = None
     model_calls: dict[str, Any] | None = None
+    agent_id: str | None = None
+    agent_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

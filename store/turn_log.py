@@ -24,7 +24,7 @@ SESSIONS_IN_WINDOW = text("""
 
 TURNS_OF_SESSIONS = text("""
     SELECT session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
-           llm_calls, created_at, clock_at, model_calls
+           llm_calls, created_at, clock_at, model_calls, agent_id, agent_version
     FROM turns
     WHERE session_id = ANY(CAST(:session_ids AS text[]))
     ORDER BY session_id, version
@@ -61,6 +61,8 @@ def logged_turns(rows: list[object]) -> list[LoggedTurn]:
                 created_at=r["created_at"],
                 clock_at=r["clock_at"],
                 model_calls=jsoncodec.loads(r["model_calls"]) if r["model_calls"] else None,
+                agent_id=r["agent_id"],
+                agent_version=r["agent_version"],
             )
         )
     return out

@@ -153,3 +153,11 @@ async def test_a_group_save_bills_each_turn_once(store: Store, database_url: str
     finally:
         await connection.close()
     assert [tuple(r) for r in logged] == [("bot", 3)]
+
+
+async def test_the_turn_log_read_back_names_the_agent_and_version(store: Store) -> None:
+    await store.save_turn(_billed("r1", 0, 2, input_id="m1"))
+    await store.save_turn(save_request("r1", 1, input_id="m2"))  # an AGENT-less record
+    first, second = await store.logged_turns(["r1"])
+    assert (first.agent_id, first.agent_version) == ("bot", 3)
+    assert (second.agent_id, second.agent_version) == (None, None)
