@@ -168,7 +168,8 @@ async def test_a_correction_during_the_confirmation_end_to_end(
         for i, s in enumerate(sids):
             asked = [r["text"] for r in values
                      if r["session_id"] == s and r["input_id"] == f"fix-{s}"]
-            assert asked[0] == f"So: tune-up on {days[i % 3]}. Shall I book it?", s
+            assert asked == [f"Sure, {days[i % 3]} then: tune-up on {days[i % 3]}.",
+                             "Could you confirm the booking (yes or no)?"], s
             loaded = await store.load(s)
             assert loaded.state["data"]["day"] == days[i % 3]
     finally:
