@@ -337,3 +337,31 @@ def test_slow_clients_under_a_low_descriptor_limit_leave_turns_working(
     assert opened == 600
     assert result["replies"] == result["expected"]
     assert result["peak_connections"] <= 256 // 4
+
+
+@pytest.mark.parametrize("process", ["consume", "schedule", "relay"])
+async def test_every_command_port_is_bounded(process: str) -> None:
+    """The port each long-running command starts (``start_health_server``) serves through
+    the bounded server with the default limits: seventy idle clients leave it holding at most
+    64, and a probe among them is answered."""
+    import socket
+
+    from consumer.health import start_health_server
+    from consumer.http_server import DEFAULT_LIMITS
+    from consumer.settings import Settings
+
+    with socket.socket() as probe_socket:
+        probe_socket.bind(("127.0.0.1", 0))
+        port = probe_socket.getsockname()[1]
+    settings = Settings(metrics_host="127.0.0.1", metrics_port=port)
+    server = await start_health_server(settings, ready=lambda: True, process=process)
+    assert server is not None and server.http.limits == DEFAULT_LIMITS
+    held: Held = []
+    try:
+        await _open_idle(server.port, 70, held)
+        answer = await _exchange(server.port, b"GET /healthz HTTP/1.1\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.0 200")
+        assert server.http.peak_connections == DEFAULT_LIMITS.max_connections
+    finally:
+        await _close_all(held)
+        await server.stop()
