@@ -226,3 +226,27 @@ def test_set_metrics_port_and_host_are_kept(monkeypatch: pytest.MonkeyPatch) -> 
     assert (chosen.metrics_host, chosen.metrics_port) == ("0.0.0.0", 9311)
     monkeypatch.setenv("METRICS_PORT", "0")
     assert dev_metrics(Settings()).metrics_port == 0
+
+
+async def test_lines_pasted_at_the_terminal_arrive_as_one_chunk() -> None:
+    """Lines that reach the terminal together (a paste) come out as one chunk, which the chat
+    sends as a burst; a line typed later is its own; the end of input ends the chunks."""
+    from consumer.dev import TerminalLines
+
+    terminal = TerminalLines()
+    for line in ("hi", "my name is Lee", "I need a flat tire fix"):
+        terminal._queue.put_nowait(line)
+    chunks = terminal._lines()
+    assert await anext(chunks) == "hi\nmy name is Lee\nI need a flat tire fix"
+
+    async def type_later() -> None:
+        await asyncio.sleep(0.3)
+        terminal._queue.put_nowait("yes")
+        await asyncio.sleep(0.3)
+        terminal._queue.put_nowait(None)
+
+    typing = asyncio.create_task(type_later())
+    assert await anext(chunks) == "yes"
+    with pytest.raises(StopAsyncIteration):
+        await anext(chunks)
+    await typing
