@@ -152,3 +152,28 @@ async def test_many_conversations_at_once_each_send_only_their_own_history() -> 
         ]
         seen[sid] = seen.get(sid, 0) + 1
     assert seen == dict.fromkeys(sizes, 2)
+
+
+async def test_earlier_entries_are_bounded_and_this_turns_message_is_whole() -> None:
+    """An earlier entry of 50,000 characters (a pasted document, a reply that ran on) reaches
+    the prompt cut to ``MAX_HISTORY_ENTRY_CHARS`` with the count left out said in place; this
+    turn's own long message is sent whole, once, whether or not the host logged it already."""
+    from engine.prompt import MAX_HISTORY_ENTRY_CHARS
+
+    long_entry = "d" * 50_000
+    at = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
+    entries = [{"role": "user", "text": long_entry, "at": at},
+               {"role": "assistant", "text": "ok", "at": at + timedelta(seconds=1)}]
+    mine = "m" * 9_000
+    for logged in (False, True):
+        provider = MockProvider([])
+        history_now = entries + ([{"role": "user", "text": mine,
+                                   "at": at + timedelta(seconds=2)}] if logged else [])
+        request = TurnRequest.parse(
+            {"session_id": "s1", "message": mine, "id": "m1", "history": history_now}
+        )
+        state = await load.run(agent(provider).config, request)
+        sent = [(m.role, m.text) for m in history_messages(state)]
+        assert sent[0] == ("user", "d" * MAX_HISTORY_ENTRY_CHARS
+                           + f" [... {50_000 - MAX_HISTORY_ENTRY_CHARS} more characters not shown]")
+        assert sent[1:] == [("assistant", "ok"), ("user", mine)]
