@@ -114,14 +114,20 @@ _DROP = (
 )
 
 
-async def _timed(call: Callable[[], Awaitable[Any]], calls: int) -> list[float]:
-    await call()  # warm: the pool, the plan cache, the pages in shared buffers
-    out = []
+async def _pairs(
+    measured: Callable[[], Awaitable[Any]], plain: Callable[[], Awaitable[Any]], calls: int
+) -> tuple[list[float], list[float]]:
+    """Wall ms of ``measured`` and of ``plain``, called in turn ``calls`` times each, so a
+    change in the machine's load falls on both alike."""
+    await measured()  # warm: the pool, the plan cache, the pages in shared buffers
+    await plain()
+    times: tuple[list[float], list[float]] = ([], [])
     for _ in range(calls):
-        started = time.perf_counter()
-        await call()
-        out.append((time.perf_counter() - started) * 1000)
-    return out
+        for call, out in ((measured, times[0]), (plain, times[1])):
+            started = time.perf_counter()
+            await call()
+            out.append((time.perf_counter() - started) * 1000)
+    return times
 
 
 def _p95(values: list[float]) -> float:
@@ -129,7 +135,8 @@ def _p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
 
 
-def _row(name: str, rows: int, measured: list[float], plain: list[float]) -> None:
+def _row(name: str, rows: int, times: tuple[list[float], list[float]]) -> None:
+    measured, plain = times
     m, p = statistics.median(measured), statistics.median(plain)
     print(f"{name:<38} {rows:>6} {m:>9.2f} {_p95(measured):>9.2f} {p:>9.2f} {m / p:>7.1f}x",
           flush=True)
@@ -160,8 +167,8 @@ async def _lists(url: str, reader: Reader, calls: int, label: str) -> None:
         for name, where, cursor, rows in cases:
             def measured(where: ListFilter = where, cursor: Any = cursor) -> Awaitable[Any]:
                 return reader.conversations(where, limit=PAGE, after=cursor)
-            _row(name, len(rows), await _timed(measured, calls),
-                 await _timed(await plain_sessions([r.session_id for r in rows]), calls))
+            plain = await plain_sessions([r.session_id for r in rows])
+            _row(name, len(rows), await _pairs(measured, plain, calls))
     finally:
         await connection.close()
 
@@ -186,10 +193,9 @@ async def _pages(url: str, reader: Reader, calls: int) -> None:
                     "SELECT * FROM turns WHERE session_id = $1 AND version > $2 "
                     "ORDER BY version", LONG, LONG_TURNS[0] - PAGE)
 
-            plain = await _timed(plain_page, calls)
             _row(f"conversation page ({LONG_TURNS[0]:,} turns)", PAGE,
-                 await _timed(page, calls), plain)
-            _row("conversation, terminal text", PAGE, await _timed(text, calls), plain)
+                 await _pairs(page, plain_page, calls))
+            _row("conversation, terminal text", PAGE, await _pairs(text, plain_page, calls))
     finally:
         await connection.close()
 
