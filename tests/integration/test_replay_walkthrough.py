@@ -8,14 +8,14 @@ database and from exported golden files alike."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.consumer.dev_process import REPO, clean_env, run_dev
+from consumer.cli import main
+from tests.consumer.dev_process import REPO, run_dev
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -37,17 +37,32 @@ def _my_demo(folder: Path, *, greeting: bool, brakes: bool) -> str:
     return name
 
 
-def _turnflow(folder: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "consumer.cli", *args], cwd=folder,
-        env={**clean_env(), **env}, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-        timeout=120, check=False,
-    )
+@dataclass
+class _Ran:
+    returncode: int
+    stdout: str
+    stderr: str
 
 
 def test_an_accepted_wording_change_does_not_hide_a_behaviour_change(
-    tmp_path: Path, database_url: str
+    tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    # The replay commands run in this process (as ``turnflow ...`` from the folder holding
+    # my_demo.py), the chats as child processes.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def _turnflow(folder: Path, env: dict[str, str], *args: str) -> _Ran:
+        with monkeypatch.context() as scoped:
+            scoped.delenv("DATABASE_URL", raising=False)
+            for name, value in env.items():
+                scoped.setenv(name, value)
+            capsys.readouterr()
+            code = main(list(args))
+            out = capsys.readouterr()
+        return _Ran(code, out.out, out.err)
+
     session = f"walk-{uuid.uuid4().hex[:6]}"
     env = {"DATABASE_URL": database_url}
     recorded = run_dev("--script", str(REPO / "examples" / "demo.chat"), "--session", session,
