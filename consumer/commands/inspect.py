@@ -85,6 +85,11 @@ def run(args: argparse.Namespace) -> int:
     if args.turns > MAX_PAGE or args.limit > MAX_PAGE:
         return fail(f"--turns and --limit are at most {MAX_PAGE}", EXIT_CONFIG)
     colour = _colour(args.colour) and not args.json
+    try:
+        where = ListFilter(outcome=args.outcome, flow=args.flow, agent=args.agent,
+                           since=args.since, until=args.until)
+    except ValueError as exc:
+        return fail(str(exc), EXIT_CONFIG)
 
     async def read() -> tuple[str, int]:
         reader = Reader(url, pool_size=1)
@@ -100,8 +105,6 @@ def run(args: argparse.Namespace) -> int:
                 if args.json:
                     return json.dumps(view.to_jsonable(model), ensure_ascii=False) + "\n", 0
                 return terminal.conversation_text(model, colour=colour), 0
-            where = ListFilter(outcome=args.outcome, flow=args.flow, agent=args.agent,
-                               since=args.since, until=args.until)
             found, following = await reader.conversations(where, limit=args.limit,
                                                           after=args.after)
             items = [view.list_item(row) for row in found]

@@ -29,7 +29,10 @@ def parse_time(value: str, *, now: datetime | None = None) -> datetime:
     match = _RELATIVE.match(value)
     if match:
         amount, unit = int(match.group(1)), match.group(2)
-        return (now or datetime.now(UTC)) - timedelta(**{_UNITS[unit]: amount})
+        try:
+            return (now or datetime.now(UTC)) - timedelta(**{_UNITS[unit]: amount})
+        except OverflowError:
+            raise ValueError(f"{value.strip()} ago is before the year 1") from None
     try:
         parsed = datetime.fromisoformat(value.strip())
     except ValueError:

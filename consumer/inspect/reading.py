@@ -80,6 +80,22 @@ class Cursor:
         return cls(parsed, session_id)
 
 
+MAX_TEXT_CHARS = 1_000
+"""The longest session id, flow or agent name a caller may ask about."""
+
+
+def storable(value: str) -> bool:
+    """Whether a ``text`` column can hold ``value`` (no NUL, valid UTF-8, not overlong): a
+    value that cannot be stored names nothing stored, and would only make the query fail."""
+    if "\x00" in value or len(value) > MAX_TEXT_CHARS:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, e.g. from undecodable argv bytes
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class ListFilter:
     """What the conversation list is narrowed to. ``outcome`` is one of ``OUTCOME_FILTERS``;
@@ -92,6 +108,13 @@ class ListFilter:
     until: datetime | None = None
 
     def __post_init__(self) -> None:
+        for name in ("flow", "agent"):
+            value = getattr(self, name)
+            if value is not None and not storable(value):
+                raise ValueError(
+                    f"{name}: not a name (a NUL, an invalid character, or over "
+                    f"{MAX_TEXT_CHARS} characters)"
+                )
         if self.outcome is not None and self.outcome not in OUTCOME_FILTERS:
             raise ValueError(
                 f"unknown outcome {self.outcome!r}: one of {', '.join(OUTCOME_FILTERS)}"
@@ -201,6 +224,8 @@ class Reader:
         ``turns`` turns. None when there is no such conversation (no session row and no
         dead-lettered input)."""
         turns = max(1, min(turns, MAX_PAGE))
+        if not storable(session_id):
+            return None
         async with self._reading() as connection:
             session = (await connection.execute(text(
                 "SELECT id, version, state, created_at, updated_at FROM sessions WHERE id = :s"
@@ -259,6 +284,8 @@ class Reader:
         """The outcome lines of the conversation's last ``limit`` turns, oldest turn first
         (``view.path`` reads the path through the flows from them). Only that column is read."""
         limit = max(1, min(limit, 10_000))
+        if not storable(session_id):
+            return []
         async with self._statement() as connection:
             rows = (await connection.execute(text(
                 "SELECT outcomes FROM (SELECT version, outcomes FROM turns WHERE session_id = :s "

@@ -1,5 +1,6 @@
-"""One database filled by the real consumer for the inspector's tests (module scope: the fill
-takes a few seconds and every test only reads it)."""
+"""One database filled by the real consumer for the inspector's tests (session scope: the fill
+takes a few seconds, every test only reads it, and its conversations carry a prefix of their
+own, so the other tests' conversations beside them change nothing)."""
 
 from __future__ import annotations
 
@@ -27,10 +28,10 @@ class Filled:
         return {sid for kind, ids in self.sessions.items() if kind != "lost" for sid in ids}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def filled(kafka_bootstrap: str, database_url: str, kafka_is_embedded: bool) -> Filled:
-    """Conversations of every script in ``tests.inspect.filling``, under a prefix of this
-    module's own, saved by a ``ConsumerService`` running the demo agent."""
+    """Conversations of every script in ``tests.inspect.filling``, under a prefix of their
+    own, saved by a ``ConsumerService`` running the demo agent."""
     prefix = f"i{uuid.uuid4().hex[:6]}-"
 
     async def run() -> dict[str, list[str]]:

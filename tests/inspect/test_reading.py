@@ -3,12 +3,16 @@ paging, a conversation turn by turn, read-only transactions, and the CLI and web
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
@@ -239,6 +243,10 @@ def test_the_cli_prints_a_conversation_the_list_and_json(
     assert "\x1b[1m" in out
     code, _, err = _cli(monkeypatch, capsys, filled.database_url, filled.prefix + "nobody")
     assert code == 3 and "no conversation" in err
+    code, _, err = _cli(monkeypatch, capsys, filled.database_url, "--flow", "a\x00")
+    assert code == 2 and "flow: not a name" in err
+    code, _, err = _cli(monkeypatch, capsys, filled.database_url, "bad\udcff")
+    assert code == 3 and "no conversation" in err
     hostile = filled.sessions["hostile"][0]
     code, out, _ = _cli(monkeypatch, capsys, filled.database_url, hostile)
     assert code == 0 and "<script>" in out  # text, quoted: a terminal does not run HTML
@@ -303,3 +311,37 @@ def test_cursors_round_trip_and_refuse_anything_else() -> None:
     for bad in ("", "x", "WyJ4Il0", "bm90IGpzb24"):
         with pytest.raises(ValueError):
             Cursor.decode(bad)
+
+
+_QUERY = st.dictionaries(
+    st.sampled_from(["outcome", "flow", "agent", "since", "until", "limit", "after", "turns",
+                     "from", "token"]),
+    st.one_of(st.text(max_size=40), st.sampled_from(
+        ["handoff", "2h", "0", "501", "-1", "1e3", "\x00", "a\x00b", "999999d", "9999-12-31"])),
+    max_size=5,
+)
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=_QUERY, session=st.one_of(st.text(max_size=30), st.sampled_from(["\x00", "a/b"])))
+def test_any_query_or_session_id_is_a_page_or_a_refusal(
+    filled: Filled, query: dict[str, str], session: str
+) -> None:
+    """Whatever a URL holds, the inspector answers a page, a 400 naming what is wrong, or a
+    404, never a server error."""
+
+    async def run() -> list[int]:
+        reader = Reader(filled.database_url, pool_size=1)
+        try:
+            app = build_app(reader)
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://i") as client:
+                listing = await client.get("/", params=query)
+                page = await client.get(
+                    "/conversations/" + quote(session, safe=""), params=query)
+            return [listing.status_code, page.status_code]
+        finally:
+            await reader.close()
+
+    listing, page = asyncio.run(run())
+    assert listing in (200, 400) and page in (200, 400, 404)
