@@ -250,3 +250,20 @@ async def test_lines_pasted_at_the_terminal_arrive_as_one_chunk() -> None:
     with pytest.raises(StopAsyncIteration):
         await anext(chunks)
     await typing
+
+
+@given(chunk=st.text(max_size=300))
+def test_any_typed_or_pasted_text_is_read_without_raising(chunk: str) -> None:
+    """Whatever reaches the chat, each line is a chat line or its error, never an exception
+    out of the reading; every message typed is in exactly one message or burst."""
+    parsed = parse_chat_lines(chunk)
+    assert all(isinstance(p, ChatLine | ValueError) for p in parsed)
+    sent = [m for p in parsed if isinstance(p, ChatLine) and p.kind in ("message", "burst")
+            for m in (p.messages or (p.text,))]
+    typed: list[str] = []
+    for line in (raw.strip() for raw in chunk.split("\n")):
+        if line.startswith("/burst") and line.partition(" ")[0] == "/burst":
+            typed += [part.strip() for part in line.partition(" ")[2].split("|") if part.strip()]
+        elif line and not line.startswith(("#", "/")):
+            typed.append(line)
+    assert sent == typed
