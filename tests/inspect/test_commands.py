@@ -162,3 +162,38 @@ async def test_the_bounded_server_serves_the_asgi_app_read_only() -> None:
         await server.stop()
     assert got.status_code == 201 and got.text == "a/b c|<x>" and got.headers["x-seen"] == "yes"
     assert posted.status_code == 405
+
+
+class _EmptyReader:
+    """A reader of an empty database, for driving the pages without one."""
+
+    async def conversations(self, where: object, **_: object) -> tuple[list[object], None]:
+        return [], None
+
+    async def conversation(self, session_id: str, **_: object) -> None:
+        return None
+
+
+@given(target=st.one_of(
+    st.text(max_size=80).map(lambda t: "/" + t),
+    st.builds(lambda a, b: f"/{a}?{b}", st.sampled_from(["", "conversations/x", "flows",
+                                                           "login", "static/x.css", "healthz"]),
+              st.text(max_size=60)),
+))
+def test_any_request_target_is_answered_without_a_server_error(target: str) -> None:
+    """Whatever target a client sends, the served app answers it (a page, a refusal, a
+    redirect), never a 500 nor an exception out of the handler."""
+    import asyncio
+
+    from consumer.http_server import Request
+    from consumer.inspect.serving import UI_LIMITS, asgi_handler
+    from consumer.inspect.web import build_app
+
+    handler = asgi_handler(build_app(_EmptyReader(), token=None))  # type: ignore[arg-type]
+
+    async def answer() -> int:
+        request = Request("GET", target, "HTTP/1.1", (("host", "x"),),
+                          asyncio.StreamReader(), UI_LIMITS)
+        return (await handler(request)).status
+
+    assert asyncio.run(answer()) in (200, 303, 400, 401, 404, 405)
