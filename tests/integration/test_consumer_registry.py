@@ -82,6 +82,9 @@ async def test_registry_agents_route_switch_versions_and_never_cross_workspaces(
             dead = await read_dlq(setup.bootstrap, setup.topics[DLQ], 3)
             assert _texts(values, s1) == ["A v1", "A v1", "A helper"]
             assert _texts(values, s2) == ["B v1", "B v1"]
+            assert [v["meta"]["agent_id"] for v in values if v["session_id"] == s1] == [
+                bot_a, bot_a, f"helper/{tag}"
+            ]
             reasons = {dict(r.headers)["error"] for r in dead}  # type: ignore[attr-defined]
             assert reasons == {b"workspace-mismatch", b"unknown-agent", b"no-agent"}
 
