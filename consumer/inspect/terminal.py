@@ -83,7 +83,13 @@ def conversation_text(view: ConversationView, *, colour: bool = False) -> str:
         out.append(paint("dim", f"(turns 1-{view.first_version - 1} not shown)"))
     for turn in view.turns:
         out.append("")
+        for dead in turn.dead_before:
+            out.append(paint("red", f"✗ dead-lettered input {safe(dead['source'])}: "
+                                    f"{safe(dead['reason'])} at {_time(dead['at'])} (no turn)"))
         out.extend(_turn_lines(turn, paint))
+    for dead in view.dead_after:
+        out.append(paint("red", f"✗ dead-lettered input {safe(dead['source'])}: "
+                                f"{safe(dead['reason'])} at {_time(dead['at'])} (no turn)"))
     if view.has_later:
         out.append(paint("dim", f"(turns {view.last_version + 1}-{view.turns_total} not shown)"))
     return "\n".join(out) + "\n"

@@ -95,6 +95,8 @@ class TurnView:
     llm_calls: int
     credits: int | None
     incidents: list[str] = field(default_factory=list)
+    # inputs of this conversation dead-lettered after the turn before this one, before it
+    dead_before: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -111,6 +113,7 @@ class ConversationView:
     pending_timers: list[dict[str, Any]]
     unpublished: list[dict[str, Any]]
     dead_lettered: list[dict[str, Any]]
+    dead_after: list[dict[str, Any]] = field(default_factory=list)  # after the page's last turn
 
     @property
     def path(self) -> list[tuple[str, str]]:
@@ -173,6 +176,13 @@ def conversation_view(rows: ConversationRows) -> ConversationView:
     for t in rows.turns:
         turns.append(_turn_view(t, unpublished_keys, pending_timer_keys, woken - stale, stale,
                                 replaced))
+    dead = [
+        {"source": f"{d['source_topic']}:{d['source_partition']}:{d['source_offset']}",
+         "reason": d["reason"], "at": d["created_at"]}
+        for d in rows.dead_lettered
+    ]
+    dead_after = _place(dead, turns, whole_start=rows.first_version <= 1,
+                        whole_end=rows.last_version >= rows.session["version"])
     state = rows.session["state"] or {}
     return ConversationView(
         session_id=rows.session["id"],
@@ -190,12 +200,27 @@ def conversation_view(rows: ConversationRows) -> ConversationView:
              "kind": (r["payload"] or {}).get("kind"), "created_at": r["created_at"]}
             for r in rows.unpublished
         ],
-        dead_lettered=[
-            {"source": f"{d['source_topic']}:{d['source_partition']}:{d['source_offset']}",
-             "reason": d["reason"], "at": d["created_at"]}
-            for d in rows.dead_lettered
-        ],
+        dead_lettered=dead,
+        dead_after=dead_after,
     )
+
+
+def _place(
+    dead: list[dict[str, Any]], turns: list[TurnView], *, whole_start: bool, whole_end: bool
+) -> list[dict[str, Any]]:
+    """Put each dead-lettered input in the timeline where it happened: before the first turn
+    of the page saved after it. Those before the page (when it has earlier turns) stay only in
+    the list at the top; those after its last turn are returned (shown after it when the page
+    is the conversation's end)."""
+    after: list[dict[str, Any]] = []
+    for letter in sorted(dead, key=lambda d: d["at"]):
+        following = next((t for t in turns if t.at >= letter["at"]), None)
+        if following is None:
+            if whole_end:
+                after.append(letter)
+        elif following is not turns[0] or whole_start:
+            following.dead_before.append(letter)
+    return after
 
 
 def path(outcome_lines: list[list[dict[str, Any]]]) -> list[tuple[str, str]]:

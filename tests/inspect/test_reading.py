@@ -137,6 +137,8 @@ async def test_a_handoff_and_a_dead_lettered_input_are_shown_where_they_happened
     dead = view.conversation_view(refused)
     assert [d["reason"] for d in dead.dead_lettered] == ["provider-fatal"]
     assert [t.text for t in dead.turns] == ["hi", "hello"]
+    # in the timeline where it happened: between the two turns that were answered
+    assert [len(t.dead_before) for t in dead.turns] == [0, 1] and dead.dead_after == []
     reader = Reader(filled.database_url)
     try:
         lost = await reader.conversation(filled.sessions["lost"][0])
@@ -145,7 +147,7 @@ async def test_a_handoff_and_a_dead_lettered_input_are_shown_where_they_happened
         await reader.close()
     assert lost is not None  # never answered: no turn, no session, its dead letter shown
     never = view.conversation_view(lost)
-    assert never.turns == [] and never.turns_total == 0
+    assert never.turns == [] and never.turns_total == 0 and len(never.dead_after) == 1
     assert [d["reason"] for d in never.dead_lettered] == ["provider-fatal"]
     row = next(r for r in listed if r.session_id == filled.sessions["lost"][0])
     assert row.turns == 0 and view.list_item(row).incidents == ["dead-lettered"]
