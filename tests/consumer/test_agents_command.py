@@ -83,3 +83,21 @@ def test_workspace_plan_and_credits(env: None, capsys: pytest.CaptureFixture[str
     assert "agents off, web searches per day 7" in _out(capsys)[0]
     assert cli.main(["agents", "credits", "--workspace", name]) == 0
     assert _out(capsys)[0] == "day\tworkspace\tcredits\tturns\n"
+
+
+def test_consume_from_the_registry_checks_its_packs_first(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """AGENT_REGISTRY needs no AGENT; a pack that does not import exits 2 on one line before
+    any server is reached."""
+    monkeypatch.delenv("AGENT", raising=False)
+    monkeypatch.setenv("DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    monkeypatch.setenv("AGENT_REGISTRY", "true")
+    monkeypatch.setenv("PACKS", "examples.demo_pack:pack,no_such_pack_xyz:pack")
+    assert cli.main(["consume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot import 'no_such_pack_xyz'" in err[0]
+    monkeypatch.setenv("PACKS", "examples.demo_agent:BOOKINGS")
+    assert cli.main(["consume"]) == 2
+    assert "is not an engine.packs.Pack" in capsys.readouterr().err
