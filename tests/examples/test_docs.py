@@ -18,18 +18,20 @@ DOCS = sorted((ROOT / "docs").glob("*.md"))
 OURS = [README, ROOT / "examples" / "README.md", *(
     ROOT / "docs" / name
     for name in ("concepts.md", "agents.md", "production.md", "operating.md", "replay.md",
-                 "hosting.md")
+                 "hosting.md", "inspecting.md")
 )]
 
 # Variables the docs may name that are not service settings: the model provider's, the web
-# search backend's, the demo agent's and the test suite's, read outside consumer/settings.py.
+# search backend's, the demo agent's, the inspector's and the test suite's, read outside
+# consumer/settings.py.
 OTHER_ENV = {
     "OPENAI_API_KEY", "TURNFLOW_MODEL_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY",
     "ANTHROPIC_BASE_URL", "TURNFLOW_MODEL", "TURNFLOW_MODEL_TIMEOUT", "TURNFLOW_DEMO_SILENCE_MS",
     "TURNFLOW_DEMO_PAYMENT_WAIT_MS", "TURNFLOW_REQUIRE_SERVERS", "KAFKA_SASL_PASSWORD_FILE",
     "TURNFLOW_BROKER_RESTART_CMD", "BRAVE_SEARCH_API_KEY", "TURNFLOW_MODEL_MAX_TOKENS",
     "TURNFLOW_MODEL_JSON_MODE", "TURNFLOW_MODEL_CACHE", "TURNFLOW_TEST_BROKER", "TEST_BROKER",
-    "TURNFLOW_CACHE_DIR",
+    "TURNFLOW_CACHE_DIR", "INSPECT_DATABASE_URL", "TURNFLOW_UI_TOKEN", "TURNFLOW_UI_TOKEN_FILE",
+    "NO_COLOR",
 }
 
 
