@@ -1,52 +1,124 @@
 """The demo's scripted chat through ``turnflow dev`` (consumer, scheduler, topics, store) with
-the real model behind it: every input gets its turn printed and the command exits 0, and no
-reply that failed to parse is ever printed as the agent's words."""
+the real model behind it, judged by what the customer gets: every message answered (by the
+model or, when it had nothing usable to say, by the fallback message), none dead-lettered or
+left without a turn, no reply that failed to parse shown as the agent's words, and the repair
+booked where the model is able to book it.
+
+The default model, SmolLM2-135M, cannot book: it gives the same judgement whatever the
+customer says, so the booking flow never gets its answers. With it the test holds the
+customer-facing guarantees only and prints how far the chat got. With
+``TURNFLOW_LOCAL_MODEL=qwen2.5-coder-1.5b`` (``make test-real-model``) the booking itself is
+asserted.
+"""
 
 from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from consumer.settings import Settings
 from tests.consumer.dev_process import DevRun, run_dev, server_env
-from tests.fixtures.llama_server import MODEL_NAME, LlamaServer
+from tests.fixtures.llama_server import MODEL, MODEL_NAME, LlamaServer
 
-pytestmark = [pytest.mark.real_model_slow, pytest.mark.integration, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.real_model_slow, pytest.mark.integration, pytest.mark.timeout(3000)]
 
 DEMO_CHAT = Path(__file__).resolve().parents[2] / "examples" / "demo.chat"
+BOOKING_REF = re.compile(r"\bR-[0-9A-F]{6}\b")
+"""The reference ``book_repair`` gives a booking."""
+LOST = ("dead-letter topic", "no turn ran for this input", "was not published within",
+        "Traceback")
+
+
+@dataclass
+class Answered:
+    """One customer message of the transcript and what the agent said to it."""
+
+    text: str
+    replies: list[str] = field(default_factory=list)
+
+
+def answers(stdout: str) -> list[Answered]:
+    """Each ``you>`` line with the ``ana>`` lines of its own turn. A timer's turn (``[timer
+    fired``, up to its ``[llm_calls`` footer) may print while a message waits; its words are
+    not that message's answer."""
+    inputs: list[Answered] = []
+    in_timer = False
+    for line in stdout.splitlines():
+        if line.startswith("you> "):
+            inputs.append(Answered(line.removeprefix("you> ")))
+            in_timer = False
+        elif line.startswith("  [timer fired"):
+            in_timer = True
+        elif line.startswith("  [llm_calls") and in_timer:
+            in_timer = False
+        elif line.startswith("ana> ") and inputs and not in_timer:
+            inputs[-1].replies.append(line.removeprefix("ana> "))
+    return inputs
+
+
+def _messages() -> list[str]:
+    lines = [line.strip() for line in DEMO_CHAT.read_text().splitlines()]
+    return [line for line in lines if line and not line.startswith(("#", "/"))]
 
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory: pytest.TempPathFactory, database_url: str, kafka_bootstrap: str,
              llama_server: LlamaServer) -> tuple[DevRun, float]:
-    """examples/demo.chat once through ``turnflow dev`` against the real model, timed."""
+    """examples/demo.chat once through ``turnflow dev`` against the real model, timed. A reply
+    with nothing usable is retried twice, briefly, before the fallback answers: the model is
+    deterministic, so more tries only take longer."""
     folder = tmp_path_factory.mktemp("dev-real-model")
     env = {**server_env(database_url, kafka_bootstrap, "real-model"),
            "OPENAI_BASE_URL": llama_server.base_url, "TURNFLOW_MODEL": MODEL_NAME,
-           "TURNFLOW_MODEL_MAX_TOKENS": "128", "TURNFLOW_MODEL_TIMEOUT": "120"}
+           "TURNFLOW_MODEL_MAX_TOKENS": "128", "TURNFLOW_MODEL_TIMEOUT": "300",
+           "MAX_RETRIES": "2", "RETRY_BACKOFF_MS": "200"}
     started = time.monotonic()
-    run = run_dev("--script", str(DEMO_CHAT), "--data-dir", str(folder), env=env, timeout=1200)
+    run = run_dev("--script", str(DEMO_CHAT), "--data-dir", str(folder), env=env, timeout=2700)
     return run, time.monotonic() - started
 
 
-def _inputs() -> int:
-    lines = [line.strip() for line in DEMO_CHAT.read_text().splitlines()]
-    return sum(1 for line in lines if line and not line.startswith(("#", "/wait", "/quit")))
-
-
-def test_the_demo_chat_completes_with_the_real_model(demo_run: tuple[DevRun, float]) -> None:
-    """Every scripted input got its turn and replies through the consumer: exit 0, no error,
-    and the banner names the real model, not the offline provider."""
+def test_every_message_is_answered_and_none_is_lost(demo_run: tuple[DevRun, float]) -> None:
+    """Each scripted message got at least one reply of its own (the model's or the fallback
+    message), nothing was dead-lettered or left without a turn, and the command exited 0 with
+    the real model named in its banner."""
     run, seconds = demo_run
-    print(f"turnflow dev --script examples/demo.chat with {MODEL_NAME}: {seconds:.1f}s")
-    assert run.code == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    assert run.error_lines == []
-    assert re.search(rf"model +OpenAI-compatible model {MODEL_NAME} at http://127\.0\.0\.1",
-                     run.stdout), run.stdout[:800]
-    footers = [line for line in run.stdout.splitlines() if re.match(r"\s+\[llm_calls", line)]
-    assert len(footers) >= _inputs(), run.stdout
+    transcript = run.stdout[-6000:] + run.stderr[-2000:]
+    assert run.code == 0, transcript
+    assert run.error_lines == [], transcript
+    assert re.search(rf"model +OpenAI-compatible model {re.escape(MODEL_NAME)} at "
+                     r"http://127\.0\.0\.1", run.stdout), run.stdout[:800]
+    assert not [marker for marker in LOST if marker in run.stdout], transcript
+    got = answers(run.stdout)
+    assert [a.text for a in got] == _messages(), transcript
+    assert [a.text for a in got if not a.replies] == [], transcript
+    fallback = Settings.model_fields["model_fallback_message"].default
+    fell_back = sum(fallback in reply for a in got for reply in a.replies)
+    print(run.stdout)
+    print(f"turnflow dev --script examples/demo.chat with {MODEL_NAME}: {seconds:.1f}s, "
+          f"{len(got)} messages answered, {fell_back} replies were the fallback message")
+
+
+def test_the_repair_is_booked_where_the_model_can(demo_run: tuple[DevRun, float]) -> None:
+    """A model able to run the demo books the brakes on Saturday and the payment is
+    acknowledged. SmolLM2 cannot (it reads every message the same way and may book a repair
+    nobody asked for): the test says so and skips; the guarantees above still hold."""
+    run, _ = demo_run
+    said = [line.removeprefix("ana> ") for line in run.stdout.splitlines()
+            if line.startswith("ana> ")]
+    booked = [text for text in said if BOOKING_REF.search(text)]
+    if MODEL.books_the_demo:
+        assert booked, run.stdout[-6000:]
+        assert "brakes" in booked[0].lower() and "saturday" in booked[0].lower(), booked
+        assert any("payment received" in text.lower() for text in said), run.stdout[-6000:]
+    else:
+        asked = [text for text in booked if "brakes" in text.lower() and "saturday" in text.lower()]
+        pytest.skip(f"{MODEL_NAME} is not able to book the demo: {len(booked)} bookings made, "
+                    f"{len(asked)} of them the brakes on Saturday the customer asked for; "
+                    "TURNFLOW_LOCAL_MODEL=qwen2.5-coder-1.5b books it")
 
 
 def test_no_broken_reply_is_printed_as_the_agents_words(demo_run: tuple[DevRun, float]) -> None:
