@@ -158,6 +158,7 @@ class Reader:
         # an explicit one (the server refuses any write), on top of the role's own grants.
         self._engine: AsyncEngine = create_async_engine(
             async_url(database_url), pool_size=pool_size, max_overflow=0,
+            hide_parameters=True,  # an error's text never carries a session id or a filter
             connect_args={"server_settings": {
                 "default_transaction_read_only": "on",
                 "application_name": "turnflow-inspect",

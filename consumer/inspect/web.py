@@ -27,6 +27,7 @@ from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
+from sqlalchemy.exc import DBAPIError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
@@ -225,7 +226,12 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None) ->
     async def diagram_css(request: Request) -> Response:
         return Response(diagram.SVG_STYLE, media_type="text/css")
 
-    app = Starlette(routes=[
+    async def unavailable(request: Request, exc: Exception) -> Response:
+        log.warning(f"ui database error: {type(exc).__name__}")
+        return page("error.html", status=503,
+                    message="The database did not answer; try again in a moment.")
+
+    app = Starlette(exception_handlers={DBAPIError: unavailable, OSError: unavailable}, routes=[
         Route("/", conversations, name="list"),
         Route("/conversations/{session_id:path}", conversation, name="conversation"),
         Route("/flows", flows, name="flows"),

@@ -197,3 +197,20 @@ def test_any_request_target_is_answered_without_a_server_error(target: str) -> N
         return (await handler(request)).status
 
     assert asyncio.run(answer()) in (200, 303, 400, 401, 404, 405)
+
+
+async def test_a_database_that_does_not_answer_is_a_503_page() -> None:
+    import httpx
+
+    from consumer.inspect.reading import Reader
+    from consumer.inspect.web import build_app
+
+    reader = Reader("postgresql://nobody@127.0.0.1:1/none", pool_size=1)
+    try:
+        transport = httpx.ASGITransport(app=build_app(reader))
+        async with httpx.AsyncClient(transport=transport, base_url="http://i") as client:
+            pages = [await client.get(path) for path in ("/", "/conversations/cust-1")]
+    finally:
+        await reader.close()
+    assert [p.status_code for p in pages] == [503, 503]
+    assert all("did not answer" in p.text and "cust-1" not in p.text for p in pages)
