@@ -26,12 +26,14 @@ def record_model_call(record: CallRecord) -> None:
     if not record.ok:
         metrics.MODEL_ERRORS.labels(call=call, kind=record.error_kind or "retryable").inc()
     if record.usage is not None:
-        if record.usage.input_tokens is not None:
-            metrics.MODEL_TOKENS.labels(call=call, direction="input").inc(record.usage.input_tokens)
-        if record.usage.output_tokens is not None:
-            metrics.MODEL_TOKENS.labels(call=call, direction="output").inc(
-                record.usage.output_tokens
-            )
+        # ``input`` is the whole prompt; ``cache_read`` and ``cache_write`` the parts of it the
+        # server read from or wrote to its prompt cache, where the API says.
+        counts = (("input", record.usage.input_tokens), ("output", record.usage.output_tokens),
+                  ("cache_read", record.usage.cache_read_tokens),
+                  ("cache_write", record.usage.cache_write_tokens))
+        for direction, count in counts:
+            if count is not None:
+                metrics.MODEL_TOKENS.labels(call=call, direction=direction).inc(count)
 
 
 def observe_model_calls(agent: Any) -> bool:

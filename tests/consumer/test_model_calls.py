@@ -38,6 +38,27 @@ def test_calls_are_counted_once_per_call_even_if_hooked_twice() -> None:
     assert sample("turnflow_model_errors_total", call="speak", kind="fatal") == errors + 1
 
 
+def test_the_cached_part_of_the_prompt_is_counted_beside_the_whole() -> None:
+    """``input`` counts the whole prompt; what the server read from and wrote to its prompt
+    cache is counted under ``cache_read`` and ``cache_write``; an unknown count adds nothing."""
+    hooks = ProviderHooks()
+    agent = SimpleNamespace(config=SimpleNamespace(provider=SimpleNamespace(hooks=hooks)))
+    observe_model_calls(agent)
+    directions = ("input", "output", "cache_read", "cache_write")
+    before = {d: sample("turnflow_model_tokens_total", call="understand", direction=d)
+              for d in directions}
+    hooks.emit(CallRecord(provider="anthropic", schema_name="understand", duration_s=0.1,
+                          ok=True, usage=Usage(input_tokens=19, output_tokens=7,
+                                               cache_read_tokens=18)))
+    hooks.emit(CallRecord(provider="anthropic", schema_name="understand", duration_s=0.1,
+                          ok=True, usage=Usage(input_tokens=1850, output_tokens=3,
+                                               cache_read_tokens=0, cache_write_tokens=1800)))
+    after = {d: sample("turnflow_model_tokens_total", call="understand", direction=d)
+             for d in directions}
+    assert {d: after[d] - before[d] for d in directions} == {
+        "input": 1869, "output": 10, "cache_read": 18, "cache_write": 1800}
+
+
 def test_providers_without_hooks_are_left_alone() -> None:
     """An agent whose provider has no hooks (a test double) is not touched."""
     agent = SimpleNamespace(config=SimpleNamespace(provider=object()))
