@@ -38,8 +38,9 @@ prometheus:
 # own browser download is never used; skipped without it, failed under TURNFLOW_REQUIRE_SERVERS=1).
 chromium:
 	@command -v chromium >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get install -y --no-install-recommends chromium; \
-	  else sudo apt-get install -y --no-install-recommends chromium; fi; }
+	  sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  $$sudo apt-get install -y --no-install-recommends chromium \
+	  || { $$sudo apt-get update -qq && $$sudo apt-get install -y --no-install-recommends chromium; }; }
 
 # The inspector in a real browser; screenshots in test-artifacts/browser/.
 test-browser: $(STAMP) chromium
