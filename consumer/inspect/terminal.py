@@ -103,6 +103,8 @@ def _turn_lines(turn: TurnView, paint: _Paint) -> list[str]:
         head += f" {safe(json.dumps(turn.text, ensure_ascii=False))}"
     if turn.source:
         head += paint("dim", f"  [{safe(turn.source)}]")
+    if turn.agent:
+        head += paint("dim", f"  agent {safe(turn.agent)}")
     if turn.incidents:
         head += " " + paint("red", " ".join(f"<{i}>" for i in turn.incidents))
     lines = [paint("bold", head)]

@@ -97,6 +97,8 @@ class TurnView:
     incidents: list[str] = field(default_factory=list)
     # inputs of this conversation dead-lettered after the turn before this one, before it
     dead_before: list[dict[str, Any]] = field(default_factory=list)
+    # the registry agent and version that ran the turn (None for an agent loaded from AGENT)
+    agent: str | None = None
 
 
 @dataclass
@@ -284,6 +286,7 @@ def _turn_view(
         skipped=list(t["skipped"] or []), sent=sent, timers=timers,
         llm_calls=int(t["llm_calls"] or 0), credits=sum(credits) if credits else None,
         incidents=_incidents(lines),
+        agent=(f"{t['agent_id']} v{t['agent_version']}" if t.get("agent_id") else None),
     )
 
 

@@ -18,6 +18,7 @@ def _turn(version: int, given: dict[str, Any], **columns: Any) -> dict[str, Any]
         "outcomes": [], "started": [], "ended": [], "skipped": [], "llm_calls": 0,
         "created_at": AT, "clock_at": None, "model_calls": None, "input_id": None,
         "source_topic": "inbound.turns", "source_partition": 0, "source_offset": version,
+        "agent_id": None, "agent_version": None,
     }
     row.update(columns)
     return row
@@ -43,7 +44,8 @@ def test_timer_states_publication_incidents_and_path() -> None:
             {"key": "t-pending", "at": "x", "replaces": None},
         ], outcomes=[_line("resumed", "f", "wait"), _line("handoff", detail="keyword")]),
         _turn(3, {"wake": "t-stale"}, outcomes=[_line("stale-wake", detail="t-stale")]),
-        _turn(4, {"message": "x", "burst": [{"message": "first"}]}, outcomes=[
+        _turn(4, {"message": "x", "burst": [{"message": "first"}]}, agent_id="shop",
+              agent_version=3, outcomes=[
             _line("action-failed", "f", "do"),
             _line("billed", detail="not billed (fallback)", credits=0)]),
     ]
@@ -63,5 +65,6 @@ def test_timer_states_publication_incidents_and_path() -> None:
     assert [(m.key, m.published) for m in model.turns[0].sent] == [("k1", True), ("k2", False)]
     assert [t.incidents for t in model.turns] == [[], ["handoff"], [], ["fallback", "error"]]
     assert model.turns[3].text == "first\nx" and model.turns[3].credits == 0
+    assert [t.agent for t in model.turns] == [None, None, None, "shop v3"]
     assert model.path == [("f", "ask"), ("f", "say"), ("f", "wait"), ("f", "do")]
     assert view.to_jsonable(model)["turns"][0]["at"] == AT.isoformat()
