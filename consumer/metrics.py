@@ -124,6 +124,12 @@ REPLAYS_SKIPPED = Counter(
     "Records already in the turn log, skipped after re-flushing the session's outbox.",
     registry=REGISTRY,
 )
+INPUTS_OFF_PARTITION = Counter(
+    "turnflow_inputs_off_partition_total",
+    "Inputs that arrived on another partition than the one their session id hashes to "
+    "(murmur2, as the scheduler's wakes): a producer with another partitioner or key.",
+    registry=REGISTRY,
+)
 INPUT_RETRIES = Counter(
     "turnflow_input_retries_total",
     "Inputs retried after a retryable failure (the model's, or an unexpected one).",
@@ -225,7 +231,7 @@ _CONSUMER = (
     LLM_CALLS, OUTCOMES, TURN_OUTCOMES, AI_CREDITS, TURN_DURATION,
     MODEL_CALL_DURATION, MODEL_TOKENS, MODEL_ERRORS, VERSION_CONFLICTS, DLQ, REPLAYS_SKIPPED,
     INPUT_RETRIES, IN_FLIGHT, CONSUMER_LAG, PAUSED_PARTITIONS, INPUT_TO_OUTBOUND,
-    MODEL_WAITING, MODEL_FALLBACKS,
+    MODEL_WAITING, MODEL_FALLBACKS, INPUTS_OFF_PARTITION,
 )
 _SCHEDULER = (TIMERS_PENDING, TIMER_FIRE_DELAY, WAKES_EMITTED, TIMERS_SCHEDULED, SCHEDULE_REFUSED)
 PROCESS_FAMILIES: dict[str, tuple[Any, ...]] = {

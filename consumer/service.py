@@ -78,6 +78,7 @@ from consumer.pipeline import (
     TurnWork,
     burst_of,
 )
+from consumer.placement import PlacementCheck
 from consumer.round_trips import RoundTrips, broker_probe, database_probe
 from consumer.routing import registry_router
 from consumer.settings import Settings
@@ -229,6 +230,7 @@ class ConsumerService:
         self._publisher: OutboxPublisher | None = None
         self._dead_letters: DeadLetterPublisher | None = None
         self._refused = RefusedRecords()
+        self._placement = PlacementCheck()
         self._relay: OutboxRelay | None = None
         self._relay_task: asyncio.Task[None] | None = None
         self._health: HealthServer | None = None
@@ -455,6 +457,7 @@ class ConsumerService:
             )
             self._spawn_side(self._refused_then_done(tp, record, epoch, parsed))
             return
+        self._placement.check(parsed.session_id, tp.topic, tp.partition, self._partitions(tp))
         work = TurnWork(parsed=parsed, source=source, timestamp_ms=record.timestamp)
         entry = QueuedInput(parsed.session_id, tp, record.offset, _Input(work, record, epoch))
         if self._queues.enqueue(entry):
@@ -463,6 +466,11 @@ class ConsumerService:
             )
             worker.add_done_callback(_log_crash)
             self._workers[parsed.session_id] = worker
+
+    def _partitions(self, tp: TopicPartition) -> int:
+        """The partition count of ``tp``'s topic as the consumer's metadata has it (0 unknown)."""
+        known = self._consumer.partitions_for_topic(tp.topic) if self._consumer else None
+        return len(known or ())
 
     # -- work -------------------------------------------------------------------------------
 

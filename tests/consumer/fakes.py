@@ -267,6 +267,11 @@ class FakeKafkaConsumer:
         self.commit_attempts = 0
         self.fetch_errors: list[BaseException] = []
 
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """No topic metadata, so the placement check (``consumer.placement``) checks nothing:
+        these tests place records on partitions by hand, not by key."""
+        return None
+
     def append(self, tp: TopicPartition, key: bytes | None, value: bytes) -> int:
         """Produce one record to a partition; returns its offset."""
         log = self.logs[tp]

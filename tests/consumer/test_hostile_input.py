@@ -226,6 +226,9 @@ class LoopConsumer:
     def assignment(self) -> set[TopicPartition]:
         return {TP}
 
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return {TP.partition}
+
     def pause(self, *partitions: TopicPartition) -> None:
         return None
 

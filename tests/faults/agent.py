@@ -38,10 +38,13 @@ def counting_agent(timer_ms: int | None = None) -> Agent:
             "last": str(ctx.context.get("label", "")),
         })
 
+    async def woken(ctx: Any) -> Any:
+        return ok(data={"last": "woke"})
+
     return Agent(
         name="Contadora",
         fields={"n": {"type": "integer"}, "last": {"type": "string"}},
-        actions={"count": count},
+        actions={"count": count, "woken": woken},
         flows=[{
             "id": "count",
             "on": [{"message": []}],
@@ -49,8 +52,11 @@ def counting_agent(timer_ms: int | None = None) -> Agent:
                 {"id": "c", "do": "count"},
                 {"id": "say", "say": "{{n}}:{{last}}"},
                 {"id": "w", "wait": {"ms": timer_ms or 3_600_000},
-                 "then": "woke" if timer_ms else "end", "else": "c"},
-                *([{"id": "woke", "say": "{{n}}:woke"}] if timer_ms else []),
+                 "then": "woken" if timer_ms else "end", "else": "c"},
+                # A ``do`` after the wait: a short wait followed by a ``say`` is an inline delay
+                # of the reply, not a timer.
+                *([{"id": "woken", "do": "woken"}, {"id": "woke", "say": "{{n}}:woke"}]
+                  if timer_ms else []),
             ],
         }],
     )
