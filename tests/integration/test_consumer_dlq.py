@@ -8,6 +8,7 @@ import uuid
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from consumer.topics import partitions_of
 from tests.integration.harness import (
     DLQ,
     ServiceSetup,
@@ -75,9 +76,8 @@ async def dlq_count(bootstrap: str, topic: str) -> int:
                                 enable_auto_commit=False)
     await consumer.start()
     try:
-        await consumer.topics()
-        partitions = [TopicPartition(topic, p)
-                      for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        numbers = sorted(await partitions_of(consumer, topic))
+        partitions = [TopicPartition(topic, p) for p in numbers]
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
         ends = await consumer.end_offsets(partitions)
