@@ -75,7 +75,8 @@ ifeq ($(TEST_BROKER),kafka)
 		$(TANSU_TESTS)
 endif
 
-# Every real-model test, the demo's scripted chat through the consumer included.
+# Every real-model test, the demo's scripted chat through the consumer included (its booking is
+# asserted with TURNFLOW_LOCAL_MODEL=qwen2.5-coder-1.5b, a model able to make it).
 test-real-model: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider -m "real_model or real_model_slow" tests/real_model \
 		$(PYTEST_ARGS)
@@ -88,7 +89,8 @@ run: $(RUN_STAMP)
 	$(BIN)/turnflow dev $(ARGS)
 
 # `make run` against a real model on this machine: llama.cpp's server with SmolLM2-135M-Instruct,
-# started before the chat and stopped after it.
+# started before the chat and stopped after it. SmolLM2 answers but cannot book the demo;
+# TURNFLOW_LOCAL_MODEL=qwen2.5-coder-1.5b books it, at tens of seconds a turn on two cores.
 run-local-model: $(STAMP)
 	$(BIN)/python -m tests.fixtures.llama_server run -- $(BIN)/turnflow dev $(ARGS)
 
