@@ -812,6 +812,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one-process 0 ms runs per partition count, interleaved, each "
                         "beside its own save windows; with more than one, the spread and "
                         "median of their ratios to the save are printed (default 1)")
+    parser.add_argument("--brokers", default=None,
+                        help="comma-separated brokers to run the latency rows on, side by side "
+                        "in one table: tansu (embedded) and kafka (a local Apache Kafka node, "
+                        "tests/fixtures/kafka_server.py: Java 17+ and Maven); the save windows, "
+                        "extra rows and profile are skipped")
     parser.add_argument("--fetch-max-wait-ms", type=int, default=None,
                         help="the consumer's KAFKA_FETCH_MAX_WAIT_MS (default: 10 on the "
                         "embedded broker, else the environment's or the setting's default)")
@@ -823,9 +828,84 @@ def _fetch_wait_shown(given: int | None, servers: Servers) -> str:
     return "10" if servers.embedded_broker else os.environ.get("KAFKA_FETCH_MAX_WAIT_MS", "500")
 
 
+def _broker_servers(stack: ExitStack, database_url: str, where: str, broker: str) -> Servers:
+    """``tansu``: the embedded broker; ``kafka``: one Apache Kafka node (KRaft) on this host,
+    its JVM sized for throughput rather than for the tests."""
+    if broker == "tansu":
+        from consumer.embedded_broker import EmbeddedBroker
+
+        tansu = EmbeddedBroker().start()
+        stack.callback(tansu.stop)
+        return Servers(database_url, tansu.bootstrap_servers, f"{where} + Tansu (embedded)", True)
+    if broker == "kafka":
+        if str(REPO) not in sys.path:  # the fixture lives in the source tree's tests/
+            sys.path.insert(0, str(REPO))
+        from tests.fixtures.kafka_server import KAFKA_VERSION, KafkaServer
+
+        kafka = KafkaServer(jvm_options=("-Xms1g", "-Xmx1g", "-XX:+UseG1GC",
+                                         "-Djava.awt.headless=true")).start()
+        stack.callback(kafka.stop)
+        return Servers(database_url, kafka.bootstrap_servers,
+                       f"{where} + Apache Kafka {KAFKA_VERSION}", False)
+    raise SystemExit(f"--brokers: unknown broker {broker!r} (tansu, kafka)")
+
+
+def run_brokers(args: argparse.Namespace, brokers: list[str]) -> int:
+    """The latency rows on each broker in turn, one table with a broker column. Everything
+    else is the same for every broker: database, agent, sessions, inputs, settings."""
+    from store.scratch import scratch_database
+
+    latencies = [int(x) for x in args.latencies.split(",")]
+    partition_counts = [int(x) for x in args.partitions.split(",")]
+    per_turn = asyncio.run(calls_per_turn())
+    rows: list[tuple[str, RunResult]] = []
+    with ExitStack() as stack:
+        database = scratch_database(stack, prefix="turnflow-e2e")
+        for broker in brokers:
+            with ExitStack() as on_broker:
+                servers = _broker_servers(on_broker, database.url, database.where, broker)
+                print(f"servers: {servers.where}; {os.cpu_count()} CPUs; MAX_IN_FLIGHT="
+                      f"{args.max_in_flight}; {args.sessions} sessions; {args.inputs} backlog "
+                      f"inputs per run; KAFKA_FETCH_MAX_WAIT_MS="
+                      f"{_fetch_wait_shown(args.fetch_max_wait_ms, servers)}", flush=True)
+                for latency in latencies:
+                    for partitions in partition_counts:
+                        result = asyncio.run(run_once(
+                            servers, latency_ms=latency, partitions=partitions,
+                            sessions=args.sessions, inputs=args.inputs,
+                            paced_seconds=args.paced_seconds, max_in_flight=args.max_in_flight,
+                            fetch_max_wait_ms=args.fetch_max_wait_ms,
+                            history_turns=args.history_turns, paced_rate=args.paced_rate,
+                        ))
+                        rows.append((broker, result))
+                        print(f"  done: {broker}, {latency} ms, {partitions} partitions, "
+                              f"{result.turns_per_s:.0f} turns/s", flush=True)
+    print()
+    print(f"{'broker':>6} {'model latency':>13} {'parts':>5} {'turns/s':>8} {'bound':>7} "
+          f"{'ratio':>6} {'CPU ms/turn':>11} {'paced/s':>8} {'p50 ms':>8} {'p95 ms':>8} "
+          f"{'p99 ms':>8}")
+    for broker, r in rows:
+        if r.latency_ms:
+            bound = args.max_in_flight / (per_turn * r.latency_ms / 1000)
+            bound_text, ratio_text = f"{bound:7.0f}", f"{r.turns_per_s / bound:6.2f}"
+        else:
+            bound_text, ratio_text = f"{'-':>7}", f"{'-':>6}"
+        print(f"{broker:>6} {r.latency_ms:>10} ms {r.partitions:>5} {r.turns_per_s:>8.0f} "
+              f"{bound_text} {ratio_text} {r.cpu_ms_per_turn:>11.2f} {r.paced_rate:>8.0f} "
+              f"{r.p50_ms:>8.0f} {r.p95_ms:>8.0f} {r.p99_ms:>8.0f}")
+    for broker, r in rows:
+        if r.troubles:
+            told = ", ".join(f"{count} {name}" for name, count in sorted(r.troubles.items()))
+            print(f"  NOTE {broker}, {r.latency_ms} ms, {r.partitions} partitions: not every "
+                  f"turn ran once: {told}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.quick:
         args.sessions, args.inputs, args.paced_seconds = 200, 400, 4.0
+    if args.brokers:
+        return run_brokers(args, [b.strip() for b in args.brokers.split(",") if b.strip()])
     if args.repeat < 1:
         raise SystemExit(f"--repeat must be at least 1, got {args.repeat}")
     latencies = [int(x) for x in args.latencies.split(",")]
