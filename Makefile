@@ -90,7 +90,7 @@ run: $(RUN_STAMP)
 
 # `make run` against a real model on this machine: llama.cpp's server with SmolLM2-135M-Instruct,
 # started before the chat and stopped after it. SmolLM2 answers but cannot book the demo;
-# TURNFLOW_LOCAL_MODEL=qwen2.5-coder-1.5b books it, at tens of seconds a turn on two cores.
+# TURNFLOW_LOCAL_MODEL=qwen2.5-coder-1.5b books it, at about 10 s a turn on two quiet cores.
 run-local-model: $(STAMP)
 	$(BIN)/python -m tests.fixtures.llama_server run -- $(BIN)/turnflow dev $(ARGS)
 
