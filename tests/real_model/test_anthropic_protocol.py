@@ -1,5 +1,6 @@
 """The Anthropic provider against a real Messages-API server: llama.cpp's own ``/v1/messages``
-(the same server the other real-model tests use, so nothing more is installed or started).
+(the same server program and model the other real-model tests use, so nothing more is
+installed; started once more for this module, so its prompt cache is this module's alone).
 
 What is checked is what such a server does with the provider's requests: the body is taken
 (system prompt, merged turns, tools, a forced ``tool_choice``, a replayed tool round), the
@@ -19,7 +20,7 @@ says which one it saw.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -30,7 +31,8 @@ from engine import ProviderError
 from engine.envelopes import speak_schema
 from engine.providers import AnthropicProvider
 from engine.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolCall
-from tests.fixtures.llama_server import MODEL_NAME, LlamaServer
+from tests.fixtures.llama_server import MODEL_NAME, LlamaServer, start
+from tests.fixtures.servers import servers_unavailable
 from tests.real_model.conftest import CALL_TIMEOUT_S, REPLY_CAP, recording
 from tests.real_model.test_protocol import LOOKUP
 
@@ -49,11 +51,26 @@ class Sent:
         self.bodies.append(json.loads(request.content))
 
 
+@pytest.fixture(scope="module")
+def messages_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """A server of this module's own: what these calls leave in a server's prompt cache changes
+    what the tiny model says next, and the other modules' tests must not depend on them."""
+    try:
+        server = start(tmp_path_factory.mktemp("llama-messages") / "server.log")
+    except RuntimeError as exc:
+        servers_unavailable(f"llama.cpp server: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture
-async def anthropic(llama_server: LlamaServer) -> AsyncIterator[tuple[AnthropicProvider, Sent]]:
+async def anthropic(messages_server: LlamaServer
+                    ) -> AsyncIterator[tuple[AnthropicProvider, Sent]]:
     sent = Sent()
     client = httpx.AsyncClient(timeout=CALL_TIMEOUT_S, event_hooks={"request": [sent.keep]})
-    provider = AnthropicProvider(model=MODEL_NAME, base_url=llama_server.url, client=client,
+    provider = AnthropicProvider(model=MODEL_NAME, base_url=messages_server.url, client=client,
                                  timeout=CALL_TIMEOUT_S, max_tokens=REPLY_CAP, env={})
     try:
         yield provider, sent
@@ -73,7 +90,7 @@ async def envelope_or_unusable(provider: AnthropicProvider,
 
 
 async def test_the_whole_prompt_is_counted_when_part_of_it_was_cached(
-        anthropic: tuple[AnthropicProvider, Sent], llama_server: LlamaServer) -> None:
+        anthropic: tuple[AnthropicProvider, Sent], messages_server: LlamaServer) -> None:
     """The same prompt three times: each reply counts the same whole prompt in input_tokens,
     the server's OpenAI endpoint counts that many for the same messages, and a repeat reads
     part of it from the cache (the Messages API reports that part apart from input_tokens)."""
@@ -91,7 +108,7 @@ async def test_the_whole_prompt_is_counted_when_part_of_it_was_cached(
     assert all(u is not None and (u.output_tokens or 0) > 0 for u in usages)
     repeats = [u.cache_read_tokens or 0 for u in usages[1:] if u is not None]
     assert max(repeats) > 0 and all(r < whole for r in repeats), usages
-    async for openai in recording(llama_server):
+    async for openai in recording(messages_server):
         counted = await openai.generate(request)
         assert counted.usage is not None and counted.usage.input_tokens == whole
     body = sent.bodies[0]
