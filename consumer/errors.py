@@ -90,3 +90,10 @@ class ScheduleRecordError(ConsumerError):
     def __init__(self, message: str, *, reason: str = "invalid-field") -> None:
         super().__init__(message)
         self.reason = reason
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's text (its type's name when it has none): what a one-line
+    report of a failure shows."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from consumer import dev
+from consumer import dev, terminal_chat
 from consumer.dev import (
     Chat,
     ChatLine,
@@ -271,11 +271,11 @@ async def test_a_fatal_model_error_ends_the_wait_at_once() -> None:
 async def test_a_line_the_terminal_cut_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without readline, a line of TTY_LINE_MAX characters is what the terminal left of a
     longer one: the chat says so, and still sends what it got."""
-    monkeypatch.setattr(dev, "_READLINE", None)
+    monkeypatch.setattr(terminal_chat, "_READLINE", None)
     chat, pipe, out = _chat([{"llm_calls": 0, "messages": [], "outcomes": []}] * 2)
     display = asyncio.create_task(chat.display())
     long_line = "x" * dev.TTY_LINE_MAX
-    await chat.run(dev._noting_cuts(_script(long_line, "short"), chat))
+    await chat.run(terminal_chat.noting_cuts(_script(long_line, "short"), chat))
     display.cancel()
     said = out.getvalue()
     assert said.count(f"the terminal cut this line at {dev.TTY_LINE_MAX} characters") == 1
