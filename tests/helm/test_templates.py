@@ -440,3 +440,48 @@ def test_the_inspector_is_off_by_default_and_reads_with_its_own_credentials() ->
     assert _matches(service["spec"]["selector"], pod.get("labels") or chart.one(
         "Deployment", "-inspector")["spec"]["template"]["metadata"]["labels"])
     assert pod["nodeSelector"] == {"pool": "tools"}
+
+
+_REGISTRY_KEYS = {"AGENT_REGISTRY", "PACKS", "AGENT_CACHE_SIZE", "AGENT_REFRESH_MS"}
+
+
+def test_registry_values_reach_the_configmap_as_settings_the_consumer_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """registry.* become AGENT_REGISTRY, PACKS (joined by commas), AGENT_CACHE_SIZE and
+    AGENT_REFRESH_MS, and Settings reads them back as the configured values."""
+    data = render_chart(ALL_ON).one("ConfigMap", "turnflow")["data"]
+    assert {k: data[k] for k in _REGISTRY_KEYS} == {
+        "AGENT_REGISTRY": "true",
+        "PACKS": "examples.demo_pack:pack,shop.packs:crm",
+        "AGENT_CACHE_SIZE": "1000",
+        "AGENT_REFRESH_MS": "500",
+    }
+    for name, value in data.items():
+        monkeypatch.setenv(name, value)
+    settings = Settings()
+    assert settings.agent_registry is True
+    assert settings.packs == "examples.demo_pack:pack,shop.packs:crm"
+    assert (settings.agent_cache_size, settings.agent_refresh_ms) == (1000, 500)
+    assert settings.agent == "examples.demo_agent:agent"  # the fallback for unnamed conversations
+
+
+def test_registry_is_off_by_default_and_needs_no_agent_when_on() -> None:
+    """By default no registry setting is written (the consumer runs `agent` alone); with the
+    registry on and `agent` empty, no AGENT is written either, and the inspector gets no empty
+    --agent."""
+    defaults = render_chart().one("ConfigMap", "turnflow")["data"]
+    assert not _REGISTRY_KEYS & set(defaults)
+    assert defaults["AGENT"] == "examples.demo_agent:agent"
+    chart = render_chart({
+        "agent": "",
+        "registry": {"enabled": True},
+        "inspector": {"enabled": True},
+    })
+    data = chart.one("ConfigMap", "turnflow")["data"]
+    assert "AGENT" not in data
+    assert data["AGENT_REGISTRY"] == "true" and data["PACKS"] == ""
+    assert (data["AGENT_CACHE_SIZE"], data["AGENT_REFRESH_MS"]) == ("256", "1000")
+    pod = chart.one("Deployment", "-inspector")["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert "--agent" not in args and "" not in args

@@ -61,6 +61,13 @@ GOOD = {
     },
     "pdb by minAvailable": {"scheduler": {"pdb": {"enabled": True, "minAvailable": 1}}},
     "plain extra setting": {"extraConfig": {"HISTORY_LIMIT": 20, "RELAY_INTERVAL_MS": "500"}},
+    "registry with packs and no fallback agent": {
+        "agent": "",
+        "registry": {"enabled": True, "packs": ["examples.demo_pack:pack"], "cacheSize": 5000},
+    },
+    "registry with a fallback agent and no packs": {
+        "registry": {"enabled": True, "refreshMs": 0},
+    },
 }
 
 
@@ -109,6 +116,18 @@ BAD = {
     "unknown log level": {"logLevel": "TRACE"},
     "model URL without scheme": {"model": {"openaiBaseUrl": "api.example.com"}},
     "zero KEDA max replicas": {"consumer": {"autoscaling": {"enabled": True, "maxReplicas": 0}}},
+    "no agent and no registry": {"agent": ""},
+    "registry switch as text": {"registry": {"enabled": "yes"}},
+    "packs as one comma-separated string": {
+        "registry": {"enabled": True, "packs": "examples.demo_pack:pack,shop.packs:crm"}
+    },
+    "pack not module:attribute": {"registry": {"enabled": True, "packs": ["examples/pack.py"]}},
+    "the same pack twice": {
+        "registry": {"enabled": True, "packs": ["shop.packs:crm", "shop.packs:crm"]}
+    },
+    "zero agent cache": {"registry": {"enabled": True, "cacheSize": 0}},
+    "negative refresh": {"registry": {"enabled": True, "refreshMs": -1}},
+    "typo in registry": {"registry": {"enabled": True, "cachesize": 10}},
 }
 
 

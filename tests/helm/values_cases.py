@@ -22,6 +22,12 @@ ALL_ON: dict[str, Any] = {
         "jsonMode": "json_object_schema",
     },
     "extraConfig": {"HISTORY_LIMIT": 20},
+    "registry": {
+        "enabled": True,
+        "packs": ["examples.demo_pack:pack", "shop.packs:crm"],
+        "cacheSize": 1000,
+        "refreshMs": 500,
+    },
     "imagePullSecrets": [{"name": "registry"}],
     "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
     "consumer": {
