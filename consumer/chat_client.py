@@ -37,7 +37,11 @@ __all__ = [
     "ObservedAgent",
     "ObservedTurn",
     "ReplyReader",
+    "field_of",
     "format_outcomes",
+    "markers",
+    "message_input",
+    "produce",
     "read_dead_letter",
 ]
 
@@ -94,7 +98,7 @@ def _as_dict(value: Any) -> dict[str, Any]:
     return {}
 
 
-def _get(value: Any, name: str, default: Any = None) -> Any:
+def field_of(value: Any, name: str, default: Any = None) -> Any:
     if isinstance(value, dict):
         return value.get(name, default)
     return getattr(value, name, default)
@@ -104,14 +108,16 @@ def format_outcomes(result: Any) -> str:
     """The per-turn footer: ``llm_calls`` and one short item per outcome line (runs starting and
     ending are outcome lines too)."""
     items = []
-    for outcome in _get(result, "outcomes", []) or []:
-        where = "/".join(str(p) for p in (_get(outcome, "flow_id"), _get(outcome, "step_id")) if p)
-        what = _get(outcome, "code") or _get(outcome, "status") or "?"
-        detail = _get(outcome, "detail")
+    for outcome in field_of(result, "outcomes", []) or []:
+        where = "/".join(
+            str(p) for p in (field_of(outcome, "flow_id"), field_of(outcome, "step_id")) if p
+        )
+        what = field_of(outcome, "code") or field_of(outcome, "status") or "?"
+        detail = field_of(outcome, "detail")
         item = f"{where} {what}" if where else str(what)
         items.append(f"{item} ({detail})" if detail else item)
     summary = "; ".join(items) if items else "nothing to report"
-    return f"llm_calls={_get(result, 'llm_calls', 0)} | {summary}"
+    return f"llm_calls={field_of(result, 'llm_calls', 0)} | {summary}"
 
 
 class ReplyReader:
@@ -154,11 +160,15 @@ class ReplyReader:
                 value = json.loads(record.value)
             except (TypeError, ValueError):
                 continue
-            if not isinstance(value, dict) or value.get("session_id") != self._session_id:
+            if not isinstance(value, dict) or not self.wants(value.get("session_id")):
                 continue
             async with self._arrived:
                 self._records[str(value.get("key"))] = value
                 self._arrived.notify_all()
+
+    def wants(self, session_id: Any) -> bool:
+        """Whether a reply of ``session_id`` is one of this reader's (its one session here)."""
+        return bool(session_id == self._session_id)
 
     async def wait_for(self, key: str, within: float) -> dict[str, Any] | None:
         """The published record with this key, or None when it did not come ``within`` s."""
@@ -274,7 +284,7 @@ class Chat:
             isinstance(error, ProviderError) and error.kind == "fatal"
         )
         if hopeless:
-            for marker in _markers(request):
+            for marker in markers(request):
                 if marker in self._shown:
                     self.missing += 1
                     self._shown[marker].set()
@@ -327,8 +337,8 @@ class Chat:
             # The chat has one conversation: its tag in the key is noise on screen.
             shown = str(request["wake"]).replace(f"@{session_tag(self.session_id)}", "", 1)
             self.say(f"  [timer fired: {shown}]")
-        for message in _get(result, "messages", []) or []:
-            key = str(_get(message, "key"))
+        for message in field_of(result, "messages", []) or []:
+            key = str(field_of(message, "key"))
             record = await self._replies.wait_for(key, self._reply_timeout)
             if record is None:
                 self.missing += 1
@@ -340,7 +350,7 @@ class Chat:
             pause = f" (after {after_ms} ms)" if after_ms else ""
             self.say(f"{self._agent_name}> {record.get('text')}{pause}")
         self.say(f"  [{format_outcomes(result)}]")
-        for marker in _markers(request):
+        for marker in markers(request):
             if marker in self._shown:
                 self._shown[marker].set()
 
@@ -357,11 +367,7 @@ class Chat:
                 input_id = f"{self.session_id}-m{self._sent}"
                 if self._echo or len(texts) > 1:
                     self.say(f"you> {text}")
-                # ``at`` is when the line was typed, as a channel reports it; the turn runs a
-                # moment later, so the reply is after it and the silence clock starts from the
-                # reply.
-                values.append((input_id, {"session_id": self.session_id, "message": text,
-                                          "id": input_id, "at": datetime.now(UTC).isoformat()}))
+                values.append((input_id, message_input(self.session_id, input_id, text)))
         else:
             self._sent += 1
             input_id = f"{self.session_id}-e{self._sent}"
@@ -396,17 +402,7 @@ class Chat:
                 self._shown.pop(input_id, None)
 
     async def _produce(self, records: list[bytes]) -> list[tuple[str, int, int] | None]:
-        """Send the records in order, all in one batch when there are several (so the consumer
-        fetches a burst together and answers it as one turn); where each landed."""
-        key = self.session_id.encode()
-        send = getattr(self._producer, "send", None)
-        if len(records) == 1 or send is None:
-            results = [await self._producer.send_and_wait(self._inbound_topic, key=key, value=r)
-                       for r in records]
-        else:
-            futures = [await send(self._inbound_topic, key=key, value=r) for r in records]
-            results = [await future for future in futures]
-        return [_landed_at(self._inbound_topic, result) for result in results]
+        return await produce(self._producer, self._inbound_topic, self.session_id, records)
 
     async def settle(self) -> None:
         """Wait until every turn already observed has been printed."""
@@ -429,7 +425,29 @@ class Chat:
         await self.settle()
 
 
-def _markers(request: dict[str, Any]) -> list[str]:
+def message_input(session_id: str, input_id: str, text: str) -> dict[str, Any]:
+    """A customer's message as a channel adapter writes it to ``inbound.turns``. ``at`` is when
+    it was typed, as a channel reports it; the turn runs a moment later, so the reply is after
+    it and the silence clock starts from the reply."""
+    return {"session_id": session_id, "message": text, "id": input_id,
+            "at": datetime.now(UTC).isoformat()}
+
+
+async def produce(producer: Any, topic: str, session_id: str, records: list[bytes]
+                  ) -> list[tuple[str, int, int] | None]:
+    """Send the records in order, keyed by the session, all in one batch when there are several
+    (so the consumer fetches a burst together and answers it as one turn); where each landed."""
+    key = session_id.encode()
+    send = getattr(producer, "send", None)
+    if len(records) == 1 or send is None:
+        results = [await producer.send_and_wait(topic, key=key, value=r) for r in records]
+    else:
+        futures = [await send(topic, key=key, value=r) for r in records]
+        results = [await future for future in futures]
+    return [_landed_at(topic, result) for result in results]
+
+
+def markers(request: dict[str, Any]) -> list[str]:
     """The ids of every input a turn answered: its own, and a burst's earlier messages'."""
     markers = [str(m) for m in (request.get("id") or request.get("key"),) if m]
     for earlier in request.get("burst") or ():

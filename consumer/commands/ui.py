@@ -5,6 +5,7 @@ Serves the conversation list, the conversation pages and the agent's flow diagra
 transactions. Safe by default: it binds 127.0.0.1; binding any other address needs a token
 (``TURNFLOW_UI_TOKEN``, or ``TURNFLOW_UI_TOKEN_FILE`` naming a mounted file) that every request
 must then carry. docs/inspecting.md says how to run it and how to give it a read-only role.
+``--console`` adds the test console (``consumer.inspect.console``), off by default.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     parser.add_argument("--agent", default=None,
                         help="module:attribute of the agent whose flows to draw (default $AGENT)")
+    parser.add_argument("--console", action="store_true",
+                        help="add the test console: chat with the agent through the topics "
+                        "(needs the agent, KAFKA_BOOTSTRAP_SERVERS and a DATABASE_URL the "
+                        "consumer may write to); off by default, the inspector only reads")
 
 
 def is_loopback(host: str) -> bool:
@@ -68,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from consumer.http_server import BoundedHttpServer
     from consumer.inspect.options import database_url
     from consumer.inspect.reading import Reader
-    from consumer.inspect.serving import UI_LIMITS, asgi_handler
+    from consumer.inspect.serving import CONSOLE_LIMITS, UI_LIMITS, asgi_handler
     from consumer.inspect.web import build_app
     from consumer.logs import configure_logging
 
@@ -92,24 +97,46 @@ def run(args: argparse.Namespace) -> int:
             agent = load_agent(agent_path)
         except AgentImportError as exc:
             return fail(str(exc), EXIT_CONFIG)
+    settings: Any = None
+    if args.console:
+        from consumer.dev import load_settings, turn_wait_s
+        from consumer.errors import DevError
+
+        try:
+            settings = load_settings()
+        except DevError as exc:
+            return fail(str(exc), EXIT_CONFIG)
+        if agent is None or not settings.kafka_bootstrap_servers or not settings.database_url:
+            return fail("--console needs the agent (--agent or AGENT), KAFKA_BOOTSTRAP_SERVERS "
+                        "and DATABASE_URL", EXIT_CONFIG)
     configure_logging(os.environ.get("LOG_LEVEL", "INFO"))
     stopping = asyncio.Event()
 
     async def serve() -> int:
-        reader = Reader(url)
-        server = BoundedHttpServer(
-            asgi_handler(build_app(reader, agent=agent, token=token)),
-            host=args.host, port=args.port, limits=UI_LIMITS,
-        )
-        try:
+        import contextlib
+
+        async with contextlib.AsyncExitStack() as stack:
+            console = None
+            if settings is not None:
+                from consumer.inspect.console import open_console
+
+                console = await open_console(settings, agent, stack,
+                                             reply_timeout=turn_wait_s(agent))
+            reader = Reader(url)
+            stack.push_async_callback(reader.close)
+            server = BoundedHttpServer(
+                asgi_handler(build_app(reader, agent=agent, token=token, console=console),
+                             posts=console is not None),
+                host=args.host, port=args.port,
+                limits=CONSOLE_LIMITS if console is not None else UI_LIMITS,
+            )
             await server.start()
+            stack.push_async_callback(server.stop)
             shown = f"[{args.host}]" if ":" in args.host else args.host
-            print(f"turnflow ui: http://{shown}:{server.port}/ (read-only"
+            what = "test console at /console" if console is not None else "read-only"
+            print(f"turnflow ui: http://{shown}:{server.port}/ ({what}"
                   + (", token required)" if token else ")"), file=sys.stderr, flush=True)
             await stopping.wait()
-        finally:
-            await server.stop()
-            await reader.close()
         return 0
 
     return run_service(serve, stopping.set)

@@ -5,7 +5,8 @@ The pages come from Starlette (routing, responses, templates); the socket is hel
 protection against slow or hostile clients: a deadline on the whole request head, caps on its
 size and header count, a write deadline, and a connection cap inside the process's descriptor
 reserve. Each request is one connection (no keep-alive). Only GET and HEAD are served: the
-inspector reads, it never takes a body.
+inspector reads, it never takes a body; the test console (``turnflow ui --console``) alone
+takes a POSTed form.
 
 ``asgi_handler`` turns one parsed request into an ASGI call and collects the response, which is
 whole before it is written (every page is bounded by its paging).
@@ -20,19 +21,25 @@ from urllib.parse import unquote
 from consumer.http_server import Handler as HttpHandler
 from consumer.http_server import HttpLimits, Request, Response
 
-__all__ = ["UI_LIMITS", "asgi_handler"]
+__all__ = ["CONSOLE_LIMITS", "UI_LIMITS", "asgi_handler"]
 
 UI_LIMITS = HttpLimits(max_body_bytes=0, max_connections=32)
 """The inspector's limits: no request body at all, fewer connections than a probe port."""
+CONSOLE_LIMITS = HttpLimits(max_body_bytes=16 * 1024, max_connections=32)
+"""With the test console: a form's body (a message of at most 4,000 characters, escaped)."""
 
 
-def asgi_handler(app: Any) -> HttpHandler:
-    """A ``BoundedHttpServer`` handler calling the ASGI ``app`` once per request."""
+def asgi_handler(app: Any, *, posts: bool = False) -> HttpHandler:
+    """A ``BoundedHttpServer`` handler calling the ASGI ``app`` once per request. ``posts``
+    (the test console's form, ``turnflow ui --console``) lets POST through with its body, read
+    within ``CONSOLE_LIMITS``."""
+    methods = ("GET", "HEAD", "POST") if posts else ("GET", "HEAD")
 
     async def handle(request: Request) -> Response:
-        if request.method not in ("GET", "HEAD"):
+        if request.method not in methods:
             return Response(405, b"the inspector is read-only: GET and HEAD only\n",
-                            headers=(("allow", "GET, HEAD"),))
+                            headers=(("allow", ", ".join(methods)),))
+        request_body = await request.body() if request.method == "POST" else b""
         target = request.target
         if not target.startswith("/"):
             return Response(400, b"a request target must start with /\n")
@@ -60,7 +67,7 @@ def asgi_handler(app: Any) -> HttpHandler:
             nonlocal sent_request
             if not sent_request:
                 sent_request = True
-                return {"type": "http.request", "body": b"", "more_body": False}
+                return {"type": "http.request", "body": request_body, "more_body": False}
             await asyncio.Event().wait()  # no disconnect to report: the response is collected
             raise AssertionError("unreachable")
 

@@ -16,14 +16,16 @@ Logs: one line per request with the route's name, status and time. Never the pat
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
+import secrets
 import time
 from collections.abc import MutableMapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
@@ -36,6 +38,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from consumer.inspect import diagram, view
+from consumer.inspect.console import (
+    MAX_TEXT_CHARS,
+    Console,
+    is_console_session,
+    new_console_session,
+)
 from consumer.inspect.options import parse_time
 from consumer.inspect.reading import MAX_PAGE, OUTCOME_FILTERS, Cursor, ListFilter, Reader
 
@@ -136,13 +144,23 @@ class _Guard:
         return bool(cookie) and hmac.compare_digest(cookie.encode(), self.token.encode())
 
 
-def build_app(reader: Reader, *, agent: Any = None, token: str | None = None) -> ASGIApp:
-    """The inspector's ASGI app over ``reader``; ``agent`` (optional) for the flow diagram."""
+def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
+              console: Console | None = None) -> ASGIApp:
+    """The inspector's ASGI app over ``reader``; ``agent`` (optional) for the flow diagram;
+    ``console`` (optional, ``turnflow ui --console``) adds the test console at ``/console``,
+    the one page that writes anything, and only what a channel adapter would."""
     env = _templates()
     graph = diagram.flow_graph(agent) if agent is not None else None
+    csrf_key = secrets.token_bytes(32)  # per process: a form from an earlier run is refused
+
+    def csrf_token(session_id: str) -> str:
+        """The console form's token: bound to its session and this process's key, so a page
+        of another site cannot post into a console conversation."""
+        return hmac.new(csrf_key, session_id.encode(), hashlib.sha256).hexdigest()
 
     def page(name: str, status: int = 200, **values: Any) -> HTMLResponse:
-        html = env.get_template(name).render(agent=graph.agent if graph else None, **values)
+        html = env.get_template(name).render(agent=graph.agent if graph else None,
+                                             console_on=console is not None, **values)
         return HTMLResponse(html, status_code=status)
 
     def bad(text: str) -> HTMLResponse:
@@ -231,7 +249,45 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None) ->
         return page("error.html", status=503,
                     message="The database did not answer; try again in a moment.")
 
+    async def console_page(request: Request) -> Response:
+        assert console is not None
+        session_id = request.query_params.get("session", "")
+        if not is_console_session(session_id):
+            return RedirectResponse("/console?session=" + new_console_session(), status_code=303)
+        exchanges = console.of(session_id)
+        traces: dict[str, Any] = {}
+        if exchanges:
+            rows = await reader.conversation(session_id, turns=TURNS_PAGE)
+            if rows is not None:
+                traces = {t.input_id: t for t in view.conversation_view(rows).turns
+                          if t.input_id}
+        return page("console.html", session_id=session_id, csrf=csrf_token(session_id),
+                    exchanges=exchanges, traces=traces, max_chars=MAX_TEXT_CHARS)
+
+    async def console_send(request: Request) -> Response:
+        assert console is not None
+        form = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=8)
+        session_id = (form.get("session") or [""])[0]
+        given = (form.get("csrf") or [""])[0]
+        if not hmac.compare_digest(given.encode(), csrf_token(session_id).encode()):
+            return page("error.html", status=403,
+                        message="the form's token does not match: reload the console page")
+        if not is_console_session(session_id):
+            return bad("the console writes under its own session ids only")
+        try:
+            await console.send(session_id, (form.get("text") or [""])[0])
+        except ValueError as exc:
+            return bad(str(exc))
+        return RedirectResponse(
+            "/console?session=" + quote(session_id, safe="") + "#end", status_code=303
+        )
+
+    console_routes = [
+        Route("/console", console_page, methods=["GET", "HEAD"], name="console"),
+        Route("/console", console_send, methods=["POST"], name="console_send"),
+    ] if console is not None else []
     app = Starlette(exception_handlers={DBAPIError: unavailable, OSError: unavailable}, routes=[
+        *console_routes,
         Route("/", conversations, name="list"),
         Route("/conversations/{session_id:path}", conversation, name="conversation"),
         Route("/flows", flows, name="flows"),
