@@ -120,8 +120,11 @@ def run(args: argparse.Namespace) -> int:
             if settings is not None:
                 from consumer.inspect.console import open_console
 
-                console = await open_console(settings, agent, stack,
-                                             reply_timeout=turn_wait_s(agent))
+                try:
+                    console = await open_console(settings, agent, stack,
+                                                 reply_timeout=turn_wait_s(agent))
+                except DevError as exc:  # a broker or topic that fails: one line, no trace
+                    return fail(f"the test console did not start: {exc}", EXIT_CONFIG)
             reader = Reader(url)
             stack.push_async_callback(reader.close)
             server = BoundedHttpServer(

@@ -188,6 +188,24 @@ async def test_the_form_goes_through_the_bounded_server() -> None:
     assert [w[2]["message"] for w in consumer.writes] == ["over the wire"]
 
 
+@pytest.mark.parametrize("missing", ["AGENT", "KAFKA_BOOTSTRAP_SERVERS", "DATABASE_URL"])
+def test_ui_console_refuses_to_start_without_what_it_needs(
+    missing: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from consumer import cli
+
+    env = {"AGENT": "examples.demo_agent:agent", "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
+           "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+    env.pop(missing)
+    for name in ("AGENT", "KAFKA_BOOTSTRAP_SERVERS", "DATABASE_URL", "INSPECT_DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("INSPECT_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    assert cli.main(["ui", "--console"]) == 2
+    assert "--console needs the agent" in capsys.readouterr().err
+
+
 async def test_the_inspector_has_no_console_unless_asked() -> None:
     app = build_app(_Reader())  # type: ignore[arg-type]
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
