@@ -56,6 +56,10 @@ class RecordedTurn:
     # When the turn's reply was final by the engine's clock (its ``last_assistant_at``), when
     # that was later than ``at``; None when the recording kept no later reading.
     spoke_at: datetime | None = None
+    # What answered the turn, as the turn log names it: the agent's id and, for an agent from
+    # the registry, the version that ran (None for an agent loaded from code, or not recorded).
+    agent_id: str | None = None
+    agent_version: int | None = None
 
     @property
     def kind(self) -> str:
@@ -115,6 +119,8 @@ def from_logged(turns: list[LoggedTurn]) -> list[Conversation]:
                 logged_at=to_utc(row.created_at),
                 calls=list(calls) if isinstance(calls, list) else None,
                 spoke_at=_time(recording.get("spoke_at")) if recording else None,
+                agent_id=row.agent_id,
+                agent_version=row.agent_version,
                 recorded=Recorded(
                     messages=row.messages,
                     schedule=row.schedule,

@@ -13,6 +13,8 @@ One file per conversation, written by ``turnflow replay export`` and read by
                              "state": "<digest of the state the turn left>"}}]}
 
 ``calls`` and ``fields`` are null when they were not recorded, and ``state`` is left out.
+A turn answered by an agent from the registry also names it: ``"agent_id"`` and
+``"agent_version"`` (the version that ran it), so a replay can rebuild exactly that version.
 A file is named after its session id (``walk-1.json``); an id a file name cannot carry as it
 is gets a safe name and a short hash of the id. A file is outside input: reading one either
 gives a ``Conversation`` or raises ``GoldenFileError`` naming the file and what is wrong with
@@ -75,6 +77,8 @@ class _Turn(_Strict):
     input: dict[str, Any]
     calls: list[dict[str, Any]] | None = None
     spoke_at: datetime | None = None
+    agent_id: str | None = None
+    agent_version: int | None = Field(None, ge=1)
     recorded: _Recorded
 
 
@@ -99,6 +103,9 @@ def golden_json(conversation: Conversation) -> dict[str, Any]:
                 "input": {k: v for k, v in turn.input.items() if k != "session_id"},
                 "calls": turn.calls,
                 **({"spoke_at": iso(turn.spoke_at)} if turn.spoke_at is not None else {}),
+                **({"agent_id": turn.agent_id} if turn.agent_id is not None else {}),
+                **({"agent_version": turn.agent_version} if turn.agent_version is not None
+                   else {}),
                 "recorded": {
                     "messages": turn.recorded.messages,
                     "schedule": turn.recorded.schedule,
@@ -156,6 +163,8 @@ def parse_golden(raw: bytes, *, name: str = "golden file") -> Conversation:
                 calls=turn.calls,
                 recorded=Recorded(**turn.recorded.model_dump()),
                 spoke_at=to_utc(turn.spoke_at) if turn.spoke_at is not None else None,
+                agent_id=turn.agent_id,
+                agent_version=turn.agent_version,
             )
         )
     versions = [t.version for t in turns]

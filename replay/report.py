@@ -118,6 +118,8 @@ def _departure_lines(report: ConversationReport, expectations: Expectations) -> 
         tag = "expected change" if expected else "CHANGED"
         out.append(f"{tag}: {report.session_id} departs at turn {departure.turn} of "
                    f"{report.turns} ({departure.kind} at {departure.at})")
+        if report.agents:
+            out.append(f"  replayed against {', '.join(report.agents)}")
         if departure.unrecorded:
             out.append(f"  {departure.unrecorded} model call(s) of this turn had no recorded "
                        "reply")
@@ -181,6 +183,8 @@ def _report_json(report: ConversationReport, expectations: Expectations) -> dict
     }
     if report.skipped is not None:
         out["skipped"] = report.skipped
+    if report.agents:
+        out["agents"] = report.agents
     if report.departures:
         listed = report.session_id in expectations.sessions
         out["expected"] = expectations.expects(report)

@@ -33,9 +33,14 @@ __all__ = [
     "ConversationReport",
     "Departure",
     "ReplayProvider",
+    "TurnAgent",
     "TurnReplay",
     "replay_conversation",
 ]
+
+TurnAgent = Callable[[RecordedTurn], Agent]
+"""Which agent replays a turn, when that is not one agent for the whole conversation (a
+conversation served from the registry: each turn's recorded agent and version)."""
 
 HISTORY_LIMIT = 50
 """The service's default ``HISTORY_LIMIT``: transcript entries loaded with each turn."""
@@ -88,6 +93,8 @@ class ConversationReport:
     undecidable_reason: str = ""
     unrecorded: int = 0
     skipped: str | None = None  # why it was not replayed at all
+    # What replayed it, when each turn's agent came from the registry: ``agent_id vN``.
+    agents: list[str] = field(default_factory=list)
     turn_replays: list[TurnReplay] = field(default_factory=list)
 
     @property
@@ -157,7 +164,7 @@ class _TurnClock:
 
 
 async def replay_conversation(
-    agent: Agent,
+    agent: Agent | TurnAgent,
     conversation: Conversation,
     *,
     provider: ReplayProvider | None = None,
@@ -166,7 +173,8 @@ async def replay_conversation(
     keep_turns: bool = False,
     on_turn: Callable[[TurnReplay], None] | None = None,
 ) -> ConversationReport:
-    """Replay ``conversation`` against ``agent``; the report lists where it departs.
+    """Replay ``conversation`` against ``agent`` (one agent, or which agent for each turn);
+    the report lists where it departs.
 
     ``stop_at_departure``: stop at a departing turn after which the state differs from the
     recorded one (or was not recorded), marking the conversation undecidable past it; False
@@ -181,10 +189,20 @@ async def replay_conversation(
         return report
     stand_in = provider if provider is not None else TapeProvider()
     clock = _TurnClock(conversation.turns[0].at)
-    replaying = agent.replaced(provider=stand_in, clock=clock)
+    # Each agent replaced once: the same provider and clock whichever agent runs a turn.
+    replaced: dict[int, Agent] = {}
+
+    def replaying_for(turn: RecordedTurn) -> Agent:
+        chosen = agent if isinstance(agent, Agent) else agent(turn)
+        found = replaced.get(id(chosen))
+        if found is None:
+            found = replaced[id(chosen)] = chosen.replaced(provider=stand_in, clock=clock)
+        return found
+
     state: dict[str, Any] | None = None
     history: list[dict[str, Any]] = []
     for position, turn in enumerate(conversation.turns, start=1):
+        replaying = replaying_for(turn)
         clock.set(turn.at, spoke_at=turn.spoke_at)
         stand_in.load(turn.calls)
         before_unrecorded = _unrecorded(stand_in)

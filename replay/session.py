@@ -9,8 +9,9 @@ from typing import TextIO
 
 from engine import Agent
 from replay.conversations import Conversation
+from replay.registry import AgentSource, AgentUnavailable
 from replay.report import Expectations, ReplaySummary
-from replay.runner import HISTORY_LIMIT, replay_conversation
+from replay.runner import HISTORY_LIMIT, ConversationReport, TurnAgent, replay_conversation
 from replay.tape_provider import TapeProvider
 
 __all__ = ["Progress", "replay_many"]
@@ -48,7 +49,7 @@ class Progress:
 
 
 async def replay_many(
-    agent: Agent,
+    agent: Agent | AgentSource,
     conversations: AsyncIterable[Conversation] | Iterable[Conversation],
     *,
     expectations: Expectations | None = None,
@@ -56,14 +57,30 @@ async def replay_many(
     progress: Progress | None = None,
     on_report: Callable[[ReplaySummary], None] | None = None,
 ) -> ReplaySummary:
-    """Replay each conversation with its recorded model replies; the summary of them all."""
+    """Replay each conversation with its recorded model replies; the summary of them all.
+
+    ``agent`` is one agent for every turn, or a source of each turn's agent (``replay.registry``:
+    the registry version that answered it); a conversation the source has no agent for is
+    skipped with the reason."""
     summary = ReplaySummary(expectations=expectations or Expectations())
 
     async def each(conversation: Conversation) -> None:
         tape = TapeProvider()
-        report = await replay_conversation(agent, conversation, provider=tape,
-                                           history_limit=history_limit)
-        summary.unrecorded_by_kind.update(tape.unrecorded)
+        chosen: Agent | TurnAgent | None = agent if isinstance(agent, Agent) else None
+        labels: list[str] = []
+        report = ConversationReport(session_id=conversation.session_id,
+                                    turns=len(conversation.turns))
+        if chosen is None:
+            assert not isinstance(agent, Agent)
+            try:
+                chosen, labels = await agent.for_conversation(conversation)
+            except AgentUnavailable as exc:
+                report.skipped = str(exc)
+        if chosen is not None:
+            report = await replay_conversation(chosen, conversation, provider=tape,
+                                               history_limit=history_limit)
+            report.agents = labels
+            summary.unrecorded_by_kind.update(tape.unrecorded)
         summary.add(report)
         if progress is not None:
             progress.update(len(summary.reports), f"{summary.count('changed')} changed")

@@ -4,6 +4,8 @@
                     [--sample N [--seed S]] [--expect-changes X ...] [--allow-undecidable]
                     [--json FILE] [--junit FILE] [--model recorded|live] [--max-drift PCT]
     turnflow replay --agent mypkg.bot:agent --from DIR        (golden files, no database)
+    turnflow replay [--agent registry] [--agent-version recorded|live|N] [--packs P] ...
+                    (each turn against the registry agent and version that answered it)
     turnflow replay export --out DIR [--session ID ...] [--since T] [--until T] [--sample N]
 
 Exit status: 0 when nothing changed that was not expected (and, with ``--model live``, no
@@ -34,7 +36,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", nargs="?", choices=["run", "export"], default="run",
                         help="run (default): replay and compare; export: write golden files")
     parser.add_argument("--agent", default=None,
-                        help="`module:attribute` of the agent to replay against (default: $AGENT)")
+                        help="`module:attribute` of the agent to replay against, or `registry`: "
+                        "each turn against the registry agent and version that answered it "
+                        "($AGENT for turns that name none). Default, from the turn log: "
+                        "`registry`; from --from or with --model live: $AGENT")
+    parser.add_argument("--agent-version", type=_agent_version, default=None,
+                        metavar="recorded|live|N",
+                        help="registry: the version of each turn's agent to replay against: the "
+                        "one that answered it (recorded, the default), the live one, or N")
+    parser.add_argument("--packs", default=None,
+                        help="registry: the packs the agents are built with (default: $PACKS)")
     parser.add_argument("--session", action="append", default=[], metavar="ID",
                         help="replay this session (repeatable; default: every session)")
     parser.add_argument("--since", type=_when, default=None, metavar="TIME",
@@ -69,6 +80,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="live: fail when a decision kind drifts more than PCT percent")
     parser.add_argument("--history-limit", type=whole_number(0), default=None, metavar="N",
                         help="transcript entries given to each turn (default: $HISTORY_LIMIT)")
+
+
+def _agent_version(value: str) -> str | int:
+    if value in ("recorded", "live"):
+        return value
+    if value.isdigit() and int(value) >= 1:
+        return int(value)
+    raise argparse.ArgumentTypeError("recorded, live or a version number (1 or more)")
 
 
 def _when(value: str) -> datetime:
@@ -145,18 +164,37 @@ def _db_errors() -> type[Exception]:
     return DBAPIError
 
 
-def _load(args: argparse.Namespace, settings: Settings) -> Any:
+REGISTRY = "registry"
+
+
+def _from_registry(args: argparse.Namespace) -> bool:
+    """Whether each turn's agent comes from the registry: ``--agent registry``, or no --agent
+    when replaying the turn log with the recorded replies."""
+    if args.agent is not None:
+        return bool(args.agent == REGISTRY)
+    return args.from_dir is None and args.model == "recorded"
+
+
+def _load(args: argparse.Namespace, settings: Settings, *, required: bool = True) -> Any:
     from consumer.agents import load_agent
     from consumer.errors import AgentImportError
     from engine import Agent
 
-    path = args.agent or settings.agent
+    path = args.agent if args.agent not in (None, REGISTRY) else settings.agent
     if not path:
+        if not required:
+            return None
         raise AgentImportError("--agent or AGENT must name the agent (module:attribute)")
     agent = load_agent(path)
     if not isinstance(agent, Agent):
         raise AgentImportError(f"{path!r} is not an engine.Agent; only those can be replayed")
     return agent
+
+
+def _load_packs(spec: str | None) -> Any:
+    from consumer.packs import load_packs
+
+    return load_packs(spec)
 
 
 def _replay(args: argparse.Namespace, settings: Settings) -> int:
@@ -167,8 +205,20 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
 
     if (unwritable := _unwritable_report(args)) is not None:
         return fail(unwritable, EXIT_CONFIG)
+    registry = _from_registry(args)
+    if registry and args.model == "live":
+        return fail("--model live replays against one agent: pass --agent module:attribute",
+                    EXIT_CONFIG)
+    if args.agent_version is not None and not registry:
+        return fail("--agent-version chooses registry versions: use it with --agent registry",
+                    EXIT_CONFIG)
+    if registry and not settings.database_url:
+        return fail("DATABASE_URL is not set (the registry's agents live there)", EXIT_CONFIG)
     try:
-        agent = _load(args, settings)
+        # From the registry, AGENT (when set) answers only the turns that name no version.
+        agent = _load(args, settings, required=not registry)
+        packs = _load_packs(args.packs if args.packs is not None else settings.packs) \
+            if registry else None
     except AgentImportError as exc:
         return fail(str(exc), EXIT_CONFIG)
     history_limit = args.history_limit if args.history_limit is not None \
@@ -179,24 +229,37 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
         return fail("DATABASE_URL is not set (or replay golden files with --from DIR)",
                     EXIT_CONFIG)
 
+    source: Any = agent
+
     async def conversations_then(use: Any) -> Any:
+        nonlocal source
         from replay.source import Selection, choose_sessions, read_conversations, select
 
-        if args.from_dir is not None:
+        if args.from_dir is not None and not registry:
             conversations = select(read_directory(args.from_dir), _selection(args, Selection))
             return await use(conversations, len(conversations))
+        from replay.registry import RegistryAgents
         from store import Store
+        from store.hosting import Hosting
 
         assert settings.database_url is not None
         store = await Store.connect(settings.database_url, pool_size=1)
         try:
+            if registry:
+                assert packs is not None
+                source = RegistryAgents(Hosting(store.engine), packs, fallback=agent,
+                                        version=args.agent_version or "recorded")
+            if args.from_dir is not None:
+                conversations = select(read_directory(args.from_dir),
+                                       _selection(args, Selection))
+                return await use(conversations, len(conversations))
             ids = await choose_sessions(store, _selection(args, Selection))
             return await use(read_conversations(store, ids), len(ids))
         finally:
             await store.close()
 
     async def recorded(conversations: Any, total: int) -> Any:
-        return await replay_many(agent, conversations, expectations=expectations,
+        return await replay_many(source, conversations, expectations=expectations,
                                  history_limit=history_limit, progress=Progress(total))
 
     async def live(conversations: Any, total: int) -> Any:

@@ -130,3 +130,23 @@ def test_a_negative_history_limit_is_refused(
               "--history-limit", "-1"])
     assert exited.value.code == 2
     assert "--history-limit: must be at least 0" in capsys.readouterr().err
+
+
+def test_registry_options_that_cannot_work_exit_2_with_a_reason(
+    golden: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The registry's agents need its database; --agent-version chooses registry versions
+    only; a live model replays against one agent; a version is recorded, live or a number."""
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    assert main(["replay", "--agent", "registry", "--from", str(golden)]) == 2
+    assert "DATABASE_URL is not set" in capsys.readouterr().err
+    assert main(["replay", "--agent", "tests.replay.agents:same", "--from", str(golden),
+                 "--agent-version", "2"]) == 2
+    assert "--agent-version chooses registry versions" in capsys.readouterr().err
+    assert main(["replay", "--agent", "registry", "--model", "live"]) == 2
+    assert "--model live replays against one agent" in capsys.readouterr().err
+    for bad in ("0", "latest", "-1"):
+        with pytest.raises(SystemExit) as exited:
+            main(["replay", "--agent", "registry", "--agent-version", bad])
+        assert exited.value.code == 2
+        assert "recorded, live or a version number" in capsys.readouterr().err
