@@ -381,6 +381,10 @@ def test_notes_name_the_release_the_secrets_and_the_replica_cap() -> None:
     assert "DATABASE_URL from turnflow-database/DATABASE_URL" in notes
     assert "KEDA, 1 to 6 replicas" in notes
     assert "{{" not in notes
+    assert ("Agents:    from the registry (packs: examples.demo_pack:pack, shop.packs:crm); "
+            "examples.demo_agent:agent answers conversations that name none") in notes
+    assert "Agent:     examples.demo_agent:agent" in render_chart().notes
+    assert "(packs: none)\n" in render_chart({"agent": "", "registry": {"enabled": True}}).notes
 
 
 def test_consumer_grace_period_outlasts_its_drain_timeout() -> None:
