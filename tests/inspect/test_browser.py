@@ -4,7 +4,8 @@ A live ``turnflow ui`` (the command, in its own process) serves a database the r
 filled with many conversations (``tests.inspect.filling``). The tests open the list, filter it
 by hand-off, open a conversation, expand a turn into its decision trace, see the path on the
 flow diagram, check that a customer message holding HTML and script stays text, and that the
-list, its filter and the timeline work with JavaScript off.
+list, its filter and the timeline work with JavaScript off. ``turnflow ui --console`` is driven
+the same way: a message typed into the test console's form is answered by the consumer it runs.
 
 The browser is Debian's ``chromium`` (``/usr/bin/chromium``, ``make chromium`` installs it);
 Playwright never downloads one. Without it the tests skip, or fail under
@@ -216,3 +217,72 @@ def test_the_diagram_file_matches_the_page(tmp_path: Path) -> None:
     if ARTIFACTS.is_dir():
         shutil.copy(out, ARTIFACTS / "flows.svg")
     assert 'data-step="booking/what"' in out.read_text()
+
+
+@pytest.fixture(scope="module")
+def console_ui(filled: Filled, kafka_bootstrap: str, kafka_is_embedded: bool) -> Iterator[str]:
+    """``turnflow ui --console`` on a free loopback port: the consumer it runs answers the
+    console's messages into the filled database; its base URL."""
+    env = {**os.environ, "DATABASE_URL": filled.database_url, "LOG_LEVEL": "INFO",
+           "AGENT": "tests.inspect.filling:agent", "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+           "METRICS_PORT": "0"}
+    if kafka_is_embedded:  # no producer ids there; an empty fetch is answered at its wait's end
+        env.update(KAFKA_IDEMPOTENT_PRODUCER="false", KAFKA_FETCH_MAX_WAIT_MS="10")
+    for name in ("INSPECT_DATABASE_URL", "TURNFLOW_UI_TOKEN", "TURNFLOW_UI_TOKEN_FILE"):
+        env.pop(name, None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "consumer.cli", "ui", "--port", "0", "--console"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert process.stderr is not None
+        lines = []
+        for _ in range(50):  # the consumer's own log lines come before the server's
+            line = process.stderr.readline()
+            lines.append(line)
+            if not line or "turnflow ui:" in line:
+                break
+        match = re.search(r"turnflow ui: http://127\.0\.0\.1:(\d+)/ \(test console", lines[-1])
+        assert match, f"turnflow ui --console did not start: {''.join(lines)[-2000:]!r}"
+        yield f"http://127.0.0.1:{match.group(1)}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        if process.stderr:
+            process.stderr.read()
+            process.stderr.close()
+
+
+def test_the_console_chats_and_shows_each_replys_trace_without_javascript(
+    browser: Any, console_ui: str
+) -> None:
+    """A person types into the console's form (no JavaScript): the message, the agent's reply,
+    its outcome lines and links are on the page, under a console session of its own, and the
+    inspector lists the conversation like any other."""
+    context = browser.new_context(viewport={"width": 1200, "height": 900},
+                                  java_script_enabled=False)
+    page = context.new_page()
+    try:
+        page.goto(f"{console_ui}/console")
+        session = page.locator("code.session").inner_text()
+        assert re.fullmatch(r"console-[0-9a-f]{12}", session)
+        page.fill("input[name=text]", "hello <b>there</b>")
+        page.click("form.console button[type=submit]")
+        page.wait_for_selector("article.exchange .bubble.assistant", timeout=120_000)
+        exchange = page.locator("article.exchange").first
+        assert exchange.locator(".bubble.customer .text").inner_text() == "hello <b>there</b>"
+        assert exchange.locator(".bubble.assistant .text").first.inner_text().strip()
+        assert exchange.locator("details.trace summary").inner_text().startswith(
+            "why: llm_calls=")
+        assert exchange.locator("table.lines tr").count() >= 2  # a header and a decision line
+        _shot(page, "09-console")
+        page.click(f"a[href='/conversations/{session}']")
+        page.wait_for_selector("h1.session")
+        assert page.locator("h1.session").inner_text() == session
+    finally:
+        context.close()
