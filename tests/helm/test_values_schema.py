@@ -128,6 +128,8 @@ BAD = {
     "zero agent cache": {"registry": {"enabled": True, "cacheSize": 0}},
     "negative refresh": {"registry": {"enabled": True, "refreshMs": -1}},
     "typo in registry": {"registry": {"enabled": True, "cachesize": 10}},
+    "registry setting in extraConfig": {"extraConfig": {"AGENT_REGISTRY": "true"}},
+    "packs in extraConfig": {"extraConfig": {"PACKS": "shop.packs:crm"}},
 }
 
 
