@@ -5,7 +5,9 @@ message goes out as a channel adapter would write it (``message_input`` and ``pr
 ``inbound.turns``, under a session id of the console's own, ``console-`` and random hex), the
 consumer answers it, the replies are read back from ``outbound.messages`` (``ReplyReader``),
 and the turn itself is observed where the consumer runs it (``ObservedAgent`` calls
-``observe``). The console writes nothing else: no database row, no other topic.
+``observe``); the DLQ topic is read from its end (``DeadLetterReader``), so a message the
+consumer dead-letters is reported at once. The console writes nothing else: no database row,
+no other topic.
 
 Why the turn is observed and not only read back: the decision trace is in the turn log, and the
 page reads it there like every other page (``consumer.inspect.reading``), but the link check's
@@ -28,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from consumer.chat_client import (
+    DeadLetterNotice,
+    DeadLetterReader,
     ObservedAgent,
     ObservedTurn,
     ReplyReader,
@@ -111,7 +115,7 @@ class Console:
         self._inbound_topic = inbound_topic
         self._replies = replies
         self._reply_timeout = reply_timeout
-        self._turns: dict[str, asyncio.Future[ObservedTurn]] = {}
+        self._turns: dict[str, asyncio.Future[ObservedTurn | DeadLetterNotice]] = {}
         self._sent = 0
         self.exchanges: OrderedDict[str, Exchange] = OrderedDict()
 
@@ -126,6 +130,14 @@ class Console:
             if waiting is not None and not waiting.done():
                 waiting.set_result(turn)
 
+    def dead_lettered(self, letter: DeadLetterNotice) -> None:
+        """Called by ``DeadLetterReader``: a console input the consumer sent to the DLQ will
+        get no turn, so its wait ends now, with the reason, instead of at the timeout."""
+        waiting = self._turns.get(letter.input_id or "")
+        if (waiting is not None and not waiting.done()
+                and letter.session_id is not None and is_console_session(letter.session_id)):
+            waiting.set_result(letter)
+
     def of(self, session_id: str) -> list[Exchange]:
         return [e for e in self.exchanges.values() if e.session_id == session_id]
 
@@ -133,8 +145,11 @@ class Console:
         """Write one message to ``inbound.turns`` and wait for its turn and its replies."""
         if not is_console_session(session_id):
             raise ValueError("the console writes under its own session ids only")
-        line = parse_chat_line(text)
-        if line.kind != "message" or not line.text:
+        try:  # the terminal's commands (/event, /wait, /burst ...) are not the console's
+            line = parse_chat_line(text)
+        except ValueError:
+            line = None
+        if line is None or line.kind != "message" or not line.text:
             raise ValueError("the console sends plain messages: type a line of text")
         if len(line.text) > MAX_TEXT_CHARS:
             raise ValueError(f"a message is at most {MAX_TEXT_CHARS} characters")
@@ -144,7 +159,8 @@ class Console:
         self.exchanges[input_id] = exchange
         while len(self.exchanges) > KEPT_EXCHANGES:
             self.exchanges.popitem(last=False)
-        waiting: asyncio.Future[ObservedTurn] = asyncio.get_running_loop().create_future()
+        waiting: asyncio.Future[ObservedTurn | DeadLetterNotice] = (
+            asyncio.get_running_loop().create_future())
         self._turns[input_id] = waiting
         try:
             record = json.dumps(message_input(session_id, input_id, line.text)).encode()
@@ -157,6 +173,11 @@ class Console:
                 return exchange
         finally:
             self._turns.pop(input_id, None)
+        if isinstance(turn, DeadLetterNotice):
+            detail = f": {turn.detail}" if turn.detail else ""
+            exchange.problem = (f"the consumer sent this message to the dead-letter topic "
+                                f"({turn.reason}{detail}); no turn ran for it")
+            return exchange
         await self._gather(exchange, turn)
         return exchange
 
@@ -214,6 +235,15 @@ async def open_console(settings: Settings, agent: Any, stack: contextlib.AsyncEx
     stack.push_async_callback(replies.stop)
     console = Console(producer=producer, inbound_topic=settings.inbound_topic, replies=replies,
                       reply_timeout=reply_timeout)
+    letters = DeadLetterReader(
+        AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers,
+                         enable_auto_commit=False,
+                         fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms, **client),
+        settings.dlq_topic,
+        console.dead_lettered,
+    )
+    await letters.start()
+    stack.push_async_callback(letters.stop)
     if isinstance(agent, Agent):  # the turn log keeps what `turnflow replay` needs
         agent = recorded_agent(agent)
     services = DevServices(settings, ObservedAgent(agent, console.observe))

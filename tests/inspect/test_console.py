@@ -12,8 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from consumer.chat_client import ObservedTurn
+from consumer.chat_client import ObservedTurn, read_dead_letter
 from consumer.inspect.console import (
     CONSOLE_PREFIX,
     Console,
@@ -148,6 +150,57 @@ async def test_a_post_without_the_forms_token_writes_nothing() -> None:
         ]
     assert [r.status_code for r in refused] == [403, 403, 403, 403]
     assert consumer.writes == []
+
+
+class _DeadLettering(_Consumer):
+    """A consumer that refuses every input to the DLQ, as it does a record it cannot take."""
+
+    async def send_and_wait(self, topic: str, *, key: bytes, value: bytes) -> None:
+        self.writes.append((topic, key, json.loads(value)))
+        letter = read_dead_letter([("error", b"turn_failed"), ("detail", b"<i>boom</i>")], value)
+        assert self.console is not None
+        asyncio.get_running_loop().call_soon(self.console.dead_lettered, letter)
+
+
+async def test_a_dead_lettered_message_is_reported_at_once() -> None:
+    replies = _Replies()
+    consumer = _DeadLettering(replies)
+    console = Console(producer=consumer, inbound_topic=INBOUND, replies=replies,  # type: ignore[arg-type]
+                      reply_timeout=120)
+    consumer.console = console
+    async with _client(console) as client:
+        session, token = await _open(client)
+        sent = await asyncio.wait_for(
+            client.post("/console", data={"session": session, "csrf": token, "text": "hi"}), 10)
+        page = await client.get(sent.headers["location"].split("#")[0])
+    exchange = console.of(session)[0]
+    assert not exchange.answered and exchange.problem is not None
+    assert "dead-letter topic (turn_failed: <i>boom</i>)" in exchange.problem
+    assert "(turn_failed: &lt;i&gt;boom&lt;/i&gt;)" in page.text
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=st.text(max_size=120), raw=st.binary(max_size=200))
+def test_any_form_is_sent_as_typed_or_refused_with_a_reason(text: str, raw: bytes) -> None:
+    """Whatever a form carries: with its token, the message as typed (trimmed) goes out once,
+    or nothing goes out and the page says why; a body without the token writes nothing."""
+
+    async def post() -> tuple[int, int, str, list[Any]]:
+        console, consumer = _console()
+        async with _client(console) as client:
+            session, token = await _open(client)
+            typed = await client.post("/console", data={"session": session, "csrf": token,
+                                                        "text": text})
+            forged = await client.post("/console", content=raw, headers={
+                "content-type": "application/x-www-form-urlencoded"})
+        return typed.status_code, forged.status_code, typed.text, consumer.writes
+
+    typed, forged, page, writes = asyncio.run(post())
+    assert forged == 403
+    if typed == 303:
+        assert [w[2]["message"] for w in writes] == [text.strip()]
+    else:
+        assert typed == 400 and writes == [] and "plain messages" in page
 
 
 async def test_the_console_writes_under_its_own_session_ids_only() -> None:
