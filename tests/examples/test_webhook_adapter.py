@@ -82,7 +82,7 @@ async def test_posts_of_many_sessions_are_forwarded_next_to_slow_and_hostile_cli
     held = []
     try:
         for _ in range(80):
-            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            _reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
             writer.write(b"POST /messages HTTP/1.1\r\nContent-Length: 10\r\n")
             held.append(writer)
         posts = [
