@@ -5,6 +5,7 @@ turn."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -27,6 +28,16 @@ def _document(agent_id: str, workspace: str, text: str) -> dict[str, Any]:
         "flows": [{"id": "chat", "on": [{"message": []}],
                    "steps": [{"id": "hi", "say": text}]}],
     }
+
+
+REFRESH_MS = 100
+
+
+async def _after_a_poll() -> None:
+    """Wait out the consumer's registry poll interval (several times over): a new version
+    answers the next turn *after a poll*, and on a fast broker (Apache Kafka) the next input
+    can otherwise be taken within the same interval as the activation, from the old copy."""
+    await asyncio.sleep(5 * REFRESH_MS / 1000)
 
 
 async def _put(hosting: Hosting, document: dict[str, Any], *, activate: bool = True) -> int:
@@ -64,7 +75,7 @@ async def test_registry_agents_route_switch_versions_and_never_cross_workspaces(
         await _put(hosting, _document(bot_b, ws_b, "B v1"))
         await _put(hosting, _document(f"helper/{tag}", ws_a, "A helper"))
         s1, s2, s3, s4 = (f"{name}-{tag}" for name in ("s1", "s2", "s3", "s4"))
-        settings = setup.settings(agent_registry=True, agent_refresh_ms=100)
+        settings = setup.settings(agent_registry=True, agent_refresh_ms=REFRESH_MS)
         async with running_consumer(settings, None):
             await setup.produce([
                 _msg(s1, "hello", bot_a), _msg(s2, "hello", bot_b),
@@ -91,11 +102,13 @@ async def test_registry_agents_route_switch_versions_and_never_cross_workspaces(
             # A new version, activated while the consumer runs: the next turn uses it.
             version = await _put(hosting, _document(bot_b, ws_b, "B v2"))
             assert version == 2
+            await _after_a_poll()
             await setup.produce([_msg(s2, "and now?")])
             async with setup.reader() as replies:
                 values = await replies.until(lambda v: len(_texts(v, s2)) >= 3)
             assert _texts(values, s2)[-1] == "B v2"
             await hosting.activate(bot_b, 1)  # roll back
+            await _after_a_poll()
             await setup.produce([_msg(s2, "and now?")])
             async with setup.reader() as replies:
                 values = await replies.until(lambda v: len(_texts(v, s2)) >= 4)
