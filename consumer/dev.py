@@ -50,7 +50,6 @@ from pydantic import ValidationError
 
 from consumer.agents import load_agent
 from consumer.chat_client import (
-    Chat,
     DeadLetterNotice,
     DeadLetterReader,
     ObservedAgent,
@@ -78,6 +77,7 @@ from consumer.parser import MAX_SESSION_ID_CHARS
 from consumer.settings import Settings
 from consumer.terminal_chat import (
     TTY_LINE_MAX,
+    Chat,
     TerminalLines,
     from_list,
     noting_cuts,
@@ -86,8 +86,9 @@ from consumer.terminal_chat import (
 from engine import Agent, FlowConfigurationError
 from engine.recording import recorded_agent
 
-# The chat's pieces live in consumer.chat_client, consumer.chat_lines, consumer.terminal_chat and
-# consumer.dev_servers; they are named here too, where ``turnflow dev``'s callers know them.
+# The chat's pieces live in consumer.chat_client (shared with the inspector's test console),
+# consumer.chat_lines, consumer.terminal_chat (the terminal's view) and consumer.dev_servers;
+# they are named here too, where ``turnflow dev``'s callers know them.
 __all__ = [
     "DEFAULT_AGENT",
     "TTY_LINE_MAX",
