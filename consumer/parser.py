@@ -130,7 +130,8 @@ def parse_record(
     if not isinstance(body, dict):
         return Rejected("not-an-object", f"JSON value is a {type(body).__name__}, not an object")
     # Each level of nesting opens a bracket, so a record with few brackets needs no walk.
-    if text.count("{") + text.count("[") > MAX_DEPTH and _depth(body) > MAX_DEPTH:
+    if (text.count("{") + text.count("[") > MAX_DEPTH
+            and strict_json.depth(body, MAX_DEPTH) > MAX_DEPTH):
         return Rejected("too-deep", f"objects and lists nested deeper than {MAX_DEPTH} levels")
     problem = _unstorable_text(body) if _RISKY_ESCAPE.search(text) else None
     if problem is not None:
@@ -272,24 +273,6 @@ def _unstorable_text(body: dict[str, Any]) -> str | None:
         elif isinstance(value, list):
             stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
     return None
-
-
-def _depth(value: Any) -> int:
-    """How many objects and lists ``value`` nests (a flat object is 1). Iterative, so a record
-    the decoder took is measured whatever its depth."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, level)
-        stack.extend((child, level + 1) for child in children)
-    return deepest
 
 
 def _join(path: str, name: str) -> str:

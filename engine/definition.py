@@ -213,7 +213,7 @@ def parse_definition(document: Any) -> AgentDefinition:
             raise DefinitionError(f"not JSON: {exc}") from None
     if not isinstance(document, dict):
         raise DefinitionError(f"a definition is a JSON object, not {type(document).__name__}")
-    if _depth(document) > MAX_DEPTH:
+    if strict_json.depth(document, MAX_DEPTH) > MAX_DEPTH:
         raise DefinitionError(f"objects and lists nested deeper than {MAX_DEPTH} levels")
     try:
         return AgentDefinition.model_validate(document)
@@ -333,24 +333,6 @@ def definition_schema() -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "turnflow agent definition"
     return schema
-
-
-def _depth(value: Any) -> int:
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, level)
-        if deepest > MAX_DEPTH:
-            return deepest
-        stack.extend((child, level + 1) for child in children)
-    return deepest
 
 
 if __name__ == "__main__":  # python -m engine.definition > docs/agent.schema.json

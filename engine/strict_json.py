@@ -14,7 +14,7 @@ import json
 import math
 from typing import Any
 
-__all__ = ["NotJsonNumber", "loads"]
+__all__ = ["NotJsonNumber", "depth", "loads"]
 
 
 class NotJsonNumber(ValueError):
@@ -37,3 +37,24 @@ def loads(text: str | bytes) -> Any:
     """``json.loads`` refusing ``NaN``, ``Infinity``, ``-Infinity`` and numbers that overflow a
     double, with ``NotJsonNumber``, a ``ValueError`` (as for any text that is not JSON)."""
     return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
+def depth(value: Any, limit: int | None = None) -> int:
+    """How many objects and lists a decoded ``value`` nests (a flat object is 1). Iterative, so a
+    value the decoder took is measured whatever its depth; with ``limit``, the walk stops as soon
+    as the nesting passes it (the result is then some depth above ``limit``, not the deepest)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if limit is not None and deepest > limit:
+            return deepest
+        stack.extend((child, level + 1) for child in children)
+    return deepest

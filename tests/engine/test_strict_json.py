@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine import FieldSpec
-from engine.strict_json import loads
+from engine.strict_json import depth, loads
 from engine.values import BadValue, coerce
 
 
@@ -66,3 +66,21 @@ def test_an_integer_past_any_float_is_a_bad_value_or_text(kind: str) -> None:
     with pytest.raises(BadValue) as caught:
         coerce("n", FieldSpec(type=kind), huge)
     assert caught.value.code == "bad-value"
+
+
+def _nested(levels: int) -> Any:
+    value: Any = "leaf"
+    for level in range(levels):
+        value = {"k": value} if level % 2 else [value]
+    return value
+
+
+@pytest.mark.parametrize("levels", [0, 1, 2, 64, 65, 500])
+def test_depth_counts_objects_and_lists_and_stops_past_a_limit(levels: int) -> None:
+    value = {"flat": 1, "deep": _nested(levels), "other": [[]]}
+    assert depth(value) == max(1 + levels, 3)
+    limited = depth(value, 64)
+    # Past the limit the walk may stop early, but the answer stays on the same side of it.
+    assert (limited > 64) == (depth(value) > 64)
+    assert limited <= depth(value)
+    assert depth("text") == 0
