@@ -16,29 +16,12 @@ from typing import Any
 
 from consumer.errors import AgentImportError
 
-__all__ = ["load_agent"]
+__all__ = ["import_attribute", "load_agent"]
 
 
 def load_agent(path: str) -> Any:
     """Import ``module:attribute`` and return the agent it names."""
-    module_name, sep, attribute = path.partition(":")
-    if not sep or not module_name or not attribute:
-        raise AgentImportError(f"agent must be 'module:attribute', got {path!r}")
-    here = os.getcwd()
-    if here not in sys.path and "" not in sys.path:
-        sys.path.insert(0, here)
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise AgentImportError(
-            f"cannot import {module_name!r}: {type(exc).__name__}: {exc}"
-        ) from exc
-    target: Any = module
-    for name in attribute.split("."):
-        try:
-            target = getattr(target, name)
-        except AttributeError:
-            raise AgentImportError(f"{module_name!r} has no attribute {attribute!r}") from None
+    target = import_attribute(path, "agent")
     if isinstance(target, type) or (not hasattr(target, "turn") and callable(target)):
         try:
             target = target()
@@ -48,4 +31,27 @@ def load_agent(path: str) -> Any:
             ) from exc
     if not callable(getattr(target, "turn", None)):
         raise AgentImportError(f"{path!r} is not an agent (no turn method)")
+    return target
+
+
+def import_attribute(path: str, what: str) -> Any:
+    """The object ``module:attribute`` names (the attribute may be dotted), the current folder
+    importable first; ``what`` ("agent", "a pack") opens the message of a malformed ``path``."""
+    module_name, sep, attribute = path.partition(":")
+    if not sep or not module_name or not attribute:
+        raise AgentImportError(f"{what} must be 'module:attribute', got {path!r}")
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        raise AgentImportError(
+            f"cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    for name in attribute.split("."):
+        try:
+            target = getattr(target, name)
+        except AttributeError:
+            raise AgentImportError(f"{module_name!r} has no attribute {attribute!r}") from None
     return target

@@ -8,11 +8,7 @@ Each entry is imported like ``AGENT`` is (the current folder importable first) a
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
-from typing import Any
-
+from consumer.agents import import_attribute
 from consumer.errors import AgentImportError
 from engine.packs import Pack, PackError, PackSet
 
@@ -34,23 +30,7 @@ def load_packs(spec: str | None) -> PackSet:
 
 
 def _load_one(path: str) -> Pack:
-    module_name, sep, attribute = path.partition(":")
-    if not sep or not module_name or not attribute:
-        raise AgentImportError(f"a pack must be 'module:attribute', got {path!r}")
-    here = os.getcwd()
-    if here not in sys.path and "" not in sys.path:
-        sys.path.insert(0, here)
-    try:
-        target: Any = importlib.import_module(module_name)
-    except Exception as exc:
-        raise AgentImportError(
-            f"cannot import {module_name!r}: {type(exc).__name__}: {exc}"
-        ) from exc
-    for name in attribute.split("."):
-        try:
-            target = getattr(target, name)
-        except AttributeError:
-            raise AgentImportError(f"{module_name!r} has no attribute {attribute!r}") from None
+    target = import_attribute(path, "a pack")
     if not isinstance(target, Pack) and callable(target):
         try:
             target = target()
