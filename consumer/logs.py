@@ -148,7 +148,7 @@ def configure_logging(level: str = "INFO") -> None:
     # The lines carry none of the caller's file, line, thread or process, so the record need
     # not look them up: the logging HOWTO's "Optimization" settings, about 1.6 µs of the ~9 µs
     # a turn's line costs.
-    logging._srcfile = None  # type: ignore[attr-defined]
+    logging._srcfile = None
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False

@@ -30,7 +30,7 @@ from prometheus_client.registry import RestrictedRegistry
 
 from consumer.parser import INPUT_KINDS, RejectReason
 
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 

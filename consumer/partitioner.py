@@ -32,7 +32,8 @@ class CachedPartitioner:
     def __call__(self, key: bytes | None, all_partitions: Sequence[int],
                  available: Sequence[int]) -> int:
         if key is None:
-            return self._default(key, all_partitions, available)  # random, as Kafka's
+            chosen: int = self._default(key, all_partitions, available)  # random, as Kafka's
+            return chosen
         hashed = self._hashes.get(key)
         if hashed is None:
             if len(self._hashes) >= self._max_keys:
