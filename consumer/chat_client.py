@@ -18,9 +18,12 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from consumer.topics import partitions_of
+
+if TYPE_CHECKING:
+    from consumer.settings import Settings
 
 __all__ = [
     "DeadLetterNotice",
@@ -34,6 +37,8 @@ __all__ = [
     "message_input",
     "produce",
     "read_dead_letter",
+    "reader_consumer",
+    "start_producer",
 ]
 
 
@@ -109,6 +114,29 @@ def format_outcomes(result: Any) -> str:
         items.append(f"{item} ({detail})" if detail else item)
     summary = "; ".join(items) if items else "nothing to report"
     return f"llm_calls={field_of(result, 'llm_calls', 0)} | {summary}"
+
+
+async def start_producer(settings: Settings, client: dict[str, Any],
+                         stack: contextlib.AsyncExitStack) -> Any:
+    """A producer to the broker ``settings`` names (``acks="all"``, as an adapter writes),
+    started and stopped by ``stack``; ``client`` is ``settings.kafka_client_options()``."""
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all",
+                                **client)
+    await producer.start()
+    stack.push_async_callback(producer.stop)
+    return producer
+
+
+def reader_consumer(settings: Settings, client: dict[str, Any]) -> Any:
+    """The consumer a ``ReplyReader`` or ``DeadLetterReader`` reads through: it commits nothing
+    and fetches waiting as long as the service's consumer does."""
+    from aiokafka import AIOKafkaConsumer
+
+    return AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers,
+                            enable_auto_commit=False,
+                            fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms, **client)
 
 
 class ReplyReader:

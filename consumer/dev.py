@@ -57,6 +57,8 @@ from consumer.chat_client import (
     ReplyReader,
     format_outcomes,
     read_dead_letter,
+    reader_consumer,
+    start_producer,
 )
 from consumer.chat_lines import HELP, ChatLine, parse_chat_line, parse_chat_lines
 from consumer.dev_servers import (
@@ -390,18 +392,10 @@ async def _open_chat(
     settings: Settings, session_id: str, agent_name: str, options: DevOptions,
     stack: contextlib.AsyncExitStack,
 ) -> Chat:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-
     client = settings.kafka_client_options()
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap_servers, acks="all", **client
-    )
-    await producer.start()
-    stack.push_async_callback(producer.stop)
+    producer = await start_producer(settings, client, stack)
     replies = ReplyReader(
-        AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers,
-                         enable_auto_commit=False,
-                         fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms, **client),
+        reader_consumer(settings, client),
         settings.messages_topic,
         session_id,
     )
@@ -419,9 +413,7 @@ async def _open_chat(
     )
     chat.log_path = options.data_dir / "dev.log"
     letters = DeadLetterReader(
-        AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers,
-                         enable_auto_commit=False,
-                         fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms, **client),
+        reader_consumer(settings, client),
         settings.dlq_topic,
         chat.dead_lettered,
     )

@@ -40,6 +40,8 @@ from consumer.chat_client import (
     markers,
     message_input,
     produce,
+    reader_consumer,
+    start_producer,
 )
 from consumer.chat_lines import parse_chat_line
 from consumer.dev_servers import DevServices, create_topics, new_run_id, run_topics
@@ -211,8 +213,6 @@ async def open_console(settings: Settings, agent: Any, stack: contextlib.AsyncEx
     a run id after them), the producer, the reply reader, and the consumer and scheduler running
     ``agent`` observed by the console. ``settings`` must name the broker and a database the
     consumer may write to (``KAFKA_BOOTSTRAP_SERVERS``, ``DATABASE_URL``)."""
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-
     if not settings.kafka_bootstrap_servers or not settings.database_url:
         raise DevError("the test console needs KAFKA_BOOTSTRAP_SERVERS and DATABASE_URL")
     settings = settings.model_copy(update={
@@ -221,14 +221,9 @@ async def open_console(settings: Settings, agent: Any, stack: contextlib.AsyncEx
     })
     await create_topics(settings)
     client = settings.kafka_client_options()
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all",
-                                **client)
-    await producer.start()
-    stack.push_async_callback(producer.stop)
+    producer = await start_producer(settings, client, stack)
     replies = ConsoleReplies(
-        AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers,
-                         enable_auto_commit=False,
-                         fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms, **client),
+        reader_consumer(settings, client),
         settings.messages_topic,
     )
     await replies.start()
@@ -236,9 +231,7 @@ async def open_console(settings: Settings, agent: Any, stack: contextlib.AsyncEx
     console = Console(producer=producer, inbound_topic=settings.inbound_topic, replies=replies,
                       reply_timeout=reply_timeout)
     letters = DeadLetterReader(
-        AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers,
-                         enable_auto_commit=False,
-                         fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms, **client),
+        reader_consumer(settings, client),
         settings.dlq_topic,
         console.dead_lettered,
     )
