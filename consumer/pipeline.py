@@ -213,7 +213,6 @@ class TurnPipeline:
         recording: RecordingLevel = "off",
         router: AgentRouter | None = None,
     ) -> None:
-        self._agent = agent
         # Which agent answers each input: ``agent`` alone, unless a registry router is given.
         if router is None and agent is None:
             raise ValueError("a pipeline needs an agent or a router")
