@@ -193,12 +193,10 @@ def _give_up(reason: str, detail: str, answerable: bool) -> Fallback | DeadLette
     return Fallback(reason) if answerable else DeadLetter("retries-exhausted", detail)
 
 
-def _bounded_retry(
-    reason: str, attempt: int, policy: RetryPolicy, *, at_least: float = 0.0
-) -> Retry | DeadLetter:
+def _bounded_retry(reason: str, attempt: int, policy: RetryPolicy) -> Retry | DeadLetter:
     if attempt > policy.max_retries:
         return DeadLetter(reason, f"{reason} after {attempt} attempts")
-    return Retry(max(policy.delay(attempt), min(at_least, policy.backoff_max_s)), reason)
+    return Retry(policy.delay(attempt), reason)
 
 
 def _first_line(error: BaseException) -> str:
