@@ -220,10 +220,9 @@ class Agent:
         index); the agent itself is left unchanged."""
         if self._config.lifecycle is None:
             raise ValueError("the agent has no lifecycle settings")
-        lifecycle = self._config.lifecycle.model_copy(update={"knowledge_index": index})
-        agent = object.__new__(Agent)
-        object.__setattr__(agent, "_config", replace(self._config, lifecycle=lifecycle))
-        return agent
+        return self._sharing(
+            lifecycle=self._config.lifecycle.model_copy(update={"knowledge_index": index})
+        )
 
     def with_workspace_knowledge(self, index: Any) -> Agent:
         """This agent with ``index``, its workspace's whole Knowledge Base (a
@@ -235,10 +234,9 @@ class Agent:
         problem = workspace_problem(index)
         if problem is not None:
             raise FlowConfigurationError(f"lifecycle: {problem}")
-        lifecycle = self._config.lifecycle.model_copy(update={"workspace_knowledge": index})
-        agent = object.__new__(Agent)
-        object.__setattr__(agent, "_config", replace(self._config, lifecycle=lifecycle))
-        return agent
+        return self._sharing(
+            lifecycle=self._config.lifecycle.model_copy(update={"workspace_knowledge": index})
+        )
 
     def replaced(
         self, *, provider: Provider | _Keep | None = _KEEP, clock: Clock | None = None
@@ -250,6 +248,12 @@ class Agent:
             changes["provider"] = provider
         if clock is not None:
             changes["clock"] = clock
+        return self._sharing(**changes)
+
+    def _sharing(self, **changes: Any) -> Agent:
+        """A new agent with this one's config but ``changes``: the pieces the ``with_*`` and
+        ``replaced`` copies swap are checked by them, so the construction checks of
+        ``__init__`` are not run again."""
         agent = object.__new__(Agent)
         object.__setattr__(agent, "_config", replace(self._config, **changes))
         return agent
