@@ -126,10 +126,14 @@ def _history_entries(turn: RecordedTurn, messages: list[dict[str, Any]]) -> list
     return entries
 
 
+_RECORDED_FIELDS = {"messages", "schedule", "outcomes", "started", "ended", "skipped", "llm_calls"}
+
+
 def as_recorded(result: Any, fields: dict[str, Any] | None, state: str | None = None
                 ) -> Recorded:
-    """A ``TurnResult`` in the turn log's JSON form."""
-    dumped = result.model_dump(mode="json")
+    """A ``TurnResult`` in the turn log's JSON form (its session is not dumped: the turn log
+    keeps it apart, and the caller has the session's JSON form already)."""
+    dumped = result.model_dump(mode="json", include=_RECORDED_FIELDS)
     return Recorded(
         messages=dumped["messages"],
         schedule=dumped["schedule"],
@@ -215,6 +219,7 @@ async def replay_conversation(
         error: str | None = None
         replayed: Recorded | None = None
         result: Any = None
+        after_state: dict[str, Any] | None = None
         try:
             result = await replaying.turn(request)
         except Exception as exc:
@@ -223,8 +228,10 @@ async def replay_conversation(
         report.unrecorded += turn_unrecorded
         report.replayed += 1
         if result is not None:
-            after = result.session.model_dump(mode="json")
-            fields = fields_written(state, after) if turn.recorded.fields is not None else None
+            after_state = result.session.model_dump(mode="json")
+            fields = (
+                fields_written(state, after_state) if turn.recorded.fields is not None else None
+            )
             replayed = as_recorded(result, fields)
             differences = compare(turn.recorded, replayed)
         else:
@@ -234,7 +241,6 @@ async def replay_conversation(
             report.turn_replays.append(step)
         if on_turn is not None:
             on_turn(step)
-        after_state = result.session.model_dump(mode="json") if result is not None else None
         if differences:
             report.departures.append(Departure(
                 turn=position,
