@@ -16,6 +16,7 @@ from engine.config import FieldSpec, Flow, Instruction, TalkStep
 from engine.envelopes import UnderstandPlan
 from engine.providers.base import ChatMessage
 from engine.records import built
+from engine.request import message_texts
 from engine.session import Run
 from engine.state import TurnState
 from engine.values import is_known
@@ -120,17 +121,17 @@ def _chat_message(role: Literal["user", "assistant"], text: str) -> ChatMessage:
 
 def _parts(state: TurnState) -> list[str]:
     """The turn's customer messages one by one, oldest first (a burst's, or the one)."""
-    return [p.message for p in state.request.parts]
+    return message_texts(state.request)
 
 
 def customer_message(state: TurnState) -> str | None:
     """The Customer message block's text: the message, or a burst's messages numbered in the
     order they were sent (the model sees each one and answers them together)."""
-    parts = state.request.parts
-    if len(parts) <= 1:
+    texts = message_texts(state.request)
+    if len(texts) <= 1:
         return state.request.message
-    lines = [f"{i}. {p.message}" for i, p in enumerate(parts, start=1)]
-    return f"The customer sent {len(parts)} messages in a row:\n" + "\n".join(lines)
+    lines = [f"{i}. {text}" for i, text in enumerate(texts, start=1)]
+    return f"The customer sent {len(texts)} messages in a row:\n" + "\n".join(lines)
 
 
 def _instructions(state: TurnState, run: Run | None, items: list[Instruction]) -> list[str]:

@@ -122,11 +122,27 @@ def _burst_message(message: str, id: str | None, at: datetime | None) -> BurstMe
     times. A value validation would still convert (a time not in UTC, set on a request built
     without validation) takes the validated construction."""
     values = {"message": message, "id": id, "at": at}
-    return built(BurstMessage, values, _BURST_GIVEN, validate=(
-        type(message) is not str
-        or (id is not None and type(id) is not str)
-        or (at is not None and (type(at) is not datetime or at.tzinfo is not UTC))
-    ))
+    return built(BurstMessage, values, _BURST_GIVEN, validate=not _as_validated(message, id, at))
+
+
+def _as_validated(message: Any, id: Any, at: Any) -> bool:
+    """Whether a request's own ``message``, ``id`` and ``at`` are as validation leaves them
+    (so ``_burst_message`` builds its part without validating, and keeps ``message`` as is)."""
+    return type(message) is str and (id is None or type(id) is str) and (
+        at is None or (type(at) is datetime and at.tzinfo is UTC)
+    )
+
+
+def message_texts(request: TurnRequest) -> list[str]:
+    """``[part.message for part in request.parts]``: the turn's customer messages, oldest
+    first. A prompt reads them on every model call; a lone message (no burst) is given as it
+    is, without building the ``BurstMessage`` that ``parts`` makes for it each time."""
+    message = request.message
+    if message is None:
+        return []
+    if not request.burst and _as_validated(message, request.id, request.at):
+        return [message]
+    return [part.message for part in request.parts]
 
 
 InputKind = Literal["message", "wake", "event", "start"]
@@ -233,7 +249,7 @@ class TurnRequest(_Model):
         line; None for other kinds."""
         if self.message is None:
             return None
-        return "\n".join(p.message for p in self.parts)
+        return "\n".join(message_texts(self))
 
     def only(self, parts: list[BurstMessage]) -> TurnRequest:
         """This message request narrowed to ``parts`` (non-empty, oldest first): the last
