@@ -82,11 +82,13 @@ def _loaded(request: LoadRequest, row: Any) -> LoadedSession:
     )
     if row["version"] is None:
         return found
+    held = row["history"] is None  # at the version the caller holds the history for
     return dataclasses.replace(
         found,
         state=jsoncodec.loads(row["state"]),
         version=int(row["version"]),
-        history=history.history_entries(row["history"]),
+        history=[] if held else history.history_entries(row["history"]),
+        history_held=held,
     )
 
 
@@ -196,6 +198,7 @@ class Store:
             "input_ids": [
                 jsoncodec.dumps([stored_input_id(i) for i in r.input_ids]) for r in requests
             ],
+            "history_versions": [r.history_version for r in requests],
             "history_limit": history_limit,
         }
         rows = await direct.fetch(self._engine, history.LOAD, parameters)
@@ -234,7 +237,9 @@ class Store:
         if row["version"] is None:
             await self._raise_conflict(request)
         return SavedTurn(
-            version=int(row["version"]), outbox_ids=[int(i) for i in row["outbox_ids"]]
+            version=int(row["version"]),
+            outbox_ids=[int(i) for i in row["outbox_ids"]],
+            history=history.history_entries(row["history"]),
         )
 
     async def save_turns(self, requests: Sequence[SaveRequest]) -> list[SavedTurn | Exception]:
@@ -261,7 +266,10 @@ class Store:
                 results.append(await _outcome(self._raise_conflict(request)))
             else:
                 ids = [int(i) for i in row["outbox_ids"]]
-                results.append(SavedTurn(version=int(row["version"]), outbox_ids=ids))
+                entries = history.history_entries(row["history"])
+                results.append(
+                    SavedTurn(version=int(row["version"]), outbox_ids=ids, history=entries)
+                )
         return results
 
     async def _raise_conflict(self, request: SaveRequest) -> None:

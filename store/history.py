@@ -23,6 +23,14 @@ are read through an index that holds only such turns (`ix_turns_history`, whose 
 this read's own condition, word for word), so the read does not pass over the wakes and events
 in between that sent nothing either.
 
+A consumer that already holds a session's window (it served the session's last turn and
+extended the window with the entries that turn's save returned) says for which version
+(`LoadRequest.history_version`); while the session is still at that version the statement
+leaves the history out (NULL, never otherwise: an empty history is `[]`) and reads no turn for
+it. The window is a function of the version because the turn log only grows: a save appends
+one turn at the next version, and nothing deletes a turn or changes its entries (`turnflow
+prune` only clears recordings, `turns.model_calls`).
+
 The same holds for the replay and duplicate checks: each source record and input id is one
 probe of a unique index, written as a scalar subquery with `LIMIT 1`. Written as `EXISTS ... OR
 EXISTS ...`, PostgreSQL may instead hash every row of `turns` (or every turn of the
@@ -107,7 +115,7 @@ SELECT q.n, s.version, s.state, (
     ) IS NOT NULL) AS duplicate, (
     SELECT count(*) FROM outbox
     WHERE session_id = q.session_id AND published_at IS NULL
-) AS unpublished, (
+) AS unpublished, CASE WHEN s.version = q.held THEN NULL ELSE (
     SELECT coalesce(jsonb_agg(h.entry ORDER BY h.version, h.ord), '[]'::jsonb)
     FROM (
         SELECT e.entry, t.version, e.ord
@@ -123,10 +131,11 @@ SELECT q.n, s.version, s.state, (
         ORDER BY t.version DESC, e.ord DESC
         LIMIT :history_limit
     ) AS h
-) AS history
+) END AS history
 FROM unnest(
-    CAST(:session_ids AS text[]), CAST(:sources AS text[]), CAST(:input_ids AS text[])
-) WITH ORDINALITY AS q(session_id, sources, input_ids, n)
+    CAST(:session_ids AS text[]), CAST(:sources AS text[]), CAST(:input_ids AS text[]),
+    CAST(:history_versions AS bigint[])
+) WITH ORDINALITY AS q(session_id, sources, input_ids, held, n)
 LEFT JOIN sessions AS s ON s.id = q.session_id
 ORDER BY q.n
 """

@@ -92,20 +92,29 @@ class SaveRequest:
 
 @dataclass(frozen=True, slots=True)
 class SavedTurn:
-    """The committed version and the ids of the outbox rows, in write order."""
+    """The committed version and the ids of the outbox rows, in write order.
+
+    `history` is the history entries the turn gave (its `turns.history`, as the database built
+    them), decoded as a load decodes them: the consumer appends them to the window it holds, so
+    its next turn needs no history from the load. None when the store did not say (a double)."""
 
     version: int
     outbox_ids: list[int]
+    history: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class LoadRequest:
     """What a turn asks of its load: the session, and the source records and input ids (all of
-    a burst's) whose presence in the turn log makes it a replay or a duplicate."""
+    a burst's) whose presence in the turn log makes it a replay or a duplicate.
+
+    `history_version` is the session version whose history the caller already holds: when the
+    session is still at that version the load leaves the history out (`history_held`)."""
 
     session_id: str
     sources: tuple[SourceRecord, ...] = ()
     input_ids: tuple[str, ...] = ()
+    history_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +127,8 @@ class LoadedSession:
     re-produced at another offset); `unpublished` counts the session's outbox rows not yet
     published. Asked about several records and ids (a burst), `applied_sources` and
     `duplicate_ids` say which of them the log already has, and `applied`/`duplicate` are true
-    only when all of them are.
+    only when all of them are. `history_held` says the session is at the `history_version`
+    the load was asked with, so `history` was left out (empty): the caller holds it.
     """
 
     state: dict[str, Any] | None
@@ -129,6 +139,7 @@ class LoadedSession:
     duplicate: bool = False
     applied_sources: frozenset[SourceRecord] = frozenset()
     duplicate_ids: frozenset[str] = frozenset()
+    history_held: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,9 @@ turn log a unique index aborts the statement and nothing is written either. A bu
 earlier records and ids go to `turn_sources` in the same statement, and a billed turn's
 credits to `credit_ledger` (keyed by its input, unique): a charge is saved exactly when its
 turn is. The turn-log row carries the history entries its turn gives (`turns.history`, built
-by `store.history.turn_entries`), which later loads read as they are.
+by `store.history.turn_entries`), which later loads read as they are; the statement returns
+them too, so a consumer holding the session's window extends it with exactly what a load
+would read.
 
 Concurrency: a new session is `INSERT ... ON CONFLICT DO NOTHING` (a concurrent creator waits
 for the winner's commit, then inserts nothing); an existing one is `UPDATE ... WHERE version =
@@ -58,7 +60,7 @@ _APPEND_TURN_AND_OUTBOX = """
            """ + turn_entries("v.input", "v.messages", "v.created_at") + """,
            CAST(:agent_id AS text), CAST(:agent_version AS integer)
     FROM s, v
-    RETURNING id
+    RETURNING id, history
 ), charge AS (
     INSERT INTO credit_ledger (
         workspace_id, agent_id, agent_version, session_id, turn_id, charge_key, credits, day,
@@ -90,6 +92,7 @@ _APPEND_TURN_AND_OUTBOX = """
     RETURNING id
 )
 SELECT (SELECT version FROM s) AS version,
+       (SELECT history FROM turn) AS history,
        (SELECT count(*) FROM turn) AS turns,
        (SELECT count(*) FROM earlier) AS earlier,
        (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM out) AS outbox_ids
@@ -250,7 +253,7 @@ WITH r AS (
            saved.agent_id, saved.agent_version
     FROM saved
     ORDER BY saved.n
-    RETURNING id, session_id
+    RETURNING id, session_id, history
 ), charge AS (
     INSERT INTO credit_ledger (
         workspace_id, agent_id, agent_version, session_id, turn_id, charge_key, credits, day,
@@ -282,6 +285,7 @@ WITH r AS (
     RETURNING id, session_id
 )
 SELECT r.n, s.version,
+       (SELECT turn.history FROM turn WHERE turn.session_id = r.session_id) AS history,
        (SELECT coalesce(array_agg(out.id ORDER BY out.id), '{}') FROM out
         WHERE out.session_id = r.session_id) AS outbox_ids
 FROM r LEFT JOIN s ON s.id = r.session_id

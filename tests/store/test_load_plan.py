@@ -44,6 +44,7 @@ async def _explain(url: str, generic: bool, requests: list[tuple[str, int, str]]
             for _, offset, _ in requests
         ],
         "input_ids": [json.dumps([stored_input_id(i)]) for _, _, i in requests],
+        "history_versions": [None for _ in requests],
         "history_limit": HISTORY_LIMIT,
     }
     return await explain(url, LOAD, parameters, generic=generic)
