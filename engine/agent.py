@@ -289,8 +289,9 @@ class Agent:
             result = finish.run(state)  # 8 Return
             note_session(result.session)
             return result
-        await plan.check(state)  # lifecycle step 1: the host's plan check, before any call
-        await images.read(state)  # lifecycle step 2: the customer's images, when read at all
+        if self._config.lifecycle is not None:  # (both do nothing without lifecycle settings)
+            await plan.check(state)  # lifecycle step 1: the host's plan check, before any call
+            await images.read(state)  # lifecycle step 2: the customer's images, when read at all
         ingest.run(state)  # 2 Ingest
         await understand.run(state)  # 3 Understand
         decide.run(state)  # 4 Decide

@@ -23,7 +23,7 @@ from engine.lifecycle.results import (
     absent,
 )
 from engine.records import built
-from engine.session import OptionalUtcDatetime, Session
+from engine.session import OptionalUtcDatetime, Session, migrate_session
 
 
 class _Model(BaseModel):
@@ -185,8 +185,6 @@ class TurnRequest(_Model):
     @classmethod
     def _session(cls, value: Any) -> Any:
         if isinstance(value, dict):
-            from engine.session import migrate_session
-
             return migrate_session(value)
         return value
 

@@ -58,6 +58,9 @@ async def run(state: TurnState) -> None:
         if speaker.question is not None:
             state.reply = SpeakReply(text=speaker.question)
             return
+    if state.config.lifecycle is None:  # no time budget, fallback or reply check to apply
+        state.reply = await _call(state, run_)
+        return
     state.reply = await speak_budget.bounded(state, _call(state, run_))
     reply_check.polish(state)
 
