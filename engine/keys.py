@@ -25,9 +25,16 @@ from urllib.parse import quote, unquote_to_bytes
 __all__ = ["run_id", "session_key", "session_of", "session_tag"]
 
 
+# The characters ``quote`` never escapes: an id made only of them is its own tag.
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
 def session_tag(session_id: str) -> str:
     """The session id percent-encoded: no ``@``, no ``:``, one tag per session id. Total: a
-    lone surrogate is encoded as its code point's bytes rather than refused."""
+    lone surrogate is encoded as its code point's bytes rather than refused. (Every run id
+    and most keys carry it, so the usual id, which needs no escape, is given back as it is.)"""
+    if type(session_id) is str and _UNRESERVED.issuperset(session_id):
+        return session_id
     return quote(session_id.encode("utf-8", "surrogatepass"), safe="")
 
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 
 from engine.clock import to_utc
+from engine.records import record
 
 RunStatus = Literal["running", "asking", "waiting", "suspended"]
 WaitKind = Literal["timer", "event", "defer", "retry", "trigger"]
@@ -258,8 +259,26 @@ def detach_values(session: Session) -> None:
 
 
 def fresh_session(session_id: str) -> Session:
-    """A session no turn has touched yet."""
-    return Session(id=session_id)
+    """A session no turn has touched yet: ``Session(id=session_id)``, built without validating
+    (as ``engine.records`` builds a turn's own records) when the id is a str, as every
+    validated request's is."""
+    if type(session_id) is not str:
+        return Session(id=session_id)
+    values = {
+        "id": session_id,
+        "v": 4,
+        "version": 0,
+        "data": {},
+        "runs": [],
+        "claims": {},
+        "inputs": [],
+        "metadata": {},
+        "last_user_at": None,
+        "last_assistant_at": None,
+        "seq": 0,
+        "silence_wakes": {},
+    }
+    return record(Session, values, {"id"})
 
 
 _V3_KEYS = {

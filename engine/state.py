@@ -255,7 +255,7 @@ class TurnState:
     def claim(self, key: str) -> None:
         claim = self.session.claims.get(key)
         count = claim.count + 1 if claim else 1
-        self.session.claims[key] = Claim(at=self.now, count=count)
+        self.session.claims[key] = _claim(self.now, count)
 
     def new_run(
         self,
@@ -433,6 +433,17 @@ _NEW_RUN_GIVEN = frozenset(
         "origin",
     )
 )
+
+
+_CLAIM_GIVEN = frozenset(("at", "count"))
+
+
+def _claim(at: datetime, count: int) -> Claim:
+    """``Claim(at=..., count=...)``."""
+    values = {"at": at, "count": count}
+    return built(Claim, values, _CLAIM_GIVEN, validate=(
+        type(at) is not datetime or at.tzinfo is not UTC or type(count) is not int
+    ))
 
 
 _RUN_ORIGINS = frozenset(("message", "mention", "event", "silence", "start", "flow"))

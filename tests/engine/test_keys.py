@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from urllib.parse import quote
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -155,6 +156,14 @@ def test_the_session_tag_is_one_to_one(a: str, b: str) -> None:
     assert ":" not in session_tag(a) and "@" not in session_tag(a)
     assert session_of(run_id(a, 7)) == a
     assert session_of(session_key("idle", a, "m:1:@")) == a
+
+
+@given(st.one_of(st.text(), st.text(alphabet="ab-._~:@% 9Z\u00e9")))
+def test_the_session_tag_is_the_id_percent_encoded(session_id: str) -> None:
+    """The tag is the id's UTF-8 percent-encoding, also where an id that needs no escape is
+    given back as it is."""
+    encoded = quote(session_id.encode("utf-8", "surrogatepass"), safe="")
+    assert session_tag(session_id) == encoded and type(session_tag(session_id)) is str
 
 
 def test_keys_read_plainly_for_the_usual_ids() -> None:

@@ -33,7 +33,7 @@ from engine.request import (
     TurnRequest,
     TurnResult,
 )
-from engine.session import Run, Waiting
+from engine.session import Claim, Run, Session, Waiting, fresh_session
 
 
 class Text(str):
@@ -159,6 +159,20 @@ def test_waiting(key: str, kind: Any, at: datetime, event: str | None) -> None:
 def test_run_change(run_id: str, flow_id: str, reason: str) -> None:
     slow = RunChange(run_id=run_id, flow_id=flow_id, reason=reason)
     assert_same(turn_state._run_change(run_id, flow_id, reason), slow)
+
+
+@settings(max_examples=100, deadline=None)
+@given(at=times, count=st.one_of(small_ints, st.booleans()))
+def test_claim(at: datetime, count: int) -> None:
+    assert_same(turn_state._claim(at, count), Claim(at=at, count=count))
+
+
+@settings(max_examples=100, deadline=None)
+@given(session_id=texts)
+def test_fresh_session(session_id: str) -> None:
+    slow = Session(id=session_id)
+    assert_same(fresh_session(session_id), slow)
+    assert_unshared(fresh_session(session_id), fresh_session(session_id))
 
 
 json_values = st.recursive(
@@ -306,6 +320,30 @@ def test_burst_message(message: str, id: str | None, at: datetime | None) -> Non
         request_module._burst_message(message, id, at),
         BurstMessage(message=message, id=id, at=at),
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    message=st.one_of(st.none(), texts),
+    id=message_ids,
+    at=st.one_of(st.none(), times),
+    burst=st.lists(st.text(max_size=5), max_size=2),
+)
+def test_message_texts_are_the_parts_messages(
+    message: str | None, id: str | None, at: datetime | None, burst: list[str]
+) -> None:
+    """``message_texts`` (the prompts' and ``text``'s way to the messages) gives what reading
+    ``parts`` gives, for requests built without validation too (a str subclass, a time not in
+    UTC, a burst beside no message)."""
+    request = TurnRequest(session_id="s", message="oi").model_copy(
+        update={"message": message, "id": id, "at": at,
+                "burst": [BurstMessage(message=text) for text in burst]}
+    )
+    texts = request_module.message_texts(request)
+    expected = [part.message for part in request.parts]
+    assert texts == expected
+    assert [type(text) for text in texts] == [type(text) for text in expected]
+    assert request.text == (None if message is None else "\n".join(expected))
 
 
 def test_parts_of_a_request_built_without_validation() -> None:
