@@ -9,6 +9,7 @@ can find it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,7 +20,6 @@ from engine.records import built
 from engine.request import message_texts
 from engine.session import Run
 from engine.state import TurnState
-from engine.values import is_known
 
 DEFAULT_GUIDELINE = (
     "Continue the conversation naturally and help the customer with what this step is about."
@@ -134,7 +134,9 @@ def customer_message(state: TurnState) -> str | None:
     return f"The customer sent {len(texts)} messages in a row:\n" + "\n".join(lines)
 
 
-def _instructions(state: TurnState, run: Run | None, items: list[Instruction]) -> list[str]:
+def _instructions(
+    state: TurnState, run: Run | None, items: Sequence[Instruction]
+) -> list[str]:
     return [i.text() for i in items if i.text() and state.holds(i.if_, run)]
 
 
@@ -175,14 +177,15 @@ def build_speak(
             spec = config.fields[name]
             lines.append(f"- {name}: {spec.ask or spec.description or 'ask for it'}")
         blocks.append(_block("Still needed (ask for these)", "\n".join(lines)))
-    known = {k: v for k, v in state.session.data.items() if is_known(state.session.data, k)}
+    # The known fields (``engine.values.is_known``), read in the one pass over ``data``.
+    known = {k: v for k, v in state.session.data.items() if v is not None and v != ""}
     if known:
         facts = "\n".join(f"- {k}: {v}" for k, v in known.items())
         blocks.append(_block("Known facts (settled, do not ask again)", facts))
-    rules = _instructions(state, run, list(config.instructions))
-    if flow is not None:
-        rules += _instructions(state, run, list(flow.instructions))
-    if step is not None:
+    rules = _instructions(state, run, config.instructions) if config.instructions else []
+    if flow is not None and flow.instructions:
+        rules += _instructions(state, run, flow.instructions)
+    if step is not None and step.instructions:
         step_items = [Instruction.model_validate(i) for i in step.instructions]
         rules += _instructions(state, run, step_items)
     if rules:
