@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from engine.actions import ActionContext, call_handler, read_result
+from engine.actions import action_context, call_handler, read_result
 from engine.collect import maxed, pending
 from engine.config import (
     AnyStep,
@@ -235,7 +235,7 @@ async def _do(state: TurnState, run: Run, flow: Flow, step: DoStep) -> bool:
     if action is None:
         state.outcome("action-failed", run, detail=f'unknown action "{step.do}"')
         return take(state, run, flow, step, step.on_fail or step.then)
-    ctx = ActionContext(
+    ctx = action_context(
         key=talk_key(run),
         with_=render_value(dict(step.with_), scopes(state, run)),
         data=dict(state.session.data),

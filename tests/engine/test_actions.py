@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine import ToolResult, defer, failed, ok, skipped
-from engine.actions import call_handler, read_result, read_tool_result
+from engine.actions import (
+    ActionContext,
+    ActionResult,
+    action_context,
+    call_handler,
+    read_result,
+    read_tool_result,
+)
 
 
 @pytest.mark.parametrize(
@@ -65,3 +75,35 @@ def test_tool_results() -> None:
     assert read_tool_result([1, 2]) == ToolResult([1, 2], None)
     given = ToolResult("x")
     assert read_tool_result(given) is given
+
+
+def _same(fast: Any, slow: Any) -> None:
+    assert type(fast) is type(slow)
+    assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
+    assert list(vars(fast).items()) == list(vars(slow).items())
+    for name, value in vars(slow).items():
+        assert vars(fast)[name] is value, name
+
+
+values = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=5))
+
+
+@given(spoke=values, data=st.one_of(st.none(), st.dictionaries(st.text(max_size=3), values)),
+       reason=values, ms=values)
+def test_results_are_the_constructed_results(spoke: Any, data: Any, reason: Any, ms: Any) -> None:
+    """``ok``, ``skipped``, ``failed`` and ``defer`` fill the frozen result directly: the same
+    object the dataclass's own constructor builds, whatever they are given."""
+    data = None if data is None else frozenset(data.items())  # hashable, as the result is
+    _same(ok(spoke, data), ActionResult("ok", spoke=spoke, data=data))
+    _same(skipped(reason), ActionResult("skipped", reason=reason))
+    _same(failed(reason), ActionResult("failed", reason=reason))
+    _same(defer(ms), ActionResult("defer", ms=ms))
+    assert ok() == ActionResult("ok") and skipped() == ActionResult("skipped", reason="")
+
+
+@given(st.lists(values, min_size=10, max_size=10))
+def test_action_context_is_the_constructed_context(given_: list[Any]) -> None:
+    names = [f.name for f in dataclasses.fields(ActionContext)]
+    _same(action_context(*given_), ActionContext(**dict(zip(names, given_, strict=True))))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        action_context(*given_).key = "other"  # type: ignore[misc]
