@@ -84,3 +84,33 @@ def test_depth_counts_objects_and_lists_and_stops_past_a_limit(levels: int) -> N
     assert (limited > 64) == (depth(value) > 64)
     assert limited <= depth(value)
     assert depth("text") == 0
+
+
+def _outcome(decode: Any, text: Any) -> tuple[str, Any]:
+    try:
+        return "value", decode(text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        return type(exc).__name__, str(exc)
+
+
+def _standard(text: Any) -> Any:
+    """What ``loads`` stands for: ``json.loads`` with its two refusals, a decoder built anew."""
+    from engine.strict_json import _finite_float, _refuse_constant
+
+    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
+@given(st.one_of(
+    st.text(), st.binary(),
+    st.text().map(lambda t: "\ufeff" + t),
+    st.text().map(lambda t: t.encode("utf-16")), st.text().map(lambda t: t.encode("utf-32")),
+    st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                 lambda inner: st.lists(inner, max_size=3)
+                 | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+                 max_leaves=10).map(json.dumps),
+    st.integers() | st.none(),
+))
+def test_the_shared_decoder_reads_and_refuses_as_json_loads_does(text: Any) -> None:
+    """Text with a BOM, bytes in any UTF the standard library detects, JSON and not, other
+    types: the same value, or the same error with the same message, as ``json.loads``."""
+    assert _outcome(loads, text) == _outcome(_standard, text)
