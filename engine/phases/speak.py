@@ -188,11 +188,18 @@ def _speak_request(
     }
     return built(ModelRequest, values, _SPEAK_GIVEN, validate=(
         type(system) is not str
-        or any(type(message) is not ChatMessage for message in messages)
-        or any(type(tool) is not ToolSpec for tool in tools)
-        or any(type(key) is not str for key in json_schema)
-        or any(type(key) is not str for key in meta)
+        or not _CHAT_ONLY.issuperset(map(type, messages))
+        or not _TOOL_ONLY.issuperset(map(type, tools))
+        or not _STR_ONLY.issuperset(map(type, json_schema))
+        or not _STR_ONLY.issuperset(map(type, meta))
     ))
+
+
+# The exact types a speak request's items and keys must have to be built without validation
+# (read as ``set(map(type, items)) <= ...``: a pass in C, not a generator step per item).
+_CHAT_ONLY = frozenset((ChatMessage,))
+_TOOL_ONLY = frozenset((ToolSpec,))
+_STR_ONLY = frozenset((str,))
 
 
 async def _run_tools(
