@@ -54,7 +54,7 @@ from engine.phases import (
 )
 from engine.providers.base import Provider
 from engine.recording import note_session
-from engine.request import TurnRequest, TurnResult
+from engine.request import HistoryEntry, TurnRequest, TurnResult
 from engine.values import template_fields
 
 T = TypeVar("T")
@@ -276,12 +276,17 @@ class Agent:
         # Load lets the turn write that one instead of copying it again.
         stored = request.get("session") if isinstance(request, dict) else None
         parsed = TurnRequest.parse(request)
+        # Entries validated here from dicts are the turn's alone; entries the host made are
+        # frozen, so the turn shares them too (and keeps their chat messages on them).
+        fresh = isinstance(request, dict) and _validated_here(request.get("history"))
+        kept = not fresh and _shareable(parsed.history)
         state = await load.run(  # 1 Load
             self._config,
             parsed,
             stored if isinstance(stored, dict) else None,
-            history_owned=isinstance(request, dict) and _validated_here(request.get("history")),
+            history_owned=fresh or kept,
         )
+        state.history_kept = kept
         if parsed.fallback is not None:  # the host gave up waiting for the model
             ingest.run(state)  # 2 Ingest: the ids and last_user_at, nothing moves
             fallback.run(state)  # the fallback message instead of phases 3-6
@@ -309,6 +314,12 @@ def _validated_here(history: Any) -> bool:
     if history is None:
         return True
     return isinstance(history, list | tuple) and all(type(entry) is dict for entry in history)
+
+
+def _shareable(entries: list[HistoryEntry]) -> bool:
+    """Whether every entry is a ``HistoryEntry`` itself: frozen, so the turn needs no copy of
+    it (a subclass may have made itself editable: those are copied)."""
+    return all(type(entry) is HistoryEntry for entry in entries)
 
 
 def _first_triggers(flows: tuple[Flow, ...], kind: type[T]) -> tuple[tuple[Flow, int, T], ...]:

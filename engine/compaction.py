@@ -46,7 +46,7 @@ def trim(state: TurnState) -> None:
     assert config is not None
     cut = config.trim_entry_chars
     entries = [
-        (pos, e.model_copy(update={"text": e.text[:cut]}))
+        (pos, e if len(e.text) <= cut else e.model_copy(update={"text": e.text[:cut]}))
         for pos, e in enumerate(state.history)
         if e.role != "tool"
     ]

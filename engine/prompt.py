@@ -17,7 +17,7 @@ from engine.config import FieldSpec, Flow, Instruction, TalkStep
 from engine.envelopes import UnderstandPlan
 from engine.providers.base import ChatMessage
 from engine.records import built
-from engine.request import message_texts
+from engine.request import HistoryEntry, message_texts
 from engine.session import Run
 from engine.state import TurnState
 
@@ -74,7 +74,10 @@ def history_messages(state: TurnState) -> list[ChatMessage]:
     a turn. So the messages built for a turn are kept on its state and handed out again, in a
     new list, while the request and the history entries are the same objects (compaction puts
     new entries in ``state.history``; entries themselves are never edited). A ``ChatMessage``
-    is frozen, so the two calls can share them."""
+    is frozen, so the two calls can share them. Entries the host holds across turns
+    (``state.history_kept``) keep the message built from each on them, so a host that gives
+    the same entries to its next turn (the consumer keeps each conversation's window) has
+    them built once, not once a turn."""
     entries = state.history
     kept = state.history_chat
     if (
@@ -84,11 +87,10 @@ def history_messages(state: TurnState) -> list[ChatMessage]:
         and all(a is b for a, b in zip(kept[1], entries, strict=True))
     ):
         return list(kept[2])
-    out = [
-        _chat_message("assistant" if e.role == "assistant" else "user", _bounded_entry(e.text))
-        for e in entries
-        if e.role in ("user", "assistant")
-    ]
+    if state.history_kept:
+        out = [_kept_chat(e) for e in entries if e.role in ("user", "assistant")]
+    else:
+        out = [_entry_chat(e) for e in entries if e.role in ("user", "assistant")]
     said = [p.message for p in state.request.parts]
     tail = [(m.role, m.text) for m in out[len(out) - len(said) :]] if said else []
     already_there = len(out) >= len(said) and tail == [
@@ -100,6 +102,29 @@ def history_messages(state: TurnState) -> list[ChatMessage]:
         out[len(out) - len(said) :] = [_chat_message("user", text) for text in said]
     state.history_chat = (state.request, tuple(entries), tuple(out))
     return out
+
+
+def _entry_chat(entry: HistoryEntry) -> ChatMessage:
+    """The chat message of one earlier entry: its text bounded."""
+    role: Literal["user", "assistant"] = "assistant" if entry.role == "assistant" else "user"
+    return _chat_message(role, _bounded_entry(entry.text))
+
+
+# The slot of ``HistoryEntry`` that keeps the chat message built from the entry (request.py).
+_KEPT = HistoryEntry.__dict__["_chat"]
+_kept, _keep = _KEPT.__get__, _KEPT.__set__
+
+
+def _kept_chat(entry: HistoryEntry) -> ChatMessage:
+    """``_entry_chat(entry)``, built once per entry and kept on it. Exact because an entry is
+    frozen: its role and text are those the message was built from (a copy, or an entry made
+    from one with another text, has an empty slot)."""
+    try:
+        return _kept(entry, HistoryEntry)  # type: ignore[no-any-return]
+    except AttributeError:  # not built yet
+        message = _entry_chat(entry)
+        _keep(entry, message)
+        return message
 
 
 _CHAT_GIVEN = frozenset(("role", "text"))

@@ -64,6 +64,10 @@ class TurnState:
     # a turn calls it.
     original: Callable[[], Session]
     history: list[HistoryEntry]
+    # The history entries are the host's own objects, shared rather than copied (given as
+    # ``HistoryEntry``, frozen): the chat message built from each is kept on it for the host's
+    # later turns that give it again (engine.prompt.history_messages).
+    history_kept: bool = False
     ignored: bool = False
     done: bool = False
     outcomes: list[Outcome] = field(default_factory=list)

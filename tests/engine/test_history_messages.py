@@ -177,3 +177,44 @@ async def test_earlier_entries_are_bounded_and_this_turns_message_is_whole() -> 
         assert sent[0] == ("user", "d" * MAX_HISTORY_ENTRY_CHARS
                            + f" [... {50_000 - MAX_HISTORY_ENTRY_CHARS} more characters not shown]")
         assert sent[1:] == [("assistant", "ok"), ("user", mine)]
+
+
+async def test_entries_a_host_keeps_have_their_messages_built_once_across_turns() -> None:
+    """A host that gives the same ``HistoryEntry`` objects to several turns (the consumer keeps
+    each conversation's window) gets the same messages as one that gives dicts, every turn,
+    each built once: later turns hand out the very message objects of the first. An entry
+    cannot be edited, and an entry made from one with another text gets its own message."""
+    import pydantic
+
+    from engine.request import HistoryEntry
+
+    dicts = history(6)
+    dicts[2]["text"] = "x" * 5_000  # bounded in the prompt
+    kept = [HistoryEntry.model_validate(e) for e in dicts]
+    runs: list[list[Any]] = []
+    for n in range(3):
+        provider = MockProvider([ModelResponse(json={"flows": {"cadastro": 90, "suporte": 0}}),
+                                 ModelResponse(json={"message": "Claro!"})])
+        expected_provider = MockProvider(list(provider.script))
+        request = {"session_id": "s1", "message": f"quero me cadastrar {n}", "id": f"m{n}"}
+        await agent(provider).turn({**request, "history": list(kept)})
+        await agent(expected_provider).turn({**request, "history": [dict(e) for e in dicts]})
+        for call, expected in zip(provider.calls, expected_provider.calls, strict=True):
+            assert call.messages == expected.messages
+        runs.append(provider.calls[0].messages)
+    for later in runs[1:]:
+        assert all(a is b for a, b in zip(runs[0][:6], later[:6], strict=True))
+    assert runs[0][6] is not runs[1][6]  # this turn's own message is not an entry's
+    try:
+        kept[0].text = "editado"  # type: ignore[misc]
+    except pydantic.ValidationError:
+        pass
+    else:
+        raise AssertionError("a history entry could be edited")
+    other = kept[1].model_copy(update={"text": "outro texto"})
+    state = await load.run(
+        agent(MockProvider([])).config,
+        TurnRequest.parse({"session_id": "s1", "message": "oi", "history": [kept[1], other]}),
+    )
+    state.history_kept = True
+    assert [m.text for m in history_messages(state)] == ["entrada 1", "outro texto", "oi"]

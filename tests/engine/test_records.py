@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from engine import Agent, FakeClock, prompt
 from engine import request as request_module
@@ -465,6 +465,10 @@ def test_speak_request_with_an_item_validation_would_convert() -> None:
     assert type(fast.messages[0]) is ChatMessage
 
 
+class EditableEntry(HistoryEntry):
+    model_config = ConfigDict(frozen=False)
+
+
 HISTORY = [
     {"role": "user", "text": "oi", "at": "2026-01-05T08:59:00Z"},
     {"role": "assistant", "text": "Olá!", "at": "2026-01-05T08:59:01Z"},
@@ -478,7 +482,7 @@ HISTORY = [
         (lambda: {"session_id": "s", "message": "oi", "id": "m1", "history": HISTORY}, 0),
         (lambda: {"session_id": "s", "message": "oi", "id": "m1", "history": tuple(HISTORY)}, 0),
         (lambda: {"session_id": "s", "message": "oi", "id": "m1"}, 0),
-        # Entries the caller built, or a request object the caller holds: each entry copied.
+        # Entries the caller built, or a request object the caller holds: frozen, so shared.
         (
             lambda: {
                 "session_id": "s",
@@ -486,7 +490,7 @@ HISTORY = [
                 "id": "m1",
                 "history": [HistoryEntry.model_validate(e) for e in HISTORY],
             },
-            2,
+            0,
         ),
         (
             lambda: {
@@ -495,17 +499,28 @@ HISTORY = [
                 "id": "m1",
                 "history": [HISTORY[0], HistoryEntry.model_validate(HISTORY[1])],
             },
-            2,
+            0,
         ),
         (
             lambda: TurnRequest.model_validate(
                 {"session_id": "s", "message": "oi", "id": "m1", "history": HISTORY}
             ),
+            0,
+        ),
+        # An entry of a subclass may be editable: every entry copied.
+        (
+            lambda: {
+                "session_id": "s",
+                "message": "oi",
+                "id": "m1",
+                "history": [HistoryEntry.model_validate(HISTORY[0]),
+                            EditableEntry.model_validate(HISTORY[1])],
+            },
             2,
         ),
     ],
 )
-def test_load_copies_the_history_entries_a_caller_may_hold(
+def test_load_copies_the_history_entries_a_caller_may_edit(
     make_request: Any, copies: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from engine.phases import load
