@@ -43,6 +43,7 @@ from typing import Any, Literal, Protocol
 from consumer import crash, metrics
 from consumer.decisions import VersionConflictsExhausted
 from consumer.groups import LoadGroup, SaveGroup
+from consumer.history_cache import HistoryCache
 from consumer.outbox import OutboxPublisher
 from consumer.parser import ParsedInput
 from consumer.routing import BINDING_KEY, AgentRouter, Route, SingleAgent
@@ -212,6 +213,7 @@ class TurnPipeline:
         max_version_conflicts: int = 5,
         recording: RecordingLevel = "off",
         router: AgentRouter | None = None,
+        history_cache_sessions: int = 0,
     ) -> None:
         # Which agent answers each input: ``agent`` alone, unless a registry router is given.
         if router is None and agent is None:
@@ -223,6 +225,8 @@ class TurnPipeline:
         self._recording: RecordingLevel = recording
         self._loads = LoadGroup(store, history_limit=history_limit)
         self._saves = SaveGroup(store)
+        # The history windows of sessions served lately, kept between their turns.
+        self._histories = HistoryCache(max_sessions=history_cache_sessions, limit=history_limit)
 
     async def close(self) -> None:
         """Cancel the grouped load and save in flight, if any: for shutdown, once the turns
@@ -230,6 +234,10 @@ class TurnPipeline:
         caller's to close."""
         await self._loads.close()
         await self._saves.close()
+
+    def forget_partitions(self, partitions: set[tuple[str, int]]) -> None:
+        """Drop the history windows of sessions last served from ``partitions`` (revoked)."""
+        self._histories.drop_partitions(partitions)
 
     async def apply(
         self,
@@ -263,6 +271,7 @@ class TurnPipeline:
                     input_ids=tuple(
                         i for p in asked if (i := conversation_input_id(p.parsed.request))
                     ),
+                    history_version=self._histories.held(parsed.session_id),
                 )
             )
             if loaded.applied:
@@ -270,6 +279,11 @@ class TurnPipeline:
             live, consumed = _still_new(asked, loaded.applied_sources, loaded.duplicate_ids)
             if not live:
                 return await self._skip_duplicate(work, may_publish, loaded.unpublished)
+            history = self._histories.take(
+                parsed.session_id, loaded.version, loaded.history, loaded.history_held
+            )
+            if history is None:
+                continue  # the window held for this version went meanwhile: load it
             work = burst_of(live)
             if fallback is not None:
                 work = dataclasses.replace(work, fallback=fallback)
@@ -280,7 +294,7 @@ class TurnPipeline:
                 raise TurnFenced(parsed.session_id)
             request = _request_of(work)
             request["session"] = loaded.state
-            request["history"] = loaded.history
+            request["history"] = list(history)
             try:
                 with taping(self._recording) as tape:
                     # The result in its JSON form at once: one pass through pydantic-core for
@@ -313,6 +327,10 @@ class TurnPipeline:
             except DuplicateInput:
                 # A concurrent copy of this input (another offset) won the save.
                 return await self._skip_duplicate(work, may_publish)
+            self._histories.extend(
+                parsed.session_id, loaded.version, history, saved.version, saved.history,
+                (work.source.topic, work.source.partition),
+            )
             break
 
         crash.reached("after_save")

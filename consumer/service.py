@@ -315,6 +315,7 @@ class ConsumerService:
             publisher=publisher,
             topics=OutboundTopics(messages=s.messages_topic, schedule=s.schedule_topic),
             history_limit=s.history_limit,
+            history_cache_sessions=s.history_cache_sessions,
             max_version_conflicts=s.max_version_conflicts,
             recording=s.model_recording,
             router=router,
@@ -932,6 +933,8 @@ class ConsumerService:
                 metrics.CONSUMER_LAG.remove(tp.topic, str(tp.partition))
         self._marks.forget(partitions)
         self._backpressure.forget(partitions)
+        if self._pipeline is not None:
+            self._pipeline.forget_partitions({(tp.topic, tp.partition) for tp in partitions})
         log.info(
             "partitions released",
             extra={"reason": reason, "partitions": sorted(tp.partition for tp in partitions),

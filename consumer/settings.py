@@ -115,6 +115,11 @@ class Settings(BaseSettings):
     history_limit: int = Field(
         50, ge=0, description="Transcript entries loaded with the session for each turn."
     )
+    history_cache_sessions: int = Field(
+        2000, ge=0, description="Conversations whose last `HISTORY_LIMIT` entries one consumer"
+        " keeps between their turns, so a turn loads no history (least recently served dropped"
+        " first; about 30-50 KB each at 50 entries; 0: every turn loads it).",
+    )
     max_version_conflicts: int = Field(
         5, ge=0, description="Reruns of a turn after losing a version race, before backing off."
     )
