@@ -11,7 +11,7 @@ Rows: the code-only turns of ``engine_bench.py`` (fresh session, 1,000 data fiel
 live runs, the 50 as the stored JSON dict), its model turn, and the end-to-end benchmark's
 turn (``e2e_bench.bench_agent``: count, a model-phrased reply, a one-hour wait) as the
 consumer runs it: recorded, model calls observed, a stored session dict and ten history
-entries.
+entries; and the same turn as a conversation's first (``e2efresh``: no session, no history).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-ROWS = ("fresh", "data1000", "runs10", "runs50", "runs50json", "model", "e2e")
+ROWS = ("fresh", "data1000", "runs10", "runs50", "runs50json", "model", "e2e", "e2efresh")
 
 
 def turns() -> dict[str, Callable[[], Awaitable[Any]]]:
@@ -86,6 +86,11 @@ def turns() -> dict[str, Callable[[], Awaitable[Any]]]:
         with taping("envelopes"):
             return await consumer_agent.turn(request)
 
+    async def e2e_fresh() -> Any:
+        request = {"session_id": "s", "message": "oi", "id": "m0", "session": None, "history": []}
+        with taping("envelopes"):
+            return await consumer_agent.turn(request)
+
     return {
         "fresh": code_only(None),
         "data1000": code_only(eb.grown_session(1000)),
@@ -96,6 +101,7 @@ def turns() -> dict[str, Callable[[], Awaitable[Any]]]:
             {"session_id": "s1", "message": "quero me cadastrar", "id": "m1"}
         ),
         "e2e": e2e,
+        "e2efresh": e2e_fresh,
     }
 
 
