@@ -123,12 +123,16 @@ class RecordingPipeline:
     def __init__(self) -> None:
         self.loaded: list[object] = []
         self.applied: list[object] = []
+        self.forgotten: list[set[tuple[str, int]]] = []
 
     async def apply(self, work: object, *, before_turn: Any, **_: object) -> None:
         self.loaded.append(work)
         if not await before_turn():
             raise TurnFenced("fenced")
         self.applied.append(work)
+
+    def forget_partitions(self, partitions: set[tuple[str, int]]) -> None:
+        self.forgotten.append(partitions)
 
 
 async def test_input_waiting_for_a_slot_is_dropped_when_its_partition_moves() -> None:
@@ -162,6 +166,7 @@ async def test_input_waiting_for_a_slot_is_dropped_when_its_partition_moves() ->
     assert pipeline.loaded == [work]
     assert pipeline.applied == []
     assert not service._slots.locked()  # the slot it finally took came back
+    assert pipeline.forgotten == [{(TP.topic, TP.partition)}]  # its history windows dropped
 
 
 async def test_an_input_loads_before_its_slot_and_a_revoke_does_not_wait_for_it() -> None:
@@ -267,6 +272,9 @@ async def test_a_turn_that_fails_before_its_save_gives_its_slot_back() -> None:
             assert await before_turn()  # holds the only slot ...
             raise ValueError("bad")  # ... and fails before its save
 
+        def forget_partitions(self, partitions: object) -> None:
+            pass
+
     settings = Settings(kafka_bootstrap_servers="127.0.0.1:1",
                         database_url="postgresql://nobody@127.0.0.1:1/x", max_in_flight=1,
                         max_retries=0)
@@ -298,6 +306,9 @@ def fetching_service(consumer: Any, **settings: Any) -> ConsumerService:
                         **_: object) -> None:
             assert await before_turn()
             after_turn()
+
+        def forget_partitions(self, partitions: object) -> None:
+            pass
 
     service = ConsumerService(
         Settings(kafka_bootstrap_servers="127.0.0.1:1",
