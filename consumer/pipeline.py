@@ -179,6 +179,12 @@ def _field(value: Any, name: str, default: Any = None) -> Any:
     return getattr(value, name, default)
 
 
+def _json_items(value: Any, name: str) -> list[Any]:
+    """The JSON form of each item of the list ``name`` of a result: once the result is dumped
+    they are dicts already, taken as they are without asking each for a ``model_dump``."""
+    return [item if type(item) is dict else _json(item) for item in _field(value, name) or ()]
+
+
 def _message_extras(message: dict[str, Any]) -> dict[str, Any]:
     """A hand-off's notice, and ``meta`` (``agent_id``, ``provenance``) on every message of a
     lifecycle agent; plain engine messages keep exactly their own keys."""
@@ -342,26 +348,22 @@ class TurnPipeline:
             )
         crash.reached("after_publish")
         self._observe(work, result, started)
-        messages = list(_field(result, "messages", []) or [])
-        schedule = list(_field(result, "schedule", []) or [])
-        log.info(
-            "turn applied",
-            extra=self._ids(work)
-            | {
-                "version": saved.version,
-                "messages": len(messages),
-                "schedule": len(schedule),
-                "llm_calls": int(_field(result, "llm_calls", 0) or 0),
-            },
+        # The counts as the save request took them from the result (one JSON item each).
+        turn = save.turn
+        messages, schedule, llm_calls = len(turn.messages), len(turn.schedule), turn.llm_calls
+        applied = self._ids(work)
+        applied.update(
+            version=saved.version, messages=messages, schedule=schedule, llm_calls=llm_calls
         )
+        log.info("turn applied", extra=applied)
         return PipelineResult(
             status="applied",
             version=saved.version,
-            messages=len(messages),
-            schedule=len(schedule),
-            llm_calls=int(_field(result, "llm_calls", 0) or 0),
+            messages=messages,
+            schedule=schedule,
+            llm_calls=llm_calls,
             conflicts=conflicts,
-            inputs=len(work.parts),
+            inputs=1 + len(work.earlier),
         )
 
     async def _skip_replay(
@@ -408,8 +410,8 @@ class TurnPipeline:
                 metadata = state["metadata"] = {}
             metadata[BINDING_KEY] = route.binding
         credits = _field(result, "credits")
-        messages = [_json(m) for m in _field(result, "messages", []) or []]
-        schedule = [_json(s) for s in _field(result, "schedule", []) or []]
+        messages = _json_items(result, "messages")
+        schedule = _json_items(result, "schedule")
         outbox = [
             OutboxEntry(
                 topic=self._topics.messages,
@@ -445,10 +447,10 @@ class TurnPipeline:
             input=_request_of(work),
             messages=messages,
             schedule=schedule,
-            outcomes=[_json(o) for o in _field(result, "outcomes", []) or []],
-            started=[_json(o) for o in _field(result, "started", []) or []],
-            ended=[_json(o) for o in _field(result, "ended", []) or []],
-            skipped=[_json(o) for o in _field(result, "skipped", []) or []],
+            outcomes=_json_items(result, "outcomes"),
+            started=_json_items(result, "started"),
+            ended=_json_items(result, "ended"),
+            skipped=_json_items(result, "skipped"),
             llm_calls=int(_field(result, "llm_calls", 0) or 0),
             source=work.source,
             clock_at=tape.at if tape is not None else None,
