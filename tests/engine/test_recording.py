@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+from datetime import UTC
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine import Agent, FakeClock, MockProvider, ModelRequest, ModelResponse, ProviderError
 from engine.providers.base import ToolCall, Usage
@@ -13,6 +18,7 @@ from engine.recording import (
     RecordingProvider,
     fields_written,
     recorded_agent,
+    state_digest,
     taping,
 )
 
@@ -153,3 +159,26 @@ async def test_a_digest_from_the_hosts_dump_is_the_digest_of_the_session_left() 
             session = dumped["session"]
             compared += 1
     assert compared == 30
+
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text()
+    | st.datetimes(timezones=st.just(UTC)),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                               max_size=4),
+    max_leaves=12,
+)
+
+
+@given(st.dictionaries(st.sampled_from(["version", "id", "data", "runs", "inputs", "é", "b"]),
+                       _JSONISH, max_size=6))
+def test_the_digest_is_of_the_text_json_dumps_writes(session: dict[str, Any]) -> None:
+    """The digests already stored were taken over ``json.dumps`` with sorted keys (floats as
+    ``repr`` writes them, NaN, non-ASCII and lone surrogates as they are, other values through
+    ``str``), without the ``version``: any state gives that same digest."""
+    body = {k: v for k, v in session.items() if k != "version"}
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+                      default=str)
+    expected = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    assert state_digest(session) == expected
+    assert "version" in session or state_digest({**session, "version": 7}) == expected
