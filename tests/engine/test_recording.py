@@ -182,3 +182,17 @@ def test_the_digest_is_of_the_text_json_dumps_writes(session: dict[str, Any]) ->
     expected = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     assert state_digest(session) == expected
     assert "version" in session or state_digest({**session, "version": 7}) == expected
+
+
+def test_a_tape_block_puts_back_the_tape_around_it_when_it_ends_or_raises() -> None:
+    """Nested blocks: the inner tape is current inside, the outer one again after it, none
+    after both, also when the inner block raises."""
+    from engine.recording import _CURRENT
+
+    with taping("envelopes") as outer:
+        assert _CURRENT.get() is outer
+        with pytest.raises(KeyError), taping("prompts") as inner:
+            assert _CURRENT.get() is inner and inner is not outer and inner.level == "prompts"
+            raise KeyError("inside")
+        assert _CURRENT.get() is outer
+    assert _CURRENT.get() is None
