@@ -33,7 +33,9 @@ def record_model_call(record: CallRecord) -> None:
                   ("cache_write", record.usage.cache_write_tokens))
         for direction, count in counts:
             if count is not None:
-                metrics.MODEL_TOKENS.labels(call=call, direction=direction).inc(count)
+                # The labelled child kept per (call, direction): ``labels(...)`` by keyword
+                # costs about 1.4 µs a lookup, up to four a call.
+                metrics.child(metrics.MODEL_TOKENS, call, direction).inc(count)
 
 
 def observe_model_calls(agent: Any) -> bool:
