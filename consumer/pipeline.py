@@ -504,7 +504,7 @@ class TurnPipeline:
             metrics.child(metrics.TURN_OUTCOMES, outcome).inc()
         credits = _field(result, "credits")
         if isinstance(credits, int) and credits > 0:
-            metrics.AI_CREDITS.labels(outcome=outcome or "none").inc(credits)
+            metrics.child(metrics.AI_CREDITS, outcome or "none").inc(credits)
         metrics.TURN_DURATION.observe(time.perf_counter() - started)
         if work.timestamp_ms is not None and (_field(result, "messages", []) or []):
             metrics.INPUT_TO_OUTBOUND.observe(max(0.0, time.time() - work.timestamp_ms / 1000))
