@@ -200,3 +200,17 @@ async def consumers() -> AsyncIterator[list[ConsumerProcess]]:
         for process in started:
             if process.returncode is None:
                 await process.kill()
+
+
+async def start_scheduler(
+    setup: FaultSetup, env: dict[str, str], started: list[ConsumerProcess], *, max_idle: str
+) -> ConsumerProcess:
+    """A scheduler in its own group (``GROUP_ID`` + ``-scheduler``) on ``env``, registered in
+    ``started`` and awaited until ready; ``max_idle`` is its ``--max-idle`` in seconds."""
+    scheduler = ConsumerProcess(
+        {**env, "GROUP_ID": f"{setup.group_id}-scheduler"}, "scheduler",
+        command=("schedule", "--max-idle", max_idle),
+    )
+    started.append(scheduler)
+    await scheduler.start(ready="scheduler ready")
+    return scheduler

@@ -25,7 +25,7 @@ import pytest
 
 from consumer.partitioner import CachedPartitioner
 from tests.faults.ledger import TurnLog, check_all, timers_fired_once
-from tests.faults.process import ConsumerProcess, FaultSetup, consumers, message
+from tests.faults.process import ConsumerProcess, FaultSetup, consumers, message, start_scheduler
 from tests.fixtures.broker import TopicFactory
 from tests.fixtures.kafka_server import KafkaServer
 from tests.fixtures.restartable_broker import RestartableBroker
@@ -65,12 +65,7 @@ async def _run_group_through(
     sessions = _sessions(label)
     env = setup.env(AGENT="tests.faults.agent:timer_agent", FAULT_TIMER_MS=str(timer_ms))
     async with consumers() as started:
-        scheduler = ConsumerProcess(
-            {**env, "GROUP_ID": f"{setup.group_id}-scheduler"}, "scheduler",
-            command=("schedule", "--max-idle", "1"),
-        )
-        started.append(scheduler)
-        await scheduler.start(ready="scheduler ready")
+        await start_scheduler(setup, env, started, max_idle="1")
         for i in range(3):
             started.append(ConsumerProcess(env, f"c{i}"))
             await started[-1].start()

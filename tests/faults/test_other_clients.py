@@ -37,7 +37,14 @@ from tests.faults.ledger import (
     saved_before_sent,
     timers_fired_once,
 )
-from tests.faults.process import INBOUND, ConsumerProcess, FaultSetup, SetupFactory, consumers
+from tests.faults.process import (
+    INBOUND,
+    ConsumerProcess,
+    FaultSetup,
+    SetupFactory,
+    consumers,
+    start_scheduler,
+)
 from tests.faults.process import message as fault_message
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.timeout(180)]
@@ -95,12 +102,7 @@ async def _adapter_run(setup: FaultSetup, partitioner: str | None, label: str) -
     sessions = _sessions(label)
     env = setup.env(AGENT="tests.faults.agent:timer_agent", FAULT_TIMER_MS=str(TIMER_MS))
     async with consumers() as started:
-        scheduler = ConsumerProcess(
-            {**env, "GROUP_ID": f"{setup.group_id}-scheduler"}, "scheduler",
-            command=("schedule", "--max-idle", "0.2"),
-        )
-        started.append(scheduler)
-        await scheduler.start(ready="scheduler ready")
+        await start_scheduler(setup, env, started, max_idle="0.2")
         group = [ConsumerProcess(env, f"c{i}") for i in range(2)]
         started.extend(group)
         for process in group:
