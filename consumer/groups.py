@@ -142,19 +142,32 @@ class LoadGroup:
     """Loads many sessions at once. An outage reaches every turn of its group (each retries);
     an error no retry can fix (one session's data the database or the decoder refuses) is
     narrowed down by loading each request of the group alone, so only the turn whose data
-    it is fails: a group shares a statement, never a fate."""
+    it is fails: a group shares a statement, never a fate. ``history_as_text``: each
+    session's history as the database's JSON text (``LoadedSession.history_json``)."""
 
-    def __init__(self, store: Store, *, history_limit: int, max_group: int = MAX_GROUP) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        history_limit: int,
+        max_group: int = MAX_GROUP,
+        history_as_text: bool = False,
+    ) -> None:
+        async def load_many(requests: list[LoadRequest]) -> list[LoadedSession]:
+            return await store.load_many(
+                requests, history_limit=history_limit, history_as_text=history_as_text
+            )
+
         async def load(requests: list[LoadRequest]) -> Sequence[LoadedSession | Exception]:
             try:
-                return await store.load_many(requests, history_limit=history_limit)
+                return await load_many(requests)
             except Exception as error:
                 if len(requests) == 1 or cannot_succeed(error) is None:
                     raise
             results: list[LoadedSession | Exception] = []
             for request in requests:
                 try:
-                    loaded = await store.load_many([request], history_limit=history_limit)
+                    loaded = await load_many([request])
                 except Exception as error:
                     results.append(error)
                 else:

@@ -41,10 +41,33 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from engine import HistoryEntry
+from store.history import history_entries
 
-__all__ = ["HistoryCache", "Window"]
+__all__ = ["HistoryCache", "Window", "entries_of_text"]
 
 _ENTRIES: TypeAdapter[tuple[HistoryEntry, ...]] = TypeAdapter(tuple[HistoryEntry, ...])
+
+
+def entries_of_text(text: str) -> tuple[HistoryEntry, ...] | list[dict[str, Any]]:
+    """A loaded history, given as the JSON text the database sent, as the engine's entries.
+
+    Validated straight from the text in one pass: a cold load's 50 entries cost about half
+    what decoding them into dicts (``store.history.history_entries``) and validating those
+    did. pydantic reads an entry's ``at`` the way it reads an ISO 8601 datetime, which is
+    stricter than ``datetime.fromisoformat`` (the decoder's): a value only the latter reads
+    (``20261203T1000``, a week date) is refused here, so whatever this refuses is given the
+    decoder's way, exactly as before: as entries when they validate, else as the dicts, for
+    the engine's own validation to refuse the turn as it always did. Where both read a value
+    they read the same instant (tests/consumer/test_history_text.py)."""
+    try:
+        return _ENTRIES.validate_json(text)
+    except ValidationError:
+        pass
+    loaded = history_entries(text)
+    try:
+        return _ENTRIES.validate_python(loaded)
+    except ValidationError:
+        return loaded
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,19 +105,22 @@ class HistoryCache:
         return None if window is None else window.version
 
     def take(
-        self, session_id: str, version: int, loaded: list[dict[str, Any]], held: bool
+        self, session_id: str, version: int, loaded: list[dict[str, Any]] | str, held: bool
     ) -> Sequence[Any] | None:
         """The history to give the engine for a turn on the session at ``version``, the kept
         window taken out. ``held``: the load left the history out, for the kept window is of
         this version; None when it no longer is (another turn here took it meanwhile): load
         again, without it. Otherwise the ``loaded`` history as entries (a tuple, which
         ``extend`` takes), or the loaded dicts as they are when nothing is kept (disabled, or
-        an entry the engine would refuse: its own validation reports it as it always did)."""
+        an entry the engine would refuse: its own validation reports it as it always did).
+        ``loaded`` may be the history as the database's JSON text (``entries_of_text``)."""
         window = self._windows.pop(session_id, None)
         if held:
             return window.entries if window is not None and window.version == version else None
         if not self._max:
-            return loaded
+            return history_entries(loaded) if isinstance(loaded, str) else loaded
+        if isinstance(loaded, str):
+            return entries_of_text(loaded)
         try:
             return _ENTRIES.validate_python(loaded)
         except ValidationError:

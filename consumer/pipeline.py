@@ -229,7 +229,8 @@ class TurnPipeline:
         self._topics = topics
         self._max_conflicts = max_version_conflicts
         self._recording: RecordingLevel = recording
-        self._loads = LoadGroup(store, history_limit=history_limit)
+        # The history as text: the window is validated from it in one pass (entries_of_text).
+        self._loads = LoadGroup(store, history_limit=history_limit, history_as_text=True)
         self._saves = SaveGroup(store)
         # The history windows of sessions served lately, kept between their turns.
         self._histories = HistoryCache(max_sessions=history_cache_sessions, limit=history_limit)
@@ -285,8 +286,9 @@ class TurnPipeline:
             live, consumed = _still_new(asked, loaded.applied_sources, loaded.duplicate_ids)
             if not live:
                 return await self._skip_duplicate(work, may_publish, loaded.unpublished)
+            given = loaded.history if loaded.history_json is None else loaded.history_json
             history = self._histories.take(
-                parsed.session_id, loaded.version, loaded.history, loaded.history_held
+                parsed.session_id, loaded.version, given, loaded.history_held
             )
             if history is None:
                 continue  # the window held for this version went meanwhile: load it

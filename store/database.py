@@ -65,8 +65,9 @@ _IS_DEAD_LETTERED = text(
 )
 
 
-def _loaded(request: LoadRequest, row: Any) -> LoadedSession:
-    """One row of the load statement as the turn's `LoadedSession`."""
+def _loaded(request: LoadRequest, row: Any, history_as_text: bool = False) -> LoadedSession:
+    """One row of the load statement as the turn's `LoadedSession`; with `history_as_text`,
+    its history as the database's JSON text (`history_json`), not decoded."""
     asked_sources, asked_ids = request.sources, request.input_ids
     applied_sources = frozenset(asked_sources[n - 1] for n in row["applied"] or ())
     duplicate_ids = frozenset(asked_ids[n - 1] for n in row["duplicate"] or ())
@@ -83,12 +84,14 @@ def _loaded(request: LoadRequest, row: Any) -> LoadedSession:
     if row["version"] is None:
         return found
     held = row["history"] is None  # at the version the caller holds the history for
+    as_text = history_as_text and not held
     return dataclasses.replace(
         found,
         state=jsoncodec.loads(row["state"]),
         version=int(row["version"]),
-        history=[] if held else history.history_entries(row["history"]),
+        history=[] if held or as_text else history.history_entries(row["history"]),
         history_held=held,
+        history_json=row["history"] if as_text else None,
     )
 
 
@@ -181,10 +184,16 @@ class Store:
         return (await self.load_many([asked], history_limit=history_limit))[0]
 
     async def load_many(
-        self, requests: Sequence[LoadRequest], *, history_limit: int = 20
+        self,
+        requests: Sequence[LoadRequest],
+        *,
+        history_limit: int = 20,
+        history_as_text: bool = False,
     ) -> list[LoadedSession]:
         """`load` for several sessions in one statement (the consumer groups the loads of turns
-        that start together); one result per request, in order."""
+        that start together); one result per request, in order. With `history_as_text`, each
+        session's history is left as the JSON text the database sent (`history_json`), for a
+        caller that validates it straight from the text."""
         if not requests:
             return []
         parameters = {
@@ -202,7 +211,10 @@ class Store:
             "history_limit": history_limit,
         }
         rows = await direct.fetch(self._engine, history.LOAD, parameters)
-        return [_loaded(request, row) for request, row in zip(requests, rows, strict=True)]
+        return [
+            _loaded(request, row, history_as_text)
+            for request, row in zip(requests, rows, strict=True)
+        ]
 
     async def save_turn(self, request: SaveRequest) -> SavedTurn:
         """Write the session, its turn-log row and its outbox rows atomically (one round trip).

@@ -23,6 +23,12 @@ are read through an index that holds only such turns (`ix_turns_history`, whose 
 this read's own condition, word for word), so the read does not pass over the wakes and events
 in between that sent nothing either.
 
+The history comes back as the JSON text the database wrote, not decoded by the driver: the
+store decodes it into `LoadedSession.history`, or, when the caller asks for the text
+(`history_as_text`), hands it over as it is for the caller to validate straight from the text
+in one pass (the consumer builds the engine's entries from it; decoding into dicts first cost
+twice as much for a 50-entry window).
+
 A consumer that already holds a session's window (it served the session's last turn and
 extended the window with the entries that turn's save returned) says for which version
 (`LoadRequest.history_version`); while the session is still at that version the statement
@@ -115,7 +121,7 @@ SELECT q.n, s.version, s.state, (
     ) IS NOT NULL) AS duplicate, (
     SELECT count(*) FROM outbox
     WHERE session_id = q.session_id AND published_at IS NULL
-) AS unpublished, CASE WHEN s.version = q.held THEN NULL ELSE (
+) AS unpublished, CAST(CASE WHEN s.version = q.held THEN NULL ELSE (
     SELECT coalesce(jsonb_agg(h.entry ORDER BY h.version, h.ord), '[]'::jsonb)
     FROM (
         SELECT e.entry, t.version, e.ord
@@ -131,7 +137,7 @@ SELECT q.n, s.version, s.state, (
         ORDER BY t.version DESC, e.ord DESC
         LIMIT :history_limit
     ) AS h
-) END AS history
+) END AS text) AS history
 FROM unnest(
     CAST(:session_ids AS text[]), CAST(:sources AS text[]), CAST(:input_ids AS text[]),
     CAST(:history_versions AS bigint[])

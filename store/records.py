@@ -129,6 +129,8 @@ class LoadedSession:
     `duplicate_ids` say which of them the log already has, and `applied`/`duplicate` are true
     only when all of them are. `history_held` says the session is at the `history_version`
     the load was asked with, so `history` was left out (empty): the caller holds it.
+    `history_json` is the history as the JSON text the database sent, when the load was asked
+    for it as text (`Store.load_many(..., history_as_text=True)`); `history` is then empty.
     """
 
     state: dict[str, Any] | None
@@ -140,6 +142,7 @@ class LoadedSession:
     applied_sources: frozenset[SourceRecord] = frozenset()
     duplicate_ids: frozenset[str] = frozenset()
     history_held: bool = False
+    history_json: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,9 +107,14 @@ class FakeStore:
         return (topic, partition, offset) in self.applied
 
     async def load_many(
-        self, requests: Sequence[LoadRequest], *, history_limit: int = 20
+        self,
+        requests: Sequence[LoadRequest],
+        *,
+        history_limit: int = 20,
+        history_as_text: bool = False,
     ) -> list[LoadedSession]:
-        """The real store's contract: one result per request, in order."""
+        """The real store's contract: one result per request, in order (the history decoded
+        whether or not asked as text: a caller takes either)."""
         return [
             await self.load(r.session_id, history_limit=history_limit, sources=r.sources,
                             input_ids=r.input_ids)

@@ -191,7 +191,9 @@ class _OneBadSession:
         self.outage = outage
         self.statements: list[list[str]] = []
 
-    async def load_many(self, requests: list[LoadRequest], *, history_limit: int) -> list[Any]:
+    async def load_many(
+        self, requests: list[LoadRequest], *, history_limit: int, history_as_text: bool
+    ) -> list[Any]:
         self.statements.append([r.session_id for r in requests])
         await asyncio.sleep(0)
         if self.outage:
