@@ -41,6 +41,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from engine import HistoryEntry
+from engine.records import share_fields_sets
 from store.history import history_entries
 
 __all__ = ["HistoryCache", "Window", "entries_of_text"]
@@ -60,14 +61,21 @@ def entries_of_text(text: str) -> tuple[HistoryEntry, ...] | list[dict[str, Any]
     the engine's own validation to refuse the turn as it always did. Where both read a value
     they read the same instant (tests/consumer/test_history_text.py)."""
     try:
-        return _ENTRIES.validate_json(text)
+        return _kept(_ENTRIES.validate_json(text))
     except ValidationError:
         pass
     loaded = history_entries(text)
     try:
-        return _ENTRIES.validate_python(loaded)
+        return _kept(_ENTRIES.validate_python(loaded))
     except ValidationError:
         return loaded
+
+
+def _kept(entries: tuple[HistoryEntry, ...]) -> tuple[HistoryEntry, ...]:
+    """Entries to keep in a window, with one fields set between them (a window holds 50 and
+    a consumer thousands of windows: ``engine.records.share_fields_sets``)."""
+    share_fields_sets(entries)
+    return entries
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +130,7 @@ class HistoryCache:
         if isinstance(loaded, str):
             return entries_of_text(loaded)
         try:
-            return _ENTRIES.validate_python(loaded)
+            return _kept(_ENTRIES.validate_python(loaded))
         except ValidationError:
             return loaded
 
@@ -145,7 +153,7 @@ class HistoryCache:
         if gave is None or saved_version != version + 1:
             return
         try:
-            added = _ENTRIES.validate_python(gave)
+            added = _kept(_ENTRIES.validate_python(gave))
         except ValidationError:
             return
         entries = history + added

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from engine.config import FieldSpec, Flow, Instruction, TalkStep
 from engine.envelopes import UnderstandPlan
 from engine.providers.base import ChatMessage
-from engine.records import built
+from engine.records import built, record, shared_fields_set
 from engine.request import HistoryEntry, message_texts
 from engine.session import Run
 from engine.state import TurnState
@@ -110,6 +110,22 @@ def _entry_chat(entry: HistoryEntry) -> ChatMessage:
     return _chat_message(role, _bounded_entry(entry.text))
 
 
+def _kept_entry_chat(entry: HistoryEntry) -> ChatMessage:
+    """``_entry_chat(entry)`` for keeping on the entry: with the fields set every such message
+    shares (``engine.records.share_fields_sets``), since a host keeps these between turns."""
+    text = _bounded_entry(entry.text)
+    if type(text) is not str:
+        return _entry_chat(entry)
+    values: dict[str, Any] = {
+        "role": "assistant" if entry.role == "assistant" else "user",
+        "text": text,
+        "tool_call_id": None,
+        "tool_calls": [],
+        "images": [],
+    }
+    return record(ChatMessage, values, _KEPT_CHAT_FIELDS)
+
+
 # The slot of ``HistoryEntry`` that keeps the chat message built from the entry (request.py).
 _KEPT = HistoryEntry.__dict__["_chat"]
 _kept, _keep = _KEPT.__get__, _KEPT.__set__
@@ -122,12 +138,13 @@ def _kept_chat(entry: HistoryEntry) -> ChatMessage:
     try:
         return _kept(entry, HistoryEntry)  # type: ignore[no-any-return]
     except AttributeError:  # not built yet
-        message = _entry_chat(entry)
+        message = _kept_entry_chat(entry)
         _keep(entry, message)
         return message
 
 
 _CHAT_GIVEN = frozenset(("role", "text"))
+_KEPT_CHAT_FIELDS = shared_fields_set(_CHAT_GIVEN)
 
 
 def _chat_message(role: Literal["user", "assistant"], text: str) -> ChatMessage:

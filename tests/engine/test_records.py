@@ -534,3 +534,35 @@ def test_load_copies_the_history_entries_a_caller_may_edit(
     monkeypatch.setattr(load, "copy_record", counting)
     asyncio.run(AGENT.turn(make_request()))
     assert len(copied) == copies
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["user", "assistant", "tool"]), st.text(max_size=30),
+                          st.one_of(st.none(), st.datetimes(timezones=st.just(UTC)))),
+                max_size=8))
+def test_shared_fields_sets_change_nothing_but_the_objects(
+    made: list[tuple[Any, str, datetime | None]],
+) -> None:
+    """History entries given one fields set between them (as a consumer keeps a window) dump,
+    compare and copy as each with its own; a copy with an update gets its own set and leaves
+    the shared one as it was; and the chat message kept on an entry is the one built fresh."""
+    from engine.records import share_fields_sets, shared_fields_set
+
+    def entries() -> list[HistoryEntry]:
+        return [HistoryEntry(role=r, text=t) if at is None else HistoryEntry(role=r, text=t, at=at)
+                for r, t, at in made]
+
+    own, shared = entries(), entries()
+    share_fields_sets(shared)
+    for a, b in zip(own, shared, strict=True):
+        assert_same(b, a)
+        assert b.__pydantic_fields_set__ is shared_fields_set(frozenset(a.model_fields_set))
+        changed = b.model_copy(update={"text": "changed"})
+        assert changed.__pydantic_fields_set__ is not b.__pydantic_fields_set__
+        assert b.model_fields_set == a.model_fields_set  # the shared set is as it was
+        kept = prompt._kept_chat(b)
+        assert_same(kept, prompt._entry_chat(a))
+        assert prompt._kept_chat(b) is kept  # built once, kept
+    run = Run(id="r", flow_id="f", step_id="s", started_at=datetime(2026, 1, 1, tzinfo=UTC))
+    with pytest.raises(TypeError, match="Run is not frozen"):
+        share_fields_sets([run])  # written in place by the engine: its set is its own
