@@ -115,6 +115,20 @@ VERSION_CONFLICTS = Counter(
     "Saves that lost an optimistic version race and were rerun.",
     registry=REGISTRY,
 )
+HISTORY_LOADS = Counter(
+    "turnflow_history_loads_total",
+    "Turns of conversations with history, by where the history came from: held (the window "
+    "this consumer kept since the conversation's last turn; the load left it out) or loaded "
+    "(read from the turn log: the first turn here since start-up, a rebalance or an eviction, "
+    "or the conversation moved on elsewhere).",
+    ["history"],
+    registry=REGISTRY,
+)
+HISTORY_WINDOWS = Gauge(
+    "turnflow_history_windows",
+    "Conversations whose history window this consumer keeps (at most HISTORY_CACHE_SESSIONS).",
+    registry=REGISTRY,
+)
 DLQ = Counter(
     "turnflow_dlq_total", "Records sent to the dead-letter topic, by reason.", ["reason"],
     registry=REGISTRY,
@@ -231,7 +245,7 @@ _CONSUMER = (
     LLM_CALLS, OUTCOMES, TURN_OUTCOMES, AI_CREDITS, TURN_DURATION,
     MODEL_CALL_DURATION, MODEL_TOKENS, MODEL_ERRORS, VERSION_CONFLICTS, DLQ, REPLAYS_SKIPPED,
     INPUT_RETRIES, IN_FLIGHT, CONSUMER_LAG, PAUSED_PARTITIONS, INPUT_TO_OUTBOUND,
-    MODEL_WAITING, MODEL_FALLBACKS, INPUTS_OFF_PARTITION,
+    MODEL_WAITING, MODEL_FALLBACKS, INPUTS_OFF_PARTITION, HISTORY_LOADS, HISTORY_WINDOWS,
 )
 _SCHEDULER = (TIMERS_PENDING, TIMER_FIRE_DELAY, WAKES_EMITTED, TIMERS_SCHEDULED, SCHEDULE_REFUSED)
 PROCESS_FAMILIES: dict[str, tuple[Any, ...]] = {
@@ -251,6 +265,7 @@ DECISION_DLQ_REASONS = (
 DLQ_REASONS = tuple(get_args(RejectReason)) + DECISION_DLQ_REASONS
 FALLBACK_REASONS = ("model-unavailable", "unusable-reply")
 # The reason codes ScheduleRecordError documents for a malformed schedule record.
+HISTORY_SOURCES = ("held", "loaded")
 SCHEDULE_REFUSED_REASONS = ("empty", "not-json", "not-an-object", "invalid-text", "invalid-field")
 
 
@@ -276,6 +291,8 @@ def _precreate() -> None:
         TIMERS_SCHEDULED.labels(action=action)
     for generation in ("0", "1", "2"):
         GC_SECONDS.labels(generation=generation)
+    for source in HISTORY_SOURCES:
+        HISTORY_LOADS.labels(history=source)
 
 
 _precreate()

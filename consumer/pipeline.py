@@ -245,6 +245,7 @@ class TurnPipeline:
     def forget_partitions(self, partitions: set[tuple[str, int]]) -> None:
         """Drop the history windows of sessions last served from ``partitions`` (revoked)."""
         self._histories.drop_partitions(partitions)
+        metrics.HISTORY_WINDOWS.set(len(self._histories))
 
     async def apply(
         self,
@@ -292,6 +293,9 @@ class TurnPipeline:
             )
             if history is None:
                 continue  # the window held for this version went meanwhile: load it
+            if loaded.version:
+                source = "held" if loaded.history_held else "loaded"
+                metrics.child(metrics.HISTORY_LOADS, source).inc()
             work = burst_of(live)
             if fallback is not None:
                 work = dataclasses.replace(work, fallback=fallback)
@@ -339,6 +343,7 @@ class TurnPipeline:
                 parsed.session_id, loaded.version, history, saved.version, saved.history,
                 (work.source.topic, work.source.partition),
             )
+            metrics.HISTORY_WINDOWS.set(len(self._histories))
             break
 
         crash.reached("after_save")

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from consumer.history_cache import HistoryCache
+from consumer.metrics import REGISTRY
 from consumer.outbox import OutboxPublisher
 from consumer.parser import ParsedInput, parse_record
 from consumer.pipeline import OutboundTopics, TurnPipeline, TurnWork, burst_of
@@ -156,6 +157,7 @@ async def test_a_revoked_partition_drops_its_windows(store: Store) -> None:
     load sends the history); the others are kept."""
     agent = Checking(store, 10)
     served = pipeline(store, agent, limit=10, sessions=100)
+    before = {source: _history_loads(source) for source in ("held", "loaded")}
     for n in range(2):
         await served.apply(message("p0", n, partition=0))
         await served.apply(message("p1", n, partition=1))
@@ -168,9 +170,19 @@ async def test_a_revoked_partition_drops_its_windows(store: Store) -> None:
 
     served._loads.load = spying  # type: ignore[method-assign]
     served.forget_partitions({("in", 0)})
+    assert REGISTRY.get_sample_value("turnflow_history_windows") == 1
     await served.apply(message("p0", 2, partition=0))
     await served.apply(message("p1", 2, partition=1))
     assert [(r.session_id, r.history_version) for r in asked] == [("p0", None), ("p1", 2)]
+    # Counted: the second turns and p1's third from the windows, p0's third loaded; the
+    # first turns of new conversations not at all.
+    assert _history_loads("held") - before["held"] == 3
+    assert _history_loads("loaded") - before["loaded"] == 1
+    assert REGISTRY.get_sample_value("turnflow_history_windows") == 2
+
+
+def _history_loads(source: str) -> float:
+    return REGISTRY.get_sample_value("turnflow_history_loads_total", {"history": source}) or 0.0
 
 
 async def test_a_conflict_or_an_error_leaves_no_window(store: Store) -> None:
