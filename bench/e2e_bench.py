@@ -16,9 +16,10 @@ Each one-process 0 ms run is compared with the store benchmark's save transactio
 measured for ``SAVE_WINDOW_S`` right before and right after that run (a window between two
 such runs serves both): on a host whose speed swings between minutes, a ratio of a run at the
 start to a save measured after every other run would say more about the host than about the
-consumer. ``--repeat N`` runs those 0 ms rows N times, alternating partition counts, and adds
-the spread and median of their ratios. Each is also given the time the consumer's garbage
-collections took over the backlog (its ``turnflow_gc_seconds_total``, one process only).
+consumer. ``--repeat N`` runs those 0 ms rows N times, alternating partition counts and the
+long-history row, and adds the spread and median of their ratios (the targets take medians).
+Each is also given the time the consumer's garbage collections took over the backlog (its
+``turnflow_gc_seconds_total``, one process only).
 Finally one more 0 ms run under pyinstrument says where the consumer's time goes (engine,
 serialization, database, broker, the stand-in model).
 
@@ -705,21 +706,22 @@ class SaveBaseline:
 def repeated_summary(
     results: list[RunResult], baselines: dict[int, SaveBaseline], history_turns: int
 ) -> list[str]:
-    """For each partition count with more than one 0 ms run beside its save windows (at the
-    run's own ``history_turns``): the spread and median of the runs' ratios to the save."""
-    by_partitions: dict[int, list[tuple[float, float]]] = {}
+    """For each partition count and history length with more than one 0 ms run beside its
+    save windows: the spread and median of the runs' ratios to the save (``history_turns``,
+    the run's own, is left unsaid; another, the long-history row's, is named)."""
+    by_row: dict[tuple[int, int], list[tuple[float, float]]] = {}
     for index, base in baselines.items():
         r = results[index]
-        if r.history_turns == history_turns:
-            by_partitions.setdefault(r.partitions, []).append(base.ratios(r))
+        by_row.setdefault((r.partitions, r.history_turns), []).append(base.ratios(r))
     lines = []
-    for partitions, ratios in by_partitions.items():
+    for (partitions, turns), ratios in by_row.items():
         if len(ratios) < 2:
             continue
         cpu = sorted(c for c, _ in ratios)
         rate = sorted(t for _, t in ratios)
+        long = "" if turns == history_turns else f", sessions {turns} turns in"
         lines.append(
-            f"  0 ms, {partitions} partition(s), {len(ratios)} runs: CPU per turn "
+            f"  0 ms, {partitions} partition(s){long}, {len(ratios)} runs: CPU per turn "
             f"{cpu[0]:.1f}-{cpu[-1]:.1f} x the save's client CPU (median "
             f"{statistics.median(cpu):.2f}), {rate[0]:.2f}-{rate[-1]:.2f} x the save rate "
             f"(median {statistics.median(rate):.2f})"
@@ -769,7 +771,7 @@ def target_lines(
         lines.append(f"  0 ms, {label}: turns/s {_spread(rate)} x the save rate, "
                      f"{verdict(statistics.median(rate), 0.6, False)}")
     for latency in sorted({r.latency_ms for r in results if r.latency_ms}):
-        bound = args.max_in_flight / (per_turn * latency / 1000)
+        bound = _bound(args.max_in_flight, per_turn, latency)
         shares = [r.turns_per_s / bound for r in results
                   if r.latency_ms == latency and r.workers == 1]
         if latency == 200 and shares:
@@ -809,9 +811,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default 100: the consumer's HISTORY_LIMIT of 50 entries, full "
                         "twice over)")
     parser.add_argument("--repeat", type=int, default=1,
-                        help="one-process 0 ms runs per partition count, interleaved, each "
-                        "beside its own save windows; with more than one, the spread and "
-                        "median of their ratios to the save are printed (default 1)")
+                        help="one-process 0 ms runs per partition count and of the "
+                        "--long-turns row, interleaved, each beside its own save windows; with "
+                        "more than one, the spread and median of their ratios to the save are "
+                        "printed, and the targets take the medians (default 1)")
     parser.add_argument("--brokers", default=None,
                         help="comma-separated brokers to run the latency rows on, side by side "
                         "in one table: tansu (embedded) and kafka (a local Apache Kafka node, "
@@ -850,6 +853,19 @@ def _broker_servers(stack: ExitStack, database_url: str, where: str, broker: str
     raise SystemExit(f"--brokers: unknown broker {broker!r} (tansu, kafka)")
 
 
+def _bound(max_in_flight: int, per_turn: float, latency_ms: int) -> float:
+    """Turns/s the model's latency allows: ``MAX_IN_FLIGHT / (calls per turn x latency)``."""
+    return max_in_flight / (per_turn * latency_ms / 1000)
+
+
+def _bound_cells(r: RunResult, max_in_flight: int, per_turn: float) -> tuple[str, str]:
+    """The table's bound and ratio cells for a row (dashes at 0 ms, which has no bound)."""
+    if not r.latency_ms:
+        return f"{'-':>7}", f"{'-':>6}"
+    bound = _bound(max_in_flight, per_turn, r.latency_ms)
+    return f"{bound:7.0f}", f"{r.turns_per_s / bound:6.2f}"
+
+
 def run_brokers(args: argparse.Namespace, brokers: list[str]) -> int:
     """The latency rows on each broker in turn, one table with a broker column. Everything
     else is the same for every broker: database, agent, sessions, inputs, settings."""
@@ -885,11 +901,7 @@ def run_brokers(args: argparse.Namespace, brokers: list[str]) -> int:
           f"{'ratio':>6} {'CPU ms/turn':>11} {'paced/s':>8} {'p50 ms':>8} {'p95 ms':>8} "
           f"{'p99 ms':>8}")
     for broker, r in rows:
-        if r.latency_ms:
-            bound = args.max_in_flight / (per_turn * r.latency_ms / 1000)
-            bound_text, ratio_text = f"{bound:7.0f}", f"{r.turns_per_s / bound:6.2f}"
-        else:
-            bound_text, ratio_text = f"{'-':>7}", f"{'-':>6}"
+        bound_text, ratio_text = _bound_cells(r, args.max_in_flight, per_turn)
         print(f"{broker:>6} {r.latency_ms:>10} ms {r.partitions:>5} {r.turns_per_s:>8.0f} "
               f"{bound_text} {ratio_text} {r.cpu_ms_per_turn:>11.2f} {r.paced_rate:>8.0f} "
               f"{r.p50_ms:>8.0f} {r.p95_ms:>8.0f} {r.p99_ms:>8.0f}")
@@ -952,19 +964,22 @@ def run(args: argparse.Namespace) -> int:
                 baselines[len(results) - 1] = SaveBaseline(before, save_window())
             print(f"  done: {label}, {result.turns_per_s:.0f} turns/s", flush=True)
 
+        long_row = args.long_turns > 0 and args.long_turns != args.history_turns
         for latency in latencies:
             # The 0 ms rows are the ones compared with the save; repeated, they alternate
-            # between partition counts so that each count sees the same minutes of the host.
+            # between partition counts and the long-history row, so that each sees the same
+            # minutes of the host, and the targets take the median of the runs.
             for _ in range(args.repeat if latency == 0 else 1):
                 for partitions in partition_counts:
                     measured(f"{latency} ms, {partitions} partitions", beside_saves=latency == 0,
                              latency_ms=latency, partitions=partitions)
+                if latency == 0 and long_row:
+                    measured(f"0 ms, {max(partition_counts)} partitions, sessions "
+                             f"{args.long_turns} turns in", beside_saves=True,
+                             history_turns=args.long_turns)
         if args.processes > 1 and 0 in latencies:
             measured(f"0 ms, {max(partition_counts)} partitions, {args.processes} processes",
                      workers=args.processes)
-        if args.long_turns > 0 and args.long_turns != args.history_turns and 0 in latencies:
-            measured(f"0 ms, {max(partition_counts)} partitions, sessions {args.long_turns} "
-                     "turns in", beside_saves=True, history_turns=args.long_turns)
         if not windows:  # no 0 ms run to compare: the save transaction alone, once
             save_window()
         profile: Counter[str] | None = None
@@ -985,11 +1000,7 @@ def run(args: argparse.Namespace) -> int:
           f"{'bound':>7} {'ratio':>6} {'CPU ms/turn':>11} {'paced/s':>8} {'p50 ms':>8} "
           f"{'p95 ms':>8} {'p99 ms':>8}")
     for r in results:
-        if r.latency_ms:
-            bound = args.max_in_flight / (per_turn * r.latency_ms / 1000)
-            bound_text, ratio_text = f"{bound:7.0f}", f"{r.turns_per_s / bound:6.2f}"
-        else:
-            bound_text, ratio_text = f"{'-':>7}", f"{'-':>6}"
+        bound_text, ratio_text = _bound_cells(r, args.max_in_flight, per_turn)
         print(f"{r.latency_ms:>10} ms {r.partitions:>5} {r.workers:>5} {r.history_turns:>4} "
               f"{r.turns_per_s:>8.0f} "
               f"{bound_text} {ratio_text} {r.cpu_ms_per_turn:>11.2f} {r.paced_rate:>8.0f} "
