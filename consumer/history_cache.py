@@ -41,6 +41,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from engine import HistoryEntry
+from engine.prompt import keep_chat_messages
 from engine.records import share_fields_sets
 from store.history import history_entries
 
@@ -72,9 +73,11 @@ def entries_of_text(text: str) -> tuple[HistoryEntry, ...] | list[dict[str, Any]
 
 
 def _kept(entries: tuple[HistoryEntry, ...]) -> tuple[HistoryEntry, ...]:
-    """Entries to keep in a window, with one fields set between them (a window holds 50 and
-    a consumer thousands of windows: ``engine.records.share_fields_sets``)."""
+    """Entries to keep in a window: with one fields set between them (a window holds 50 and
+    a consumer thousands of windows: ``engine.records.share_fields_sets``), and each with the
+    chat message the prompt makes of it, built in one pass (``engine.prompt``)."""
     share_fields_sets(entries)
+    keep_chat_messages(entries)
     return entries
 
 

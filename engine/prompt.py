@@ -131,6 +131,34 @@ _KEPT = HistoryEntry.__dict__["_chat"]
 _kept, _keep = _KEPT.__get__, _KEPT.__set__
 
 
+def keep_chat_messages(entries: Sequence[HistoryEntry]) -> None:
+    """Build the chat message a turn's prompt makes of each of ``entries`` (``_entry_chat``)
+    and keep it on the entry, as ``_kept_chat`` would on first use, in one pass.
+
+    For a host that keeps entries between turns (the consumer's history windows), called once
+    when it makes them: a window of 50 new entries is built in one loop here instead of 50
+    calls that each find the slot empty first (an ``AttributeError`` raised and caught per
+    entry). Entries of role ``tool`` are never sent as chat messages and get none."""
+    fields = _KEPT_CHAT_FIELDS
+    for entry in entries:
+        role = entry.role
+        if role == "tool":
+            continue
+        text = entry.text
+        if type(text) is not str or len(text) > MAX_HISTORY_ENTRY_CHARS:
+            _keep(entry, _kept_entry_chat(entry))
+            continue
+        values: dict[str, Any] = {
+            "role": "assistant" if role == "assistant" else "user",
+            "text": text,
+            "tool_call_id": None,
+            "tool_calls": [],
+            "images": [],
+        }
+        message = record(ChatMessage, values, fields)
+        _keep(entry, message)
+
+
 def _kept_chat(entry: HistoryEntry) -> ChatMessage:
     """``_entry_chat(entry)``, built once per entry and kept on it. Exact because an entry is
     frozen: its role and text are those the message was built from (a copy, or an entry made

@@ -566,3 +566,25 @@ def test_shared_fields_sets_change_nothing_but_the_objects(
     run = Run(id="r", flow_id="f", step_id="s", started_at=datetime(2026, 1, 1, tzinfo=UTC))
     with pytest.raises(TypeError, match="Run is not frozen"):
         share_fields_sets([run])  # written in place by the engine: its set is its own
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["user", "assistant", "tool"]),
+                          st.one_of(st.text(max_size=30), st.text(min_size=4001, max_size=4100))),
+                max_size=8))
+def test_chat_messages_kept_in_one_pass_are_those_built_on_first_use(
+    made: list[tuple[Any, str]],
+) -> None:
+    """``keep_chat_messages`` leaves on each entry the very message ``_kept_chat`` would build
+    on first use (long texts cut as the prompt cuts them), and none on a tool entry."""
+    kept = [HistoryEntry(role=r, text=t) for r, t in made]
+    fresh = [HistoryEntry(role=r, text=t) for r, t in made]
+    prompt.keep_chat_messages(kept)
+    for a, b in zip(kept, fresh, strict=True):
+        if a.role == "tool":
+            with pytest.raises(AttributeError):
+                prompt._kept(a, HistoryEntry)
+            continue
+        message = prompt._kept(a, HistoryEntry)
+        assert_same(message, prompt._entry_chat(b))
+        assert prompt._kept_chat(a) is message  # served from the slot, not built again
