@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: install test lint unit run run-local-model test-real-model prometheus chromium \
 	test-browser bench-inspect bench bench-engine bench-store \
 	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks bench-pipeline \
-	bench-hosting clean
+	bench-hosting bench-window clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -127,6 +127,10 @@ bench-acks: $(STAMP)
 # The consumer's own path per turn, part by part, against in-memory doubles.
 bench-pipeline: $(STAMP)
 	$(BIN)/python bench/pipeline_bench.py $(ARGS)
+
+# A turn's CPU by where its history comes from: none, loaded into a new window, or a kept one.
+bench-window: $(STAMP)
+	$(BIN)/python bench/window_bench.py $(ARGS)
 
 # One agent against 1,000 over the same traffic, and a version switch under load.
 bench-hosting: $(STAMP)

@@ -1,0 +1,191 @@
+"""What a turn costs by where its history comes from: none, loaded, or a window kept.
+
+Run: ``python bench/window_bench.py [--sessions K] [--rounds R]`` (or ``make bench-window``).
+
+The end-to-end benchmark's 100-turns-in row gives each session two turns, so half of them load
+their history window into a consumer that holds none yet. This one tells the three kinds of
+turn apart, in one process, on a real PostgreSQL (``DATABASE_URL``, else an embedded one; a
+scratch database is created there and dropped), with the end-to-end benchmark's agent run by
+``TurnPipeline`` as the consumer runs it (the broker replaced by the test suite's in-memory
+producer). Each round, K sessions at a time, at most 64 turns in flight:
+
+- ``fresh``: the first turn of new sessions (no history);
+- ``fresh, 2nd``: their second turn (two entries of history, a kept window);
+- ``cold, 100 in``: the first turn here of sessions seeded 100 turns into their conversation
+  (the load reads the last ``HISTORY_LIMIT`` = 50 entries; the window is made and kept);
+- ``warm, 100 in``: their next turn (the window is held; the load reads no history).
+
+Each line gives the process's CPU per turn (user and system, from ``os.times``, 10 ms ticks),
+the time the garbage collector took (its callbacks) and how long making the windows took
+(``consumer.history_cache.entries_of_text``: validation, shared fields sets, chat messages).
+The collector is set as the consumer sets it (``consumer.heap.settle``). The first phase of the
+run only warms the process up and is left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import itertools
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+if str(BENCH_DIR) not in sys.path:
+    sys.path.insert(0, str(BENCH_DIR))
+if str(BENCH_DIR.parent) not in sys.path:
+    sys.path.insert(0, str(BENCH_DIR.parent))
+
+from e2e_bench import bench_agent, seed_history  # noqa: E402  # the bench directory, above
+
+from consumer import heap, history_cache  # noqa: E402
+from consumer.outbox import OutboxPublisher  # noqa: E402
+from consumer.parser import ParsedInput, parse_record  # noqa: E402
+from consumer.pipeline import OutboundTopics, TurnPipeline, TurnWork  # noqa: E402
+from store import SourceRecord, Store  # noqa: E402
+from tests.consumer.fakes import FakeProducer  # noqa: E402
+
+TOPICS = OutboundTopics(messages="outbound.messages", schedule="outbound.schedule")
+PHASES = ("fresh", "fresh, 2nd", "cold, 100 in", "warm, 100 in")
+IN_FLIGHT = 64
+
+
+class _Clocks:
+    """The collector's time (``gc.callbacks``) and the time spent making windows, in this
+    thread's CPU seconds, summed since installed."""
+
+    def __init__(self) -> None:
+        self.gc = 0.0
+        self.windows = 0.0
+        self._started = 0.0
+
+    def _collecting(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.thread_time()
+        else:
+            self.gc += time.thread_time() - self._started
+
+    def installed(self) -> Callable[[], None]:
+        """Start counting; the returned call stops it."""
+        made = history_cache.entries_of_text
+
+        def timed(text: str) -> Any:
+            started = time.thread_time()
+            try:
+                return made(text)
+            finally:
+                self.windows += time.thread_time() - started
+
+        gc.callbacks.append(self._collecting)
+        history_cache.entries_of_text = timed  # type: ignore[assignment]
+
+        def remove() -> None:
+            gc.callbacks.remove(self._collecting)
+            history_cache.entries_of_text = made  # type: ignore[assignment]
+
+        return remove
+
+
+# Every input a record of its own: a source seen before would be skipped as a replay.
+_SOURCE_TOPIC = f"inbound.turns.{uuid.uuid4().hex[:8]}"
+_offsets = itertools.count()
+
+
+def _works(session_ids: list[str], turn: int) -> Iterator[TurnWork]:
+    for session_id in session_ids:
+        raw = json.dumps({"session_id": session_id, "message": f"mensagem {turn}",
+                          "id": f"{session_id}-{turn}"})
+        parsed = parse_record(session_id.encode(), raw.encode(), max_bytes=10_000)
+        assert isinstance(parsed, ParsedInput), parsed
+        yield TurnWork(parsed=parsed, source=SourceRecord(_SOURCE_TOPIC, 0, next(_offsets)))
+
+
+async def _phase(
+    pipeline: TurnPipeline, session_ids: list[str], turn: int, clocks: _Clocks
+) -> dict[str, float]:
+    """Apply one turn of each session (at most ``IN_FLIGHT`` at once); µs per turn."""
+    slots = asyncio.Semaphore(IN_FLIGHT)
+
+    async def one(work: TurnWork) -> None:
+        async with slots:
+            result = await pipeline.apply(work)
+            if result.status != "applied":
+                raise RuntimeError(f"turn not applied: {result}")
+
+    gc_before, windows_before, times = clocks.gc, clocks.windows, os.times()
+    await asyncio.gather(*(one(w) for w in _works(session_ids, turn)))
+    after, n = os.times(), len(session_ids)
+    return {
+        "user": (after.user - times.user) / n * 1e6,
+        "sys": (after.system - times.system) / n * 1e6,
+        "gc": (clocks.gc - gc_before) / n * 1e6,
+        "windows": (clocks.windows - windows_before) / n * 1e6,
+    }
+
+
+async def measure(url: str, *, sessions: int, rounds: int) -> dict[str, list[dict[str, float]]]:
+    """Each phase's figures, one per round (after one warm-up phase)."""
+    store = await Store.connect(url, pool_size=20, max_overflow=0)
+    clocks = _Clocks()
+    remove = clocks.installed()
+    taken: dict[str, list[dict[str, float]]] = {phase: [] for phase in PHASES}
+    try:
+        pipeline = TurnPipeline(
+            store=store, agent=bench_agent(0),
+            publisher=OutboxPublisher(store, FakeProducer()),  # type: ignore[arg-type]
+            topics=TOPICS, history_limit=50, history_cache_sessions=10 * sessions,
+        )
+        heap.settle()
+        run = uuid.uuid4().hex[:6]  # new conversations on every run, even in one database
+        await _phase(pipeline, [f"warm-up-{run}-{i}" for i in range(sessions)], 0, clocks)
+        for r in range(rounds):
+            fresh = [f"fresh-{run}-{r}-{i}" for i in range(sessions)]
+            long = [f"long-{run}-{r}-{i}" for i in range(sessions)]
+            await seed_history(url, long, 100)
+            for phase, ids, turn in zip(PHASES, (fresh, fresh, long, long), (0, 1, 0, 1),
+                                        strict=True):
+                taken[phase].append(await _phase(pipeline, ids, turn, clocks))
+            print(f"  round {r + 1} of {rounds} done", flush=True)
+    finally:
+        remove()
+        heap.unsettle()
+        await store.close()
+    return taken
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sessions", type=int, default=500, help="sessions per phase")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if args.sessions < 1 or args.rounds < 1:
+        raise SystemExit("--sessions and --rounds must be at least 1")
+    from store.scratch import scratch_database
+
+    with ExitStack() as stack:
+        database = scratch_database(stack, prefix="turnflow-window")
+        print(f"database: {database.where}; {args.sessions} sessions a phase, {args.rounds} "
+              f"rounds, {IN_FLIGHT} turns in flight", flush=True)
+        taken = asyncio.run(measure(database.url, sessions=args.sessions, rounds=args.rounds))
+    print()
+    print("µs per turn, median of the rounds (spread): user+system CPU, of it in collections "
+          "and in making windows")
+    for phase, runs in taken.items():
+        cpu = [r["user"] + r["sys"] for r in runs]
+        print(f"  {phase:<13} CPU {statistics.median(cpu):6.0f} ({min(cpu):.0f}-{max(cpu):.0f})"
+              f"  system {statistics.median(r['sys'] for r in runs):5.0f}"
+              f"  collections {statistics.median(r['gc'] for r in runs):5.0f}"
+              f"  making windows {statistics.median(r['windows'] for r in runs):5.0f}")
+
+
+if __name__ == "__main__":
+    main()
