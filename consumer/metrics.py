@@ -264,8 +264,8 @@ DECISION_DLQ_REASONS = (
 )
 DLQ_REASONS = tuple(get_args(RejectReason)) + DECISION_DLQ_REASONS
 FALLBACK_REASONS = ("model-unavailable", "unusable-reply")
-# The reason codes ScheduleRecordError documents for a malformed schedule record.
 HISTORY_SOURCES = ("held", "loaded")
+# The reason codes ScheduleRecordError documents for a malformed schedule record.
 SCHEDULE_REFUSED_REASONS = ("empty", "not-json", "not-an-object", "invalid-text", "invalid-field")
 
 

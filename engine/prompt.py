@@ -139,24 +139,9 @@ def keep_chat_messages(entries: Sequence[HistoryEntry]) -> None:
     when it makes them: a window of 50 new entries is built in one loop here instead of 50
     calls that each find the slot empty first (an ``AttributeError`` raised and caught per
     entry). Entries of role ``tool`` are never sent as chat messages and get none."""
-    fields = _KEPT_CHAT_FIELDS
     for entry in entries:
-        role = entry.role
-        if role == "tool":
-            continue
-        text = entry.text
-        if type(text) is not str or len(text) > MAX_HISTORY_ENTRY_CHARS:
+        if entry.role != "tool":
             _keep(entry, _kept_entry_chat(entry))
-            continue
-        values: dict[str, Any] = {
-            "role": "assistant" if role == "assistant" else "user",
-            "text": text,
-            "tool_call_id": None,
-            "tool_calls": [],
-            "images": [],
-        }
-        message = record(ChatMessage, values, fields)
-        _keep(entry, message)
 
 
 def _kept_chat(entry: HistoryEntry) -> ChatMessage:
