@@ -104,26 +104,12 @@ def history_messages(state: TurnState) -> list[ChatMessage]:
     return out
 
 
-def _entry_chat(entry: HistoryEntry) -> ChatMessage:
-    """The chat message of one earlier entry: its text bounded."""
+def _entry_chat(entry: HistoryEntry, *, kept: bool = False) -> ChatMessage:
+    """The chat message of one earlier entry: its text bounded. ``kept``: for keeping on the
+    entry, with the fields set every such message shares (``engine.records.share_fields_sets``),
+    since a host keeps these between turns."""
     role: Literal["user", "assistant"] = "assistant" if entry.role == "assistant" else "user"
-    return _chat_message(role, _bounded_entry(entry.text))
-
-
-def _kept_entry_chat(entry: HistoryEntry) -> ChatMessage:
-    """``_entry_chat(entry)`` for keeping on the entry: with the fields set every such message
-    shares (``engine.records.share_fields_sets``), since a host keeps these between turns."""
-    text = _bounded_entry(entry.text)
-    if type(text) is not str:
-        return _entry_chat(entry)
-    values: dict[str, Any] = {
-        "role": "assistant" if entry.role == "assistant" else "user",
-        "text": text,
-        "tool_call_id": None,
-        "tool_calls": [],
-        "images": [],
-    }
-    return record(ChatMessage, values, _KEPT_CHAT_FIELDS)
+    return _chat_message(role, _bounded_entry(entry.text), kept=kept)
 
 
 # The slot of ``HistoryEntry`` that keeps the chat message built from the entry (request.py).
@@ -141,7 +127,7 @@ def keep_chat_messages(entries: Sequence[HistoryEntry]) -> None:
     entry). Entries of role ``tool`` are never sent as chat messages and get none."""
     for entry in entries:
         if entry.role != "tool":
-            _keep(entry, _kept_entry_chat(entry))
+            _keep(entry, _entry_chat(entry, kept=True))
 
 
 def _kept_chat(entry: HistoryEntry) -> ChatMessage:
@@ -151,7 +137,7 @@ def _kept_chat(entry: HistoryEntry) -> ChatMessage:
     try:
         return _kept(entry, HistoryEntry)  # type: ignore[no-any-return]
     except AttributeError:  # not built yet
-        message = _kept_entry_chat(entry)
+        message = _entry_chat(entry, kept=True)
         _keep(entry, message)
         return message
 
@@ -160,10 +146,13 @@ _CHAT_GIVEN = frozenset(("role", "text"))
 _KEPT_CHAT_FIELDS = shared_fields_set(_CHAT_GIVEN)
 
 
-def _chat_message(role: Literal["user", "assistant"], text: str) -> ChatMessage:
+def _chat_message(
+    role: Literal["user", "assistant"], text: str, *, kept: bool = False
+) -> ChatMessage:
     """``ChatMessage(role=role, text=text)``, built as ``engine.records`` builds a turn's own
     records: every call has one per history entry. Text of another type than ``str`` takes
-    the validated construction."""
+    the validated construction. ``kept``: with the shared fields set of messages kept on
+    history entries (``_entry_chat``)."""
     values: dict[str, Any] = {
         "role": role,
         "text": text,
@@ -171,6 +160,8 @@ def _chat_message(role: Literal["user", "assistant"], text: str) -> ChatMessage:
         "tool_calls": [],
         "images": [],
     }
+    if kept and type(text) is str:
+        return record(ChatMessage, values, _KEPT_CHAT_FIELDS)
     return built(ChatMessage, values, _CHAT_GIVEN, validate=type(text) is not str)
 
 
