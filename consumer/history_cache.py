@@ -64,8 +64,12 @@ def entries_of_text(text: str) -> tuple[HistoryEntry, ...] | list[dict[str, Any]
     try:
         return _kept(_ENTRIES.validate_json(text))
     except ValidationError:
-        pass
-    loaded = history_entries(text)
+        return _entries_or_dicts(history_entries(text))
+
+
+def _entries_or_dicts(loaded: list[dict[str, Any]]) -> tuple[HistoryEntry, ...] | list[Any]:
+    """Decoded entries validated and made ready to keep (``_kept``), or the dicts as they are
+    when validation refuses them, for the engine's own validation to refuse the turn."""
     try:
         return _kept(_ENTRIES.validate_python(loaded))
     except ValidationError:
@@ -132,10 +136,7 @@ class HistoryCache:
             return history_entries(loaded) if isinstance(loaded, str) else loaded
         if isinstance(loaded, str):
             return entries_of_text(loaded)
-        try:
-            return _kept(_ENTRIES.validate_python(loaded))
-        except ValidationError:
-            return loaded
+        return _entries_or_dicts(loaded)
 
     def extend(
         self,
