@@ -69,11 +69,12 @@ from tests.consumer.fakes import FakeProducer, FakeStore  # noqa: E402
 TOPICS = OutboundTopics(messages="outbound.messages", schedule="outbound.schedule")
 
 
-def _work(session_id: str, text: str, offset: int) -> TurnWork:
+def _work(session_id: str, text: str, offset: int, topic: str = "inbound.turns") -> TurnWork:
+    """A message ``text`` for the session, read at ``offset`` of ``topic``'s partition 0."""
     raw = f'{{"session_id": "{session_id}", "message": "{text}", "id": "{text}-{offset}"}}'
     parsed = parse_record(session_id.encode(), raw.encode(), max_bytes=10_000)
     assert isinstance(parsed, ParsedInput), parsed
-    return TurnWork(parsed=parsed, source=SourceRecord("inbound.turns", 0, offset))
+    return TurnWork(parsed=parsed, source=SourceRecord(topic, 0, offset))
 
 
 class _Canned:

@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import gc
 import itertools
-import json
 import os
 import statistics
 import sys
@@ -46,15 +45,14 @@ if str(BENCH_DIR.parent) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR.parent))
 
 from e2e_bench import bench_agent, seed_history  # noqa: E402  # the bench directory, above
+from pipeline_bench import TOPICS, _work  # noqa: E402
 
 from consumer import heap, history_cache  # noqa: E402
 from consumer.outbox import OutboxPublisher  # noqa: E402
-from consumer.parser import ParsedInput, parse_record  # noqa: E402
-from consumer.pipeline import OutboundTopics, TurnPipeline, TurnWork  # noqa: E402
-from store import SourceRecord, Store  # noqa: E402
+from consumer.pipeline import TurnPipeline, TurnWork  # noqa: E402
+from store import Store  # noqa: E402
 from tests.consumer.fakes import FakeProducer  # noqa: E402
 
-TOPICS = OutboundTopics(messages="outbound.messages", schedule="outbound.schedule")
 PHASES = ("fresh", "fresh, 2nd", "cold, 100 in", "warm, 100 in")
 IN_FLIGHT = 64
 
@@ -102,11 +100,7 @@ _offsets = itertools.count()
 
 def _works(session_ids: list[str], turn: int) -> Iterator[TurnWork]:
     for session_id in session_ids:
-        raw = json.dumps({"session_id": session_id, "message": f"mensagem {turn}",
-                          "id": f"{session_id}-{turn}"})
-        parsed = parse_record(session_id.encode(), raw.encode(), max_bytes=10_000)
-        assert isinstance(parsed, ParsedInput), parsed
-        yield TurnWork(parsed=parsed, source=SourceRecord(_SOURCE_TOPIC, 0, next(_offsets)))
+        yield _work(session_id, f"mensagem {turn}", next(_offsets), topic=_SOURCE_TOPIC)
 
 
 async def _phase(
