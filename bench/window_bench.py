@@ -1,6 +1,7 @@
 """What a turn costs by where its history comes from: none, loaded, or a window kept.
 
-Run: ``python bench/window_bench.py [--sessions K] [--rounds R]`` (or ``make bench-window``).
+Run: ``python bench/window_bench.py [--sessions K] [--rounds R] [--history-turns 100,1000]``
+(or ``make bench-window``).
 
 The end-to-end benchmark's 100-turns-in row gives each session two turns, so half of them load
 their history window into a consumer that holds none yet. This one tells the three kinds of
@@ -14,6 +15,11 @@ producer). Each round, K sessions at a time, at most 64 turns in flight:
 - ``cold, 100 in``: the first turn here of sessions seeded 100 turns into their conversation
   (the load reads the last ``HISTORY_LIMIT`` = 50 entries; the window is made and kept);
 - ``warm, 100 in``: their next turn (the window is held; the load reads no history).
+
+``--history-turns`` names how far in the seeded sessions are (100 by default); with several
+(``100,1000``) each depth gets its cold and warm phase, side by side in one run: a turn's cost
+must not grow with the conversation's length, since its load reads at most ``HISTORY_LIMIT``
+entries and the session's state does not keep its turns.
 
 Each line gives the process's CPU per turn (user and system, from ``os.times``, 10 ms ticks),
 the time the garbage collector took (its callbacks) and how long making the windows took
@@ -53,8 +59,18 @@ from consumer.pipeline import TurnPipeline, TurnWork  # noqa: E402
 from store import Store  # noqa: E402
 from tests.consumer.fakes import FakeProducer  # noqa: E402
 
-PHASES = ("fresh", "fresh, 2nd", "cold, 100 in", "warm, 100 in")
 IN_FLIGHT = 64
+
+
+def phases(history_turns: tuple[int, ...] = (100,)) -> tuple[str, ...]:
+    """The phases of a round, in the order they run: fresh sessions' first and second turn,
+    then, for each depth in ``history_turns``, the cold and the warm turn of sessions that far
+    into their conversation."""
+    deep = (f"{kind}, {turns} in" for turns in history_turns for kind in ("cold", "warm"))
+    return ("fresh", "fresh, 2nd", *deep)
+
+
+PHASES = phases()
 
 
 class _Clocks:
@@ -126,12 +142,15 @@ async def _phase(
     }
 
 
-async def measure(url: str, *, sessions: int, rounds: int) -> dict[str, list[dict[str, float]]]:
-    """Each phase's figures, one per round (after one warm-up phase)."""
+async def measure(
+    url: str, *, sessions: int, rounds: int, history_turns: tuple[int, ...] = (100,)
+) -> dict[str, list[dict[str, float]]]:
+    """Each phase's figures (``phases(history_turns)``), one per round (after one warm-up
+    phase)."""
     store = await Store.connect(url, pool_size=20, max_overflow=0)
     clocks = _Clocks()
     remove = clocks.installed()
-    taken: dict[str, list[dict[str, float]]] = {phase: [] for phase in PHASES}
+    taken: dict[str, list[dict[str, float]]] = {phase: [] for phase in phases(history_turns)}
     try:
         pipeline = TurnPipeline(
             store=store, agent=bench_agent(0),
@@ -143,11 +162,13 @@ async def measure(url: str, *, sessions: int, rounds: int) -> dict[str, list[dic
         await _phase(pipeline, [f"warm-up-{run}-{i}" for i in range(sessions)], 0, clocks)
         for r in range(rounds):
             fresh = [f"fresh-{run}-{r}-{i}" for i in range(sessions)]
-            long = [f"long-{run}-{r}-{i}" for i in range(sessions)]
-            await seed_history(url, long, 100)
-            for phase, ids, turn in zip(PHASES, (fresh, fresh, long, long), (0, 1, 0, 1),
-                                        strict=True):
-                taken[phase].append(await _phase(pipeline, ids, turn, clocks))
+            taken["fresh"].append(await _phase(pipeline, fresh, 0, clocks))
+            taken["fresh, 2nd"].append(await _phase(pipeline, fresh, 1, clocks))
+            for turns in history_turns:
+                long = [f"long-{turns}-{run}-{r}-{i}" for i in range(sessions)]
+                await seed_history(url, long, turns)
+                taken[f"cold, {turns} in"].append(await _phase(pipeline, long, 0, clocks))
+                taken[f"warm, {turns} in"].append(await _phase(pipeline, long, 1, clocks))
             print(f"  round {r + 1} of {rounds} done", flush=True)
     finally:
         remove()
@@ -156,10 +177,24 @@ async def measure(url: str, *, sessions: int, rounds: int) -> dict[str, list[dic
     return taken
 
 
+def _depths(text: str) -> tuple[int, ...]:
+    """``--history-turns``: distinct whole numbers of at least 1, comma-separated."""
+    try:
+        depths = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not comma-separated whole numbers: {text!r}") from None
+    if not depths or min(depths) < 1 or len(set(depths)) != len(depths):
+        raise argparse.ArgumentTypeError(f"each at least 1 and none twice: {text!r}")
+    return depths
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=500, help="sessions per phase")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--history-turns", type=_depths, default=(100,),
+                        help="how many turns in the seeded sessions are, comma-separated "
+                             "(default 100)")
     args = parser.parse_args()
     if args.sessions < 1 or args.rounds < 1:
         raise SystemExit("--sessions and --rounds must be at least 1")
@@ -169,13 +204,14 @@ def main() -> None:
         database = scratch_database(stack, prefix="turnflow-window")
         print(f"database: {database.where}; {args.sessions} sessions a phase, {args.rounds} "
               f"rounds, {IN_FLIGHT} turns in flight", flush=True)
-        taken = asyncio.run(measure(database.url, sessions=args.sessions, rounds=args.rounds))
+        taken = asyncio.run(measure(database.url, sessions=args.sessions, rounds=args.rounds,
+                                    history_turns=args.history_turns))
     print()
     print("µs per turn, median of the rounds (spread): user+system CPU, of it in collections "
           "and in making windows")
     for phase, runs in taken.items():
         cpu = [r["user"] + r["sys"] for r in runs]
-        print(f"  {phase:<13} CPU {statistics.median(cpu):6.0f} ({min(cpu):.0f}-{max(cpu):.0f})"
+        print(f"  {phase:<14} CPU {statistics.median(cpu):6.0f} ({min(cpu):.0f}-{max(cpu):.0f})"
               f"  system {statistics.median(r['sys'] for r in runs):5.0f}"
               f"  collections {statistics.median(r['gc'] for r in runs):5.0f}"
               f"  making windows {statistics.median(r['windows'] for r in runs):5.0f}")
