@@ -553,7 +553,7 @@ async def run_once(
     processes), each session ``history_turns`` turns into its conversation. The paced phase
     offers ``paced_rate`` inputs a second, else ``PACED_LOAD`` of the backlog's rate."""
     topics = await _topics(servers, partitions)
-    from consumer.devchat.embedded_broker import free_port
+    from consumer.processes import free_port
 
     metrics_port = free_port() if workers == 1 else None
     env = dict(os.environ)

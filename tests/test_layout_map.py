@@ -33,7 +33,8 @@ def test_readme_layout_names_every_package() -> None:
     folders = {p.name for p in ROOT.iterdir() if p.is_dir()}
     folders |= {p.name for p in (ROOT / "consumer").iterdir() if p.is_dir()}
     folders |= {p.name for p in (ROOT / "engine").iterdir() if p.is_dir()}
-    assert named - folders == set(), f"the README names folders that do not exist: {named - folders}"
+    missing = named - folders
+    assert missing == set(), f"the README names folders that do not exist: {missing}"
 
 
 def _imports(package: Path) -> set[str]:

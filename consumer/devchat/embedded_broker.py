@@ -16,45 +16,24 @@ a broker restart rather than a new, empty broker. Production never uses it.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import struct
 import subprocess
 import tempfile
-import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import IO
 
 from consumer.errors import EmbeddedBrokerError
+from consumer.processes import ChildProcess, free_port
 
-__all__ = ["MEMORY_STORAGE", "EmbeddedBroker", "free_port", "terminate"]
+__all__ = ["MEMORY_STORAGE", "EmbeddedBroker"]
 
 MEMORY_STORAGE = "memory://tansu/"
 """Tansu's in-memory storage engine: nothing survives the process."""
 
 _API_VERSIONS_KEY = 18
 _METADATA_KEY = 3
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def terminate(process: subprocess.Popen[bytes] | None, timeout: float = 5.0) -> None:
-    """SIGTERM a child process and reap it, SIGKILL after ``timeout``; a no-op when it is
-    gone already. The one way embedded servers are stopped, so none is left running."""
-    if process is None or process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=timeout)
 
 
 def _answers(host: str, port: int, timeout: float, api_key: int, payload: bytes = b"") -> bool:
@@ -130,7 +109,7 @@ class EmbeddedBroker:
         self.advertised = advertised
         self._binary = binary
         self._env = dict(env or {})
-        self._process: subprocess.Popen[bytes] | None = None
+        self._child = ChildProcess()
         self._stderr: IO[bytes] | None = None
 
     @property
@@ -144,7 +123,7 @@ class EmbeddedBroker:
 
     @property
     def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self._child.running
 
     def _resolve_binary(self) -> str:
         if self._binary is not None:
@@ -175,9 +154,29 @@ class EmbeddedBroker:
         # (a pipe nobody reads would fill up and block the broker) that supplies the failure
         # message when it dies during startup.
         self._stderr = tempfile.TemporaryFile()
+
+        def exited(_: int) -> EmbeddedBrokerError:
+            err = self._startup_stderr()
+            self._close_stderr()
+            return EmbeddedBrokerError(
+                f"embedded broker exited during startup: {err.strip()[-500:]}"
+            )
+
+        def timed_out() -> EmbeddedBrokerError:
+            self._close_stderr()
+            return EmbeddedBrokerError(
+                f"embedded broker did not answer on {self.bootstrap_servers} "
+                f"within {self.startup_timeout:.0f}s ({self.storage.partition(':')[0]} storage)"
+            )
+
         try:
-            self._process = subprocess.Popen(
+            self._child.start(
                 command,
+                ready=lambda: _answers_api_versions(self.host, self.port, timeout=1.0)
+                and _answers_metadata(self.host, self.port, timeout=1.0),
+                within=self.startup_timeout,
+                exited=exited,
+                timed_out=timed_out,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=self._stderr,
@@ -187,25 +186,7 @@ class EmbeddedBroker:
         except OSError as exc:
             self._close_stderr()
             raise EmbeddedBrokerError(f"cannot run the embedded broker: {exc}") from exc
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                err = self._startup_stderr()
-                self._process = None
-                self._close_stderr()
-                raise EmbeddedBrokerError(
-                    f"embedded broker exited during startup: {err.strip()[-500:]}"
-                )
-            if _answers_api_versions(self.host, self.port, timeout=1.0) and _answers_metadata(
-                self.host, self.port, timeout=1.0
-            ):
-                return self
-            time.sleep(0.1)
-        self.stop()
-        raise EmbeddedBrokerError(
-            f"embedded broker did not answer on {self.bootstrap_servers} "
-            f"within {self.startup_timeout:.0f}s ({self.storage.partition(':')[0]} storage)"
-        )
+        return self
 
     def _startup_stderr(self) -> str:
         if self._stderr is None:
@@ -220,20 +201,15 @@ class EmbeddedBroker:
 
     def stop(self, timeout: float = 5.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout``; a no-op when it is not running."""
-        process, self._process = self._process, None
         try:
-            terminate(process, timeout)
+            self._child.stop(timeout)
         finally:
             self._close_stderr()
 
     def kill(self, timeout: float = 5.0) -> None:
         """SIGKILL: the broker gets no chance to flush or close anything, as in a crash."""
-        process, self._process = self._process, None
         try:
-            if process is None or process.poll() is not None:
-                return
-            process.kill()
-            process.wait(timeout=timeout)
+            self._child.kill(timeout)
         finally:
             self._close_stderr()
 

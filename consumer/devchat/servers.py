@@ -19,9 +19,10 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.engine import make_url
 
-from consumer.devchat.embedded_broker import EmbeddedBroker, free_port
+from consumer.devchat.embedded_broker import EmbeddedBroker
 from consumer.errors import ConsumerError, DevError, EmbeddedBrokerError
 from consumer.errors import first_line as _first_line
+from consumer.processes import free_port
 from consumer.scheduler.service import Scheduler, build_scheduler
 from consumer.service import ConsumerService
 from consumer.settings import Settings

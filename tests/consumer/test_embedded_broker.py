@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from consumer.devchat.embedded_broker import EmbeddedBroker, free_port
+from consumer.devchat.embedded_broker import EmbeddedBroker
 from consumer.errors import EmbeddedBrokerError
+from consumer.processes import free_port
 
 
 def test_missing_binary_is_an_embedded_broker_error() -> None:

@@ -19,8 +19,9 @@ from collections.abc import AsyncIterator
 import pytest
 from aiokafka.client import AIOKafkaClient
 
-from consumer.devchat.embedded_broker import EmbeddedBroker, free_port
+from consumer.devchat.embedded_broker import EmbeddedBroker
 from consumer.errors import EmbeddedBrokerError
+from consumer.processes import free_port
 from tests.faults.midload import load_through_fault
 from tests.faults.process import FaultSetup
 from tests.faults.tcp_proxy import TcpProxy

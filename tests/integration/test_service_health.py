@@ -15,8 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from consumer.devchat.embedded_broker import EmbeddedBroker, free_port
+from consumer.devchat.embedded_broker import EmbeddedBroker
 from consumer.errors import EmbeddedBrokerError
+from consumer.processes import free_port
 from consumer.topics import TopicSpec, ensure_topics
 from tests.fixtures.servers import servers_unavailable
 
