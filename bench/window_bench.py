@@ -23,7 +23,7 @@ entries and the session's state does not keep its turns.
 
 Each line gives the process's CPU per turn (user and system, from ``os.times``, 10 ms ticks),
 the time the garbage collector took (its callbacks) and how long making the windows took
-(``consumer.history_cache.entries_of_text``: validation, shared fields sets, chat messages).
+(``engine.history.entries_of_text``: validation, shared fields sets, chat messages).
 The collector is set as the consumer sets it (``consumer.heap.settle``). The first phase of the
 run only warms the process up and is left out.
 """
@@ -53,9 +53,10 @@ if str(BENCH_DIR.parent) not in sys.path:
 from e2e_bench import bench_agent, seed_history  # noqa: E402  # the bench directory, above
 from pipeline_bench import TOPICS, _work  # noqa: E402
 
-from consumer import heap, history_cache  # noqa: E402
+from consumer import heap  # noqa: E402
 from consumer.outbox import OutboxPublisher  # noqa: E402
 from consumer.pipeline import TurnPipeline, TurnWork  # noqa: E402
+from engine import history as history_cache  # noqa: E402
 from store import Store  # noqa: E402
 from tests.consumer.fakes import FakeProducer  # noqa: E402
 
@@ -92,10 +93,10 @@ class _Clocks:
         """Start counting; the returned call stops it."""
         made = history_cache.entries_of_text
 
-        def timed(text: str) -> Any:
+        def timed(text: str, decode: Any = None) -> Any:
             started = time.thread_time()
             try:
-                return made(text)
+                return made(text, decode)
             finally:
                 self.windows += time.thread_time() - started
 

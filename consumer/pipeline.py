@@ -43,10 +43,10 @@ from typing import Any, Literal, Protocol
 from consumer import crash, metrics
 from consumer.decisions import VersionConflictsExhausted
 from consumer.groups import LoadGroup, SaveGroup
-from consumer.history_cache import HistoryCache
 from consumer.hosting.routing import BINDING_KEY, AgentRouter, Route, SingleAgent
 from consumer.outbox import OutboxPublisher
 from consumer.parser import ParsedInput
+from engine.history import HistoryCache
 from engine.recording import RecordingLevel, Tape, fields_written, taping
 from store import (
     AlreadyApplied,
@@ -60,6 +60,7 @@ from store import (
     TurnRecord,
     VersionConflict,
 )
+from store.history import history_entries
 
 __all__ = [
     "OutboundTopics",
@@ -233,7 +234,9 @@ class TurnPipeline:
         self._loads = LoadGroup(store, history_limit=history_limit, history_as_text=True)
         self._saves = SaveGroup(store)
         # The history windows of sessions served lately, kept between their turns.
-        self._histories = HistoryCache(max_sessions=history_cache_sessions, limit=history_limit)
+        self._histories = HistoryCache(
+            max_sessions=history_cache_sessions, limit=history_limit, decode=history_entries
+        )
 
     async def close(self) -> None:
         """Cancel the grouped load and save in flight, if any: for shutdown, once the turns

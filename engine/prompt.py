@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from engine.config import FieldSpec, Flow, Instruction, TalkStep
 from engine.envelopes import UnderstandPlan
+from engine.history import history_messages
 from engine.providers.base import ChatMessage
-from engine.records import built, record, shared_fields_set
-from engine.request import HistoryEntry, message_texts
+from engine.request import message_texts
 from engine.session import Run
 from engine.state import TurnState
 
@@ -48,121 +48,6 @@ def _block(title: str, body: str) -> str:
 
 def _spec_meta(spec: FieldSpec) -> dict[str, Any]:
     return spec.model_dump(mode="json", exclude_none=True)
-
-
-MAX_HISTORY_ENTRY_CHARS = 4_000
-"""The most of one earlier history entry a prompt carries: an entry past it (a pasted document,
-a reply of a model that ran on) is cut there, with the number of characters left out said in
-place, so one entry can never push every later prompt past the model's context window. This
-turn's own messages are sent whole."""
-
-
-def _bounded_entry(text: str) -> str:
-    """``text`` cut to ``MAX_HISTORY_ENTRY_CHARS``, saying how much was left out."""
-    if type(text) is not str or len(text) <= MAX_HISTORY_ENTRY_CHARS:
-        return text
-    left_out = len(text) - MAX_HISTORY_ENTRY_CHARS
-    return f"{text[:MAX_HISTORY_ENTRY_CHARS]} [... {left_out} more characters not shown]"
-
-
-def history_messages(state: TurnState) -> list[ChatMessage]:
-    """The host's history (as trimmed by Load) plus this turn's message (each message of a
-    burst as its own entry), each earlier entry bounded (``MAX_HISTORY_ENTRY_CHARS``).
-
-    A model turn asks for these twice (the understand call and the speak call), and with a
-    host's full history (50 entries by default) building them is most of what the history costs
-    a turn. So the messages built for a turn are kept on its state and handed out again, in a
-    new list, while the request and the history entries are the same objects (compaction puts
-    new entries in ``state.history``; entries themselves are never edited). A ``ChatMessage``
-    is frozen, so the two calls can share them. Entries the host holds across turns
-    (``state.history_kept``) keep the message built from each on them, so a host that gives
-    the same entries to its next turn (the consumer keeps each conversation's window) has
-    them built once, not once a turn."""
-    entries = state.history
-    kept = state.history_chat
-    if (
-        kept is not None
-        and kept[0] is state.request
-        and len(kept[1]) == len(entries)
-        and all(a is b for a, b in zip(kept[1], entries, strict=True))
-    ):
-        return list(kept[2])
-    if state.history_kept:
-        out = [_kept_chat(e) for e in entries if e.role in ("user", "assistant")]
-    else:
-        out = [_entry_chat(e) for e in entries if e.role in ("user", "assistant")]
-    said = [p.message for p in state.request.parts]
-    tail = [(m.role, m.text) for m in out[len(out) - len(said) :]] if said else []
-    already_there = len(out) >= len(said) and tail == [
-        ("user", _bounded_entry(text)) for text in said
-    ]
-    if said and not already_there:  # a host may log the messages before the turn
-        out.extend(_chat_message("user", text) for text in said)
-    elif said and tail != [("user", text) for text in said]:  # logged, and cut: sent whole
-        out[len(out) - len(said) :] = [_chat_message("user", text) for text in said]
-    state.history_chat = (state.request, tuple(entries), tuple(out))
-    return out
-
-
-def _entry_chat(entry: HistoryEntry, *, kept: bool = False) -> ChatMessage:
-    """The chat message of one earlier entry: its text bounded. ``kept``: for keeping on the
-    entry, with the fields set every such message shares (``engine.records.share_fields_sets``),
-    since a host keeps these between turns."""
-    role: Literal["user", "assistant"] = "assistant" if entry.role == "assistant" else "user"
-    return _chat_message(role, _bounded_entry(entry.text), kept=kept)
-
-
-# The slot of ``HistoryEntry`` that keeps the chat message built from the entry (request.py).
-_KEPT = HistoryEntry.__dict__["_chat"]
-_kept, _keep = _KEPT.__get__, _KEPT.__set__
-
-
-def keep_chat_messages(entries: Sequence[HistoryEntry]) -> None:
-    """Build the chat message a turn's prompt makes of each of ``entries`` (``_entry_chat``)
-    and keep it on the entry, as ``_kept_chat`` would on first use, in one pass.
-
-    For a host that keeps entries between turns (the consumer's history windows), called once
-    when it makes them: a window of 50 new entries is built in one loop here instead of 50
-    calls that each find the slot empty first (an ``AttributeError`` raised and caught per
-    entry). Entries of role ``tool`` are never sent as chat messages and get none."""
-    for entry in entries:
-        if entry.role != "tool":
-            _keep(entry, _entry_chat(entry, kept=True))
-
-
-def _kept_chat(entry: HistoryEntry) -> ChatMessage:
-    """``_entry_chat(entry)``, built once per entry and kept on it. Exact because an entry is
-    frozen: its role and text are those the message was built from (a copy, or an entry made
-    from one with another text, has an empty slot)."""
-    try:
-        return _kept(entry, HistoryEntry)  # type: ignore[no-any-return]
-    except AttributeError:  # not built yet
-        message = _entry_chat(entry, kept=True)
-        _keep(entry, message)
-        return message
-
-
-_CHAT_GIVEN = frozenset(("role", "text"))
-_KEPT_CHAT_FIELDS = shared_fields_set(_CHAT_GIVEN)
-
-
-def _chat_message(
-    role: Literal["user", "assistant"], text: str, *, kept: bool = False
-) -> ChatMessage:
-    """``ChatMessage(role=role, text=text)``, built as ``engine.records`` builds a turn's own
-    records: every call has one per history entry. Text of another type than ``str`` takes
-    the validated construction. ``kept``: with the shared fields set of messages kept on
-    history entries (``_entry_chat``)."""
-    values: dict[str, Any] = {
-        "role": role,
-        "text": text,
-        "tool_call_id": None,
-        "tool_calls": [],
-        "images": [],
-    }
-    if kept and type(text) is str:
-        return record(ChatMessage, values, _KEPT_CHAT_FIELDS)
-    return built(ChatMessage, values, _CHAT_GIVEN, validate=type(text) is not str)
 
 
 def _parts(state: TurnState) -> list[str]:

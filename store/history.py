@@ -46,9 +46,9 @@ conversation) on each load, because it guesses that a JSON list holds 100 entrie
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
+from engine.history import decode_entries
 from store import jsoncodec
 from store.direct import positional
 
@@ -153,19 +153,7 @@ LOAD = positional(
 )
 
 
-def _parse_at(value: Any) -> Any:
-    """ISO strings become aware datetimes; anything else is handed back as stored."""
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value)
-        except ValueError:
-            return value
-    return value
-
-
 def history_entries(raw: Any) -> list[dict[str, Any]]:
-    """Decode the aggregated jsonb history into engine transcript entries."""
-    entries: list[dict[str, Any]] = jsoncodec.loads(raw) or []
-    for entry in entries:
-        entry["at"] = _parse_at(entry.get("at"))
-    return entries
+    """Decode the aggregated jsonb history into engine transcript entries
+    (``engine.history.decode_entries`` with the store's jsonb decoder)."""
+    return decode_entries(raw, jsoncodec.loads)

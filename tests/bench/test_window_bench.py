@@ -7,7 +7,8 @@ import argparse
 import pytest
 
 from bench.window_bench import PHASES, _depths, measure, phases
-from consumer import heap, history_cache
+from consumer import heap
+from engine import history as history_cache
 
 
 async def test_every_phase_is_timed_and_only_the_cold_one_makes_windows(database_url: str) -> None:

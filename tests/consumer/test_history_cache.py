@@ -1,4 +1,4 @@
-"""The history windows a consumer keeps between a conversation's turns (consumer/history_cache.py).
+"""The history windows a consumer keeps between a conversation's turns (engine/history.py).
 
 What must hold: on every turn the engine gets exactly the history a fresh load of the session
 gives at that version, with or without a kept window, for many conversations on the same agent
@@ -18,12 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumer.history_cache import HistoryCache
 from consumer.metrics import REGISTRY
 from consumer.outbox import OutboxPublisher
 from consumer.parser import ParsedInput, parse_record
 from consumer.pipeline import OutboundTopics, TurnPipeline, TurnWork, burst_of
 from engine import Agent, FakeClock, HistoryEntry, ModelRequest, ModelResponse
+from engine.history import HistoryCache
 from store import LoadRequest, SourceRecord, Store
 from tests.consumer.fakes import FakeProducer
 

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
-from consumer.history_cache import entries_of_text
 from engine import HistoryEntry
+from engine.history import entries_of_text
 from store import LoadRequest, Store
 from store.history import history_entries
 from tests.store.builders import save_request

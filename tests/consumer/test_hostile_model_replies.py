@@ -18,7 +18,7 @@ import pytest
 from aiokafka.structs import TopicPartition
 
 from engine import Agent
-from engine.prompt import MAX_HISTORY_ENTRY_CHARS
+from engine.history import MAX_HISTORY_ENTRY_CHARS
 from engine.providers.http import MAX_REPLY_BYTES
 from engine.providers.openai import OpenAIProvider
 from store import Store

@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from engine import Agent, FakeClock, MockProvider, ModelRequest, ModelResponse
+from engine.history import history_messages
 from engine.phases import load
-from engine.prompt import history_messages
 from engine.request import HistoryEntry, TurnRequest
 
 FLOWS = [
@@ -158,7 +158,7 @@ async def test_earlier_entries_are_bounded_and_this_turns_message_is_whole() -> 
     """An earlier entry of 50,000 characters (a pasted document, a reply that ran on) reaches
     the prompt cut to ``MAX_HISTORY_ENTRY_CHARS`` with the count left out said in place; this
     turn's own long message is sent whole, once, whether or not the host logged it already."""
-    from engine.prompt import MAX_HISTORY_ENTRY_CHARS
+    from engine.history import MAX_HISTORY_ENTRY_CHARS
 
     long_entry = "d" * 50_000
     at = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)

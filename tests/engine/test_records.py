@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 
-from engine import Agent, FakeClock, prompt
+from engine import Agent, FakeClock, history
 from engine import request as request_module
 from engine import state as turn_state
 from engine.phases import finish, speak
@@ -300,9 +300,9 @@ def test_run_allows_plain_writes() -> None:
 @settings(max_examples=100, deadline=None)
 @given(role=st.sampled_from(["user", "assistant"]), text=texts)
 def test_chat_message(role: Any, text: str) -> None:
-    fast = prompt._chat_message(role, text)
+    fast = history._chat_message(role, text)
     assert_same(fast, ChatMessage(role=role, text=text))
-    assert_unshared(fast, prompt._chat_message(role, text))
+    assert_unshared(fast, history._chat_message(role, text))
 
 
 # Message ids as a validated request holds them: not empty, no event:/start: prefix.
@@ -560,9 +560,9 @@ def test_shared_fields_sets_change_nothing_but_the_objects(
         changed = b.model_copy(update={"text": "changed"})
         assert changed.__pydantic_fields_set__ is not b.__pydantic_fields_set__
         assert b.model_fields_set == a.model_fields_set  # the shared set is as it was
-        kept = prompt._kept_chat(b)
-        assert_same(kept, prompt._entry_chat(a))
-        assert prompt._kept_chat(b) is kept  # built once, kept
+        kept = history._kept_chat(b)
+        assert_same(kept, history._entry_chat(a))
+        assert history._kept_chat(b) is kept  # built once, kept
     run = Run(id="r", flow_id="f", step_id="s", started_at=datetime(2026, 1, 1, tzinfo=UTC))
     with pytest.raises(TypeError, match="Run is not frozen"):
         share_fields_sets([run])  # written in place by the engine: its set is its own
@@ -579,12 +579,12 @@ def test_chat_messages_kept_in_one_pass_are_those_built_on_first_use(
     on first use (long texts cut as the prompt cuts them), and none on a tool entry."""
     kept = [HistoryEntry(role=r, text=t) for r, t in made]
     fresh = [HistoryEntry(role=r, text=t) for r, t in made]
-    prompt.keep_chat_messages(kept)
+    history.keep_chat_messages(kept)
     for a, b in zip(kept, fresh, strict=True):
         if a.role == "tool":
             with pytest.raises(AttributeError):
-                prompt._kept(a, HistoryEntry)
+                history._kept(a, HistoryEntry)
             continue
-        message = prompt._kept(a, HistoryEntry)
-        assert_same(message, prompt._entry_chat(b))
-        assert prompt._kept_chat(a) is message  # served from the slot, not built again
+        message = history._kept(a, HistoryEntry)
+        assert_same(message, history._entry_chat(b))
+        assert history._kept_chat(a) is message  # served from the slot, not built again

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
+from engine.history import _parse_at
 from store import SaveRequest, Store
-from store.history import _parse_at
 from tests.store.builders import save_request
 
 # Text jsonb can hold: no NUL, no lone surrogates.
