@@ -20,24 +20,19 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Unpack
 
-import httpx
-
-from engine.clock import Clock
 from engine.providers.base import (
     ChatMessage,
     ModelRequest,
     ModelResponse,
-    ProviderHooks,
     ToolCall,
     Usage,
 )
 from engine.providers.http import (
     NOT_JSON,
+    HttpOptions,
     JsonApiProvider,
     decode_json_object,
     malformed,
@@ -216,49 +211,27 @@ class AnthropicProvider(JsonApiProvider):
     """An Anthropic Messages API provider.
 
     The key comes from ``api_key`` or, when that is None, ``ANTHROPIC_API_KEY``. ``repr`` shows
-    the model and URL, never the key.
+    the model and URL, never the key. ``options``: the server, timeout, hooks and clients every
+    HTTP provider takes (``HttpOptions``).
     """
+
+    label = "Anthropic"
+    provider_name = PROVIDER_NAME
+    api_key_env = (API_KEY_ENV,)
+    default_base_url = DEFAULT_BASE_URL
+    auth_headers = staticmethod(_anthropic_headers)
 
     def __init__(
         self,
         api_key: str | None = None,
         *,
         model: str = DEFAULT_MODEL,
-        base_url: str = DEFAULT_BASE_URL,
-        timeout: float = 60.0,
         max_tokens: int = 1024,
-        hooks: ProviderHooks | None = None,
-        clock: Clock | None = None,
-        client: httpx.AsyncClient | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-        timer: Callable[[], float] = time.perf_counter,
-        env: Mapping[str, str] | None = None,
+        **options: Unpack[HttpOptions],
     ) -> None:
-        environ = os.environ if env is None else env
-        if api_key is None:
-            api_key = environ.get(API_KEY_ENV, "")
-        super().__init__(
-            provider=PROVIDER_NAME,
-            api_key=api_key,
-            auth_headers=_anthropic_headers,
-            base_url=base_url,
-            timeout=timeout,
-            hooks=hooks,
-            clock=clock,
-            client=client,
-            transport=transport,
-            timer=timer,
-        )
+        super().__init__(api_key, **options)
         self.model = model
         self.max_tokens = max_tokens
-
-    @property
-    def description(self) -> str:
-        """One line naming the provider, model and server; safe to log."""
-        return f"Anthropic model {self.model} at {self.base_url} ({self._auth_note})"
-
-    def __repr__(self) -> str:
-        return f"AnthropicProvider(model={self.model!r}, base_url={self.base_url!r})"
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         async def call() -> ModelResponse:

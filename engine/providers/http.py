@@ -24,11 +24,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Self
+from typing import Any, ClassVar, Self, TypedDict
 
 import httpx
 
@@ -428,40 +429,78 @@ def usage_from(raw: Any, *, input_key: str, output_key: str) -> Usage | None:
                  output_tokens=token_count(raw.get(output_key)))
 
 
-class JsonApiProvider:
-    """What a provider over one ``JsonApi`` keeps the same whatever the API: the key checked and
-    held as a ``Secret``, the client's lifetime, and one ``CallRecord`` per call to the hooks.
+class HttpOptions(TypedDict, total=False):
+    """The keyword arguments every HTTP provider takes besides its model's own settings."""
 
-    ``auth_headers`` turns the (possibly empty) key into the headers every request carries.
+    base_url: str
+    timeout: float
+    hooks: ProviderHooks | None
+    clock: Clock | None
+    client: httpx.AsyncClient | None
+    transport: httpx.AsyncBaseTransport | None
+    timer: Callable[[], float]
+    env: Mapping[str, str] | None
+
+
+class JsonApiProvider:
+    """What a provider over one ``JsonApi`` keeps the same whatever the API: the key found and
+    checked and held as a ``Secret``, the client's lifetime, how it names itself, and one
+    ``CallRecord`` per call to the hooks.
+
+    A subclass names its API (``label``, ``provider_name``), where its key is looked for when
+    none is given (``api_key_env``, in order), its default server (``default_base_url``) and
+    the headers its key travels in (``auth_headers``); it builds the request body and parses
+    the reply, nothing else.
     """
+
+    label: ClassVar[str]
+    provider_name: ClassVar[str]
+    api_key_env: ClassVar[tuple[str, ...]]
+    default_base_url: ClassVar[str]
+    model: str
+
+    @staticmethod
+    def auth_headers(api_key: str) -> dict[str, str]:
+        """The headers every request carries for the (possibly empty) key."""
+        raise NotImplementedError
 
     def __init__(
         self,
+        api_key: str | None,
         *,
-        provider: str,
-        api_key: str,
-        auth_headers: Callable[[str], dict[str, str]],
-        base_url: str,
-        timeout: float,
-        hooks: ProviderHooks | None,
-        clock: Clock | None,
-        client: httpx.AsyncClient | None,
-        transport: httpx.AsyncBaseTransport | None,
-        timer: Callable[[], float],
+        base_url: str | None = None,
+        timeout: float = 60.0,
+        hooks: ProviderHooks | None = None,
+        clock: Clock | None = None,
+        client: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timer: Callable[[], float] = time.perf_counter,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        environ = os.environ if env is None else env
+        if api_key is None:
+            api_key = next((environ[name] for name in self.api_key_env if environ.get(name)), "")
         self._key = checked_api_key(api_key)
         self.hooks = hooks or ProviderHooks()
         self._timer = timer
         self._api = JsonApi(
-            provider=provider,
-            base_url=base_url,
-            headers=auth_headers(self._key.reveal()),
+            provider=self.provider_name,
+            base_url=self.default_base_url if base_url is None else base_url,
+            headers=self.auth_headers(self._key.reveal()),
             secrets=(self._key,),
             timeout=timeout,
             clock=clock,
             client=client,
             transport=transport,
         )
+
+    @property
+    def description(self) -> str:
+        """One line naming the provider, model and server; safe to log."""
+        return f"{self.label} model {self.model} at {self.base_url} ({self._auth_note})"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
 
     @property
     def base_url(self) -> str:
@@ -498,6 +537,7 @@ __all__ = [
     "NOT_JSON",
     "REFUSED_SHAPE_HINTS",
     "RETRYABLE_STATUSES",
+    "HttpOptions",
     "JsonApi",
     "JsonApiProvider",
     "Secret",

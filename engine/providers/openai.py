@@ -34,25 +34,20 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import time
-from collections.abc import Callable, Mapping
-from typing import Any, Literal
-
-import httpx
+from collections.abc import Mapping
+from typing import Any, Literal, Unpack
 
 from engine import strict_json
-from engine.clock import Clock
 from engine.providers.base import (
     ChatMessage,
     ModelRequest,
     ModelResponse,
-    ProviderHooks,
     ToolCall,
     Usage,
 )
 from engine.providers.http import (
     NOT_JSON,
+    HttpOptions,
     JsonApiProvider,
     decode_json_object,
     malformed,
@@ -279,53 +274,31 @@ class OpenAIProvider(JsonApiProvider):
 
     The key comes from ``api_key`` or, when that is None, ``TURNFLOW_MODEL_API_KEY`` then
     ``OPENAI_API_KEY``; with no key at all no ``Authorization`` header is sent (local servers
-    such as Ollama need none). ``repr`` shows the model and URL, never the key.
+    such as Ollama need none). ``repr`` shows the model and URL, never the key. ``options``: the
+    server, timeout, hooks and clients every HTTP provider takes (``HttpOptions``).
     """
+
+    label = "OpenAI-compatible"
+    provider_name = PROVIDER_NAME
+    api_key_env = API_KEY_ENV
+    default_base_url = DEFAULT_BASE_URL
+    auth_headers = staticmethod(_bearer_headers)
 
     def __init__(
         self,
         api_key: str | None = None,
         *,
         model: str = DEFAULT_MODEL,
-        base_url: str = DEFAULT_BASE_URL,
-        timeout: float = 60.0,
         max_tokens: int | None = DEFAULT_MAX_TOKENS,
         temperature: float | None = None,
         json_mode: JsonMode = "json_schema",
-        hooks: ProviderHooks | None = None,
-        clock: Clock | None = None,
-        client: httpx.AsyncClient | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-        timer: Callable[[], float] = time.perf_counter,
-        env: Mapping[str, str] | None = None,
+        **options: Unpack[HttpOptions],
     ) -> None:
-        environ = os.environ if env is None else env
-        if api_key is None:
-            api_key = next((environ[name] for name in API_KEY_ENV if environ.get(name)), "")
-        super().__init__(
-            provider=PROVIDER_NAME,
-            api_key=api_key,
-            auth_headers=_bearer_headers,
-            base_url=base_url,
-            timeout=timeout,
-            hooks=hooks,
-            clock=clock,
-            client=client,
-            transport=transport,
-            timer=timer,
-        )
+        super().__init__(api_key, **options)
         self.model = model
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.json_mode: JsonMode = json_mode
-
-    @property
-    def description(self) -> str:
-        """One line naming the provider, model and server; safe to log."""
-        return f"OpenAI-compatible model {self.model} at {self.base_url} ({self._auth_note})"
-
-    def __repr__(self) -> str:
-        return f"OpenAIProvider(model={self.model!r}, base_url={self.base_url!r})"
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         async def call() -> ModelResponse:
