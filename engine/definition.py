@@ -19,13 +19,12 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    StrictBool,
     ValidationError,
     field_validator,
 )
@@ -44,18 +43,9 @@ from engine.config import (
 )
 from engine.errors import FlowConfigurationError
 from engine.lifecycle.settings import (
-    MAX_TOOL_CALLS_DEFAULT,
-    MAX_TOOL_CALLS_RANGE,
-    TURN_TIMEOUT_MS_DEFAULT,
-    TURN_TIMEOUT_MS_RANGE,
     WEB_SEARCHES_PER_CONVERSATION,
-    BuiltinTools,
-    HandoffRules,
-    ImageSettings,
-    KnowledgeDocument,
-    LanguageSettings,
+    LifecycleData,
     PlanCheck,
-    Skill,
 )
 from engine.packs import PackError, PackSet
 from engine.providers.base import Provider
@@ -111,32 +101,17 @@ class WebSearchDefinition(_Doc):
     backend: str = Field(min_length=1)
 
 
-class LifecycleDefinition(_Doc):
+# The settings that are data are declared once, in LifecycleData; the document adds the names
+# of the pack backends that take the place of the host's objects.
+class LifecycleDefinition(LifecycleData):
     """The lifecycle settings of ``engine.lifecycle.settings.Lifecycle`` that are data; the
     host supplies the plan check and the timer, packs the backends."""
 
-    handoff: HandoffRules | None = None
-    escalation: StrictBool = False
-    tools: BuiltinTools = Field(default_factory=BuiltinTools)
-    max_tool_calls: int = Field(
-        default=MAX_TOOL_CALLS_DEFAULT, ge=MAX_TOOL_CALLS_RANGE[0], le=MAX_TOOL_CALLS_RANGE[1]
-    )
-    turn_timeout_ms: int = Field(
-        default=TURN_TIMEOUT_MS_DEFAULT, ge=TURN_TIMEOUT_MS_RANGE[0], le=TURN_TIMEOUT_MS_RANGE[1]
-    )
-    fallback_message: str | None = None
-    language: LanguageSettings | None = None
-    link_check: bool = False
-    link_domains: list[str] = Field(default_factory=list)
-    sources_footer: Literal["urls_only", "urls_and_kb"] | None = None
-    source_link_params: dict[str, str] = Field(default_factory=dict)
-    knowledge: list[KnowledgeDocument] = Field(default_factory=list)
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
     # A pack's knowledge index; none: the host's index (or the in-memory one over knowledge).
     knowledge_backend: str | None = None
-    skills: list[Skill] = Field(default_factory=list)
     web_search: WebSearchDefinition | None = None
-    images: ImageSettings | None = None
-    classifier_timeout_ms: int = Field(default=1_500, ge=100, le=5_000)
 
 
 class AgentDefinition(_Doc):

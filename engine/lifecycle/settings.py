@@ -194,8 +194,11 @@ def _refuse_repeats(names: list[str], what: str) -> None:
         seen.add(name)
 
 
-class Lifecycle(_Model):
-    """The lifecycle settings; every feature is off unless set."""
+class LifecycleData(_Model):
+    """The lifecycle settings that are data, declared once: ``Lifecycle`` adds the host's
+    objects (indexes, the plan check, the timer, a web search backend) and the agent document's
+    ``engine.definition.LifecycleDefinition`` adds the names of pack backends, so the engine's
+    settings and the document's schema cannot drift apart. Every feature is off unless set."""
 
     handoff: HandoffRules | None = None
     # Whether the agent may hand a conversation to a human: the ``handoff`` tool is offered only
@@ -216,17 +219,23 @@ class Lifecycle(_Model):
     sources_footer: Literal["urls_only", "urls_and_kb"] | None = None
     source_link_params: dict[str, str] = Field(default_factory=dict)
     knowledge: list[KnowledgeDocument] = Field(default_factory=list)
+    skills: list[Skill] = Field(default_factory=list)
+    images: ImageSettings | None = None
+    # The skill classifier's own budget; it runs before the turn's and never counts toward it.
+    classifier_timeout_ms: int = Field(default=1_500, ge=100, le=5_000)
+
+
+class Lifecycle(LifecycleData):
+    """The lifecycle settings (``LifecycleData``) with the host's objects; every feature is off
+    unless set."""
+
     # A ``KnowledgeIndex`` (see ``knowledge``); None builds the in-memory index over ``knowledge``.
     knowledge_index: Any = None
     # The workspace's whole Knowledge Base, a ``WorkspaceKnowledgeIndex`` (see ``knowledge``):
     # what ``search_knowledge`` searches when the agent has no documents of its own. The host
     # passes it (here, or with ``Agent.with_workspace_knowledge``); None: nothing to search.
     workspace_knowledge: Any = None
-    skills: list[Skill] = Field(default_factory=list)
     web_search: WebSearchSource | None = None
-    images: ImageSettings | None = None
-    # The skill classifier's own budget; it runs before the turn's and never counts toward it.
-    classifier_timeout_ms: int = Field(default=1_500, ge=100, le=5_000)
     # The host's plan check (see ``plan``): None means every turn is included.
     plan_check: PlanCheck | None = None
     # ``meta.agent_id`` on every message of the agent; None uses the agent's name.
