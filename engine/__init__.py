@@ -13,7 +13,8 @@ from engine.actions import (
     ok,
     skipped,
 )
-from engine.agent import Agent, AgentConfig
+from engine.agent import Agent
+from engine.agent_config import AgentConfig
 from engine.clock import Clock, FakeClock, SystemClock
 from engine.conditions import ConditionContext
 from engine.config import (

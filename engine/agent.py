@@ -8,9 +8,10 @@ arrive with each ``turn()``. Every name a flow uses is checked here, so a bad na
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, TypeVar
 
+from engine.agent_config import AgentConfig
 from engine.clock import Clock, SystemClock
 from engine.conditions import check
 from engine.config import (
@@ -58,40 +59,6 @@ from engine.request import HistoryEntry, TurnRequest, TurnResult
 from engine.values import template_fields
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class AgentConfig:
-    """The validated configuration the phases read."""
-
-    name: str
-    persona: str | None
-    goal: str | None
-    knowledge: tuple[str, ...]
-    provider: Provider | None
-    clock: Clock
-    fields: Mapping[str, FieldSpec]
-    flows: tuple[Flow, ...]
-    flow_map: Mapping[str, Flow]
-    actions: Mapping[str, Action]
-    events: Mapping[str, Any]
-    conditions: Mapping[str, Callable[..., Any]]
-    tools: Mapping[str, Tool]
-    instructions: tuple[Instruction, ...]
-    idle: IdleSpeaker | None
-    idle_silent: bool
-    compaction: CompactionConfig | None
-    max_tool_loops: int
-    business_hours: BusinessHours | None
-    lifecycle: Lifecycle | None = None  # opt-in hand-off, built-in tools, limits, language
-    # Per-kind trigger indexes, so a turn does not scan every flow's triggers: (flow, index,
-    # trigger) for the first trigger of each kind per flow, in flow order.
-    message_triggers: tuple[tuple[Flow, int, MessageTrigger], ...] = field(default=())
-    mention_triggers: tuple[tuple[Flow, int, MentionTrigger], ...] = field(default=())
-    silence_triggers: tuple[tuple[Flow, int, SilenceTrigger], ...] = field(default=())
-    # Whether any flow has a wait step with an ``else`` (taken when the customer replies to a
-    # run parked there); when none has, a message turn skips looking through the live runs.
-    waits_with_else: bool = True
 
 
 class _Keep:

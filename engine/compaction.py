@@ -10,13 +10,12 @@ reuse it until the part it does not cover grows past ``max_chars`` again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import MockExhausted
 from engine.providers.base import ChatMessage, ModelRequest
 from engine.request import HistoryEntry
-from engine.state import TurnState
+from engine.state import PendingSummary, TurnState
 
 SUMMARY_PREFIX = "[Summary of the earlier conversation] "
 SUMMARY_SCHEMA: dict[str, Any] = {
@@ -25,15 +24,6 @@ SUMMARY_SCHEMA: dict[str, Any] = {
     "required": ["summary"],
     "additionalProperties": False,
 }
-
-
-@dataclass
-class PendingSummary:
-    """What the summary call must cover: the dropped entries, and where the kept tail starts."""
-
-    dropped: list[HistoryEntry]
-    covers: int
-    previous: str | None
 
 
 def _chars(entries: list[HistoryEntry]) -> int:

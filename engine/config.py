@@ -28,6 +28,7 @@ from pydantic import (
     field_validator,
 )
 
+from engine.coercion import coerce_kind
 from engine.errors import FlowConfigurationError
 
 FieldType = Literal["string", "number", "integer", "boolean", "date", "datetime", "email"]
@@ -80,13 +81,10 @@ class FieldSpec(_Model):
         kind = info.data.get("type")
         if value is None or kind is None:  # a bad type is reported on its own
             return value
-        from engine.values import BadValue, coerce  # values imports this module
-
-        bare = FieldSpec(type=kind)
         for member in value:
             try:
-                fitted = coerce("enum", bare, member)
-            except BadValue:
+                fitted = coerce_kind(kind, member)
+            except (ValueError, TypeError, OverflowError):  # as engine.values.coerce's bad-value
                 raise ValueError(f"{member!r} is not a value of type {kind}") from None
             if fitted != member or type(fitted) is not type(member):
                 raise ValueError(

@@ -28,14 +28,12 @@ from contextlib import AbstractContextManager
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol, Self, TypeVar
 
+from engine.agent_config import AgentConfig
 from engine.clock import Clock, to_utc
 from engine.errors import ProviderError, UnusableReply
 from engine.providers.base import ModelRequest, ModelResponse, Provider, ProviderHooks
-
-if TYPE_CHECKING:
-    from engine.agent import Agent
 
 RecordingLevel = Literal["off", "envelopes", "prompts"]
 RECORDING_LEVELS: tuple[RecordingLevel, ...] = ("off", "envelopes", "prompts")
@@ -225,7 +223,21 @@ def fields_written(before: Any, after: Any) -> dict[str, Any]:
     return written
 
 
-def recorded_agent(agent: Agent) -> Agent:
+class Replaceable(Protocol):
+    """What ``recorded_agent`` needs of an agent (``engine.Agent`` is one): its configuration,
+    and a copy with another clock and provider. A protocol, so this module, which ``Agent``
+    uses, need not import it back."""
+
+    @property
+    def config(self) -> AgentConfig: ...
+
+    def replaced(self, *, provider: Provider | None, clock: Clock | None = None) -> Self: ...
+
+
+A = TypeVar("A", bound=Replaceable)
+
+
+def recorded_agent(agent: A) -> A:
     """``agent`` with its clock and provider recording into the open tape (idempotent)."""
     config = agent.config
     clock = config.clock if isinstance(config.clock, RecordingClock) else RecordingClock(

@@ -14,18 +14,37 @@ from typing import TYPE_CHECKING, Any
 
 from engine.conditions import ConditionContext, holds
 from engine.config import Flow
+from engine.envelopes import Judgement, UnderstandPlan
 from engine.keys import run_id
 from engine.records import built, write
 from engine.request import HistoryEntry, Message, Outcome, RunChange, ScheduleEntry, Skip
 from engine.session import Claim, Run, RunStatus, Session, Waiting, WaitKind
 
 if TYPE_CHECKING:
-    from engine.agent import AgentConfig
-    from engine.compaction import PendingSummary
-    from engine.envelopes import Judgement
-    from engine.phases.understand import Candidates
+    from engine.agent_config import AgentConfig
     from engine.providers.base import ChatMessage
     from engine.request import TurnRequest
+
+
+@dataclass
+class PendingSummary:
+    """What the summary call must cover: the dropped entries, and where the kept tail starts."""
+
+    dropped: list[HistoryEntry]
+    covers: int
+    previous: str | None
+
+
+@dataclass
+class Candidates:
+    """What code found worth judging, before deciding whether to call."""
+
+    floor: Run | None = None
+    eligible: list[tuple[Flow, int]] = field(default_factory=list)  # (flow, trigger index)
+    catch_all: tuple[Flow, int] | None = None
+    lone: tuple[Flow, int] | None = None
+    plan: UnderstandPlan = field(default_factory=UnderstandPlan)
+    worth: bool = False
 
 
 @dataclass

@@ -7,11 +7,11 @@ numbers and booleans on the way in, enums are enforced, and everything stored is
 from __future__ import annotations
 
 import re
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from engine.clock import to_utc
+from engine.coercion import coerce_kind
 from engine.config import BusinessHours, FieldSpec
 
 
@@ -24,70 +24,12 @@ class BadValue(ValueError):
         self.detail = detail
 
 
-_TRUE = {"true", "yes", "y", "sim", "s", "1", "on"}
-_FALSE = {"false", "no", "n", "nao", "não", "0", "off"}
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-
-
-def _coerce_type(spec: FieldSpec, value: Any) -> Any:
-    kind = spec.type
-    if kind == "string":
-        if isinstance(value, str):
-            return value
-        if isinstance(value, bool):
-            raise ValueError("boolean for a string")
-        if isinstance(value, int | float):
-            return str(value)
-        raise ValueError("not a string")
-    if kind in ("number", "integer"):
-        if isinstance(value, bool):
-            raise ValueError("boolean for a number")
-        if isinstance(value, str):
-            text = value.strip().replace(",", ".") if value.count(",") == 1 else value.strip()
-            number = float(text)
-        elif isinstance(value, int | float):
-            number = float(value)
-        else:
-            raise ValueError("not a number")
-        if number != number or number in (float("inf"), float("-inf")):
-            raise ValueError("not a finite number")
-        if kind == "integer":
-            if not number.is_integer():
-                raise ValueError("not an integer")
-            return int(number)
-        if isinstance(value, int):
-            return value
-        return int(number) if number.is_integer() and isinstance(value, str) else number
-    if kind == "boolean":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in _TRUE:
-            return True
-        if isinstance(value, str) and value.strip().lower() in _FALSE:
-            return False
-        if isinstance(value, int) and value in (0, 1):
-            return bool(value)
-        raise ValueError("not a boolean")
-    if kind == "date":
-        if not isinstance(value, str):
-            raise ValueError("not a date")
-        return date.fromisoformat(value.strip()[:10]).isoformat()
-    if kind == "datetime":
-        if not isinstance(value, str):
-            raise ValueError("not a datetime")
-        return to_utc(value.strip()).isoformat().replace("+00:00", "Z")
-    # email
-    if not isinstance(value, str) or not _EMAIL.match(value.strip()):
-        raise ValueError("not an email")
-    return value.strip()
-
-
 def coerce(name: str, spec: FieldSpec | None, value: Any) -> Any:
     """Return ``value`` fitted to the field, or raise ``BadValue`` with the outcome code."""
     if spec is None:
         raise BadValue("unknown-field", f"unknown field {name!r}")
     try:
-        fitted = _coerce_type(spec, value)
+        fitted = coerce_kind(spec.type, value)
     except (ValueError, TypeError, OverflowError):  # OverflowError: an int past any float
         raise BadValue("bad-value", f"{name}: {value!r} is not a {spec.type}") from None
     if spec.enum is not None and fitted not in spec.enum:

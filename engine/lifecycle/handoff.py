@@ -19,6 +19,7 @@ from engine.lifecycle import plan
 from engine.lifecycle import turn as lifecycle_turn
 from engine.lifecycle.handoff_rules import rule_fired
 from engine.lifecycle.results import HandoffNotice
+from engine.lifecycle.settings import PLAN_GATED
 from engine.request import Message
 from engine.values import ms
 
@@ -45,7 +46,7 @@ def on_input(state: TurnState) -> None:
         state.outcome("handed-off", detail=str(turn.memory.handoff.get("reason")))
         state.done = True
         return
-    if plan.gate(state, turn):
+    if gate_plan(state, turn):
         return
     if request.kind != "message" or request.message is None:
         return
@@ -92,4 +93,25 @@ def settle_requested(state: TurnState) -> bool:
     hand_over(state, turn.handoff_requested,
               key=session_key("handoff", state.session.id, reply_key),
               text=turn.partial_text)
+    return True
+
+
+def gate_plan(state: TurnState, turn: lifecycle_turn.LifecycleTurn) -> bool:
+    """Ingest: end a turn the plan check gated (``engine.lifecycle.plan``) here: hand-off with
+    ``plan_gated``, or silence; True if gated."""
+    if not turn.gated:
+        return False
+    request = state.request
+    if request.kind == "message":
+        state.session.last_user_at = request.at or state.now
+    state.outcome(plan.GATED, detail="the plan does not include the agent")
+    if turn.settings.escalation:
+        notice = HandoffNotice(
+            reason=PLAN_GATED,
+            summary="The workspace's plan does not include the agent.",
+            tag=turn.settings.handoff_rules.tag,
+        )
+        local = request.input_id or str(ms(request.at or state.now))
+        hand_over(state, notice, key=session_key("handoff", state.session.id, local))
+    state.done = True
     return True

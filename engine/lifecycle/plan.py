@@ -19,13 +19,9 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING
 
-from engine.keys import session_key
-from engine.lifecycle.results import HandoffNotice
-from engine.lifecycle.settings import PLAN_GATED
-from engine.values import ms
+from engine.lifecycle.turn import of
 
 if TYPE_CHECKING:
-    from engine.lifecycle.turn import LifecycleTurn
     from engine.state import TurnState
 
 GATED = "gated"
@@ -33,8 +29,6 @@ GATED = "gated"
 
 async def check(state: TurnState) -> None:
     """Ask the host's plan check for this input, when it applies; remember the answer."""
-    from engine.lifecycle.turn import of
-
     turn = of(state)
     if turn is None:
         return
@@ -47,25 +41,3 @@ async def check(state: TurnState) -> None:
     if inspect.isawaitable(answer):
         answer = await answer
     turn.gated = not bool(answer)
-
-
-def gate(state: TurnState, turn: LifecycleTurn) -> bool:
-    """Ingest: end a gated turn here (hand-off with ``plan_gated``, or silence); True if gated."""
-    if not turn.gated:
-        return False
-    from engine.lifecycle.handoff import hand_over
-
-    request = state.request
-    if request.kind == "message":
-        state.session.last_user_at = request.at or state.now
-    state.outcome(GATED, detail="the plan does not include the agent")
-    if turn.settings.escalation:
-        notice = HandoffNotice(
-            reason=PLAN_GATED,
-            summary="The workspace's plan does not include the agent.",
-            tag=turn.settings.handoff_rules.tag,
-        )
-        local = request.input_id or str(ms(request.at or state.now))
-        hand_over(state, notice, key=session_key("handoff", state.session.id, local))
-    state.done = True
-    return True

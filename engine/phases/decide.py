@@ -16,10 +16,9 @@ from engine.config import Flow, TalkStep
 from engine.envelopes import Judgement
 from engine.moves import take
 from engine.phases.advance import apply_branches
-from engine.phases.understand import Candidates
 from engine.session import Run
 from engine.starts import blocked
-from engine.state import TurnState
+from engine.state import Candidates, TurnState
 from engine.values import BadValue, coerce, is_known
 
 START_SCORE = 40

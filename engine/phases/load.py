@@ -27,7 +27,7 @@ from engine.session import Session, copy_session, detach_values, fresh_session, 
 from engine.state import TurnState
 
 if TYPE_CHECKING:
-    from engine.agent import AgentConfig
+    from engine.agent_config import AgentConfig
 
 
 async def run(

@@ -13,33 +13,19 @@ ran, nothing is saved, the host retries the input.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
 from engine.collect import pending, refuse
 from engine.compaction import summarize
 from engine.config import FieldSpec, Flow, MessageTrigger, TalkStep
-from engine.envelopes import Judgement, UnderstandPlan, parse_understand, understand_schema
+from engine.envelopes import Judgement, parse_understand, understand_schema
 from engine.errors import MockExhausted, ProviderError, UnusableReply
 from engine.prompt import build_understand
 from engine.providers.base import ModelRequest
-from engine.session import Run
 from engine.starts import blocked, repeat_blocked
-from engine.state import TurnState
+from engine.state import Candidates, TurnState
 from engine.values import is_known
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Candidates:
-    """What code found worth judging, before deciding whether to call."""
-
-    floor: Run | None = None
-    eligible: list[tuple[Flow, int]] = field(default_factory=list)  # (flow, trigger index)
-    catch_all: tuple[Flow, int] | None = None
-    lone: tuple[Flow, int] | None = None
-    plan: UnderstandPlan = field(default_factory=UnderstandPlan)
-    worth: bool = False
 
 
 async def run(state: TurnState) -> None:
