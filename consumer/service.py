@@ -41,6 +41,7 @@ import contextlib
 import dataclasses
 import logging
 import random
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ from consumer.decisions import (
     RetryPolicy,
     decide,
 )
+from consumer.fairness import FairSlots
 from consumer.health import HealthServer, start_health_server
 from consumer.knowledge import attach_postgres_knowledge
 from consumer.model_calls import observe_model_calls
@@ -80,7 +82,7 @@ from consumer.pipeline import (
 )
 from consumer.placement import PlacementCheck
 from consumer.round_trips import RoundTrips, broker_probe, database_probe
-from consumer.routing import registry_router
+from consumer.routing import Route, registry_router
 from consumer.settings import Settings
 from consumer.stopping import stopped_within
 from engine import Agent, ProviderError, UnusableReply
@@ -119,20 +121,21 @@ class _Slot:
     waits loaded for a slot, or for its save, is bounded by the sessions with queued inputs
     (``max_buffered_records``). A turn rerun after a version conflict takes a slot again."""
 
-    def __init__(self, slots: asyncio.Semaphore) -> None:
+    def __init__(self, slots: FairSlots) -> None:
         self._slots = slots
-        self._held = False
+        self._held: str | None = None
 
-    async def take(self) -> None:
-        await self._slots.acquire()
-        self._held = True
+    async def take(self, tenant: str, *, weight: float, cap: int | None) -> None:
+        """Wait for a slot as a turn of workspace ``tenant`` (``consumer.fairness``)."""
+        await self._slots.take(tenant, weight=weight, cap=cap)
+        self._held = tenant
         metrics.IN_FLIGHT.inc()
 
     def give_back(self) -> None:
-        if self._held:
-            self._held = False
+        if self._held is not None:
+            tenant, self._held = self._held, None
             metrics.IN_FLIGHT.dec()
-            self._slots.release()
+            self._slots.give_back(tenant)
 
 
 @dataclass
@@ -210,7 +213,11 @@ class ConsumerService:
         )
         self._marks: OffsetWatermarks[TopicPartition] = OffsetWatermarks()
         self._queues: SessionQueues[TopicPartition, _Input] = SessionQueues()
-        self._slots = asyncio.Semaphore(settings.max_in_flight)
+        self._slots = FairSlots(settings.max_in_flight)
+        self._plan_weights = settings.plan_weight_map()
+        self._plan_caps = settings.plan_cap_map()
+        # Plan label values: the plans the settings name, and default (bounded, not per workspace).
+        self._plan_labels = {"default", *self._plan_weights, *self._plan_caps}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._side_tasks: set[asyncio.Task[None]] = set()
         self._epochs: dict[TopicPartition, int] = {}
@@ -221,7 +228,7 @@ class ConsumerService:
         self._busy_changed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._backpressure: Backpressure[TopicPartition] = Backpressure(
-            settings.max_buffered_records
+            settings.max_buffered_records, settings.max_buffered_bytes
         )
         self._ready = False
         self._consumer: AIOKafkaConsumer | None = None
@@ -426,7 +433,11 @@ class ConsumerService:
     def _apply_backpressure(self, consumer: AIOKafkaConsumer) -> None:
         """Pause the partitions that are behind, resume those that caught up; the others are
         not touched, so their conversations keep their normal latency."""
-        moves = self._backpressure.update(set(self._epochs), self._marks.pending_count)
+        moves = self._backpressure.update(
+            set(self._epochs), self._marks.pending_count, self._marks.pending_bytes
+        )
+        metrics.LOOKAHEAD_RECORDS.set(self._marks.pending_count())
+        metrics.LOOKAHEAD_BYTES.set(self._marks.pending_bytes())
         if moves.pause:
             consumer.pause(*moves.pause)
             log.info(
@@ -442,7 +453,8 @@ class ConsumerService:
         metrics.PAUSED_PARTITIONS.set(len(self._backpressure.paused))
 
     def _accept(self, tp: TopicPartition, record: ConsumerRecord[bytes, bytes], epoch: int) -> None:
-        self._marks.track(tp, record.offset)
+        size = len(record.key or b"") + len(record.value or b"")
+        self._marks.track(tp, record.offset, size)
         source = SourceRecord(tp.topic, tp.partition, record.offset)
         parsed = parse_record(
             record.key,
@@ -753,16 +765,34 @@ class ConsumerService:
         """Wait ``seconds``; False when the service is stopping (the caller gives up)."""
         return not await stopped_within(self._stopping, seconds)
 
-    async def _take_slot(self, slot: _Slot, tp: TopicPartition, epoch: int) -> bool:
+    async def _take_slot(
+        self, slot: _Slot, tp: TopicPartition, epoch: int, route: Route
+    ) -> bool:
         """The pipeline's ``before_turn``: wait for a turn slot, then say whether the input
         may still run. Loaded and waiting, it is not work on ``tp`` (inside the count its
         caller holds, uncounted meanwhile), so a revoke drains the turns that run without
-        waiting for this one, which then finds itself fenced."""
+        waiting for this one, which then finds itself fenced.
+
+        The slot is the fair queue's (``consumer.fairness``): the turn waits as one of its
+        workspace's (``""`` without one), weighted and capped by the workspace's plan."""
+        tenant = route.workspace or ""
+        plan = route.plan or "default"
+        cap = self._plan_caps.get(plan)
+        label = "none" if route.workspace is None else (
+            plan if plan in self._plan_labels else "other"
+        )
+        if self._slots.at_cap(tenant, cap):
+            metrics.child(metrics.PLAN_CAP_WAITS, label).inc()
+        waiting = metrics.child(metrics.TURNS_WAITING, label)
         self._busy[tp] -= 1
         self._busy_changed.set()
+        waiting.inc()
+        started = time.perf_counter()
         try:
-            await slot.take()
+            await slot.take(tenant, weight=self._plan_weights.get(plan, 1.0), cap=cap)
         finally:
+            waiting.dec()
+            metrics.child(metrics.SLOT_WAIT, label).observe(time.perf_counter() - started)
             self._busy[tp] += 1
         return self._owns(tp, epoch)
 
