@@ -210,6 +210,13 @@ PLAN_CAP_WAITS = Counter(
     ["plan"],
     registry=REGISTRY,
 )
+PLAN_MINUTE_WAITS = Counter(
+    "turnflow_plan_minute_waits_total",
+    "Turns that waited for the next minute because their workspace had run its plan's "
+    "PLAN_MODEL_TURNS_PER_MINUTE across all consumers, by plan.",
+    ["plan"],
+    registry=REGISTRY,
+)
 OUTBOX_BACKLOG = Gauge(
     "turnflow_outbox_backlog", "Outbox rows committed but not yet published.", registry=REGISTRY
 )
@@ -280,6 +287,7 @@ _CONSUMER = (
     INPUT_RETRIES, IN_FLIGHT, CONSUMER_LAG, PAUSED_PARTITIONS, INPUT_TO_OUTBOUND,
     MODEL_WAITING, MODEL_FALLBACKS, INPUTS_OFF_PARTITION, HISTORY_LOADS, HISTORY_WINDOWS,
     LOOKAHEAD_RECORDS, LOOKAHEAD_BYTES, TURNS_WAITING, SLOT_WAIT, PLAN_CAP_WAITS,
+    PLAN_MINUTE_WAITS,
 )
 _SCHEDULER = (TIMERS_PENDING, TIMER_FIRE_DELAY, WAKES_EMITTED, TIMERS_SCHEDULED, SCHEDULE_REFUSED)
 PROCESS_FAMILIES: dict[str, tuple[Any, ...]] = {

@@ -88,6 +88,7 @@ from consumer.stopping import stopped_within
 from engine import Agent, ProviderError, UnusableReply
 from engine.recording import recorded_agent
 from store import SourceRecord, Store
+from store.model_budget import ModelBudget
 
 __all__ = ["ConsumerService"]
 
@@ -216,8 +217,15 @@ class ConsumerService:
         self._slots = FairSlots(settings.max_in_flight)
         self._plan_weights = settings.plan_weight_map()
         self._plan_caps = settings.plan_cap_map()
+        self._plan_per_minute = settings.plan_per_minute_map()
+        # Workspaces whose per-minute budget ran out, until when (the event loop's clock): their
+        # other turns wait for that without asking the database again.
+        self._budget_closed: dict[str, float] = {}
+        self._budget: ModelBudget | None = None
         # Plan label values: the plans the settings name, and default (bounded, not per workspace).
-        self._plan_labels = {"default", *self._plan_weights, *self._plan_caps}
+        self._plan_labels = {
+            "default", *self._plan_weights, *self._plan_caps, *self._plan_per_minute
+        }
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._side_tasks: set[asyncio.Task[None]] = set()
         self._epochs: dict[TopicPartition, int] = {}
@@ -308,6 +316,8 @@ class ConsumerService:
         )
         await start_producer(self._producer, idempotent=s.kafka_idempotent_producer)
         publisher = self._publisher = OutboxPublisher(self._store, self._producer)
+        if self._plan_per_minute:
+            self._budget = ModelBudget(self._store.engine)
         self._dead_letters = DeadLetterPublisher(self._producer, self._store, s.dlq_topic)
         if self._agent is not None:
             observe_model_calls(self._agent)
@@ -789,12 +799,52 @@ class ConsumerService:
         waiting.inc()
         started = time.perf_counter()
         try:
+            per_minute = self._plan_per_minute.get(plan)
+            if per_minute is not None and route.workspace is not None:
+                await self._minute_budget(route.workspace, per_minute, label)
             await slot.take(tenant, weight=self._plan_weights.get(plan, 1.0), cap=cap)
         finally:
             waiting.dec()
             metrics.child(metrics.SLOT_WAIT, label).observe(time.perf_counter() - started)
             self._busy[tp] += 1
         return self._owns(tp, epoch)
+
+    async def _minute_budget(self, workspace: str, per_minute: int, label: str) -> None:
+        """Take one turn from the workspace's budget for this minute, shared by every consumer
+        (``store.model_budget``), waiting for the next minute as long as it is spent. The turn
+        holds no slot meanwhile. The database failing to answer lets the turn go: a cap that
+        stops every turn of a workspace while the database is away would be an outage."""
+        assert self._budget is not None
+        loop = asyncio.get_running_loop()
+        counted = False
+        while not self._stopping.is_set():
+            closed_until = self._budget_closed.get(workspace, 0.0)
+            if loop.time() < closed_until:
+                await self._sleep(closed_until - loop.time())
+                continue
+            try:
+                left_s = await self._budget.take(workspace, per_minute)
+            except Exception as exc:
+                log.warning("the per-minute budget could not be read; the turn goes on",
+                            extra={"error": type(exc).__name__})
+                return
+            if random.random() < 0.001:  # the counts of minutes long gone, now and then
+                self._spawn_side(self._prune_budget())
+            if left_s is None:
+                return
+            if not counted:
+                counted = True
+                metrics.child(metrics.PLAN_MINUTE_WAITS, label).inc()
+            # A little past the minute's end, so the next ask falls in the next minute.
+            self._budget_closed[workspace] = loop.time() + left_s + 0.05
+            if len(self._budget_closed) > 4096:
+                now = loop.time()
+                self._budget_closed = {w: t for w, t in self._budget_closed.items() if t > now}
+
+    async def _prune_budget(self) -> None:
+        assert self._budget is not None
+        with contextlib.suppress(Exception):
+            await self._budget.prune()
 
     @contextlib.contextmanager
     def _busy_on(self, tp: TopicPartition) -> Iterator[None]:

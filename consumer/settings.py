@@ -89,11 +89,12 @@ class Settings(BaseSettings):
         "available core; `--workers` overrides).",
     )
     max_buffered_records: int = Field(
-        1000,
+        10000,
         ge=1,
         description=(
-            "Fetched records held unfinished, shared by the owned partitions; a partition at its"
-            " share pauses alone (back-pressure)."
+            "Fetched records held unfinished (the look-ahead), shared by the owned partitions; a"
+            " partition at its share pauses alone (back-pressure). The turn slots go fairly"
+            " across workspaces only among the records read: see docs/production.md for sizing."
         ),
     )
     max_buffered_bytes: int = Field(
@@ -112,6 +113,12 @@ class Settings(BaseSettings):
         "",
         description="Most engine turns one workspace of a plan runs at once in one consumer, "
         "as `plan=turns,...` (`free=4`); a plan not listed has no cap beyond `MAX_IN_FLIGHT`.",
+    )
+    plan_model_turns_per_minute: str = Field(
+        "",
+        description="Most model turns one workspace of a plan runs per minute across all "
+        "consumers (counted in PostgreSQL), as `plan=turns,...` (`free=120`); a turn past it "
+        "waits for the next minute. A plan not listed has no such cap.",
     )
     merge_bursts: bool = Field(
         True,
@@ -251,17 +258,22 @@ class Settings(BaseSettings):
         here, as a bad setting, not by ``configure_logging`` once the service starts."""
         return value.strip().upper() if isinstance(value, str) else value
 
-    @field_validator("plan_weights", "plan_max_in_flight")
+    @field_validator("plan_weights", "plan_max_in_flight", "plan_model_turns_per_minute")
     @classmethod
     def _plan_numbers_readable(cls, value: str, info: ValidationInfo) -> str:
         """Refused here, named as a bad setting, rather than when the first turn waits."""
-        whole = info.field_name == "plan_max_in_flight"
+        whole = info.field_name != "plan_weights"
         plan_numbers(value, whole=whole)
         return value
 
     def plan_weight_map(self) -> dict[str, float]:
         """``PLAN_WEIGHTS`` read: plan -> weight."""
         return plan_numbers(self.plan_weights, whole=False)
+
+    def plan_per_minute_map(self) -> dict[str, int]:
+        """``PLAN_MODEL_TURNS_PER_MINUTE`` read: plan -> turns a minute."""
+        caps = plan_numbers(self.plan_model_turns_per_minute, whole=True)
+        return {plan: int(turns) for plan, turns in caps.items()}
 
     def plan_cap_map(self) -> dict[str, int]:
         """``PLAN_MAX_IN_FLIGHT`` read: plan -> turns."""

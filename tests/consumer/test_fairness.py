@@ -408,3 +408,58 @@ def test_a_partition_pauses_at_its_share_of_bytes_before_its_share_of_records() 
     assert moves.resume == {big} and rules.paused == frozenset()
     marks.forget([big])
     assert marks.pending_bytes() == 10
+
+
+class MinuteBudget:
+    """``store.model_budget.ModelBudget`` in memory, with a "minute" of ``minute_s``."""
+
+    def __init__(self, minute_s: float) -> None:
+        self._minute_s = minute_s
+        self.taken: Counter[tuple[str, int]] = Counter()
+
+    def _minute(self) -> tuple[int, float]:
+        now = asyncio.get_running_loop().time()
+        return int(now // self._minute_s), self._minute_s - now % self._minute_s
+
+    async def take(self, workspace: str, per_minute: int) -> float | None:
+        minute, left = self._minute()
+        if self.taken[workspace, minute] >= per_minute:
+            return left
+        self.taken[workspace, minute] += 1
+        return None
+
+    async def prune(self) -> int:
+        return 0
+
+
+async def test_a_plans_per_minute_budget_makes_its_turns_wait_for_the_next_minute() -> None:
+    """With the flood's plan at three model turns a "minute" (0.3 s here), its thirty turns
+    spread over ten minutes, at most three in each; none is dropped or answered twice, each
+    conversation stays in order, the quiet workspace (no budget) is answered meanwhile, and
+    the waits are counted under the plan's label."""
+    before = metrics.PLAN_MINUTE_WAITS.labels(plan="free")._value.get()
+    consumer = FakeKafkaConsumer([PART])
+    agent, store, producer = WorkspaceAgent(), FakeStore(), FakeProducer()
+    service = service_for(consumer, agent, store, producer, max_in_flight=4,
+                          plan_model_turns_per_minute="free=3")
+    budget = service._budget = MinuteBudget(0.3)  # type: ignore[assignment]
+    flood = [f"flood-{i}" for i in range(6)]
+    quiet = [f"quiet-{i}" for i in range(3)]
+    enqueue(consumer, flood, 5)
+    enqueue(consumer, quiet, 2)
+    loop = asyncio.create_task(service._fetch_loop())
+    try:
+        await until(lambda: all(
+            len([1 for _, k, _ in producer.sent if k == s.encode()]) == 2 for s in quiet
+        ), "the quiet workspace is answered")
+        assert sum(1 for s in agent.order if s.startswith("flood")) < 30
+        await until(lambda: consumer.committed(PART) == 36, "every input is committed",
+                    within=30)
+    finally:
+        service.stop()
+        await loop
+    per_minute = [n for (w, _), n in budget.taken.items() if w == "flood"]
+    assert sum(per_minute) == 30 and max(per_minute) <= 3
+    check_nothing_crossed(store, producer, flood, 5)
+    check_nothing_crossed(store, producer, quiet, 2)
+    assert metrics.PLAN_MINUTE_WAITS.labels(plan="free")._value.get() > before
