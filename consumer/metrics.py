@@ -217,6 +217,17 @@ PLAN_MINUTE_WAITS = Counter(
     ["plan"],
     registry=REGISTRY,
 )
+MODEL_BACKOFF_ACTIVE = Gauge(
+    "turnflow_model_backoff_active",
+    "1 while the consumer holds every turn back because the model provider answered 429 or "
+    "asked to retry later (one shared back-off), else 0.",
+    registry=REGISTRY,
+)
+MODEL_BACKOFFS = Counter(
+    "turnflow_model_backoffs_total",
+    "Times a rate-limit answer of the model provider started or lengthened the shared back-off.",
+    registry=REGISTRY,
+)
 OUTBOX_BACKLOG = Gauge(
     "turnflow_outbox_backlog", "Outbox rows committed but not yet published.", registry=REGISTRY
 )
@@ -287,7 +298,7 @@ _CONSUMER = (
     INPUT_RETRIES, IN_FLIGHT, CONSUMER_LAG, PAUSED_PARTITIONS, INPUT_TO_OUTBOUND,
     MODEL_WAITING, MODEL_FALLBACKS, INPUTS_OFF_PARTITION, HISTORY_LOADS, HISTORY_WINDOWS,
     LOOKAHEAD_RECORDS, LOOKAHEAD_BYTES, TURNS_WAITING, SLOT_WAIT, PLAN_CAP_WAITS,
-    PLAN_MINUTE_WAITS,
+    PLAN_MINUTE_WAITS, MODEL_BACKOFF_ACTIVE, MODEL_BACKOFFS,
 )
 _SCHEDULER = (TIMERS_PENDING, TIMER_FIRE_DELAY, WAKES_EMITTED, TIMERS_SCHEDULED, SCHEDULE_REFUSED)
 PROCESS_FAMILIES: dict[str, tuple[Any, ...]] = {

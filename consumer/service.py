@@ -68,6 +68,7 @@ from consumer.decisions import (
 from consumer.fairness import FairSlots
 from consumer.health import HealthServer, start_health_server
 from consumer.knowledge import attach_postgres_knowledge
+from consumer.model_backoff import SharedBackoff
 from consumer.model_calls import observe_model_calls
 from consumer.outbox import OutboxPublisher, OutboxRelay, new_producer, start_producer
 from consumer.parser import Rejected, parse_record
@@ -222,6 +223,11 @@ class ConsumerService:
         # other turns wait for that without asking the database again.
         self._budget_closed: dict[str, float] = {}
         self._budget: ModelBudget | None = None
+        self._backoff = SharedBackoff(
+            first_delay_s=settings.retry_backoff_ms / 1000,
+            max_s=settings.retry_backoff_max_ms / 1000,
+        )
+        self._backoff_timer: asyncio.TimerHandle | None = None
         # Plan label values: the plans the settings name, and default (bounded, not per workspace).
         self._plan_labels = {
             "default", *self._plan_weights, *self._plan_caps, *self._plan_per_minute
@@ -588,6 +594,7 @@ class ConsumerService:
                 self._busy[tp] -= 1
                 self._busy_changed.set()
                 slot.give_back()
+            self._note_backoff(error)
             if _outage(error) and waiting.since is None:
                 waiting.since = loop.time()
             decision = decide(
@@ -802,6 +809,7 @@ class ConsumerService:
             per_minute = self._plan_per_minute.get(plan)
             if per_minute is not None and route.workspace is not None:
                 await self._minute_budget(route.workspace, per_minute, label)
+            await self._provider_backoff()
             await slot.take(tenant, weight=self._plan_weights.get(plan, 1.0), cap=cap)
         finally:
             waiting.dec()
@@ -840,6 +848,27 @@ class ConsumerService:
             if len(self._budget_closed) > 4096:
                 now = loop.time()
                 self._budget_closed = {w: t for w, t in self._budget_closed.items() if t > now}
+
+    def _note_backoff(self, error: BaseException | None) -> None:
+        """A rate-limit answer starts (or lengthens) the provider's shared back-off."""
+        loop = asyncio.get_running_loop()
+        seconds = self._backoff.note(error, loop.time())
+        if seconds is None:
+            return
+        metrics.MODEL_BACKOFFS.inc()
+        metrics.MODEL_BACKOFF_ACTIVE.set(1)
+        log.warning("the model provider asked to slow down; every turn waits",
+                    extra={"delay_s": round(seconds, 3)})
+        if self._backoff_timer is not None:
+            self._backoff_timer.cancel()
+        self._backoff_timer = loop.call_later(seconds, metrics.MODEL_BACKOFF_ACTIVE.set, 0)
+
+    async def _provider_backoff(self) -> None:
+        """Wait out the provider's shared back-off before taking a slot (the turn holds none)."""
+        loop = asyncio.get_running_loop()
+        while (left := self._backoff.remaining(loop.time())) > 0:
+            if not await self._sleep(left):
+                return
 
     async def _prune_budget(self) -> None:
         assert self._budget is not None

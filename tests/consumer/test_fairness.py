@@ -463,3 +463,78 @@ async def test_a_plans_per_minute_budget_makes_its_turns_wait_for_the_next_minut
     check_nothing_crossed(store, producer, flood, 5)
     check_nothing_crossed(store, producer, quiet, 2)
     assert metrics.PLAN_MINUTE_WAITS.labels(plan="free")._value.get() > before
+
+
+# --- the model's own limits ------------------------------------------------------------------
+
+
+def test_the_shared_backoff_follows_rate_limit_answers_only() -> None:
+    """A 429 or a retryable answer with a hint sets the back-off (the hint, else the first
+    retry delay, capped); a later, shorter one never shortens it; other failures, fatal answers
+    and unusable replies leave it alone."""
+    from consumer.model_backoff import SharedBackoff
+    from engine import ProviderError, UnusableReply
+
+    backoff = SharedBackoff(first_delay_s=0.5, max_s=30)
+    assert backoff.note(ProviderError("x", kind="retryable", status=503), 0) is None
+    assert backoff.note(ProviderError("x", kind="fatal", status=429), 0) is None
+    assert backoff.note(UnusableReply("x"), 0) is None
+    assert backoff.note(ValueError("x"), 0) is None
+    assert backoff.remaining(0) == 0
+    assert backoff.note(ProviderError("x", kind="retryable", status=429), 10) == 0.5
+    assert backoff.note(ProviderError("x", kind="retryable", retry_after=5), 10) == 5
+    assert backoff.note(ProviderError("x", kind="retryable", status=429, retry_after=1), 11) is None
+    assert backoff.remaining(12) == 3
+    assert backoff.note(ProviderError("x", kind="retryable", retry_after=3600), 12) == 30
+
+
+class RateLimitedAgent(WorkspaceAgent):
+    """The flood's first turn is answered 429 with a wait; notes when every turn started."""
+
+    def __init__(self, wait_s: float) -> None:
+        super().__init__()
+        self._wait_s = wait_s
+        self.limited_at: float | None = None
+        self.starts: list[tuple[float, str]] = []
+
+    async def turn(self, request: dict[str, Any]) -> dict[str, Any]:
+        from engine import ProviderError
+
+        now = asyncio.get_running_loop().time()
+        self.starts.append((now, request["session_id"]))
+        if self.limited_at is None and request["session_id"].startswith("flood"):
+            self.limited_at = now
+            raise ProviderError("slow down", kind="retryable", status=429,
+                                retry_after=self._wait_s)
+        return await super().turn(request)
+
+
+async def test_a_rate_limit_answer_holds_every_conversation_back_once() -> None:
+    """After one 429 with a 0.4 s hint, no turn of any conversation or workspace starts until
+    the hint has passed (bar the one already running); then the flood's retry and the quiet
+    workspace's first turns run, every input answered once, in order, nothing dead-lettered."""
+    before = metrics.MODEL_BACKOFFS._value.get()
+    consumer = FakeKafkaConsumer([PART])
+    agent, store, producer = RateLimitedAgent(0.4), FakeStore(), FakeProducer()
+    service = service_for(consumer, agent, store, producer, max_in_flight=2)
+    flood = [f"flood-{i}" for i in range(8)]
+    quiet = [f"quiet-{i}" for i in range(3)]
+    enqueue(consumer, flood, 3)
+    enqueue(consumer, quiet, 2)
+    loop = asyncio.create_task(service._fetch_loop())
+    try:
+        await until(lambda: consumer.committed(PART) == 30, "every input is committed",
+                    within=30)
+    finally:
+        service.stop()
+        await loop
+    assert agent.limited_at is not None
+    after = [t for t, _ in agent.starts if t > agent.limited_at]
+    early = [t for t in after if t < agent.limited_at + 0.4 - 0.02]
+    assert len(early) <= 1, early  # only a turn that had its slot before the answer came
+    quiet_starts = [t for t, s in agent.starts if s.startswith("quiet")]
+    assert quiet_starts and min(quiet_starts) < max(t for t, s in agent.starts
+                                                    if s.startswith("flood"))
+    check_nothing_crossed(store, producer, flood, 3)
+    check_nothing_crossed(store, producer, quiet, 2)
+    assert metrics.MODEL_BACKOFFS._value.get() == before + 1
