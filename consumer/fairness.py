@@ -180,6 +180,8 @@ class FairSlots:
         self._held[tenant] -= 1
         if self._held[tenant] <= 0:
             del self._held[tenant]
+            if not self._queue.waiting(tenant):
+                self._caps.pop(tenant, None)  # memory follows the tenants with turns
         self._free += 1
         self._dispatch()
 

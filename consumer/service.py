@@ -794,7 +794,9 @@ class ConsumerService:
         workspace's (``""`` without one), weighted and capped by the workspace's plan."""
         tenant = route.workspace or ""
         plan = route.plan or "default"
-        cap = self._plan_caps.get(plan)
+        # A turn of no workspace (``AGENT``) has no plan: no weight, no cap, no budget.
+        cap = self._plan_caps.get(plan) if route.workspace is not None else None
+        weight = self._plan_weights.get(plan, 1.0) if route.workspace is not None else 1.0
         label = "none" if route.workspace is None else (
             plan if plan in self._plan_labels else "other"
         )
@@ -810,7 +812,7 @@ class ConsumerService:
             if per_minute is not None and route.workspace is not None:
                 await self._minute_budget(route.workspace, per_minute, label)
             await self._provider_backoff()
-            await slot.take(tenant, weight=self._plan_weights.get(plan, 1.0), cap=cap)
+            await slot.take(tenant, weight=weight, cap=cap)
         finally:
             waiting.dec()
             metrics.child(metrics.SLOT_WAIT, label).observe(time.perf_counter() - started)
