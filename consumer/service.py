@@ -6,10 +6,12 @@ offset order; workers of different sessions (even in one partition) run concurre
 ``max_in_flight`` engine turns at a time (an input's load runs before it takes its slot, its
 save and publish after it gave the slot back). Offsets are committed per partition up to the
 watermark of ``OffsetWatermarks`` after every fetch round, so a slow session holds back only
-its partition's commit, never other sessions' work. Back-pressure is per partition
+its partition's commit, never other sessions' work. A freed slot goes to the waiting turn the
+weighted fair queue across workspaces picks (``consumer.fairness``: plans' weights and caps,
+a plan's per-minute budget, the model provider's shared back-off). Back-pressure is per partition
 (``Backpressure``): only a partition whose unfinished records reach its share of
-``max_buffered_records`` stops being fetched, so one hot conversation never makes the quiet
-ones on other partitions wait.
+``max_buffered_records`` (or of ``max_buffered_bytes``) stops being fetched, so one hot
+conversation never makes the quiet ones on other partitions wait.
 
 Bursts. When a session's worker takes a message and more messages of that session already wait
 behind it (``MERGE_BURSTS``, optionally after ``BURST_WINDOW_MS`` of quiet), it takes them too
