@@ -813,7 +813,8 @@ class ConsumerService:
             per_minute = self._plan_per_minute.get(plan)
             if per_minute is not None and route.workspace is not None:
                 await self._minute_budget(route.workspace, per_minute, label)
-            await self._provider_backoff()
+            if self._backoff.remaining(asyncio.get_running_loop().time()) > 0:
+                await self._provider_backoff()
             await slot.take(tenant, weight=weight, cap=cap)
         finally:
             waiting.dec()
