@@ -234,6 +234,10 @@ class ConsumerService:
         self._plan_labels = {
             "default", *self._plan_weights, *self._plan_caps, *self._plan_per_minute
         }
+        for label in (*self._plan_labels, "other", "none"):  # every series from the start, at 0
+            for family in (metrics.TURNS_WAITING, metrics.SLOT_WAIT, metrics.PLAN_CAP_WAITS,
+                           metrics.PLAN_MINUTE_WAITS):
+                family.labels(plan=label)
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._side_tasks: set[asyncio.Task[None]] = set()
         self._epochs: dict[TopicPartition, int] = {}
