@@ -362,7 +362,7 @@ async def _trickle_phase(
 
 
 async def run_once(servers: Servers, args: argparse.Namespace) -> int:
-    from consumer.embedded_broker import free_port
+    from consumer.devchat.embedded_broker import free_port
 
     await _store_agents(servers.database_url, args.workspaces, dict(
         item.split("=", 1) for item in args.plans

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from consumer import metrics
 from consumer.fairness import FairQueue, FairSlots
+from consumer.hosting.routing import Route
 from consumer.outbox import OutboxPublisher
 from consumer.pipeline import OutboundTopics, TurnPipeline
-from consumer.routing import Route
 from consumer.service import ConsumerService
 from consumer.settings import Settings, plan_numbers
 from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer, FakeStore

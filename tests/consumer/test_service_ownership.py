@@ -15,8 +15,8 @@ from aiokafka.errors import ConsumerStoppedError, CorruptRecordException, KafkaE
 from aiokafka.structs import TopicPartition
 
 from consumer import service as service_module
+from consumer.hosting.routing import Route
 from consumer.pipeline import TurnFenced
-from consumer.routing import Route
 from consumer.service import ConsumerService
 from consumer.settings import Settings
 from tests.consumer.fakes import FakeKafkaConsumer, FakeStore
