@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: install test lint unit run run-local-model test-real-model prometheus chromium \
 	test-browser bench-inspect bench bench-engine bench-store \
 	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks bench-pipeline \
-	bench-hosting bench-window clean
+	bench-hosting bench-window bench-fairness clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -135,6 +135,11 @@ bench-window: $(STAMP)
 # One agent against 1,000 over the same traffic, and a version switch under load.
 bench-hosting: $(STAMP)
 	$(BIN)/python bench/hosting_bench.py $(ARGS)
+
+# One workspace's flood against the others' trickle on one consumer: the trickle's latency and
+# the flood's throughput, each against running alone (Apache Kafka unless --broker tansu).
+bench-fairness: $(STAMP)
+	$(BIN)/python bench/fairness_bench.py $(ARGS)
 
 # The inspector's list and conversation page on 100,000 conversations and one of 10,000 turns,
 # against a plain SELECT of the same rows.

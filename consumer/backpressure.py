@@ -9,6 +9,9 @@ resumed once it is down to half its share; the other partitions keep being fetch
 normal pace. Offsets and ordering are untouched: pausing only stops fetching, and a resumed
 partition is fetched from where it stopped.
 
+``MAX_BUFFERED_BYTES`` bounds the same look-ahead by the records' key and value bytes: a
+partition pauses at whichever share it reaches first, and resumes once under half of both.
+
 With one owned partition the share is the whole budget, as before: conversations of one
 partition are held back together, since a partition is read in offset order. Memory stays
 bounded: each partition holds at most its share plus one fetch round (``fetch_limit``).
@@ -39,10 +42,13 @@ class Moves(Generic[P]):
 class Backpressure(Generic[P]):
     """Which owned partitions are paused, from each one's count of unfinished records."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, byte_limit: int | None = None) -> None:
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
+        if byte_limit is not None and byte_limit < 1:
+            raise ValueError(f"byte_limit must be >= 1, got {byte_limit}")
         self._limit = limit
+        self._byte_limit = byte_limit
         self._paused: set[P] = set()
 
     def share(self, owned: int) -> int:
@@ -54,12 +60,35 @@ class Backpressure(Generic[P]):
         more than a share (a hot partition's round is then followed by its pause)."""
         return self.share(owned)
 
-    def update(self, owned: Collection[P], pending: Callable[[P], int]) -> Moves[P]:
-        """Pause owned partitions at their share; resume paused ones down to half of it."""
+    def byte_share(self, owned: int) -> int | None:
+        """The record bytes one partition may hold (None: no byte bound)."""
+        if self._byte_limit is None:
+            return None
+        return max(1, self._byte_limit // max(1, owned))
+
+    def update(
+        self,
+        owned: Collection[P],
+        pending: Callable[[P], int],
+        pending_bytes: Callable[[P], int] = lambda p: 0,
+    ) -> Moves[P]:
+        """Pause owned partitions at their share (of records, or of bytes, whichever comes
+        first); resume paused ones once down to half of both."""
         share = self.share(len(owned))
         low = max(1, share // 2)
-        pause = frozenset(p for p in owned if p not in self._paused and pending(p) >= share)
-        resume = frozenset(p for p in self._paused if p in owned and pending(p) < low)
+        byte_share = self.byte_share(len(owned))
+        byte_low = None if byte_share is None else max(1, byte_share // 2)
+
+        def full(p: P) -> bool:
+            return pending(p) >= share or (
+                byte_share is not None and pending_bytes(p) >= byte_share
+            )
+
+        def drained(p: P) -> bool:
+            return pending(p) < low and (byte_low is None or pending_bytes(p) < byte_low)
+
+        pause = frozenset(p for p in owned if p not in self._paused and full(p))
+        resume = frozenset(p for p in self._paused if p in owned and drained(p))
         self._paused -= resume
         self._paused |= pause
         self._paused &= set(owned)

@@ -177,6 +177,57 @@ PAUSED_PARTITIONS = Gauge(
     "Owned partitions not being fetched because their unfinished records reached their share.",
     registry=REGISTRY,
 )
+LOOKAHEAD_RECORDS = Gauge(
+    "turnflow_lookahead_records",
+    "Fetched records not yet finished (queued, waiting for a turn slot, or running), the "
+    "look-ahead bounded by MAX_BUFFERED_RECORDS.",
+    registry=REGISTRY,
+)
+LOOKAHEAD_BYTES = Gauge(
+    "turnflow_lookahead_bytes",
+    "Key and value bytes of the fetched records not yet finished, bounded by "
+    "MAX_BUFFERED_BYTES.",
+    registry=REGISTRY,
+)
+TURNS_WAITING = Gauge(
+    "turnflow_turns_waiting_for_slot",
+    "Loaded turns waiting for a turn slot, by their workspace's plan (plans named in "
+    "PLAN_WEIGHTS or PLAN_MAX_IN_FLIGHT, default, other, none).",
+    ["plan"],
+    registry=REGISTRY,
+)
+SLOT_WAIT = Histogram(
+    "turnflow_turn_slot_wait_seconds",
+    "How long a loaded turn waited for its turn slot, by its workspace's plan.",
+    ["plan"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+PLAN_CAP_WAITS = Counter(
+    "turnflow_plan_cap_waits_total",
+    "Turns that waited because their workspace already ran its plan's PLAN_MAX_IN_FLIGHT "
+    "turns in this consumer, by plan.",
+    ["plan"],
+    registry=REGISTRY,
+)
+PLAN_MINUTE_WAITS = Counter(
+    "turnflow_plan_minute_waits_total",
+    "Turns that waited for the next minute because their workspace had run its plan's "
+    "PLAN_MODEL_TURNS_PER_MINUTE across all consumers, by plan.",
+    ["plan"],
+    registry=REGISTRY,
+)
+MODEL_BACKOFF_ACTIVE = Gauge(
+    "turnflow_model_backoff_active",
+    "1 while the consumer holds every turn back because the model provider answered 429 or "
+    "asked to retry later (one shared back-off), else 0.",
+    registry=REGISTRY,
+)
+MODEL_BACKOFFS = Counter(
+    "turnflow_model_backoffs_total",
+    "Times a rate-limit answer of the model provider started or lengthened the shared back-off.",
+    registry=REGISTRY,
+)
 OUTBOX_BACKLOG = Gauge(
     "turnflow_outbox_backlog", "Outbox rows committed but not yet published.", registry=REGISTRY
 )
@@ -246,6 +297,8 @@ _CONSUMER = (
     MODEL_CALL_DURATION, MODEL_TOKENS, MODEL_ERRORS, VERSION_CONFLICTS, DLQ, REPLAYS_SKIPPED,
     INPUT_RETRIES, IN_FLIGHT, CONSUMER_LAG, PAUSED_PARTITIONS, INPUT_TO_OUTBOUND,
     MODEL_WAITING, MODEL_FALLBACKS, INPUTS_OFF_PARTITION, HISTORY_LOADS, HISTORY_WINDOWS,
+    LOOKAHEAD_RECORDS, LOOKAHEAD_BYTES, TURNS_WAITING, SLOT_WAIT, PLAN_CAP_WAITS,
+    PLAN_MINUTE_WAITS, MODEL_BACKOFF_ACTIVE, MODEL_BACKOFFS,
 )
 _SCHEDULER = (TIMERS_PENDING, TIMER_FIRE_DELAY, WAKES_EMITTED, TIMERS_SCHEDULED, SCHEDULE_REFUSED)
 PROCESS_FAMILIES: dict[str, tuple[Any, ...]] = {

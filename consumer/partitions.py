@@ -37,21 +37,25 @@ class OffsetWatermarks(Generic[P]):
     """Which offsets of which partitions are done, and up to where each may be committed."""
 
     def __init__(self) -> None:
-        self._pending: dict[P, set[int]] = {}
+        # Pending offsets of each partition, with their records' sizes (the look-ahead's bytes).
+        self._pending: dict[P, dict[int, int]] = {}
+        self._bytes: dict[P, int] = {}
         self._heaps: dict[P, list[int]] = {}
         self._next: dict[P, int] = {}
 
-    def track(self, partition: P, offset: int) -> None:
-        """Record a fetched offset as pending. Re-tracking a known or older offset is ignored."""
+    def track(self, partition: P, offset: int, size: int = 0) -> None:
+        """Record a fetched offset as pending, its record ``size`` bytes long. Re-tracking a
+        known or older offset is ignored."""
         if offset < self._next.get(partition, -1) and offset not in self._pending.get(
             partition, ()
         ):
             # An offset below the high mark that is not pending was already done: a refetch.
             return
-        pending = self._pending.setdefault(partition, set())
+        pending = self._pending.setdefault(partition, {})
         if offset in pending:
             return
-        pending.add(offset)
+        pending[offset] = size
+        self._bytes[partition] = self._bytes.get(partition, 0) + size
         heapq.heappush(self._heaps.setdefault(partition, []), offset)
         self._next[partition] = max(self._next.get(partition, 0), offset + 1)
 
@@ -66,10 +70,12 @@ class OffsetWatermarks(Generic[P]):
         pending = self._pending.get(partition)
         if pending is None:
             return
-        pending.discard(offset)
+        size = pending.pop(offset, None)
+        if size:
+            self._bytes[partition] -= size
         heap = self._heaps[partition]
         if len(heap) > 2 * len(pending) + _HEAP_SLACK:
-            heap[:] = pending
+            heap[:] = list(pending)
             heapq.heapify(heap)
 
     def committable(self, partition: P) -> int | None:
@@ -87,6 +93,12 @@ class OffsetWatermarks(Generic[P]):
             return len(self._pending.get(partition, ()))
         return sum(len(p) for p in self._pending.values())
 
+    def pending_bytes(self, partition: P | None = None) -> int:
+        """Bytes of the pending records (as given to ``track``), of one partition or all."""
+        if partition is not None:
+            return self._bytes.get(partition, 0)
+        return sum(self._bytes.values())
+
     def partitions(self) -> list[P]:
         return list(self._next)
 
@@ -94,6 +106,7 @@ class OffsetWatermarks(Generic[P]):
         """Drop all state of partitions this consumer no longer owns."""
         for partition in partitions:
             self._pending.pop(partition, None)
+            self._bytes.pop(partition, None)
             self._heaps.pop(partition, None)
             self._next.pop(partition, None)
 

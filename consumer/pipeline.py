@@ -255,7 +255,7 @@ class TurnPipeline:
         work: TurnWork,
         *,
         may_publish: Callable[[], bool] = lambda: True,
-        before_turn: Callable[[], Awaitable[bool]] | None = None,
+        before_turn: Callable[[Route], Awaitable[bool]] | None = None,
         after_turn: Callable[[], None] = lambda: None,
     ) -> PipelineResult:
         """Apply one input exactly once (per source record) and publish what it produced.
@@ -264,7 +264,8 @@ class TurnPipeline:
         slot between them, so the slot covers the model calls and nothing else. ``before_turn``
         is awaited after the load (a replay or a duplicate skipped at the load never awaits
         it), so the load's round trip is not spent holding a slot, and answers whether the
-        input may still run; False raises ``TurnFenced`` (nothing ran, nothing was saved).
+        input may still run; False raises ``TurnFenced`` (nothing ran, nothing was saved). It
+        is given the turn's route, whose workspace and plan say whose turn waits for a slot.
         ``after_turn`` is called as soon as the engine turn returns or raises, before the save:
         the save and the publish are round trips with no model call, and the slot can go to
         another session's turn meanwhile. A version conflict at the save loads again and runs
@@ -305,7 +306,7 @@ class TurnPipeline:
             crash.reached("after_load")
             # Before the turn slot: a refused route (RouteRefused) ran nothing and saved nothing.
             route = await self._router.route(work.parsed, loaded.state)
-            if before_turn is not None and not await before_turn():
+            if before_turn is not None and not await before_turn(route):
                 raise TurnFenced(parsed.session_id)
             request = _request_of(work)
             request["session"] = loaded.state

@@ -6,10 +6,12 @@ offset order; workers of different sessions (even in one partition) run concurre
 ``max_in_flight`` engine turns at a time (an input's load runs before it takes its slot, its
 save and publish after it gave the slot back). Offsets are committed per partition up to the
 watermark of ``OffsetWatermarks`` after every fetch round, so a slow session holds back only
-its partition's commit, never other sessions' work. Back-pressure is per partition
+its partition's commit, never other sessions' work. A freed slot goes to the waiting turn the
+weighted fair queue across workspaces picks (``consumer.fairness``: plans' weights and caps,
+a plan's per-minute budget, the model provider's shared back-off). Back-pressure is per partition
 (``Backpressure``): only a partition whose unfinished records reach its share of
-``max_buffered_records`` stops being fetched, so one hot conversation never makes the quiet
-ones on other partitions wait.
+``max_buffered_records`` (or of ``max_buffered_bytes``) stops being fetched, so one hot
+conversation never makes the quiet ones on other partitions wait.
 
 Bursts. When a session's worker takes a message and more messages of that session already wait
 behind it (``MERGE_BURSTS``, optionally after ``BURST_WINDOW_MS`` of quiet), it takes them too
@@ -41,6 +43,7 @@ import contextlib
 import dataclasses
 import logging
 import random
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -64,9 +67,11 @@ from consumer.decisions import (
     RetryPolicy,
     decide,
 )
+from consumer.fairness import FairSlots
 from consumer.health import HealthServer, start_health_server
-from consumer.hosting.routing import registry_router
+from consumer.hosting.routing import Route, registry_router
 from consumer.knowledge import attach_postgres_knowledge
+from consumer.model_backoff import SharedBackoff
 from consumer.model_calls import observe_model_calls
 from consumer.outbox import OutboxPublisher, new_producer, start_producer
 from consumer.parser import Rejected, parse_record
@@ -87,6 +92,7 @@ from consumer.stopping import stopped_within
 from engine import Agent, ProviderError, UnusableReply
 from engine.recording import recorded_agent
 from store import SourceRecord, Store
+from store.model_budget import ModelBudget
 
 __all__ = ["ConsumerService"]
 
@@ -120,20 +126,21 @@ class _Slot:
     waits loaded for a slot, or for its save, is bounded by the sessions with queued inputs
     (``max_buffered_records``). A turn rerun after a version conflict takes a slot again."""
 
-    def __init__(self, slots: asyncio.Semaphore) -> None:
+    def __init__(self, slots: FairSlots) -> None:
         self._slots = slots
-        self._held = False
+        self._held: str | None = None
 
-    async def take(self) -> None:
-        await self._slots.acquire()
-        self._held = True
+    async def take(self, tenant: str, *, weight: float, cap: int | None) -> None:
+        """Wait for a slot as a turn of workspace ``tenant`` (``consumer.fairness``)."""
+        await self._slots.take(tenant, weight=weight, cap=cap)
+        self._held = tenant
         metrics.IN_FLIGHT.inc()
 
     def give_back(self) -> None:
-        if self._held:
-            self._held = False
+        if self._held is not None:
+            tenant, self._held = self._held, None
             metrics.IN_FLIGHT.dec()
-            self._slots.release()
+            self._slots.give_back(tenant)
 
 
 @dataclass
@@ -211,7 +218,27 @@ class ConsumerService:
         )
         self._marks: OffsetWatermarks[TopicPartition] = OffsetWatermarks()
         self._queues: SessionQueues[TopicPartition, _Input] = SessionQueues()
-        self._slots = asyncio.Semaphore(settings.max_in_flight)
+        self._slots = FairSlots(settings.max_in_flight)
+        self._plan_weights = settings.plan_weight_map()
+        self._plan_caps = settings.plan_cap_map()
+        self._plan_per_minute = settings.plan_per_minute_map()
+        # Workspaces whose per-minute budget ran out, until when (the event loop's clock): their
+        # other turns wait for that without asking the database again.
+        self._budget_closed: dict[str, float] = {}
+        self._budget: ModelBudget | None = None
+        self._backoff = SharedBackoff(
+            first_delay_s=settings.retry_backoff_ms / 1000,
+            max_s=settings.retry_backoff_max_ms / 1000,
+        )
+        self._backoff_timer: asyncio.TimerHandle | None = None
+        # Plan label values: the plans the settings name, and default (bounded, not per workspace).
+        self._plan_labels = {
+            "default", *self._plan_weights, *self._plan_caps, *self._plan_per_minute
+        }
+        for label in (*self._plan_labels, "other", "none"):  # every series from the start, at 0
+            for family in (metrics.TURNS_WAITING, metrics.SLOT_WAIT, metrics.PLAN_CAP_WAITS,
+                           metrics.PLAN_MINUTE_WAITS):
+                family.labels(plan=label)
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._side_tasks: set[asyncio.Task[None]] = set()
         self._epochs: dict[TopicPartition, int] = {}
@@ -222,7 +249,7 @@ class ConsumerService:
         self._busy_changed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._backpressure: Backpressure[TopicPartition] = Backpressure(
-            settings.max_buffered_records
+            settings.max_buffered_records, settings.max_buffered_bytes
         )
         self._ready = False
         self._consumer: AIOKafkaConsumer | None = None
@@ -302,6 +329,8 @@ class ConsumerService:
         )
         await start_producer(self._producer, idempotent=s.kafka_idempotent_producer)
         publisher = self._publisher = OutboxPublisher(self._store, self._producer)
+        if self._plan_per_minute:
+            self._budget = ModelBudget(self._store.engine)
         self._dead_letters = DeadLetterPublisher(self._producer, self._store, s.dlq_topic)
         if self._agent is not None:
             observe_model_calls(self._agent)
@@ -427,7 +456,11 @@ class ConsumerService:
     def _apply_backpressure(self, consumer: AIOKafkaConsumer) -> None:
         """Pause the partitions that are behind, resume those that caught up; the others are
         not touched, so their conversations keep their normal latency."""
-        moves = self._backpressure.update(set(self._epochs), self._marks.pending_count)
+        moves = self._backpressure.update(
+            set(self._epochs), self._marks.pending_count, self._marks.pending_bytes
+        )
+        metrics.LOOKAHEAD_RECORDS.set(self._marks.pending_count())
+        metrics.LOOKAHEAD_BYTES.set(self._marks.pending_bytes())
         if moves.pause:
             consumer.pause(*moves.pause)
             log.info(
@@ -443,7 +476,8 @@ class ConsumerService:
         metrics.PAUSED_PARTITIONS.set(len(self._backpressure.paused))
 
     def _accept(self, tp: TopicPartition, record: ConsumerRecord[bytes, bytes], epoch: int) -> None:
-        self._marks.track(tp, record.offset)
+        size = len(record.key or b"") + len(record.value or b"")
+        self._marks.track(tp, record.offset, size)
         source = SourceRecord(tp.topic, tp.partition, record.offset)
         parsed = parse_record(
             record.key,
@@ -567,6 +601,7 @@ class ConsumerService:
                 self._busy[tp] -= 1
                 self._busy_changed.set()
                 slot.give_back()
+            self._note_backoff(error)
             if _outage(error) and waiting.since is None:
                 waiting.since = loop.time()
             decision = decide(
@@ -754,18 +789,101 @@ class ConsumerService:
         """Wait ``seconds``; False when the service is stopping (the caller gives up)."""
         return not await stopped_within(self._stopping, seconds)
 
-    async def _take_slot(self, slot: _Slot, tp: TopicPartition, epoch: int) -> bool:
+    async def _take_slot(
+        self, slot: _Slot, tp: TopicPartition, epoch: int, route: Route
+    ) -> bool:
         """The pipeline's ``before_turn``: wait for a turn slot, then say whether the input
         may still run. Loaded and waiting, it is not work on ``tp`` (inside the count its
         caller holds, uncounted meanwhile), so a revoke drains the turns that run without
-        waiting for this one, which then finds itself fenced."""
+        waiting for this one, which then finds itself fenced.
+
+        The slot is the fair queue's (``consumer.fairness``): the turn waits as one of its
+        workspace's (``""`` without one), weighted and capped by the workspace's plan."""
+        tenant = route.workspace or ""
+        plan = route.plan or "default"
+        # A turn of no workspace (``AGENT``) has no plan: no weight, no cap, no budget.
+        cap = self._plan_caps.get(plan) if route.workspace is not None else None
+        weight = self._plan_weights.get(plan, 1.0) if route.workspace is not None else 1.0
+        label = "none" if route.workspace is None else (
+            plan if plan in self._plan_labels else "other"
+        )
+        if self._slots.at_cap(tenant, cap):
+            metrics.child(metrics.PLAN_CAP_WAITS, label).inc()
+        waiting = metrics.child(metrics.TURNS_WAITING, label)
         self._busy[tp] -= 1
         self._busy_changed.set()
+        waiting.inc()
+        started = time.perf_counter()
         try:
-            await slot.take()
+            per_minute = self._plan_per_minute.get(plan)
+            if per_minute is not None and route.workspace is not None:
+                await self._minute_budget(route.workspace, per_minute, label)
+            if self._backoff.remaining(asyncio.get_running_loop().time()) > 0:
+                await self._provider_backoff()
+            await slot.take(tenant, weight=weight, cap=cap)
         finally:
+            waiting.dec()
+            metrics.child(metrics.SLOT_WAIT, label).observe(time.perf_counter() - started)
             self._busy[tp] += 1
         return self._owns(tp, epoch)
+
+    async def _minute_budget(self, workspace: str, per_minute: int, label: str) -> None:
+        """Take one turn from the workspace's budget for this minute, shared by every consumer
+        (``store.model_budget``), waiting for the next minute as long as it is spent. The turn
+        holds no slot meanwhile. The database failing to answer lets the turn go: a cap that
+        stops every turn of a workspace while the database is away would be an outage."""
+        assert self._budget is not None
+        loop = asyncio.get_running_loop()
+        counted = False
+        while not self._stopping.is_set():
+            closed_until = self._budget_closed.get(workspace, 0.0)
+            if loop.time() < closed_until:
+                await self._sleep(closed_until - loop.time())
+                continue
+            try:
+                left_s = await self._budget.take(workspace, per_minute)
+            except Exception as exc:
+                log.warning("the per-minute budget could not be read; the turn goes on",
+                            extra={"error": type(exc).__name__})
+                return
+            if random.random() < 0.001:  # the counts of minutes long gone, now and then
+                self._spawn_side(self._prune_budget())
+            if left_s is None:
+                return
+            if not counted:
+                counted = True
+                metrics.child(metrics.PLAN_MINUTE_WAITS, label).inc()
+            # A little past the minute's end, so the next ask falls in the next minute.
+            self._budget_closed[workspace] = loop.time() + left_s + 0.05
+            if len(self._budget_closed) > 4096:
+                now = loop.time()
+                self._budget_closed = {w: t for w, t in self._budget_closed.items() if t > now}
+
+    def _note_backoff(self, error: BaseException | None) -> None:
+        """A rate-limit answer starts (or lengthens) the provider's shared back-off."""
+        loop = asyncio.get_running_loop()
+        seconds = self._backoff.note(error, loop.time())
+        if seconds is None:
+            return
+        metrics.MODEL_BACKOFFS.inc()
+        metrics.MODEL_BACKOFF_ACTIVE.set(1)
+        log.warning("the model provider asked to slow down; every turn waits",
+                    extra={"delay_s": round(seconds, 3)})
+        if self._backoff_timer is not None:
+            self._backoff_timer.cancel()
+        self._backoff_timer = loop.call_later(seconds, metrics.MODEL_BACKOFF_ACTIVE.set, 0)
+
+    async def _provider_backoff(self) -> None:
+        """Wait out the provider's shared back-off before taking a slot (the turn holds none)."""
+        loop = asyncio.get_running_loop()
+        while (left := self._backoff.remaining(loop.time())) > 0:
+            if not await self._sleep(left):
+                return
+
+    async def _prune_budget(self) -> None:
+        assert self._budget is not None
+        with contextlib.suppress(Exception):
+            await self._budget.prune()
 
     @contextlib.contextmanager
     def _busy_on(self, tp: TopicPartition) -> Iterator[None]:

@@ -16,7 +16,9 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["DEFAULT_METRICS_PORTS", "MAX_RETENTION_DAYS", "Settings", "env_table"]
+__all__ = [
+    "DEFAULT_METRICS_PORTS", "MAX_RETENTION_DAYS", "Settings", "env_table", "plan_numbers",
+]
 
 DEFAULT_METRICS_PORTS = {"consume": 9100, "schedule": 9200, "relay": 9300}
 """Each long-running command's metrics port when ``METRICS_PORT`` is unset: distinct, so a
@@ -87,12 +89,36 @@ class Settings(BaseSettings):
         "available core; `--workers` overrides).",
     )
     max_buffered_records: int = Field(
-        1000,
+        10000,
         ge=1,
         description=(
-            "Fetched records held unfinished, shared by the owned partitions; a partition at its"
-            " share pauses alone (back-pressure)."
+            "Fetched records held unfinished (the look-ahead), shared by the owned partitions; a"
+            " partition at its share pauses alone (back-pressure). The turn slots go fairly"
+            " across workspaces only among the records read: see docs/production.md for sizing."
         ),
+    )
+    max_buffered_bytes: int = Field(
+        64 << 20,
+        ge=1,
+        description="Bytes of fetched records (key and value) held unfinished, shared by the "
+        "owned partitions as `MAX_BUFFERED_RECORDS` is: whichever share a partition reaches "
+        "first pauses it.",
+    )
+    plan_weights: str = Field(
+        "",
+        description="Each plan's share of the turn slots while workspaces' turns wait for one, "
+        "as `plan=weight,...` (`free=1,pro=4`); a plan not listed weighs 1.",
+    )
+    plan_max_in_flight: str = Field(
+        "",
+        description="Most engine turns one workspace of a plan runs at once in one consumer, "
+        "as `plan=turns,...` (`free=4`); a plan not listed has no cap beyond `MAX_IN_FLIGHT`.",
+    )
+    plan_model_turns_per_minute: str = Field(
+        "",
+        description="Most model turns one workspace of a plan runs per minute across all "
+        "consumers (counted in PostgreSQL), as `plan=turns,...` (`free=120`); a turn past it "
+        "waits for the next minute. A plan not listed has no such cap.",
     )
     merge_bursts: bool = Field(
         True,
@@ -232,6 +258,28 @@ class Settings(BaseSettings):
         here, as a bad setting, not by ``configure_logging`` once the service starts."""
         return value.strip().upper() if isinstance(value, str) else value
 
+    @field_validator("plan_weights", "plan_max_in_flight", "plan_model_turns_per_minute")
+    @classmethod
+    def _plan_numbers_readable(cls, value: str, info: ValidationInfo) -> str:
+        """Refused here, named as a bad setting, rather than when the first turn waits."""
+        whole = info.field_name != "plan_weights"
+        plan_numbers(value, whole=whole)
+        return value
+
+    def plan_weight_map(self) -> dict[str, float]:
+        """``PLAN_WEIGHTS`` read: plan -> weight."""
+        return plan_numbers(self.plan_weights, whole=False)
+
+    def plan_per_minute_map(self) -> dict[str, int]:
+        """``PLAN_MODEL_TURNS_PER_MINUTE`` read: plan -> turns a minute."""
+        caps = plan_numbers(self.plan_model_turns_per_minute, whole=True)
+        return {plan: int(turns) for plan, turns in caps.items()}
+
+    def plan_cap_map(self) -> dict[str, int]:
+        """``PLAN_MAX_IN_FLIGHT`` read: plan -> turns."""
+        caps = plan_numbers(self.plan_max_in_flight, whole=True)
+        return {plan: int(turns) for plan, turns in caps.items()}
+
     @field_validator("kafka_sasl_password_file")
     @classmethod
     def _password_file_readable(cls, path: Path | None, info: ValidationInfo) -> Path | None:
@@ -291,6 +339,31 @@ class Settings(BaseSettings):
                 self.kafka_sasl_password.get_secret_value() if self.kafka_sasl_password else None
             )
         return options
+
+
+def plan_numbers(text: str, *, whole: bool) -> dict[str, float]:
+    """``free=1, pro=4`` as ``{"free": 1.0, "pro": 4.0}``; ``ValueError`` naming the first item
+    that is not ``plan=number`` with a finite number > 0 (an integer when ``whole``), or a plan
+    given twice. An empty text is no entries."""
+    found: dict[str, float] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        plan, equals, written = item.partition("=")
+        plan, written = plan.strip(), written.strip()
+        if not equals or not plan or not written:
+            raise ValueError(f"{item.strip()!r} is not plan=number")
+        if plan in found:
+            raise ValueError(f"plan {plan!r} given twice")
+        try:
+            number = int(written) if whole else float(written)
+        except ValueError:
+            kind = "a whole number" if whole else "a number"
+            raise ValueError(f"plan {plan!r}: {written!r} is not {kind}") from None
+        if not (0 < number < float("inf")):
+            raise ValueError(f"plan {plan!r}: must be > 0 and finite, got {written!r}")
+        found[plan] = float(number)
+    return found
 
 
 def _read_secret(path: Path) -> str:

@@ -323,6 +323,16 @@ web_search_usage = Table(
     PrimaryKeyConstraint("workspace_id", "day", name="pk_web_search_usage"),
 )
 
+# Model turns per workspace per minute, against a plan's per-minute cap (store/model_budget.py).
+workspace_model_minutes = Table(
+    "workspace_model_minutes",
+    metadata,
+    Column("workspace_id", Text, nullable=False),
+    Column("minute", DateTime(timezone=True), nullable=False),
+    Column("turns", Integer, nullable=False),
+    PrimaryKeyConstraint("workspace_id", "minute", name="pk_workspace_model_minutes"),
+)
+
 # One row per billed turn, written by the turn's save statement (store/saving.py).
 credit_ledger = Table(
     "credit_ledger",
@@ -347,5 +357,5 @@ Index("ix_credit_ledger_day", credit_ledger.c.workspace_id, credit_ledger.c.day)
 TABLE_NAMES = (
     "sessions", "turns", "turn_sources", "outbox", "timers", "knowledge_excerpts", "dead_letters",
     "dead_lettered_sources", "workspaces", "agents", "agent_versions", "web_search_usage",
-    "credit_ledger",
+    "credit_ledger", "workspace_model_minutes",
 )

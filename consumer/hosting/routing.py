@@ -97,6 +97,8 @@ class Route:
     version: int | None = None
     workspace: str | None = None
     binding: dict[str, Any] | None = None
+    # The workspace's plan when the route was taken (its turn slot's weight and cap).
+    plan: str | None = None
 
 
 class AgentRouter(Protocol):
@@ -253,12 +255,14 @@ class RegistryRouter:
         if live.live_version is None:
             raise RouteRefused("agent-not-live", "the agent has no live version")
         agent = await self._agent(live.agent_id, live.live_version, live.workspace)
+        plan = await self._plan(live.workspace)
         return Route(
             agent=agent,
             agent_id=live.agent_id,
             version=live.live_version,
             workspace=live.workspace,
             binding={"agent_id": live.agent_id, "workspace": live.workspace},
+            plan=plan.plan if plan is not None else None,
         )
 
     def _fallback_route(self) -> Route:

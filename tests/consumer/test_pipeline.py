@@ -157,7 +157,7 @@ class Bracket:
         self.allow = allow
         self.seen: list[tuple[str, list[str], int]] = []
 
-    async def before_turn(self) -> bool:
+    async def before_turn(self, route: object) -> bool:
         self.seen.append(("take", list(self.store.calls), self.agent.calls))
         return self.allow.pop(0) if self.allow else True
 
@@ -235,7 +235,7 @@ async def test_a_fenced_before_turn_runs_nothing_and_saves_nothing() -> None:
     slot) raises ``TurnFenced``: no turn, no save, nothing published."""
     store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
 
-    async def fenced() -> bool:
+    async def fenced(route: object) -> bool:
         return False
 
     with pytest.raises(TurnFenced):
@@ -251,7 +251,7 @@ async def test_a_replay_skipped_at_the_load_never_awaits_before_turn() -> None:
     await pipeline(store, agent, producer).apply(work("oi", 1))
     awaited: list[bool] = []
 
-    async def before_turn() -> bool:
+    async def before_turn(route: object) -> bool:
         awaited.append(True)
         return True
 

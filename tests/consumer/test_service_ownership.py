@@ -15,6 +15,7 @@ from aiokafka.errors import ConsumerStoppedError, CorruptRecordException, KafkaE
 from aiokafka.structs import TopicPartition
 
 from consumer import service as service_module
+from consumer.hosting.routing import Route
 from consumer.pipeline import TurnFenced
 from consumer.service import ConsumerService
 from consumer.settings import Settings
@@ -22,6 +23,7 @@ from tests.consumer.fakes import FakeKafkaConsumer, FakeStore
 from tests.consumer.test_backpressure import until
 
 TP = TopicPartition("in", 0)
+NO_ROUTE = Route(agent=None, agent_id=None)  # a turn of no workspace, as with ``AGENT``
 
 
 class FakeCoordinator:
@@ -127,7 +129,7 @@ class RecordingPipeline:
 
     async def apply(self, work: object, *, before_turn: Any, **_: object) -> None:
         self.loaded.append(work)
-        if not await before_turn():
+        if not await before_turn(NO_ROUTE):
             raise TurnFenced("fenced")
         self.applied.append(work)
 
@@ -154,18 +156,18 @@ async def test_input_waiting_for_a_slot_is_dropped_when_its_partition_moves() ->
     )
     entry = QueuedInput("s1", TP, 0, _Input(work=work, record=object(),  # type: ignore[arg-type]
                                             epoch=service._epochs[TP]))
-    await service._slots.acquire()
+    await service._slots.take("")
     for _ in range(service._settings.max_in_flight - 1):
-        await service._slots.acquire()  # every slot busy
+        await service._slots.take("")  # every slot busy
     waiting = asyncio.create_task(service._process(entry))
     await asyncio.sleep(0)
     await service._on_revoked({TP})
     for _ in range(service._settings.max_in_flight):
-        service._slots.release()
+        service._slots.give_back("")
     await waiting
     assert pipeline.loaded == [work]
     assert pipeline.applied == []
-    assert not service._slots.locked()  # the slot it finally took came back
+    assert service._slots.free > 0  # the slot it finally took came back
     assert pipeline.forgotten == [{(TP.topic, TP.partition)}]  # its history windows dropped
 
 
@@ -179,7 +181,7 @@ async def test_an_input_loads_before_its_slot_and_a_revoke_does_not_wait_for_it(
     service._marks.track(TP, 0)
     entry = queued(service, "s1", 0)
     for _ in range(service._settings.max_in_flight):
-        await service._slots.acquire()  # every slot busy
+        await service._slots.take("")  # every slot busy
     waiting = asyncio.create_task(service._process(entry))
     for _ in range(5):
         await asyncio.sleep(0)
@@ -189,7 +191,7 @@ async def test_an_input_loads_before_its_slot_and_a_revoke_does_not_wait_for_it(
     await asyncio.wait_for(service._on_revoked({TP}), timeout=5)
     assert service.assignment == set()
     for _ in range(service._settings.max_in_flight):
-        service._slots.release()
+        service._slots.give_back("")
     await asyncio.wait_for(waiting, timeout=5)
     assert pipeline.applied == []  # fenced once it had a slot: the turn never ran
     assert consumer.commits == [{TP: 0}]  # its offset was not released: read again
@@ -207,7 +209,7 @@ class SaveBlockedPipeline:
 
     async def apply(self, work: Any, *, before_turn: Any, after_turn: Any, **_: object) -> None:
         session_id = work.parsed.session_id
-        assert await before_turn()  # the turn slot, as the real pipeline takes it
+        assert await before_turn(NO_ROUTE)  # the turn slot, as the real pipeline takes it
         self.turned.append(session_id)
         after_turn()
         after_turn()  # a second call must not give a second slot back
@@ -259,9 +261,9 @@ async def test_a_turn_gives_its_slot_back_before_its_save() -> None:
     assert pipeline.finished == ["s2", "s1"]
     assert service._marks.committable(TP) == 2
     # Each attempt gave exactly one slot back, whatever after_turn's calls: one slot is free.
-    assert not service._slots.locked()
-    await service._slots.acquire()
-    assert service._slots.locked()
+    assert service._slots.free > 0
+    await service._slots.take("")
+    assert service._slots.free == 0
 
 
 async def test_a_turn_that_fails_before_its_save_gives_its_slot_back() -> None:
@@ -269,7 +271,7 @@ async def test_a_turn_that_fails_before_its_save_gives_its_slot_back() -> None:
 
     class Failing:
         async def apply(self, work: Any, *, before_turn: Any, **_: object) -> None:
-            assert await before_turn()  # holds the only slot ...
+            assert await before_turn(NO_ROUTE)  # holds the only slot ...
             raise ValueError("bad")  # ... and fails before its save
 
         def forget_partitions(self, partitions: object) -> None:
@@ -292,7 +294,7 @@ async def test_a_turn_that_fails_before_its_save_gives_its_slot_back() -> None:
     service._marks.track(TP, 0)
     await asyncio.wait_for(service._process(queued(service, "s1", 0)), timeout=5)
     assert sent  # the failure took its path (the DLQ) ...
-    assert not service._slots.locked()  # ... and the slot came back
+    assert service._slots.free > 0  # ... and the slot came back
 
 
 # -- a broker in trouble: commits that hang, fetches that fail --------------------------------
@@ -304,7 +306,7 @@ def fetching_service(consumer: Any, **settings: Any) -> ConsumerService:
     class Applied:
         async def apply(self, work: Any, *, before_turn: Any, after_turn: Any,
                         **_: object) -> None:
-            assert await before_turn()
+            assert await before_turn(NO_ROUTE)
             after_turn()
 
         def forget_partitions(self, partitions: object) -> None:

@@ -1,0 +1,555 @@
+"""Fairness benchmark: one workspace's flood against the other workspaces' trickle, on one
+``turnflow consume``.
+
+A hosted deployment serves many workspaces from one inbound topic. Here one consumer process
+(``turnflow consume`` with ``AGENT_REGISTRY``) serves one registry agent per workspace, each
+behind the benchmark's stand-in model: the offline rule provider after a fixed delay per call
+(``--latency-ms``, 200 by default; one model call a turn). Workspace ``ws-0`` floods: ``--flood``
+messages over ``--flood-conversations`` conversations, produced as fast as the producer goes.
+The other workspaces (``--workspaces`` in all) trickle: each of their ``--trickle-conversations``
+conversations sends a message every ``--trickle-every-ms``. Three phases on the same consumer,
+each with fresh conversations:
+
+1. trickle alone: the trickle's reply latency (reply record's timestamp minus its input's);
+2. flood alone: its throughput (inputs over the time from the first input sent to the last
+   reply);
+3. flood and trickle together: the trickle's latency while the flood is being answered, and
+   the flood's throughput.
+
+The figures are ratios of the same run: trickle p50/p99 during the flood against alone, and
+the flood's throughput together against alone. Targets: p99 during <= 2 x p99 alone + 1 s;
+throughput >= 0.9 x alone. Checks on every phase (the fault ledger's): every input answered
+(nothing lost), no input answered twice, and each conversation's replies in the order its
+inputs were sent (nothing reordered). The look-ahead's cost is the consumer's own figures
+(``turnflow_lookahead_records``/``_bytes`` at their peak, sampled) and its resident memory
+before and at its peak.
+
+    python bench/fairness_bench.py [--broker kafka|tansu] [--latency-ms 200] [--workspaces 2]
+                                   [--flood 6000] [--flood-conversations 600] [--quick]
+    make bench-fairness ARGS="..."
+
+Servers: ``DATABASE_URL`` (a scratch database is created there and dropped), else an embedded
+PostgreSQL; ``KAFKA_BOOTSTRAP_SERVERS``, else the broker ``--broker`` names, started for the
+run (Apache Kafka by default, ``tansu`` the embedded broker). Every phase ends within a bounded
+time. ``--env NAME=VALUE`` passes consumer settings (``MAX_BUFFERED_RECORDS=1000`` to see the
+look-ahead's effect, for one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+from collections import defaultdict
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+for _path in (str(REPO), str(BENCH_DIR)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+from e2e_bench import (  # noqa: E402
+    LATENCY_ENV,
+    ConsumerProcess,
+    LatencyProvider,
+    Servers,
+    _broker_servers,
+    _percentile,
+    _topics,
+)
+
+STAND_IN_FLAG = "--consume-with-stand-in-model"
+
+
+def _definition(workspace: str) -> dict[str, Any]:
+    """One registry agent per workspace: one model call a turn, a reply and a timer."""
+    return {
+        "agent_id": f"agent-{workspace}",
+        "workspace": workspace,
+        "name": "Bancada",
+        "flows": [{
+            "id": "talk",
+            "on": [{"message": []}],
+            "steps": [
+                {"id": "reply", "prompt": "Responda em uma frase."},
+                {"id": "w", "wait": {"ms": 3_600_000}, "then": "end", "else": "reply"},
+            ],
+        }],
+    }
+
+
+def consume_with_stand_in() -> int:
+    """``turnflow consume`` with the registry's model replaced by the stand-in (the latency in
+    ``BENCH_MODEL_LATENCY_MS``): the benchmark's consumer process."""
+    import engine.providers
+
+    latency_s = float(os.environ.get(LATENCY_ENV, "0")) / 1000
+    provider = LatencyProvider(latency_s)
+    engine.providers.provider_from_env = lambda *a, **k: provider  # type: ignore[assignment]
+    from consumer.cli import main
+
+    return main(["consume"])
+
+
+# -- load -------------------------------------------------------------------------------------
+
+
+class Replies:
+    """Reads the reply topic: per input id, every reply's timestamp; per conversation, the
+    input ids in the order their replies came."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from aiokafka import AIOKafkaConsumer
+
+        self._consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+            enable_auto_commit=False, max_partition_fetch_bytes=4 << 20,
+        )
+        self.stamps: dict[str, list[int]] = defaultdict(list)
+        self.order: dict[str, list[str]] = defaultdict(list)
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self._consumer.start()
+        self._task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        while True:
+            batches = await self._consumer.getmany(timeout_ms=100, max_records=5000)
+            for records in batches.values():
+                for record in records:
+                    reply = json.loads(record.value)
+                    input_id = reply.get("input_id")
+                    if input_id is None:
+                        continue
+                    if not self.stamps[input_id]:
+                        self.order[reply["session_id"]].append(input_id)
+                    self.stamps[input_id].append(record.timestamp)
+
+    def answered(self, input_id: str) -> bool:
+        return bool(self.stamps.get(input_id))
+
+    async def until(self, ids: set[str], within: float) -> None:
+        deadline = time.monotonic() + within
+        while not all(self.answered(i) for i in ids):
+            if time.monotonic() > deadline:
+                missing = sum(1 for i in ids if not self.answered(i))
+                raise TimeoutError(f"{missing} of {len(ids)} inputs unanswered after {within}s")
+            await asyncio.sleep(0.05)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._consumer.stop()
+
+
+class Producer:
+    """Sends messages to the inbound topic; remembers each input's send timestamp and each
+    conversation's inputs in the order sent."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+        self._topic = topic
+        self._count = 0
+        self.sent_ms: dict[str, int] = {}
+        self.sent_order: dict[str, list[str]] = defaultdict(list)
+
+    async def start(self) -> None:
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        await self._producer.stop()
+
+    async def send(self, messages: list[tuple[str, str]]) -> list[str]:
+        """Send ``(session, agent_id)`` messages in order, await their acks; their ids."""
+        pending = []
+        for session, agent_id in messages:
+            self._count += 1
+            input_id = f"in.{self._count}.{uuid.uuid4().hex[:6]}"
+            value = {"session_id": session, "message": f"mensagem {self._count}",
+                     "id": input_id, "agent_id": agent_id}
+            self.sent_order[session].append(input_id)
+            future = await self._producer.send(
+                self._topic, json.dumps(value).encode(), key=session.encode()
+            )
+            pending.append((input_id, future))
+        for input_id, ack in pending:
+            self.sent_ms[input_id] = (await ack).timestamp
+        return [input_id for input_id, _ in pending]
+
+
+def _flood(run: str, conversations: int, messages: int) -> list[tuple[str, str]]:
+    """The flood's messages, round robin over its conversations."""
+    return [(f"flood-{run}-{i % conversations}", "agent-ws-0") for i in range(messages)]
+
+
+async def _trickle(
+    producer: Producer, run: str, workspaces: int, conversations: int, every_s: float,
+    stop: asyncio.Event, sent: list[str],
+) -> None:
+    """Each trickle conversation sends one message every ``every_s``, the conversations spread
+    evenly over that period, until ``stop``."""
+    talkers = [(f"trickle-{run}-w{w}-{c}", f"agent-ws-{w}")
+               for w in range(1, workspaces) for c in range(conversations)]
+    gap = every_s / len(talkers)
+    while not stop.is_set():
+        for talker in talkers:
+            sent.extend(await producer.send([talker]))
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=gap)
+            except TimeoutError:
+                continue
+            return
+
+
+# -- checks and figures -----------------------------------------------------------------------
+
+
+@dataclass
+class Phase:
+    name: str
+    trickle: list[str] = field(default_factory=list)
+    flood: list[str] = field(default_factory=list)
+    flood_s: float | None = None
+
+    def latencies(self, producer: Producer, replies: Replies) -> list[float]:
+        return [replies.stamps[i][0] - producer.sent_ms[i] for i in self.trickle]
+
+    def flood_rate(self) -> float | None:
+        if not self.flood or self.flood_s is None:
+            return None
+        return len(self.flood) / self.flood_s
+
+
+def _check(phase: Phase, producer: Producer, replies: Replies) -> list[str]:
+    """The ledger's checks for a phase's inputs: answered, once, in order per conversation."""
+    problems: list[str] = []
+    ids = set(phase.trickle) | set(phase.flood)
+    lost = [i for i in ids if not replies.answered(i)]
+    twice = [i for i in ids if len(replies.stamps.get(i, ())) > 1]
+    sessions = {s for s, sent in producer.sent_order.items() if ids & set(sent)}
+    reordered = [s for s in sessions if replies.order[s] != producer.sent_order[s]]
+    if lost:
+        problems.append(f"{phase.name}: {len(lost)} inputs lost")
+    if twice:
+        problems.append(f"{phase.name}: {len(twice)} inputs answered twice")
+    if reordered:
+        problems.append(f"{phase.name}: {len(reordered)} conversations reordered")
+    return problems
+
+
+class Sampler:
+    """Samples the consumer's look-ahead gauges and resident memory every 200 ms."""
+
+    def __init__(self, pid: int, port: int) -> None:
+        self._pid = pid
+        self._port = port
+        self.peak: dict[str, float] = defaultdict(float)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    def rss_mb(self) -> float:
+        try:
+            with open(f"/proc/{self._pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return float("nan")
+
+    async def _run(self) -> None:
+        import httpx
+        from prometheus_client.parser import text_string_to_metric_families
+
+        wanted = {"turnflow_lookahead_records", "turnflow_lookahead_bytes"}
+        async with httpx.AsyncClient(timeout=2) as client:
+            while True:
+                self.peak["rss_mb"] = max(self.peak["rss_mb"], self.rss_mb())
+                try:
+                    text = (await client.get(f"http://127.0.0.1:{self._port}/metrics")).text
+                except httpx.HTTPError:
+                    text = ""
+                for family in text_string_to_metric_families(text):
+                    if family.name in wanted:
+                        value = sum(s.value for s in family.samples)
+                        self.peak[family.name] = max(self.peak[family.name], value)
+                await asyncio.sleep(0.2)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+async def _store_agents(url: str, workspaces: int, plans: dict[str, str]) -> None:
+    from engine.definition import definition_digest
+    from store import Store
+    from store.hosting import Hosting
+
+    store = await Store.connect(url, pool_size=2, max_overflow=0)
+    try:
+        hosting = Hosting(store.engine)
+        for w in range(workspaces):
+            document = _definition(f"ws-{w}")
+            await hosting.put_version(
+                agent_id=document["agent_id"], workspace=document["workspace"],
+                document=document, digest=definition_digest(document), activate=True,
+            )
+            plan = plans.get(f"ws-{w}")
+            if plan is not None:
+                await hosting.set_workspace(f"ws-{w}", plan=plan)
+    finally:
+        await store.close()
+
+
+async def _flood_phase(
+    name: str, producer: Producer, replies: Replies, args: argparse.Namespace, run: str,
+    with_trickle: bool,
+) -> Phase:
+    phase = Phase(name)
+    stop = asyncio.Event()
+    trickle_task = None
+    if with_trickle:
+        trickle_task = asyncio.create_task(_trickle(
+            producer, run, args.workspaces, args.trickle_conversations,
+            args.trickle_every_ms / 1000, stop, phase.trickle,
+        ))
+    started = time.time()
+    phase.flood = await producer.send(_flood(run, args.flood_conversations, args.flood))
+    bound = 60 + args.flood * args.latency_ms / 1000 / args.max_in_flight * 4
+    try:
+        await replies.until(set(phase.flood), within=bound)
+    finally:
+        stop.set()
+        if trickle_task is not None:
+            await trickle_task
+    phase.flood_s = max(replies.stamps[i][0] for i in phase.flood) / 1000 - started
+    await replies.until(set(phase.trickle), within=60)
+    return phase
+
+
+async def _trickle_phase(
+    producer: Producer, replies: Replies, args: argparse.Namespace, run: str
+) -> Phase:
+    phase = Phase("trickle alone")
+    stop = asyncio.Event()
+    task = asyncio.create_task(_trickle(
+        producer, run, args.workspaces, args.trickle_conversations,
+        args.trickle_every_ms / 1000, stop, phase.trickle,
+    ))
+    await asyncio.sleep(args.trickle_seconds)
+    stop.set()
+    await task
+    await replies.until(set(phase.trickle), within=60)
+    return phase
+
+
+async def run_once(servers: Servers, args: argparse.Namespace) -> int:
+    from consumer.devchat.embedded_broker import free_port
+
+    await _store_agents(servers.database_url, args.workspaces, dict(
+        item.split("=", 1) for item in args.plans
+    ))
+    topics = await _topics(servers, args.partitions)
+    port = free_port()
+    env = dict(os.environ)
+    env.pop("TURNFLOW_CRASH_AT", None)
+    env.update(topics)
+    env.update({
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(BENCH_DIR)]),
+        "DATABASE_URL": servers.database_url,
+        "KAFKA_BOOTSTRAP_SERVERS": servers.bootstrap,
+        "GROUP_ID": f"bench-{uuid.uuid4().hex[:8]}",
+        "AGENT_REGISTRY": "true",
+        LATENCY_ENV: str(args.latency_ms),
+        "MAX_IN_FLIGHT": str(args.max_in_flight),
+        "METRICS_PORT": str(port),
+        "METRICS_HOST": "127.0.0.1",
+        "CONSUME_WORKERS": "1",
+        "KAFKA_IDEMPOTENT_PRODUCER": "false" if servers.embedded_broker else "true",
+        "MERGE_BURSTS": "true" if args.merge_bursts else "false",
+    })
+    if servers.embedded_broker:
+        env["KAFKA_FETCH_MAX_WAIT_MS"] = "10"
+    for item in args.env:
+        name, _, value = item.partition("=")
+        env[name] = value
+    consumer = _StandInConsumer(env)
+    producer = Producer(servers.bootstrap, topics["INBOUND_TOPIC"])
+    replies = Replies(servers.bootstrap, topics["MESSAGES_TOPIC"])
+    await producer.start()
+    await replies.start()
+    phases: list[Phase] = []
+    sampler: Sampler | None = None
+    try:
+        await consumer.start()
+        sampler = Sampler(consumer.pid, port)
+        rss_start = sampler.rss_mb()
+        run = uuid.uuid4().hex[:6]
+        # A short warm-up: agents built, connections open, before anything is measured.
+        warm = await producer.send([(f"warm-{run}-{w}", f"agent-ws-{w}")
+                                    for w in range(args.workspaces)])
+        await replies.until(set(warm), within=60)
+        rss_idle = sampler.rss_mb()
+        phases.append(await _trickle_phase(producer, replies, args, f"{run}a"))
+        print("  done: trickle alone", flush=True)
+        phases.append(await _flood_phase("flood alone", producer, replies, args, f"{run}b",
+                                         with_trickle=False))
+        print("  done: flood alone", flush=True)
+        sampler.start()
+        phases.append(await _flood_phase("flood + trickle", producer, replies, args,
+                                         f"{run}c", with_trickle=True))
+        print("  done: flood with the trickle", flush=True)
+    finally:
+        if sampler is not None:
+            await sampler.stop()
+        await consumer.stop()
+        await replies.stop()
+        await producer.stop()
+    return _report(args, servers, phases, producer, replies, sampler, rss_start, rss_idle,
+                   consumer)
+
+
+class _StandInConsumer(ConsumerProcess):
+    """The e2e benchmark's consumer process, started through ``consume_with_stand_in``."""
+
+    async def start(self, within: float = 60.0) -> None:
+        from asyncio import subprocess as sp
+
+        self._process = await asyncio.create_subprocess_exec(
+            sys.executable, str(BENCH_DIR / "fairness_bench.py"), STAND_IN_FLAG,
+            env=self._env, cwd=str(REPO), stdin=sp.DEVNULL, stdout=sp.DEVNULL, stderr=sp.PIPE,
+        )
+        self._log_task = asyncio.create_task(self._read_logs())
+        try:
+            await asyncio.wait_for(self.assigned.wait(), timeout=within)
+        except TimeoutError:
+            raise RuntimeError(f"consumer not ready: {self.tail[-5:]}") from None
+
+
+def _ms(values: list[float], share: float) -> float:
+    return _percentile(values, share)
+
+
+def _report(
+    args: argparse.Namespace, servers: Servers, phases: list[Phase], producer: Producer,
+    replies: Replies, sampler: Sampler | None, rss_start: float, rss_idle: float,
+    consumer: ConsumerProcess,
+) -> int:
+    alone, flood_alone, together = phases
+    lat_alone = alone.latencies(producer, replies)
+    lat_during = together.latencies(producer, replies)
+    p50a, p99a = _ms(lat_alone, 0.5), _ms(lat_alone, 0.99)
+    p50d, p99d = _ms(lat_during, 0.5), _ms(lat_during, 0.99)
+    rate_alone = flood_alone.flood_rate() or float("nan")
+    rate_together = together.flood_rate() or float("nan")
+    print()
+    print(f"servers: {servers.where}; {os.cpu_count()} CPUs; model {args.latency_ms} ms a call; "
+          f"MAX_IN_FLIGHT={args.max_in_flight}; {args.partitions} partitions; "
+          f"{args.workspaces} workspaces; flood {args.flood} messages over "
+          f"{args.flood_conversations} conversations; trickle {args.trickle_conversations} "
+          f"conversation(s) per other workspace, one message each every "
+          f"{args.trickle_every_ms} ms; bursts {'merged' if args.merge_bursts else 'not merged'}"
+          + (f"; env {' '.join(args.env)}" if args.env else ""))
+    print(f"{'phase':<16} {'trickle n':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+          f"{'flood n':>8} {'flood/s':>8}")
+    for phase in phases:
+        lat = phase.latencies(producer, replies)
+        rate = phase.flood_rate()
+        print(f"{phase.name:<16} {len(lat):>9} {_ms(lat, 0.5):>8.0f} {_ms(lat, 0.99):>8.0f} "
+              f"{max(lat, default=float('nan')):>8.0f} {len(phase.flood):>8} "
+              f"{rate if rate is not None else float('nan'):>8.1f}")
+    print()
+    print(f"trickle p50 during the flood / alone: {p50d / p50a:.2f}x "
+          f"({p50d:.0f} / {p50a:.0f} ms)")
+    bound = 2 * p99a + 1000
+    print(f"trickle p99 during the flood: {p99d:.0f} ms; target <= 2 x p99 alone + 1 s = "
+          f"{bound:.0f} ms: {'met' if p99d <= bound else 'NOT met'} ({p99d / p99a:.2f}x alone)")
+    print(f"flood throughput with the trickle / alone: {rate_together / rate_alone:.2f}x "
+          f"(target >= 0.90: {'met' if rate_together >= 0.9 * rate_alone else 'NOT met'})")
+    if sampler is not None:
+        records = sampler.peak.get("turnflow_lookahead_records")
+        size = sampler.peak.get("turnflow_lookahead_bytes")
+        shown = "not exported" if records is None else (
+            f"{records:.0f} records, {size / 1e6:.1f} MB of record bytes" if size is not None
+            else f"{records:.0f} records")
+        print(f"look-ahead at its peak (sampled): {shown}; consumer RSS {rss_start:.0f} MB at "
+              f"start, {rss_idle:.0f} MB warm, {sampler.peak['rss_mb']:.0f} MB at the flood's "
+              f"peak")
+    problems = [p for phase in phases for p in _check(phase, producer, replies)]
+    if consumer.troubles:
+        told = ", ".join(f"{n} {what}" for what, n in sorted(consumer.troubles.items()))
+        print(f"NOTE: not every turn ran once: {told}")
+    print("checks: " + ("nothing lost, nothing answered twice, no conversation reordered"
+                        if not problems else "; ".join(problems)))
+    return 1 if problems else 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--broker", choices=("kafka", "tansu"), default="kafka",
+                        help="broker started for the run when KAFKA_BOOTSTRAP_SERVERS is unset")
+    parser.add_argument("--latency-ms", type=int, default=200)
+    parser.add_argument("--workspaces", type=int, default=2,
+                        help="workspaces in all: one floods, the others trickle")
+    parser.add_argument("--flood", type=int, default=6000)
+    parser.add_argument("--flood-conversations", type=int, default=600)
+    parser.add_argument("--trickle-conversations", type=int, default=2,
+                        help="conversations of each trickling workspace")
+    parser.add_argument("--trickle-every-ms", type=int, default=1000)
+    parser.add_argument("--trickle-seconds", type=float, default=8.0,
+                        help="length of the trickle-alone phase")
+    parser.add_argument("--partitions", type=int, default=12)
+    parser.add_argument("--max-in-flight", type=int, default=64)
+    parser.add_argument("--merge-bursts", action="store_true",
+                        help="merge a conversation's waiting messages into one turn (off: one "
+                        "turn per message, the flood's worst case)")
+    parser.add_argument("--plans", action="append", default=[], metavar="WS=PLAN",
+                        help="a workspace's plan (workspaces are ws-0 (the flood), ws-1, ...)")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting for the consumer process")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smaller flood (2,000 over 200 conversations)")
+
+
+def main() -> int:
+    if sys.argv[1:] == [STAND_IN_FLAG]:
+        return consume_with_stand_in()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    args = parser.parse_args()
+    if args.quick:
+        args.flood, args.flood_conversations = 2000, 200
+    if args.workspaces < 2:
+        parser.error("--workspaces must be at least 2")
+    from store.scratch import scratch_database
+
+    with ExitStack() as stack:
+        database = scratch_database(stack, prefix="turnflow-fairness")
+        bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+        if bootstrap:
+            servers = Servers(database.url, bootstrap,
+                              f"{database.where} + KAFKA_BOOTSTRAP_SERVERS", False)
+        else:
+            servers = _broker_servers(stack, database.url, database.where, args.broker)
+        return asyncio.run(run_once(servers, args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

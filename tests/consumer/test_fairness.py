@@ -1,0 +1,540 @@
+"""Fair turn slots: the weighted fair queue's rules, and one consumer serving a flooding
+workspace beside quiet ones without mixing anything of one conversation into another."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter, defaultdict
+from typing import Any
+
+import pytest
+from aiokafka.structs import TopicPartition
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from consumer import metrics
+from consumer.fairness import FairQueue, FairSlots
+from consumer.hosting.routing import Route
+from consumer.outbox import OutboxPublisher
+from consumer.pipeline import OutboundTopics, TurnPipeline
+from consumer.service import ConsumerService
+from consumer.settings import Settings, plan_numbers
+from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer, FakeStore
+from tests.consumer.test_backpressure import until
+
+# --- the queue -------------------------------------------------------------------------------
+
+tenants = st.sampled_from(["a", "b", "c", "d"])
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("push"), tenants, st.integers(0, 5)),  # tenant, conversation
+        st.tuples(st.just("pop"), st.just(""), st.just(0)),
+    ),
+    max_size=200,
+)
+
+
+@given(operations, st.dictionaries(tenants, st.sampled_from([0.5, 1.0, 2.0, 3.0])))
+def test_any_interleaving_keeps_each_conversations_order_and_loses_nothing(
+    ops: list[tuple[str, str, int]], weights: dict[str, float]
+) -> None:
+    """Whatever the pushes, pops and weights, each conversation's items come out in the order
+    they went in, nothing comes out twice and everything pushed comes out in the end."""
+    queue: FairQueue[str, tuple[str, int, int]] = FairQueue()
+    pushed: list[tuple[str, int, int]] = []
+    popped: list[tuple[str, int, int]] = []
+    for n, (op, tenant, conversation) in enumerate(ops):
+        if op == "push":
+            item = (tenant, conversation, n)
+            queue.push(tenant, item, weights.get(tenant, 1.0))
+            pushed.append(item)
+        elif (got := queue.pop()) is not None:
+            assert got[0] == got[1][0]  # an item comes out as its own tenant's
+            popped.append(got[1])
+    while (got := queue.pop()) is not None:
+        popped.append(got[1])
+    assert sorted(popped) == sorted(pushed)
+    assert len(queue) == 0
+    for key in {(t, c) for t, c, _ in pushed}:
+        assert [n for t, c, n in popped if (t, c) == key] == sorted(
+            n for t, c, n in pushed if (t, c) == key
+        )
+
+
+@given(st.lists(st.sampled_from([1.0, 2.0, 3.0, 4.0]), min_size=2, max_size=4),
+       st.integers(20, 400))
+def test_backlogged_tenants_share_by_their_weights(weights: list[float], pops: int) -> None:
+    """Tenants that always have items waiting get slots in proportion to their weights, each
+    within one of its weight's worth of items (stride scheduling's bound) of its exact share."""
+    queue: FairQueue[int, int] = FairQueue()
+    for tenant, weight in enumerate(weights):
+        for i in range(pops + 1):
+            queue.push(tenant, i, weight)
+    served = Counter(queue.pop()[0] for _ in range(pops))  # type: ignore[index]
+    total = sum(weights)
+    slack = 1 + max(weights) / min(weights)
+    for tenant, weight in enumerate(weights):
+        assert abs(served[tenant] - pops * weight / total) <= slack, (served, weights)
+
+
+@given(st.integers(1, 2000), st.integers(1, 6))
+def test_a_tenant_arriving_behind_a_flood_is_served_at_once(flood: int, others: int) -> None:
+    """A tenant with nothing waiting that queues one item behind a flood of any length (and
+    ``others`` more tenants of equal weight, each with a backlog) is served within as many pops
+    as there are tenants: it never waits for the flood's backlog."""
+    queue: FairQueue[str, int] = FairQueue()
+    for i in range(flood):
+        queue.push("flood", i)
+    for t in range(others):
+        queue.push(f"o{t}", 0)
+        queue.push(f"o{t}", 1)
+    for _ in range(min(flood, 3)):
+        queue.pop()  # the flood has been running for a while
+    queue.push("late", 0)
+    for _ in range(others + 2):
+        got = queue.pop()
+        assert got is not None
+        if got[0] == "late":
+            return
+    pytest.fail("the late tenant waited behind the others' backlogs")
+
+
+def test_an_idle_tenant_earns_no_credit() -> None:
+    """A tenant that had nothing waiting while another ran alone does not then get a run of
+    slots to catch up: the two alternate from its return."""
+    queue: FairQueue[str, int] = FairQueue()
+    for i in range(100):
+        queue.push("busy", i)
+    for _ in range(50):
+        queue.pop()
+    for i in range(10):
+        queue.push("back", i)
+    order = [queue.pop()[0] for _ in range(10)]  # type: ignore[index]
+    assert order.count("back") == 5 and order.count("busy") == 5
+
+
+def test_an_ineligible_tenant_is_passed_over_and_keeps_its_place() -> None:
+    """A tenant at its cap is skipped (its items stay queued, in order); once eligible, it is
+    served before the tenants that went on meanwhile, since its pass did not grow."""
+    queue: FairQueue[str, int] = FairQueue()
+    for i in range(3):
+        queue.push("capped", i)
+        queue.push("other", i)
+    assert queue.pop(lambda t: t != "capped") == ("other", 0)
+    assert queue.pop(lambda t: t != "capped") == ("other", 1)
+    assert queue.pop(lambda t: False) is None
+    assert queue.pop() == ("capped", 0)
+    assert queue.remove("capped", 1) and not queue.remove("capped", 1)
+    assert [queue.pop(), queue.pop()] == [("capped", 2), ("other", 2)]
+    assert len(queue) == 0
+
+
+def test_a_weight_that_is_not_positive_is_refused() -> None:
+    """A zero, negative or NaN weight would stall or break the order: refused at the push."""
+    queue: FairQueue[str, int] = FairQueue()
+    for weight in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="weight"):
+            queue.push("a", 1, weight)
+    assert len(queue) == 0
+
+
+# --- the slots -------------------------------------------------------------------------------
+
+
+async def test_slots_respect_a_tenants_cap_and_every_waiter_gets_one() -> None:
+    """Twenty turns of a tenant capped at two and twenty of an uncapped one, on four slots:
+    the capped one never holds more than two, all forty run, and every slot comes back."""
+    slots = FairSlots(4)
+    held: Counter[str] = Counter()
+    peak: Counter[str] = Counter()
+    done: list[str] = []
+
+    async def turn(tenant: str, cap: int | None) -> None:
+        await slots.take(tenant, cap=cap)
+        held[tenant] += 1
+        peak[tenant] = max(peak[tenant], held[tenant])
+        await asyncio.sleep(0.001)
+        held[tenant] -= 1
+        slots.give_back(tenant)
+        done.append(tenant)
+
+    await asyncio.gather(*[turn("capped", 2) for _ in range(20)],
+                         *[turn("free", None) for _ in range(20)])
+    assert peak["capped"] == 2 and peak["free"] <= 4
+    assert Counter(done) == {"capped": 20, "free": 20}
+    assert slots.free == 4 and slots.waiting == 0
+
+
+async def test_a_cancelled_wait_takes_no_slot() -> None:
+    """A waiter cancelled while queued (its partition moved) leaves no slot taken and no
+    entry behind; the next waiter gets the slot freed after it."""
+    slots = FairSlots(1)
+    await slots.take("a")
+    cancelled = asyncio.create_task(slots.take("b"))
+    later = asyncio.create_task(slots.take("c"))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    await asyncio.gather(cancelled, return_exceptions=True)
+    slots.give_back("a")
+    await asyncio.wait_for(later, 1)
+    assert slots.held("c") == 1 and slots.held("b") == 0 and slots.waiting == 0
+    slots.give_back("c")
+    assert slots.free == 1
+
+
+# --- the settings ----------------------------------------------------------------------------
+
+
+@given(st.text(max_size=60))
+def test_plan_numbers_refuse_with_a_reason_or_accept(text: str) -> None:
+    """Any text given as ``PLAN_WEIGHTS`` either reads as plans with finite numbers > 0 or is
+    refused with a ``ValueError`` naming what is wrong; nothing else is raised."""
+    for whole in (False, True):
+        try:
+            found = plan_numbers(text, whole=whole)
+        except ValueError as exc:
+            assert str(exc)
+            continue
+        for plan, number in found.items():
+            assert plan and plan == plan.strip()
+            assert 0 < number < float("inf")
+            assert not whole or number == int(number)
+
+
+def test_plan_settings_are_checked_at_start() -> None:
+    """A bad ``PLAN_MAX_IN_FLIGHT`` is a bad setting named as such, not a failure at a turn."""
+    ok = Settings(plan_weights="free=1, pro=4", plan_max_in_flight="free=2")
+    assert ok.plan_weight_map() == {"free": 1.0, "pro": 4.0}
+    assert ok.plan_cap_map() == {"free": 2}
+    with pytest.raises(ValueError, match="plan_max_in_flight"):
+        Settings(plan_max_in_flight="free=1.5")
+
+
+# --- one consumer, several workspaces --------------------------------------------------------
+
+PART = TopicPartition("in", 0)  # one partition: the flood's records come first in it
+PLANS = {"flood": "free", "quiet": "pro", "other": "pro"}
+
+
+class WorkspaceAgent:
+    """Answers each conversation with its own count and the ids it saw; notes how many turns of
+    each workspace run at once and the order turns ran in."""
+
+    def __init__(self) -> None:
+        self.running: Counter[str] = Counter()
+        self.peak: Counter[str] = Counter()
+        self.order: list[str] = []
+
+    async def turn(self, request: dict[str, Any]) -> dict[str, Any]:
+        session_id = request["session_id"]
+        workspace = session_id.split("-")[0]
+        self.running[workspace] += 1
+        self.peak[workspace] = max(self.peak[workspace], self.running[workspace])
+        await asyncio.sleep(0.002)
+        self.running[workspace] -= 1
+        self.order.append(session_id)
+        state = dict(request["session"] or {"id": session_id, "n": 0, "seen": []})
+        state["n"] += 1
+        state["seen"] = [*state["seen"], request["id"]]
+        return {
+            "session": state,
+            "messages": [{"kind": "ai", "text": f"{session_id}:{request['id']}",
+                          "key": f"k{state['n']}"}],
+            "outcomes": [],
+            "llm_calls": 1,
+        }
+
+
+class WorkspaceRouter:
+    """Routes a conversation by its id's prefix to that workspace's agent and plan."""
+
+    def __init__(self, agent: WorkspaceAgent) -> None:
+        self._agent = agent
+
+    async def route(self, parsed: Any, state: dict[str, Any] | None) -> Route:
+        workspace = parsed.session_id.split("-")[0]
+        return Route(agent=self._agent, agent_id=f"agent-{workspace}", workspace=workspace,
+                     binding={"agent_id": f"agent-{workspace}", "workspace": workspace},
+                     plan=PLANS[workspace])
+
+
+def service_for(consumer: FakeKafkaConsumer, agent: WorkspaceAgent, store: FakeStore,
+                producer: FakeProducer, **options: Any) -> ConsumerService:
+    settings = Settings(kafka_bootstrap_servers="127.0.0.1:1", merge_bursts=False,
+                        max_buffered_records=5000, **options)
+    service = ConsumerService(settings, agent, store=store)  # type: ignore[arg-type]
+    service._consumer = consumer  # type: ignore[assignment]
+    publisher = OutboxPublisher(store, producer)  # type: ignore[arg-type]
+    service._pipeline = TurnPipeline(
+        store=store, agent=agent, publisher=publisher,  # type: ignore[arg-type]
+        topics=OutboundTopics(messages="out.m", schedule="out.s"),
+        router=WorkspaceRouter(agent),
+    )
+    service._on_assigned({PART})
+    return service
+
+
+def enqueue(consumer: FakeKafkaConsumer, sessions: list[str], per_session: int) -> None:
+    for n in range(per_session):
+        for session_id in sessions:
+            body = {"session_id": session_id, "message": f"t{n}", "id": f"m{n}"}
+            consumer.append(PART, session_id.encode(), json.dumps(body).encode())
+
+
+def check_nothing_crossed(
+    store: FakeStore, producer: FakeProducer, sessions: list[str], per_session: int
+) -> None:
+    """Each conversation got exactly its own replies, once, in order, and its state holds only
+    its own inputs."""
+    by_key: dict[bytes | None, list[str]] = defaultdict(list)
+    for _, key, value in producer.sent:
+        by_key[key].append(json.loads(value)["text"])
+    for session_id in sessions:
+        expected = [f"{session_id}:m{n}" for n in range(per_session)]
+        assert by_key[session_id.encode()] == expected
+        state, version = store.sessions[session_id]
+        assert state["seen"] == [f"m{n}" for n in range(per_session)]
+        assert state["metadata"]["agent"]["workspace"] == session_id.split("-")[0]
+        assert version == per_session
+
+
+async def test_a_flood_in_the_same_partition_does_not_hold_back_other_workspaces() -> None:
+    """Forty conversations of one workspace flood a partition with 400 inputs ahead of six
+    quiet conversations of two other workspaces: with two turn slots taken fairly, the quiet
+    conversations are all answered while most of the flood still waits, every conversation is
+    answered in order with only its own replies, and the partition is committed to its end."""
+    consumer = FakeKafkaConsumer([PART])
+    agent, store, producer = WorkspaceAgent(), FakeStore(), FakeProducer()
+    service = service_for(consumer, agent, store, producer, max_in_flight=2)
+    flood = [f"flood-{i}" for i in range(40)]
+    quiet = [f"quiet-{i}" for i in range(3)] + [f"other-{i}" for i in range(3)]
+    enqueue(consumer, flood, 10)
+    enqueue(consumer, quiet, 3)
+    loop = asyncio.create_task(service._fetch_loop())
+    try:
+        await until(lambda: consumer.committed(PART) == 418, "every input is committed",
+                    within=30)
+    finally:
+        service.stop()
+        await loop
+    last_quiet = max(i for i, s in enumerate(agent.order) if not s.startswith("flood"))
+    # 18 quiet turns, alternating with the flood: done within the first ~40 turns of 418.
+    assert last_quiet < 60, last_quiet
+    check_nothing_crossed(store, producer, flood, 10)
+    check_nothing_crossed(store, producer, quiet, 3)
+
+
+async def test_a_plans_cap_holds_its_workspace_to_its_turns_in_flight() -> None:
+    """With the flood's plan capped at one turn in flight (of four slots), it never runs two at
+    once; its turns wait, none is dropped or dead-lettered, each is answered once, in order,
+    and the wait is counted under its plan's label."""
+    before = metrics.PLAN_CAP_WAITS.labels(plan="free")._value.get()
+    consumer = FakeKafkaConsumer([PART])
+    agent, store, producer = WorkspaceAgent(), FakeStore(), FakeProducer()
+    service = service_for(consumer, agent, store, producer, max_in_flight=4,
+                          plan_max_in_flight="free=1", plan_weights="pro=2")
+    flood = [f"flood-{i}" for i in range(10)]
+    quiet = [f"quiet-{i}" for i in range(4)]
+    enqueue(consumer, flood, 5)
+    enqueue(consumer, quiet, 5)
+    loop = asyncio.create_task(service._fetch_loop())
+    try:
+        await until(lambda: consumer.committed(PART) == 70, "every input is committed",
+                    within=30)
+    finally:
+        service.stop()
+        await loop
+    assert agent.peak["flood"] == 1
+    assert agent.peak["quiet"] > 1
+    check_nothing_crossed(store, producer, flood, 5)
+    check_nothing_crossed(store, producer, quiet, 5)
+    assert metrics.PLAN_CAP_WAITS.labels(plan="free")._value.get() > before
+    assert service._slots.free == 4
+
+
+@settings(deadline=None, max_examples=10)
+@given(st.lists(st.tuples(st.sampled_from(["flood", "quiet", "other"]), st.integers(0, 7)),
+                min_size=1, max_size=60))
+def test_any_mix_of_workspaces_in_one_partition_is_answered_once_in_order(
+    arrivals: list[tuple[str, int]]
+) -> None:
+    """Inputs of conversations of three workspaces arriving in any interleaving on one
+    partition are each answered once, in each conversation's order, with nothing crossing."""
+
+    async def scenario() -> None:
+        consumer = FakeKafkaConsumer([PART])
+        agent, store, producer = WorkspaceAgent(), FakeStore(), FakeProducer()
+        service = service_for(consumer, agent, store, producer, max_in_flight=3,
+                              plan_max_in_flight="free=1")
+        counts: Counter[str] = Counter()
+        for workspace, conversation in arrivals:
+            session_id = f"{workspace}-{conversation}"
+            body = {"session_id": session_id, "message": "t", "id": f"m{counts[session_id]}"}
+            counts[session_id] += 1
+            consumer.append(PART, session_id.encode(), json.dumps(body).encode())
+        loop = asyncio.create_task(service._fetch_loop())
+        try:
+            await until(lambda: consumer.committed(PART) == len(arrivals), "all committed",
+                        within=30)
+        finally:
+            service.stop()
+            await loop
+        for session_id, count in counts.items():
+            check_nothing_crossed(store, producer, [session_id], count)
+
+    asyncio.run(scenario())
+
+
+def test_a_partition_pauses_at_its_share_of_bytes_before_its_share_of_records() -> None:
+    """Few large records pause their partition at its share of ``MAX_BUFFERED_BYTES`` though
+    far under its share of records; it resumes once under half of both, and the watermarks
+    count the bytes of pending records only."""
+    from consumer.backpressure import Backpressure
+    from consumer.partitions import OffsetWatermarks
+
+    big, small = TopicPartition("in", 0), TopicPartition("in", 1)
+    marks: OffsetWatermarks[TopicPartition] = OffsetWatermarks()
+    rules: Backpressure[TopicPartition] = Backpressure(100, byte_limit=1000)
+    for offset in range(5):
+        marks.track(big, offset, 100)
+    marks.track(small, 0, 10)
+    moves = rules.update({big, small}, marks.pending_count, marks.pending_bytes)
+    assert moves.pause == {big} and marks.pending_bytes() == 510
+    for offset in range(3):
+        marks.done(big, offset)
+    assert marks.pending_bytes(big) == 200
+    moves = rules.update({big, small}, marks.pending_count, marks.pending_bytes)
+    assert moves.resume == {big} and rules.paused == frozenset()
+    marks.forget([big])
+    assert marks.pending_bytes() == 10
+
+
+class MinuteBudget:
+    """``store.model_budget.ModelBudget`` in memory, with a "minute" of ``minute_s``."""
+
+    def __init__(self, minute_s: float) -> None:
+        self._minute_s = minute_s
+        self.taken: Counter[tuple[str, int]] = Counter()
+
+    def _minute(self) -> tuple[int, float]:
+        now = asyncio.get_running_loop().time()
+        return int(now // self._minute_s), self._minute_s - now % self._minute_s
+
+    async def take(self, workspace: str, per_minute: int) -> float | None:
+        minute, left = self._minute()
+        if self.taken[workspace, minute] >= per_minute:
+            return left
+        self.taken[workspace, minute] += 1
+        return None
+
+    async def prune(self) -> int:
+        return 0
+
+
+async def test_a_plans_per_minute_budget_makes_its_turns_wait_for_the_next_minute() -> None:
+    """With the flood's plan at three model turns a "minute" (0.3 s here), its thirty turns
+    spread over ten minutes, at most three in each; none is dropped or answered twice, each
+    conversation stays in order, the quiet workspace (no budget) is answered meanwhile, and
+    the waits are counted under the plan's label."""
+    before = metrics.PLAN_MINUTE_WAITS.labels(plan="free")._value.get()
+    consumer = FakeKafkaConsumer([PART])
+    agent, store, producer = WorkspaceAgent(), FakeStore(), FakeProducer()
+    service = service_for(consumer, agent, store, producer, max_in_flight=4,
+                          plan_model_turns_per_minute="free=3")
+    budget = service._budget = MinuteBudget(0.3)  # type: ignore[assignment]
+    flood = [f"flood-{i}" for i in range(6)]
+    quiet = [f"quiet-{i}" for i in range(3)]
+    enqueue(consumer, flood, 5)
+    enqueue(consumer, quiet, 2)
+    loop = asyncio.create_task(service._fetch_loop())
+    try:
+        await until(lambda: all(
+            len([1 for _, k, _ in producer.sent if k == s.encode()]) == 2 for s in quiet
+        ), "the quiet workspace is answered")
+        assert sum(1 for s in agent.order if s.startswith("flood")) < 30
+        await until(lambda: consumer.committed(PART) == 36, "every input is committed",
+                    within=30)
+    finally:
+        service.stop()
+        await loop
+    per_minute = [n for (w, _), n in budget.taken.items() if w == "flood"]
+    assert sum(per_minute) == 30 and max(per_minute) <= 3
+    check_nothing_crossed(store, producer, flood, 5)
+    check_nothing_crossed(store, producer, quiet, 2)
+    assert metrics.PLAN_MINUTE_WAITS.labels(plan="free")._value.get() > before
+
+
+# --- the model's own limits ------------------------------------------------------------------
+
+
+def test_the_shared_backoff_follows_rate_limit_answers_only() -> None:
+    """A 429 or a retryable answer with a hint sets the back-off (the hint, else the first
+    retry delay, capped); a later, shorter one never shortens it; other failures, fatal answers
+    and unusable replies leave it alone."""
+    from consumer.model_backoff import SharedBackoff
+    from engine import ProviderError, UnusableReply
+
+    backoff = SharedBackoff(first_delay_s=0.5, max_s=30)
+    assert backoff.note(ProviderError("x", kind="retryable", status=503), 0) is None
+    assert backoff.note(ProviderError("x", kind="fatal", status=429), 0) is None
+    assert backoff.note(UnusableReply("x"), 0) is None
+    assert backoff.note(ValueError("x"), 0) is None
+    assert backoff.remaining(0) == 0
+    assert backoff.note(ProviderError("x", kind="retryable", status=429), 10) == 0.5
+    assert backoff.note(ProviderError("x", kind="retryable", retry_after=5), 10) == 5
+    assert backoff.note(ProviderError("x", kind="retryable", status=429, retry_after=1), 11) is None
+    assert backoff.remaining(12) == 3
+    assert backoff.note(ProviderError("x", kind="retryable", retry_after=3600), 12) == 30
+
+
+class RateLimitedAgent(WorkspaceAgent):
+    """The flood's first turn is answered 429 with a wait; notes when every turn started."""
+
+    def __init__(self, wait_s: float) -> None:
+        super().__init__()
+        self._wait_s = wait_s
+        self.limited_at: float | None = None
+        self.starts: list[tuple[float, str]] = []
+
+    async def turn(self, request: dict[str, Any]) -> dict[str, Any]:
+        from engine import ProviderError
+
+        now = asyncio.get_running_loop().time()
+        self.starts.append((now, request["session_id"]))
+        if self.limited_at is None and request["session_id"].startswith("flood"):
+            self.limited_at = now
+            raise ProviderError("slow down", kind="retryable", status=429,
+                                retry_after=self._wait_s)
+        return await super().turn(request)
+
+
+async def test_a_rate_limit_answer_holds_every_conversation_back_once() -> None:
+    """After one 429 with a 0.4 s hint, no turn of any conversation or workspace starts until
+    the hint has passed (bar the one already running); then the flood's retry and the quiet
+    workspace's first turns run, every input answered once, in order, nothing dead-lettered."""
+    before = metrics.MODEL_BACKOFFS._value.get()
+    consumer = FakeKafkaConsumer([PART])
+    agent, store, producer = RateLimitedAgent(0.4), FakeStore(), FakeProducer()
+    service = service_for(consumer, agent, store, producer, max_in_flight=2)
+    flood = [f"flood-{i}" for i in range(8)]
+    quiet = [f"quiet-{i}" for i in range(3)]
+    enqueue(consumer, flood, 3)
+    enqueue(consumer, quiet, 2)
+    loop = asyncio.create_task(service._fetch_loop())
+    try:
+        await until(lambda: consumer.committed(PART) == 30, "every input is committed",
+                    within=30)
+    finally:
+        service.stop()
+        await loop
+    assert agent.limited_at is not None
+    after = [t for t, _ in agent.starts if t > agent.limited_at]
+    early = [t for t in after if t < agent.limited_at + 0.4 - 0.02]
+    assert len(early) <= 1, early  # only a turn that had its slot before the answer came
+    quiet_starts = [t for t, s in agent.starts if s.startswith("quiet")]
+    assert quiet_starts and min(quiet_starts) < max(t for t, s in agent.starts
+                                                    if s.startswith("flood"))
+    check_nothing_crossed(store, producer, flood, 3)
+    check_nothing_crossed(store, producer, quiet, 2)
+    assert metrics.MODEL_BACKOFFS._value.get() == before + 1
