@@ -79,13 +79,14 @@ from consumer.pipeline import (
     burst_of,
 )
 from consumer.placement import PlacementCheck
+from consumer.refused_words import printable, read_refused
 from consumer.round_trips import RoundTrips, broker_probe, database_probe
 from consumer.routing import registry_router
 from consumer.settings import Settings
 from consumer.stopping import stopped_within
 from engine import Agent, ProviderError, UnusableReply
 from engine.recording import recorded_agent
-from store import SourceRecord, Store
+from store import DeadLetterWords, SourceRecord, Store
 
 __all__ = ["ConsumerService"]
 
@@ -158,6 +159,15 @@ def _agent_name(agent: Any) -> str:
         return "registry"
     name = getattr(agent, "name", None)
     return name if isinstance(name, str) else type(agent).__name__
+
+
+def _dead_letter_words(record: ConsumerRecord[bytes, bytes], detail: str) -> DeadLetterWords:
+    """What a dead-lettered record says about its customer, kept for the inspector."""
+    words = read_refused(record.key, record.value)
+    return DeadLetterWords(
+        message=words.message, input_id=words.input_id, key=words.key,
+        detail=printable(detail, 1000),
+    )
 
 
 def _log_crash(task: asyncio.Task[None]) -> None:
@@ -645,7 +655,8 @@ class ConsumerService:
         """A record the parser refused goes to the DLQ once, in its partition's order
         (``RefusedRecords``): on a reread of the partition (a new group id, lost offsets, a
         crash before the commit) its stored source is found and it is skipped, not sent
-        again. Its source is stored under the session id ``""``: it may name none."""
+        again. Its source is stored under the session id the record names when it is usable,
+        else under ``""``."""
         async with self._refused.lane(tp):
             found: list[bool] = []
 
@@ -666,7 +677,10 @@ class ConsumerService:
                 )
                 self._done(tp, record.offset, epoch)
                 return
-            await self._dead_letter_then_done(tp, record, epoch, why, session_id="")
+            # Stored under the session it names when it names a usable one (a bad ``at``, a
+            # wrong key), so its conversation's page and list show it; else under "".
+            named = read_refused(record.key, record.value).session_id
+            await self._dead_letter_then_done(tp, record, epoch, why, session_id=named or "")
             self._refused.sent(tp, record.offset)
 
     async def _dead_letter_then_done(
@@ -699,7 +713,8 @@ class ConsumerService:
             assert self._store is not None
             if not await self._while_owned(
                 tp, epoch,
-                partial(self._store.record_dead_lettered, session_id, [source], why.reason),
+                partial(self._store.record_dead_lettered, session_id, [source], why.reason,
+                        words=_dead_letter_words(record, why.detail)),
                 "storing a dead-lettered source failed; retrying", session_id=session_id,
             ):
                 return

@@ -33,6 +33,7 @@ from store.urls import async_url
 
 __all__ = [
     "DEAD_LETTERED",
+    "DEAD_LETTER_COLUMNS",
     "OUTCOME_FILTERS",
     "ConversationRows",
     "Cursor",
@@ -53,6 +54,13 @@ _TURN_COLUMNS = """
     llm_calls, created_at, clock_at, model_calls, input_id, source_topic, source_partition,
     source_offset, agent_id, agent_version
 """
+
+
+DEAD_LETTER_COLUMNS = (
+    "id, session_id, source_topic, source_partition, source_offset, reason, created_at, "
+    "message, input_id, record_key, detail"
+)
+"""What is read of a dead-lettered record: its source, reason and what it said."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,8 @@ class ListRow:
     last_input: dict[str, Any] | None = None
     incidents: list[str] = field(default_factory=list)
     dead_lettered: int = 0
+    dead_reason: str | None = None  # the last dead-lettered input's reason and message text
+    dead_message: str | None = None
 
 
 @dataclass(frozen=True)
@@ -204,6 +214,7 @@ class Reader:
                 last_input=_json(r["last_input"]),
                 incidents=[name for name in KINDS if r[f"is_{name}"]],
                 dead_lettered=int(r["dead_lettered"] or 0),
+                dead_reason=r["dead_reason"], dead_message=r["dead_message"],
             )
             for r in rows[:limit]
         ]
@@ -232,7 +243,7 @@ class Reader:
                 "SELECT id, version, state, created_at, updated_at FROM sessions WHERE id = :s"
             ), {"s": session_id})).mappings().first()
             dead = [dict(r) for r in (await connection.execute(text(
-                "SELECT source_topic, source_partition, source_offset, reason, created_at "
+                f"SELECT {DEAD_LETTER_COLUMNS} "
                 "FROM dead_lettered_sources WHERE session_id = :s ORDER BY created_at, id "
                 "LIMIT :n"
             ), {"s": session_id, "n": MAX_PAGE})).mappings().all()]
@@ -278,6 +289,21 @@ class Reader:
             first_version=first,
             last_version=upto,
         )
+
+    async def dead_letters(
+        self, *, limit: int = 50, before: int | None = None
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        """A page of dead-lettered records, most recent first (a keyset page by row id), and
+        the id to read the next page before (None when this is the last)."""
+        limit = max(1, min(limit, MAX_PAGE))
+        async with self._statement() as connection:
+            rows = (await connection.execute(text(
+                f"SELECT {DEAD_LETTER_COLUMNS} FROM dead_lettered_sources "
+                "WHERE (CAST(:before AS bigint) IS NULL OR id < :before) "
+                "ORDER BY id DESC LIMIT :n"
+            ), {"before": before, "n": limit + 1})).mappings().all()
+        out = [dict(r) for r in rows[:limit]]
+        return out, (int(out[-1]["id"]) if len(rows) > limit and out else None)
 
     async def outcome_lines(
         self, session_id: str, *, limit: int = 1_000
@@ -391,11 +417,14 @@ def _list_query(
         for name, sql in KINDS.items()
     )
     sql = (
-        f"SELECT p.*, lt.input AS last_input, {kinds}, dead.n AS dead_lettered FROM ({page}) AS p"
+        f"SELECT p.*, lt.input AS last_input, {kinds}, dead.n AS dead_lettered,"
+        f" lastdead.reason AS dead_reason, lastdead.message AS dead_message FROM ({page}) AS p"
         " LEFT JOIN LATERAL (SELECT input FROM turns WHERE session_id = p.id"
         " ORDER BY version DESC LIMIT 1) AS lt ON true"
         " LEFT JOIN LATERAL (SELECT count(*) AS n FROM dead_lettered_sources"
         " WHERE session_id = p.id) AS dead ON true"
+        " LEFT JOIN LATERAL (SELECT reason, message FROM dead_lettered_sources"
+        " WHERE session_id = p.id ORDER BY created_at DESC, id DESC LIMIT 1) AS lastdead ON true"
         " ORDER BY p.at DESC, p.id DESC"
     )
     return sql, params

@@ -15,7 +15,7 @@ from typing import Any
 
 from consumer.inspect.view import ConversationView, ListItem, TurnView
 
-__all__ = ["conversation_text", "list_text", "safe"]
+__all__ = ["conversation_text", "dead_letter_line", "dead_letters_text", "list_text", "safe"]
 
 _STYLES = {"dim": "2", "bold": "1", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
 
@@ -77,21 +77,50 @@ def conversation_text(view: ConversationView, *, colour: bool = False) -> str:
         out.append(paint("yellow", f"not yet published: outbox row {row['id']} "
                                    f"{row['kind'] or 'timer'} {safe(row['key'])}"))
     for dead in view.dead_lettered:
-        out.append(paint("red", f"dead-lettered input {safe(dead['source'])}: "
-                                f"{safe(dead['reason'])} at {_time(dead['at'])}"))
+        out.append(paint("red", "dead-lettered input " + dead_letter_line(dead)))
     if view.has_earlier:
         out.append(paint("dim", f"(turns 1-{view.first_version - 1} not shown)"))
     for turn in view.turns:
         out.append("")
         for dead in turn.dead_before:
-            out.append(paint("red", f"✗ dead-lettered input {safe(dead['source'])}: "
-                                    f"{safe(dead['reason'])} at {_time(dead['at'])} (no turn)"))
+            out.append(paint("red", f"✗ dead-lettered input {dead_letter_line(dead)} (no turn)"))
         out.extend(_turn_lines(turn, paint))
     for dead in view.dead_after:
-        out.append(paint("red", f"✗ dead-lettered input {safe(dead['source'])}: "
-                                f"{safe(dead['reason'])} at {_time(dead['at'])} (no turn)"))
+        out.append(paint("red", f"✗ dead-lettered input {dead_letter_line(dead)} (no turn)"))
     if view.has_later:
         out.append(paint("dim", f"(turns {view.last_version + 1}-{view.turns_total} not shown)"))
+    return "\n".join(out) + "\n"
+
+
+def dead_letter_line(dead: dict[str, Any]) -> str:
+    """One dead-lettered record: what it said, the reason and its detail, the inbound record
+    it came from, its input id and key, when."""
+    said = (safe(json.dumps(dead["message"], ensure_ascii=False)) if dead.get("message")
+            else "(no message text could be read)")
+    text = f"{said}: {safe(dead['reason'])}"
+    if dead.get("detail"):
+        text += f" ({safe(dead['detail'])})"
+    text += f" · inbound record {safe(dead['source'])}"
+    if dead.get("input_id"):
+        text += f" · input {safe(dead['input_id'])}"
+    if dead.get("key"):
+        text += f" · key {safe(dead['key'])}"
+    return text + f" · at {_time(dead['at'])}"
+
+
+def dead_letters_text(letters: list[dict[str, Any]], *, colour: bool = False,
+                      next_before: int | None) -> str:
+    """The dead-lettered records, one a line, with the conversation each names."""
+    paint = _Paint(colour)
+    if not letters:
+        return "no dead-lettered record\n"
+    out = [
+        paint("bold", safe(d["session_id"]) if d["session_id"] else "(names no conversation)")
+        + "  " + dead_letter_line(d)
+        for d in letters
+    ]
+    if next_before is not None:
+        out.append(paint("dim", f"more: --dead-letters --before {next_before}"))
     return "\n".join(out) + "\n"
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "TimerView",
     "TurnView",
     "conversation_view",
+    "dead_letter",
     "list_item",
     "path",
     "to_jsonable",
@@ -144,6 +145,8 @@ class ListItem:
     last_text: str | None
     incidents: list[str]
     with_person: bool = False  # handed off, and not yet given back (handoff_cleared)
+    dead_reason: str | None = None  # the last dead-lettered input's reason and words
+    dead_text: str | None = None
 
 
 def list_item(row: ListRow) -> ListItem:
@@ -153,6 +156,7 @@ def list_item(row: ListRow) -> ListItem:
         session_id=row.session_id, turns=row.turns, created_at=row.created_at,
         updated_at=row.updated_at, at=row.at, runs=_runs(row.state), last_kind=kind,
         last_text=_preview(text), incidents=incidents, with_person=_with_person(row.state),
+        dead_reason=row.dead_reason, dead_text=_preview(row.dead_message),
     )
 
 
@@ -178,11 +182,7 @@ def conversation_view(rows: ConversationRows) -> ConversationView:
     for t in rows.turns:
         turns.append(_turn_view(t, unpublished_keys, pending_timer_keys, woken - stale, stale,
                                 replaced))
-    dead = [
-        {"source": f"{d['source_topic']}:{d['source_partition']}:{d['source_offset']}",
-         "reason": d["reason"], "at": d["created_at"]}
-        for d in rows.dead_lettered
-    ]
+    dead = [dead_letter(d) for d in rows.dead_lettered]
     dead_after = _place(dead, turns, whole_start=rows.first_version <= 1,
                         whole_end=rows.last_version >= rows.session["version"])
     state = rows.session["state"] or {}
@@ -205,6 +205,23 @@ def conversation_view(rows: ConversationRows) -> ConversationView:
         dead_lettered=dead,
         dead_after=dead_after,
     )
+
+
+def dead_letter(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``dead_lettered_sources`` row as the pages show it: the inbound record's source
+    (``topic:partition:offset`` on the inbound topic), the reason and its detail, the session
+    it names (``""``: none) and what it said (message text, input id, key), each None where
+    nothing could be read."""
+    return {
+        "source": f"{row['source_topic']}:{row['source_partition']}:{row['source_offset']}",
+        "reason": row["reason"],
+        "at": row["created_at"],
+        "session_id": row.get("session_id") or "",
+        "detail": row.get("detail"),
+        "message": row.get("message"),
+        "input_id": row.get("input_id"),
+        "key": row.get("record_key"),
+    }
 
 
 def _place(

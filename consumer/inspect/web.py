@@ -223,6 +223,19 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
         return page("conversation.html", c=model, flows_svg=flows_svg, earlier=earlier,
                     later=later, latest=f"{base}?turns={turns}" if later else None)
 
+    async def dead_letters(request: Request) -> Response:
+        q = request.query_params
+        before_text = q.get("before") or ""
+        if before_text and (not before_text.isdigit() or len(before_text) > 18):
+            return bad("before: not a row id")
+        letters, following = await reader.dead_letters(
+            limit=LIST_PAGE, before=int(before_text) if before_text else None
+        )
+        return page(
+            "dead_letters.html", letters=[view.dead_letter(d) for d in letters],
+            next_url=f"/dead-letters?before={following}" if following else None,
+        )
+
     async def flows(request: Request) -> Response:
         if graph is None:
             return page("error.html", status=404,
@@ -290,6 +303,7 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
         *console_routes,
         Route("/", conversations, name="list"),
         Route("/conversations/{session_id:path}", conversation, name="conversation"),
+        Route("/dead-letters", dead_letters, name="dead_letters"),
         Route("/flows", flows, name="flows"),
         Route("/login", login, name="login"),
         Route("/healthz", healthz, name="healthz"),

@@ -64,6 +64,14 @@ SCRIPTS: dict[str, list[dict[str, Any]]] = {
 """What each kind of conversation sends, in order (a message's id is ``m<position>`` unless
 the script gives one)."""
 
+BAD_AT = {
+    "message": "I never got an answer, call me on +351 912 345 678",
+    "id": "m-bad-at",
+    "at": "yesterday at noon",
+}
+"""A message a broken adapter sent with an ``at`` that is no time: the parser refuses it, and
+it is dead-lettered under the session it names (``<prefix>bad-at``) with its words."""
+
 SAVED_TURNS = {kind: sum(1 for r in script if REFUSED not in str(r.get("message", "")))
                for kind, script in SCRIPTS.items()}
 
@@ -124,7 +132,9 @@ async def fill(
         # One conversation at a time per position, so each input is its own turn.
         await setup.produce(records)
         await setup.produce([b"\xff not json"], key=f"{prefix}broken".encode())
-        await _until_saved(setup.database_url, expected, sessions["refused"] + sessions["lost"])
+        await setup.produce([{"session_id": f"{prefix}bad-at", **BAD_AT}])
+        await _until_saved(setup.database_url, expected,
+                           sessions["refused"] + sessions["lost"] + [f"{prefix}bad-at"])
     return sessions
 
 

@@ -23,7 +23,7 @@ from consumer.inspect.web import build_app
 from engine.providers.rules import RuleProvider
 from examples.demo_agent import build_agent
 from tests.inspect.conftest import Filled
-from tests.inspect.filling import HOSTILE
+from tests.inspect.filling import BAD_AT, HOSTILE
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -61,7 +61,8 @@ async def test_each_outcome_filter_lists_exactly_those_conversations(filled: Fil
     items = {r.session_id: view.list_item(r) for r in rows}
     assert all(items[sid].with_person and items[sid].incidents == ["handoff"]
                for sid in filled.sessions["handoff"])
-    assert sorted(dead) == sorted(filled.sessions["refused"] + filled.sessions["lost"])
+    assert sorted(dead) == sorted(
+        filled.sessions["refused"] + filled.sessions["lost"] + [f"{filled.prefix}bad-at"])
     assert sorted(hours) == sorted(filled.sessions["hours"])
     assert errors == []  # no action failed and nothing was deferred
     assert sorted(by_agent) == sorted(filled.all())
@@ -347,3 +348,45 @@ def test_any_query_or_session_id_is_a_page_or_a_refusal(
 
     listing, page = asyncio.run(run())
     assert listing in (200, 400) and page in (200, 400, 404)
+
+
+async def test_a_refused_record_keeps_its_words_under_its_session(filled: Filled) -> None:
+    """A record refused for a bad ``at`` is dead-lettered under the session it names, with its
+    words, input id, key and reason; the dead-letter list and the pages show them, and a
+    record that names no session is listed with its text under no conversation."""
+    sid = f"{filled.prefix}bad-at"
+    reader = Reader(filled.database_url)
+    try:
+        rows = await reader.conversation(sid)
+        letters: list[dict[str, Any]] = []
+        before = None
+        while True:
+            page, before = await reader.dead_letters(limit=20, before=before)
+            letters.extend(page)
+            if before is None:
+                break
+        listed, _ = await reader.conversations(ListFilter(outcome="dead-lettered"), limit=500)
+    finally:
+        await reader.close()
+    assert rows is not None
+    [dead] = view.conversation_view(rows).dead_lettered
+    assert dead["session_id"] == sid and dead["reason"] == "invalid-field"
+    assert dead["message"] == BAD_AT["message"] and dead["input_id"] == "m-bad-at"
+    assert dead["key"] == sid and "at must be" in (dead["detail"] or "")
+    topic, partition, offset = dead["source"].rsplit(":", 2)
+    assert topic.startswith("inbound") and int(partition) >= 0 and int(offset) >= 0
+    mine = {d["session_id"]: view.dead_letter(d) for d in letters
+            if d["session_id"] == sid or (d["record_key"] or "") == f"{filled.prefix}broken"}
+    assert mine[sid]["message"] == BAD_AT["message"]
+    assert mine[""]["reason"] == "not-utf8" and mine[""]["message"].endswith("not json")
+    row = next(r for r in listed if r.session_id == sid)
+    assert row.dead_reason == "invalid-field" and row.dead_message == BAD_AT["message"]
+
+    app = build_app(Reader(filled.database_url))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://t") as client:
+        page_html = (await client.get("/dead-letters")).text
+        conversation_html = (await client.get(f"/conversations/{quote(sid)}")).text
+    assert f'href="/conversations/{quote(sid, safe="")}"' in page_html
+    assert "+351 912 345 678" in page_html and "invalid-field" in page_html
+    assert "+351 912 345 678" in conversation_html and "m-bad-at" in conversation_html
