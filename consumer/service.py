@@ -64,6 +64,7 @@ from consumer.decisions import (
     RetryPolicy,
     decide,
 )
+from consumer.failures import describe
 from consumer.health import HealthServer, start_health_server
 from consumer.knowledge import attach_postgres_knowledge
 from consumer.model_calls import observe_model_calls
@@ -553,6 +554,7 @@ class ConsumerService:
         tp, item = first.partition, first.item
         loop = asyncio.get_running_loop()
         attempt = 1
+        failing_since: float | None = None  # the loop's time of this input's first failure
         while True:
             if not self._owns(tp, item.epoch):
                 return
@@ -586,6 +588,18 @@ class ConsumerService:
                 draw=random.random(),
                 answerable=work.parsed.kind == "message" and work.fallback is None,
             )
+            if error is not None and failing_since is None:
+                failing_since = loop.time()
+            if error is not None and failing_since is not None and not isinstance(
+                decision, DeadLetter | Abandon
+            ):
+                # Kept with the turn that finally runs: the inspector shows the retries.
+                failed = 1 + int((work.retries or {}).get("attempts", 0))
+                work = dataclasses.replace(work, retries={
+                    "attempts": failed,
+                    "last_error": describe(error),
+                    "waited_ms": int((loop.time() - failing_since) * 1000),
+                })
             if isinstance(decision, Fallback):
                 # The model could not answer in time: the message is answered without it.
                 metrics.MODEL_FALLBACKS.labels(reason=decision.reason).inc()

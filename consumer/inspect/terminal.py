@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from consumer.inspect.view import ConversationView, ListItem, TurnView
@@ -49,9 +49,16 @@ def _time(value: datetime | str | None) -> str:
         return "-"
     if isinstance(value, str):
         return value
-    return value.strftime("%Y-%m-%d %H:%M:%S") + "Z" if value.utcoffset() is not None else str(
-        value
-    )
+    if value.utcoffset() is None:
+        return str(value)
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") + "Z"
+
+
+def _parsed(value: str) -> datetime | str:
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return safe(value)
 
 
 def _compact(value: Any) -> str:
@@ -126,6 +133,9 @@ def dead_letters_text(letters: list[dict[str, Any]], *, colour: bool = False,
 
 def _turn_lines(turn: TurnView, paint: _Paint) -> list[str]:
     head = f"#{turn.version} {_time(turn.at)} {turn.kind}"
+    if turn.record_at:
+        head = (f"#{turn.version} written {_time(_parsed(turn.record_at))} saved "
+                f"{_time(turn.at)} {turn.kind}")
     if turn.input_id:
         head += f" {safe(turn.input_id)}"
     if turn.text is not None:
@@ -142,8 +152,13 @@ def _turn_lines(turn: TurnView, paint: _Paint) -> list[str]:
         for n, item in enumerate(items):
             lines.append(f"   {(label if n == 0 else ''):<11} {item}")
 
+    if turn.retries:
+        block("retries", [paint("yellow", _retries(turn.retries))])
     if turn.understood:
         block("understood", (_call(call) for call in turn.understood))
+    elif turn.fallback_reason is not None:
+        block("understood", [paint("yellow", "the model could not answer "
+                                             f"({safe(turn.fallback_reason)}): fallback sent")])
     elif turn.llm_calls and not turn.recorded:
         block("understood", [paint("dim", "(no recording kept for this turn)")])
     block("decided", (_line(line) for line in turn.decided))
@@ -167,12 +182,24 @@ def _turn_lines(turn: TurnView, paint: _Paint) -> list[str]:
     return lines
 
 
+def _retries(retries: dict[str, Any]) -> str:
+    attempts = retries.get("attempts")
+    return (f"{attempts} failed attempt(s) over {retries.get('waited_ms')} ms, the last: "
+            f"{safe(retries.get('last_error') or '')}")
+
+
 def _call(call: dict[str, Any]) -> str:
+    cost = ""
+    if call.get("latency_ms") is not None:
+        cost += f" [{call['latency_ms']:.1f} ms"
+        if call.get("input_tokens") is not None:
+            cost += f", {call['input_tokens']} in / {call.get('output_tokens')} out tokens"
+        cost += "]"
     if not call["ok"]:
-        return f"{call['kind']}: failed {safe(call.get('error') or '')}"
+        return f"{call['kind']}: failed {safe(call.get('error') or '')}{cost}"
     if call["json"] is not None:
-        return f"{call['kind']}: {_compact(call['json'])}"
-    return f"{call['kind']}: {safe(json.dumps(call['text'], ensure_ascii=False))}"
+        return f"{call['kind']}: {_compact(call['json'])}{cost}"
+    return f"{call['kind']}: {safe(json.dumps(call['text'], ensure_ascii=False))}{cost}"
 
 
 def _line(line: Any) -> str:

@@ -100,6 +100,13 @@ class TurnView:
     dead_before: list[dict[str, Any]] = field(default_factory=list)
     # the registry agent and version that ran the turn (None for an agent loaded from AGENT)
     agent: str | None = None
+    # when the input's record was written to the inbound topic (the customer wrote), from the
+    # turn's recording; None when nothing was recorded
+    record_at: str | None = None
+    # the failed attempts before the turn ran: attempts, last_error, waited_ms (None: none)
+    retries: dict[str, Any] | None = None
+    # a fallback: the host answered without the model after it could not be reached
+    fallback_reason: str | None = None
 
 
 @dataclass
@@ -268,6 +275,9 @@ def _turn_view(
     ]
     credits = [line.credits for line in lines if line.credits is not None]
     recording = t.get("model_calls") or None
+    delivery = (recording or {}).get("delivery") or {}
+    if recording is not None and "calls" not in recording:
+        recording = None
     sent = [
         Sent(kind=str(m.get("kind")), text=str(m.get("text") or ""), key=m.get("key"),
              step=m.get("step_id"), after_ms=int(m.get("after_ms") or 0),
@@ -303,8 +313,21 @@ def _turn_view(
         skipped=list(t["skipped"] or []), sent=sent, timers=timers,
         llm_calls=int(t["llm_calls"] or 0), credits=sum(credits) if credits else None,
         incidents=_incidents(lines),
-        agent=(f"{t['agent_id']} v{t['agent_version']}" if t.get("agent_id") else None),
+        agent=_agent(t),
+        record_at=delivery.get("record_at"),
+        retries=delivery.get("retries") or None,
+        fallback_reason=next((line.detail or "" for line in lines if line.code == "fallback"),
+                             None),
     )
+
+
+def _agent(t: dict[str, Any]) -> str | None:
+    """The registry agent and version that ran the turn; an agent loaded from ``AGENT`` has
+    neither (its name is the inspector's ``--agent``), so none is named."""
+    if not t.get("agent_id"):
+        return None
+    version = t.get("agent_version")
+    return f"{t['agent_id']} v{version}" if version is not None else str(t["agent_id"])
 
 
 def _understood(recording: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -322,6 +345,8 @@ def _understood(recording: dict[str, Any] | None) -> list[dict[str, Any]]:
             "text": reply.get("text"),
             "error": call.get("error"),
             "latency_ms": call.get("latency_ms"),
+            "input_tokens": call.get("input_tokens"),
+            "output_tokens": call.get("output_tokens"),
         })
     return out
 
@@ -334,7 +359,9 @@ def _incidents(lines: list[Line]) -> list[str]:
     if any(line.code == "handoff" and line.status is None and line.step is None
            for line in lines):
         out.append("handoff")
-    if ("billed", "not billed (fallback)") in codes:
+    if ("billed", "not billed (fallback)") in codes or any(
+        line.code == "fallback" for line in lines
+    ):
         out.append("fallback")
     if any(line.code in ("action-failed", "deferred") for line in lines) or (
         ("billed", "not billed (error)") in codes

@@ -22,7 +22,7 @@ import logging
 import secrets
 import time
 from collections.abc import MutableMapping
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
@@ -81,8 +81,16 @@ def _templates() -> Environment:
 
 
 def _when(value: Any) -> str:
+    """A time as the pages show it: in UTC, and saying so (an ISO 8601 string too)."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return str(value)
     if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
+        if value.utcoffset() is None:
+            return value.strftime("%Y-%m-%d %H:%M:%S")
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return "" if value is None else str(value)
 
 
