@@ -29,17 +29,20 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from store import jsoncodec
 from store.incidents import KINDS
+from store.search_text import DEAD_LETTER_TEXT, SESSION_TEXT, TURN_TEXT, like_pattern
 from store.urls import async_url
 
 __all__ = [
     "DEAD_LETTERED",
     "DEAD_LETTER_COLUMNS",
+    "MIN_SEARCH",
     "OUTCOME_FILTERS",
     "ConversationRows",
     "Cursor",
     "ListFilter",
     "ListRow",
     "Reader",
+    "SearchResults",
 ]
 
 DEAD_LETTERED = "dead-lettered"
@@ -50,7 +53,7 @@ MAX_PAGE = 500
 """The largest page any caller may ask for (conversations or turns)."""
 
 _TURN_COLUMNS = """
-    session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
+    id, session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
     llm_calls, created_at, clock_at, model_calls, input_id, source_topic, source_partition,
     source_offset, agent_id, agent_version
 """
@@ -158,6 +161,21 @@ class ConversationRows:
     dead_lettered: list[dict[str, Any]]
     first_version: int
     last_version: int
+
+
+MIN_SEARCH = 3
+"""The shortest search: a trigram index finds nothing shorter than three characters."""
+
+
+@dataclass(frozen=True)
+class SearchResults:
+    """What a search found: turns (rows as ``ConversationRows.turns``), conversations whose
+    data holds the text (session rows), dead-lettered records (``DEAD_LETTER_COLUMNS``)."""
+
+    query: str
+    turns: list[dict[str, Any]]
+    sessions: list[dict[str, Any]]
+    dead_letters: list[dict[str, Any]]
 
 
 class Reader:
@@ -304,6 +322,38 @@ class Reader:
             ), {"before": before, "n": limit + 1})).mappings().all()
         out = [dict(r) for r in rows[:limit]]
         return out, (int(out[-1]["id"]) if len(rows) > limit and out else None)
+
+    async def search(self, query: str, *, limit: int = 50) -> SearchResults:
+        """The turns, conversations (by the data they hold) and dead-lettered records whose
+        searchable text (``store.search_text``) holds ``query``, case-insensitively, most
+        recent first, at most ``limit`` of each. Each table is read through its trigram index;
+        a query shorter than ``MIN_SEARCH`` characters has no trigram and is refused."""
+        if len(query.strip()) < MIN_SEARCH or not storable(query):
+            raise ValueError(
+                f"search for at least {MIN_SEARCH} characters (no NUL, at most "
+                f"{MAX_TEXT_CHARS})"
+            )
+        limit = max(1, min(limit, MAX_PAGE))
+        params = {"p": like_pattern(query.strip()), "n": limit}
+        async with self._reading() as connection:
+            turns = (await connection.execute(text(
+                f"SELECT {_TURN_COLUMNS} FROM turns WHERE {TURN_TEXT} ILIKE :p "
+                "ORDER BY created_at DESC, id DESC LIMIT :n"
+            ), params)).mappings().all()
+            sessions = (await connection.execute(text(
+                "SELECT id, version, state, created_at, updated_at FROM sessions "
+                f"WHERE {SESSION_TEXT} ILIKE :p ORDER BY updated_at DESC, id DESC LIMIT :n"
+            ), params)).mappings().all()
+            letters = (await connection.execute(text(
+                f"SELECT {DEAD_LETTER_COLUMNS} FROM dead_lettered_sources "
+                f"WHERE {DEAD_LETTER_TEXT} ILIKE :p ORDER BY id DESC LIMIT :n"
+            ), params)).mappings().all()
+        return SearchResults(
+            query=query.strip(),
+            turns=[_turn(r) for r in turns],
+            sessions=[{**dict(r), "state": _json(r["state"]) or {}} for r in sessions],
+            dead_letters=[dict(r) for r in letters],
+        )
 
     async def outcome_lines(
         self, session_id: str, *, limit: int = 1_000

@@ -15,7 +15,10 @@ from typing import Any
 
 from consumer.inspect.view import ConversationView, ListItem, TurnView
 
-__all__ = ["conversation_text", "dead_letter_line", "dead_letters_text", "list_text", "safe"]
+__all__ = [
+    "conversation_text", "dead_letter_line", "dead_letters_text", "list_text", "safe",
+    "search_text",
+]
 
 _STYLES = {"dim": "2", "bold": "1", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
 
@@ -128,6 +131,22 @@ def dead_letters_text(letters: list[dict[str, Any]], *, colour: bool = False,
     ]
     if next_before is not None:
         out.append(paint("dim", f"more: --dead-letters --before {next_before}"))
+    return "\n".join(out) + "\n"
+
+
+def search_text(hits: list[Any], *, colour: bool = False) -> str:
+    """A search's hits, one a line: the conversation and turn, where the text was found, the
+    words around it, when."""
+    paint = _Paint(colour)
+    if not hits:
+        return "nothing holds that text\n"
+    out = []
+    for hit in hits:
+        where = paint("bold", safe(hit.session_id) if hit.session_id
+                      else "(names no conversation)")
+        if hit.version is not None:
+            where += f" #{hit.version}"
+        out.append(f"{where}  {_time(hit.at)}  {hit.where}: {safe(hit.text)}")
     return "\n".join(out) + "\n"
 
 

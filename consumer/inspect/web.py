@@ -46,6 +46,7 @@ from consumer.inspect.console import (
 )
 from consumer.inspect.options import parse_time
 from consumer.inspect.reading import MAX_PAGE, OUTCOME_FILTERS, Cursor, ListFilter, Reader
+from consumer.inspect.search_view import search_hits
 
 __all__ = ["TOKEN_COOKIE", "build_app"]
 
@@ -244,6 +245,18 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
             next_url=f"/dead-letters?before={following}" if following else None,
         )
 
+    async def search(request: Request) -> Response:
+        query = request.query_params.get("q", "")
+        try:
+            results = await reader.search(query, limit=LIST_PAGE)
+        except ValueError as exc:
+            return bad(str(exc))
+        hits = search_hits(results)
+        limited = any(len(found) >= LIST_PAGE for found in
+                      (results.turns, results.sessions, results.dead_letters))
+        return page("search.html", query=results.query, search_query=results.query, hits=hits,
+                    limited=limited, limit=LIST_PAGE)
+
     async def flows(request: Request) -> Response:
         if graph is None:
             return page("error.html", status=404,
@@ -312,6 +325,7 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
         Route("/", conversations, name="list"),
         Route("/conversations/{session_id:path}", conversation, name="conversation"),
         Route("/dead-letters", dead_letters, name="dead_letters"),
+        Route("/search", search, name="search"),
         Route("/flows", flows, name="flows"),
         Route("/login", login, name="login"),
         Route("/healthz", healthz, name="healthz"),

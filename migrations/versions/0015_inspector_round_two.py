@@ -10,6 +10,12 @@ content-free sentence), each bounded and escaped by the consumer (`consumer/refu
   this revision does not change if that module does. Like 0014's, it reads the turn log once;
   on a large live table create it beforehand with CREATE INDEX CONCURRENTLY under another name
   and rename it.
+- The inspector's search: the `pg_trgm` extension (in PostgreSQL's contrib, a trusted
+  extension: the database's owner may create it) and a GIN trigram index on each table's
+  searchable text (`store/search_text.py`, written out here as it is at this revision):
+  `ix_turns_search`, `ix_sessions_search`, `ix_dead_lettered_sources_search`. Building the
+  turns' index reads the whole turn log; on a large live table create it beforehand with
+  CREATE INDEX CONCURRENTLY under the same name and definition (this revision then skips it).
 
 Revision ID: 0015
 Revises: 0014
@@ -44,13 +50,39 @@ def _fallback_index(predicate: str) -> None:
     )
 
 
+SEARCH = {
+    "ix_turns_search": (
+        "turns",
+        "(coalesce(input_id, '') || ' ' || CAST(input AS text) || ' ' "
+        "|| coalesce(CAST(messages AS text), '') || ' ' "
+        "|| coalesce(source_topic || ':' || CAST(source_partition AS text) || ':' "
+        "|| CAST(source_offset AS text), ''))",
+    ),
+    "ix_sessions_search": ("sessions", "(coalesce(CAST(state -> 'data' AS text), ''))"),
+    "ix_dead_lettered_sources_search": (
+        "dead_lettered_sources",
+        "(coalesce(message, '') || ' ' || coalesce(input_id, '') || ' ' "
+        "|| coalesce(record_key, '') || ' ' || session_id || ' ' || source_topic || ':' "
+        "|| CAST(source_partition AS text) || ':' || CAST(source_offset AS text))",
+    ),
+}
+
+
 def upgrade() -> None:
     for name in COLUMNS:
         op.add_column("dead_lettered_sources", sa.Column(name, sa.Text, nullable=True))
     _fallback_index(FALLBACK)
+    op.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+    for name, (table, expression) in SEARCH.items():
+        op.execute(
+            f"CREATE INDEX IF NOT EXISTS {name} ON {table} USING gin ({expression} gin_trgm_ops)"
+        )
 
 
 def downgrade() -> None:
+    for name in reversed(SEARCH):
+        op.execute(f"DROP INDEX IF EXISTS {name}")
+    # pg_trgm stays: other objects of the database may use it
     _fallback_index(FALLBACK_BEFORE)
     for name in reversed(COLUMNS):
         op.drop_column("dead_lettered_sources", name)

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from consumer import cli
 from consumer.inspect import view
@@ -22,6 +23,7 @@ from consumer.inspect.reading import Cursor, ListFilter, Reader
 from consumer.inspect.web import build_app
 from engine.providers.rules import RuleProvider
 from examples.demo_agent import build_agent
+from store.urls import async_url
 from tests.inspect.conftest import Filled
 from tests.inspect.filling import BAD_AT, HOSTILE
 
@@ -390,3 +392,83 @@ async def test_a_refused_record_keeps_its_words_under_its_session(filled: Filled
     assert f'href="/conversations/{quote(sid, safe="")}"' in page_html
     assert "+351 912 345 678" in page_html and "invalid-field" in page_html
     assert "+351 912 345 678" in conversation_html and "m-bad-at" in conversation_html
+
+
+async def test_search_finds_words_field_values_ids_keys_and_offsets(filled: Filled) -> None:
+    """One search finds a conversation by the customer's words, a field value it holds, an
+    input id, a message key, a source offset, and a dead-lettered record by its words; a
+    search too short for a trigram is refused with a reason."""
+    from consumer.inspect.search_view import search_hits
+
+    booked = filled.sessions["booked"][0]
+    reader = Reader(filled.database_url)
+    try:
+        rows = await reader.conversation(booked)
+        assert rows is not None
+        turn = rows.turns[1]  # "my name is Sam"
+        source = f"{turn['source_topic']}:{turn['source_partition']}:{turn['source_offset']}"
+        key = next(m["key"] for t in rows.turns for m in t["messages"] or [] if m.get("key"))
+        found = {
+            "phone": search_hits(await reader.search("912 345 678", limit=500)),
+            "words": search_hits(await reader.search("NAME IS SAM", limit=500)),
+            "offset": search_hits(await reader.search(source, limit=500)),
+            "key": search_hits(await reader.search(key, limit=500)),
+            "id": search_hits(await reader.search("m-bad-at", limit=500)),
+            "field": search_hits(await reader.search('"name": "Sam"', limit=500)),
+        }
+        with pytest.raises(ValueError, match="at least 3"):
+            await reader.search("ab")
+    finally:
+        await reader.close()
+    assert [(h.session_id, h.where) for h in found["phone"]] == [
+        (f"{filled.prefix}bad-at", "dead letter")]
+    words = {(h.session_id, h.version, h.where) for h in found["words"]
+             if h.session_id.startswith(filled.prefix)}
+    assert {(sid, 2, "customer") for sid in filled.sessions["booked"]} <= words
+    assert not any(h.where == "data" for h in found["words"])  # the data holds "Sam" alone
+    assert [(h.session_id, h.version, h.where) for h in found["offset"]] == [
+        (booked, 2, "source record")]
+    assert any(h.session_id == booked and h.where == "message key" for h in found["key"])
+    assert [h.where for h in found["id"]] == ["dead letter"]
+    assert {h.session_id for h in found["field"] if h.where == "data"} >= set(
+        filled.sessions["booked"])
+
+
+async def test_each_search_reads_its_trigram_index(filled: Filled) -> None:
+    """The search's expressions are exactly those the migration indexed: with sequential
+    scans off, each search statement's plan reads its own index."""
+    from store.search_text import INDEXES
+
+    engine = create_async_engine(async_url(filled.database_url))
+    try:
+        async with engine.connect() as connection:
+            await connection.execute(text("SET enable_seqscan = off"))
+            for name, (table, expression) in INDEXES.items():
+                plan = (await connection.execute(text(
+                    f"EXPLAIN SELECT 1 FROM {table} WHERE {expression} ILIKE :p"
+                ), {"p": "%Sam and more%"})).scalars().all()
+                assert any(name in line for line in plan), (name, plan)
+    finally:
+        await engine.dispose()
+
+
+def test_the_cli_searches_and_lists_dead_letters(
+    filled: Filled, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``inspect --search`` prints where the text was found in which conversation and turn,
+    ``--dead-letters`` the refused records with their words; a short search exits 2."""
+    sid = f"{filled.prefix}bad-at"
+    code, out, _ = _cli(monkeypatch, capsys, filled.database_url, "--search", "912 345 678")
+    assert code == 0 and sid in out and "dead letter:" in out and "912 345 678" in out
+    code, out, _ = _cli(monkeypatch, capsys, filled.database_url, "--search", "my name is Sam",
+                        "--json", "--limit", "500")
+    hits = json.loads(out)["hits"]
+    assert {(h["session_id"], h["version"]) for h in hits} >= {
+        (s, 2) for s in filled.sessions["booked"]}
+    code, out, _ = _cli(monkeypatch, capsys, filled.database_url, "--dead-letters",
+                        "--limit", "500")
+    line = next(x for x in out.splitlines() if x.startswith(sid))
+    assert code == 0 and "invalid-field" in line and "+351 912 345 678" in line
+    assert "m-bad-at" in line
+    code, _, err = _cli(monkeypatch, capsys, filled.database_url, "--search", "ab")
+    assert code == 2 and "at least 3" in err
