@@ -205,7 +205,7 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
         q = request.query_params
         try:
             turns = _number(q.get("turns"), TURNS_PAGE)
-            from_version = _number(q.get("from"), None) if q.get("from") else None
+            from_version = _turn_number(q["from"]) if q.get("from") else None
             since = parse_time(q["since"]) if q.get("since") else None
         except ValueError as exc:
             return bad(str(exc))
@@ -235,7 +235,8 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
     async def dead_letters(request: Request) -> Response:
         q = request.query_params
         before_text = q.get("before") or ""
-        if before_text and (not before_text.isdigit() or len(before_text) > 18):
+        if before_text and (not before_text.isascii() or not before_text.isdigit()
+                            or len(before_text) > 18):
             return bad("before: not a row id")
         letters, following = await reader.dead_letters(
             limit=LIST_PAGE, before=int(before_text) if before_text else None
@@ -333,6 +334,23 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ])
     return _Guard(app, token)
+
+
+MAX_TURN_NUMBER = 10**15
+"""The largest turn number a page may start from (a bigint holds far more; no conversation
+comes near)."""
+
+
+def _turn_number(value: str) -> int:
+    """A turn number to page from (``?from=``): any whole number from 1, however long the
+    conversation; a page is the range of turn numbers from it (versions are dense), read
+    through the turns' ``(session_id, version)`` key."""
+    if not value.isascii() or not value.isdigit() or len(value) > 15:
+        raise ValueError("from: not a turn number")
+    number = int(value)
+    if not 1 <= number <= MAX_TURN_NUMBER:
+        raise ValueError("from: turn numbers start at 1")
+    return number
 
 
 def _number(value: str | None, default: int | None) -> int:

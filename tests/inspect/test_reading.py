@@ -384,11 +384,15 @@ async def test_a_refused_record_keeps_its_words_under_its_session(filled: Filled
     row = next(r for r in listed if r.session_id == sid)
     assert row.dead_reason == "invalid-field" and row.dead_message == BAD_AT["message"]
 
-    app = build_app(Reader(filled.database_url))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://t") as client:
-        page_html = (await client.get("/dead-letters")).text
-        conversation_html = (await client.get(f"/conversations/{quote(sid)}")).text
+    web_reader = Reader(filled.database_url)
+    try:
+        app = build_app(web_reader)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://t") as client:
+            page_html = (await client.get("/dead-letters")).text
+            conversation_html = (await client.get(f"/conversations/{quote(sid)}")).text
+    finally:
+        await web_reader.close()
     assert f'href="/conversations/{quote(sid, safe="")}"' in page_html
     assert "+351 912 345 678" in page_html and "invalid-field" in page_html
     assert "+351 912 345 678" in conversation_html and "m-bad-at" in conversation_html
@@ -472,3 +476,65 @@ def test_the_cli_searches_and_lists_dead_letters(
     assert "m-bad-at" in line
     code, _, err = _cli(monkeypatch, capsys, filled.database_url, "--search", "ab")
     assert code == 2 and "at least 3" in err
+
+
+async def test_a_long_conversation_pages_to_its_start_and_back(filled: Filled) -> None:
+    """A conversation of 2,000 turns is read a page at a time from its latest turns to its
+    first by the page's own "earlier turns" links, and back by "later turns": every turn
+    once, no page refused, whatever the turn number."""
+    import re
+
+    import asyncpg
+
+    from store.urls import plain_url
+
+    sid = f"{filled.prefix}long"
+    connection = await asyncpg.connect(plain_url(filled.database_url))
+    try:
+        await connection.execute(
+            "INSERT INTO sessions (id, version, state) VALUES ($1, 2000, '{}'::jsonb) "
+            "ON CONFLICT (id) DO NOTHING", sid)
+        await connection.execute(
+            "INSERT INTO turns (session_id, version, input, messages, outcomes, llm_calls,"
+            " input_id, created_at) SELECT $1, v,"
+            " jsonb_build_object('session_id', $1::text, 'message', 'message ' || v),"
+            " '[]'::jsonb, '[]'::jsonb, 0, 'l' || v,"
+            " now() - ((2000 - v) || ' ms')::interval FROM generate_series(1, 2000) AS v"
+            " ON CONFLICT DO NOTHING", sid)
+    finally:
+        await connection.close()
+    reader = Reader(filled.database_url)
+    try:
+        await _page_through(build_app(reader), sid)
+    finally:
+        await reader.close()
+
+
+async def _page_through(app: Any, sid: str) -> None:
+    import re
+
+    seen: list[int] = []
+    url: str | None = f"/conversations/{quote(sid)}"
+    pages = 0
+    while url is not None:
+        response = await _get(app, url)
+        assert response.status_code == 200, (url, response.text[:200])
+        shown = [int(n) for n in
+                 re.findall(r'<article class="turn[^"]*" id="t(\d+)"', response.text)]
+        seen = shown + seen
+        earlier = re.search(r'<a href="([^"]+)">← earlier turns', response.text)
+        url = earlier.group(1).replace("&amp;", "&") if earlier else None
+        pages += 1
+    assert seen == list(range(1, 2001)) and pages == 40
+    forward: list[int] = []
+    url = f"/conversations/{quote(sid)}?from=1"
+    while url is not None:
+        response = await _get(app, url)
+        assert response.status_code == 200
+        forward += [int(n) for n in
+                    re.findall(r'<article class="turn[^"]*" id="t(\d+)"', response.text)]
+        later = re.search(r'<a href="([^"]+)">later turns', response.text)
+        url = later.group(1).replace("&amp;", "&") if later else None
+    assert forward == list(range(1, 2001))
+    assert (await _get(app, f"/conversations/{quote(sid)}?from=1999&turns=50")).status_code == 200
+    assert (await _get(app, f"/conversations/{quote(sid)}?from=0")).status_code == 400
