@@ -482,7 +482,6 @@ async def test_a_long_conversation_pages_to_its_start_and_back(filled: Filled) -
     """A conversation of 2,000 turns is read a page at a time from its latest turns to its
     first by the page's own "earlier turns" links, and back by "later turns": every turn
     once, no page refused, whatever the turn number."""
-    import re
 
     import asyncpg
 
