@@ -286,3 +286,128 @@ def test_the_console_chats_and_shows_each_replys_trace_without_javascript(
         assert page.locator("h1.session").inner_text() == session
     finally:
         context.close()
+
+
+def test_from_a_phone_number_to_the_turn_that_asked_the_name_twice(
+    browser: Any, ui: str, filled: Filled
+) -> None:
+    """An operator with only the customer's phone number types it into the search box, opens
+    the hit, and sees the turn where the agent asked the customer's name a second time."""
+    from tests.inspect.filling import PHONE
+
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(ui)
+        page.fill("form.search input[name=q]", PHONE)
+        page.click("form.search button[type=submit]")
+        page.wait_for_url(re.compile(r"/search\?q="))
+        hits = page.locator("table.search-hits tr.hit")
+        mine = [h for h in hits.all() if h.locator("a.session").inner_text().startswith(
+            filled.prefix)]
+        assert sorted(h.locator("a.session").inner_text() for h in mine) == sorted(
+            f"{sid} · turn #2" for sid in filled.sessions["phone"])
+        assert all("customer" in h.inner_text() and PHONE in h.inner_text() for h in mine)
+        _shot(page, "07-search-phone")
+        target = filled.sessions["phone"][0]
+        page.click(f"a.session:text-is('{target} · turn #2')")
+        page.wait_for_selector("article.turn#t2")
+        asked = page.locator("article.turn#t2 .bubble.assistant .text")
+        assert asked.all_inner_texts() == ["Could you tell me your first name?"]
+        page.goto(f"{ui}/conversations/{target}")
+        first = page.locator("article.turn#t1 .bubble.assistant .text").all_inner_texts()
+        assert "Could you tell me your first name?" in first  # asked once already
+        second = page.locator("article.turn#t2")
+        second.locator("details.trace summary").click()
+        assert "ask_name" in second.locator("li.stage.decided").inner_text()
+        second.scroll_into_view_if_needed()
+        _shot(page, "08-asked-the-name-twice")
+    finally:
+        context.close()
+
+
+def test_from_i_never_got_an_answer_to_the_dead_lettered_record(
+    browser: Any, ui: str, filled: Filled
+) -> None:
+    """"I never got an answer": the customer's own words find the record a broken adapter
+    sent (a bad ``at``); it is shown with its words and reason, under its conversation, and in
+    the dead letters list with a link to that conversation."""
+    from tests.inspect.filling import BAD_AT
+
+    sid = f"{filled.prefix}bad-at"
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(ui)
+        page.fill("form.search input[name=q]", "I never got an answer")
+        page.click("form.search button[type=submit]")
+        hit = page.locator("table.search-hits tr.hit", has_text=sid)
+        assert hit.count() == 1 and "dead letter" in hit.inner_text()
+        _shot(page, "09-search-never-answered")
+        hit.locator("a.session").click()
+        page.wait_for_selector("section.pending p.dead")
+        dead = page.locator("section.pending p.dead").inner_text()
+        assert BAD_AT["message"] in dead and "invalid-field" in dead and "m-bad-at" in dead
+        assert "at must be" in dead and "inbound record" in dead
+        _shot(page, "10-dead-letter-in-its-conversation")
+        page.click("header nav a:text-is('dead letters')")
+        row = page.locator("table.dead-letters tbody tr", has_text=BAD_AT["message"])
+        assert row.count() == 1 and "invalid-field" in row.inner_text()
+        assert row.locator("a.session").get_attribute("href") == f"/conversations/{sid}"
+        broken = page.locator("table.dead-letters tbody tr", has_text=f"{filled.prefix}broken")
+        assert broken.count() == 1 and "names none" in broken.inner_text()
+        assert "not-utf8" in broken.inner_text()
+        _shot(page, "11-dead-letters")
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def long_session(filled: Filled, kafka_bootstrap: str, kafka_is_embedded: bool) -> str:
+    """A conversation of 2,000 turns, each a message the real consumer answered."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.fixtures.broker import TopicFactory
+    from tests.inspect.filling import long_conversation
+    from tests.integration.harness import ServiceSetup, service_topics
+
+    sid = f"{filled.prefix}long-2000"
+
+    async def run() -> None:
+        topics = await service_topics(TopicFactory(kafka_bootstrap, "inspect-long"))
+        setup = ServiceSetup(kafka_bootstrap, filled.database_url, topics, kafka_is_embedded)
+        await long_conversation(setup, sid, 2000)
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, run()).result()
+    return sid
+
+
+def test_a_2000_turn_conversation_pages_to_its_start(
+    browser: Any, ui: str, long_session: str
+) -> None:
+    """From its latest page, the "earlier turns" link walks a 2,000-turn conversation back to
+    its first turn, 50 turns a page, every page served."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(f"{ui}/conversations/{long_session}")
+        seen: list[int] = []
+        pages = 0
+        while True:
+            ids = page.locator("article.turn").evaluate_all("els => els.map(e => e.id)")
+            seen = [int(i[1:]) for i in ids] + seen
+            pages += 1
+            earlier = page.locator("a", has_text="earlier turns")
+            if earlier.count() == 0:
+                break
+            if pages == 20:
+                _shot(page, "12-long-conversation-midway")
+            earlier.first.click()
+            page.wait_for_load_state()
+        assert seen == list(range(1, 2001)) and pages == 40
+        assert page.locator("article.turn#t1 .bubble.customer .text").inner_text() == "message 1"
+        _shot(page, "13-long-conversation-start")
+    finally:
+        context.close()
