@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import logging
 import secrets
+import shlex
 import time
 from collections.abc import MutableMapping
 from datetime import UTC, datetime
@@ -32,7 +33,13 @@ from markupsafe import Markup
 from sqlalchemy.exc import DBAPIError
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -154,10 +161,11 @@ class _Guard:
 
 
 def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
-              console: Console | None = None) -> ASGIApp:
+              console: Console | None = None, agent_spec: str | None = None) -> ASGIApp:
     """The inspector's ASGI app over ``reader``; ``agent`` (optional) for the flow diagram;
     ``console`` (optional, ``turnflow ui --console``) adds the test console at ``/console``,
-    the one page that writes anything, and only what a channel adapter would."""
+    the one page that writes anything, and only what a channel adapter would; ``agent_spec``
+    (its ``module:attribute``) is written into each turn's ``turnflow replay`` command."""
     env = _templates()
     graph = diagram.flow_graph(agent) if agent is not None else None
     csrf_key = secrets.token_bytes(32)  # per process: a form from an earlier run is refused
@@ -215,6 +223,10 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
         if rows is None:
             return page("error.html", status=404, message="no such conversation")
         model = view.conversation_view(rows)
+        if q.get("format") == "json":
+            # The document ``turnflow inspect SESSION --json`` prints for the same range.
+            return JSONResponse(view.to_jsonable(model), headers={
+                "content-disposition": 'attachment; filename="conversation.json"'})
         flows_svg = None
         if graph is not None:
             # The path of the turns on this page (a long conversation is read a page at a
@@ -229,8 +241,13 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
         later = (
             f"{base}?from={model.last_version + 1}&turns={turns}" if model.has_later else None
         )
+        kept = {k: v for k, v in q.items() if k in ("turns", "from", "since") and v}
+        replay = shlex.join(["turnflow", "replay", "--agent", agent_spec or "MODULE:ATTRIBUTE",
+                             "--session", session_id])
         return page("conversation.html", c=model, flows_svg=flows_svg, earlier=earlier,
-                    later=later, latest=f"{base}?turns={turns}" if later else None)
+                    later=later, latest=f"{base}?turns={turns}" if later else None,
+                    json_url=f"{base}?" + urlencode({**kept, "format": "json"}),
+                    replay=replay)
 
     async def dead_letters(request: Request) -> Response:
         q = request.query_params

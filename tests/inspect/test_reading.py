@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
@@ -537,3 +538,41 @@ async def _page_through(app: Any, sid: str) -> None:
     assert forward == list(range(1, 2001))
     assert (await _get(app, f"/conversations/{quote(sid)}?from=1999&turns=50")).status_code == 200
     assert (await _get(app, f"/conversations/{quote(sid)}?from=0")).status_code == 400
+
+
+def test_the_page_exports_the_json_of_inspect_and_the_replay_command(
+    filled: Filled, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The page's JSON link serves the document ``turnflow inspect SESSION --json`` prints for
+    the same turns, and each turn shows the ``turnflow replay`` command for its conversation,
+    the session id quoted for a shell."""
+    import html
+    import shlex
+
+    sid = filled.sessions["wrong-day"][0]
+    hostile = filled.sessions["hostile"][0]
+
+    async def pages() -> tuple[str, httpx.Response, str]:
+        reader = Reader(filled.database_url)
+        try:
+            app = build_app(reader, agent_spec="tests.inspect.filling:agent")
+            page_html = (await _get(app, f"/conversations/{quote(sid)}?turns=3")).text
+            link = re.search(r'<a class="export" href="([^"]+)"', page_html)
+            assert link is not None
+            exported = await _get(app, html.unescape(link.group(1)))
+            hostile_html = (await _get(app, f"/conversations/{quote(hostile)}")).text
+        finally:
+            await reader.close()
+        return page_html, exported, hostile_html
+
+    page_html, exported, hostile_html = asyncio.run(pages())
+    assert exported.status_code == 200
+    assert exported.headers["content-type"].startswith("application/json")
+    code, out, _ = _cli(monkeypatch, capsys, filled.database_url, sid, "--json", "--turns", "3")
+    assert code == 0 and exported.json() == json.loads(out)
+    assert [t["version"] for t in exported.json()["turns"]] == [2, 3, 4]
+    commands = {html.unescape(v) for v in re.findall(r'class="replay" readonly size="70" '
+                                                      r'value="([^"]+)"', page_html)}
+    assert commands == {f"turnflow replay --agent tests.inspect.filling:agent --session {sid}"}
+    assert shlex.split(next(iter(commands)))[-1] == sid
+    assert "<script>" not in hostile_html.split("<main>")[1]
