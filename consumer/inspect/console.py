@@ -44,7 +44,13 @@ from consumer.chat_client import (
     start_producer,
 )
 from consumer.chat_lines import parse_chat_line
-from consumer.dev_servers import DevServices, create_topics, new_run_id, run_topics
+from consumer.dev_servers import (
+    DevServices,
+    create_topics,
+    dev_metrics,
+    new_run_id,
+    run_topics,
+)
 from consumer.errors import DevError
 from consumer.parser import MAX_SESSION_ID_CHARS
 from consumer.settings import Settings
@@ -215,10 +221,13 @@ async def open_console(settings: Settings, agent: Any, stack: contextlib.AsyncEx
     consumer may write to (``KAFKA_BOOTSTRAP_SERVERS``, ``DATABASE_URL``)."""
     if not settings.kafka_bootstrap_servers or not settings.database_url:
         raise DevError("the test console needs KAFKA_BOOTSTRAP_SERVERS and DATABASE_URL")
-    settings = settings.model_copy(update={
+    # Its own topics and group, and the dev chat's metrics rule (a free port on 127.0.0.1
+    # unless METRICS_PORT/METRICS_HOST say otherwise): it starts beside a local
+    # `turnflow consume` holding 9100 and publishes nothing to the network.
+    settings = dev_metrics(settings.model_copy(update={
         **run_topics(settings, "console-" + new_run_id()),
         "group_id": f"{settings.group_id}-console",
-    })
+    }))
     await create_topics(settings)
     client = settings.kafka_client_options()
     producer = await start_producer(settings, client, stack)
@@ -240,6 +249,8 @@ async def open_console(settings: Settings, agent: Any, stack: contextlib.AsyncEx
     if isinstance(agent, Agent):  # the turn log keeps what `turnflow replay` needs
         agent = recorded_agent(agent)
     services = DevServices(settings, ObservedAgent(agent, console.observe))
-    await services.start()
+    # Stopped by the stack even when it fails to start: its consumer's producer and its
+    # database pool are closed, not left for the garbage collector to complain about.
     stack.push_async_callback(services.stop)
+    await services.start()
     return console
