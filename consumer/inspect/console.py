@@ -39,6 +39,7 @@ from consumer.chat_client import (
     format_outcomes,
     markers,
     message_input,
+    new_chat_run,
     produce,
     reader_consumer,
     start_producer,
@@ -125,6 +126,9 @@ class Console:
         self._reply_timeout = reply_timeout
         self._turns: dict[str, asyncio.Future[ObservedTurn | DeadLetterNotice]] = {}
         self._sent = 0
+        # in every input id: a console opened again on a session of an earlier run (its page
+        # reloaded after a restart) sends new ids, not ones the turn log already has
+        self._run = new_chat_run()
         self.exchanges: OrderedDict[str, Exchange] = OrderedDict()
 
     def observe(self, turn: ObservedTurn) -> None:
@@ -162,7 +166,7 @@ class Console:
         if len(line.text) > MAX_TEXT_CHARS:
             raise ValueError(f"a message is at most {MAX_TEXT_CHARS} characters")
         self._sent += 1
-        input_id = f"{session_id}-m{self._sent}"
+        input_id = f"{session_id}-{self._run}-m{self._sent}"
         exchange = Exchange(session_id, input_id, line.text)
         self.exchanges[input_id] = exchange
         while len(self.exchanges) > KEPT_EXCHANGES:
