@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-__all__ = ["Edge", "FlowNode", "Graph", "StepNode", "flow_graph", "mermaid", "svg"]
+__all__ = [
+    "Edge", "FlowNode", "Graph", "StepNode", "flow_graph", "foreign_flows", "mermaid", "svg",
+]
 
 END = "end"
 
@@ -45,6 +47,16 @@ class FlowNode:
     name: str | None
     triggers: list[str]
     steps: list[StepNode]
+
+
+def foreign_flows(graph: Graph, path: list[tuple[str, str]]) -> list[str]:
+    """The flows a conversation's path went through that ``graph``'s agent does not have (or
+    the steps it has not): the drawing is of another agent than the one that answered."""
+    out: list[str] = []
+    for flow, step in path:
+        if graph.step(flow, step) is None and flow not in out:
+            out.append(flow)
+    return out
 
 
 @dataclass

@@ -151,9 +151,10 @@ class _Guard:
         assert self.token is not None
         if request.url.path in ("/login", "/healthz"):  # the probe's page shows nothing
             return True
-        given = request.headers.get("authorization", "")
-        if given.startswith("Bearer ") and hmac.compare_digest(
-            given[7:].encode(), self.token.encode()
+        # The scheme is case-insensitive (RFC 9110): "bearer" and "BEARER" are Bearer.
+        scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode(), self.token.encode()
         ):
             return True
         cookie = request.cookies.get(TOKEN_COOKIE, "")
@@ -228,11 +229,13 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
             return JSONResponse(view.to_jsonable(model), headers={
                 "content-disposition": 'attachment; filename="conversation.json"'})
         flows_svg = None
+        foreign: list[str] = []
         if graph is not None:
             # The path of the turns on this page (a long conversation is read a page at a
             # time, its path too). Built by diagram.svg with every label escaped: the one
             # unescaped piece of the page.
             flows_svg = Markup(diagram.svg(graph, model.path, standalone=False))
+            foreign = diagram.foreign_flows(graph, model.path)
         base = "/conversations/" + quote(session_id, safe="")
         earlier = (
             f"{base}?from={max(1, model.first_version - turns)}&turns={turns}"
@@ -247,7 +250,7 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
         return page("conversation.html", c=model, flows_svg=flows_svg, earlier=earlier,
                     later=later, latest=f"{base}?turns={turns}" if later else None,
                     json_url=f"{base}?" + urlencode({**kept, "format": "json"}),
-                    replay=replay)
+                    replay=replay, foreign=foreign)
 
     async def dead_letters(request: Request) -> Response:
         q = request.query_params

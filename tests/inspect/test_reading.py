@@ -298,6 +298,9 @@ async def test_with_a_token_every_page_asks_for_it(filled: Filled) -> None:
         refused = await _get(app, "/")
         wrong = await _get(app, "/", authorization="Bearer " + "x" * 24)
         allowed = await _get(app, "/", authorization=f"Bearer {token}")
+        cases = [await _get(app, "/", authorization=f"{scheme} {token}")
+                 for scheme in ("bearer", "BEARER")]
+        other_scheme = await _get(app, "/", authorization=f"Basic {token}")
         login = await _get(app, f"/login?token={token}")
         bad_login = await _get(app, "/login?token=nope")
         with_cookie = await _get(app, "/", cookie=f"turnflow_ui_token={token}")
@@ -306,6 +309,8 @@ async def test_with_a_token_every_page_asks_for_it(filled: Filled) -> None:
         await reader.close()
     assert refused.status_code == 401 and wrong.status_code == 401
     assert allowed.status_code == 200 and with_cookie.status_code == 200
+    assert [c.status_code for c in cases] == [200, 200]  # the scheme's case does not matter
+    assert other_scheme.status_code == 401
     assert login.status_code == 303 and "httponly" in login.headers["set-cookie"].lower()
     assert bad_login.status_code == 401
     assert probe.status_code == 200 and probe.text == "ok\n"  # the probe needs no token
@@ -576,3 +581,41 @@ def test_the_page_exports_the_json_of_inspect_and_the_replay_command(
     assert commands == {f"turnflow replay --agent tests.inspect.filling:agent --session {sid}"}
     assert shlex.split(next(iter(commands)))[-1] == sid
     assert "<script>" not in hostile_html.split("<main>")[1]
+
+
+def test_graph_of_an_unknown_session_fails_and_another_agents_conversation_warns(
+    filled: Filled, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    tmp_path: Any,
+) -> None:
+    """``turnflow graph --session`` with a session id that names nothing exits 3 with a
+    message; with a conversation another agent answered (flows the drawn agent lacks) it warns
+    on stderr, and the conversation page says so above its diagram."""
+    monkeypatch.delenv("INSPECT_DATABASE_URL", raising=False)
+    monkeypatch.setenv("DATABASE_URL", filled.database_url)
+    code = cli.main(["graph", "--agent", "tests.inspect.filling:agent", "--session",
+                     filled.prefix + "typo", "-o", str(tmp_path / "x.svg")])
+    err = capsys.readouterr().err
+    assert code == 3 and "no conversation" in err and not (tmp_path / "x.svg").exists()
+    booked = filled.sessions["booked"][0]
+    code = cli.main(["graph", "--agent", "examples.agente_pt:agente", "--session", booked,
+                     "-o", str(tmp_path / "pt.svg")])
+    err = capsys.readouterr().err
+    assert code == 0 and "warning" in err and "booking" in err
+    code = cli.main(["graph", "--agent", "tests.inspect.filling:agent", "--session", booked,
+                     "-o", str(tmp_path / "own.svg")])
+    assert code == 0 and "warning" not in capsys.readouterr().err
+
+    async def pages() -> tuple[str, str]:
+        from consumer.agents import load_agent
+
+        reader = Reader(filled.database_url)
+        try:
+            other = build_app(reader, agent=load_agent("examples.agente_pt:agente"))
+            own = build_app(reader, agent=load_agent("tests.inspect.filling:agent"))
+            path = f"/conversations/{quote(booked)}"
+            return (await _get(other, path)).text, (await _get(own, path)).text
+        finally:
+            await reader.close()
+
+    other_html, own_html = asyncio.run(pages())
+    assert 'class="warning"' in other_html and 'class="warning"' not in own_html
