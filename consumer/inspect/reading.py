@@ -147,6 +147,7 @@ class ListRow:
     dead_lettered: int = 0
     dead_reason: str | None = None  # the last dead-lettered input's reason and message text
     dead_message: str | None = None
+    handoff_reason: str | None = None  # the last hand-off's reason (its line's detail)
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,7 @@ class Reader:
                 incidents=[name for name in KINDS if r[f"is_{name}"]],
                 dead_lettered=int(r["dead_lettered"] or 0),
                 dead_reason=r["dead_reason"], dead_message=r["dead_message"],
+                handoff_reason=r["handoff_reason"],
             )
             for r in rows[:limit]
         ]
@@ -468,9 +470,17 @@ def _list_query(
     )
     sql = (
         f"SELECT p.*, lt.input AS last_input, {kinds}, dead.n AS dead_lettered,"
-        f" lastdead.reason AS dead_reason, lastdead.message AS dead_message FROM ({page}) AS p"
+        " lastdead.reason AS dead_reason, lastdead.message AS dead_message,"
+        f" ho.reason AS handoff_reason FROM ({page}) AS p"
+        # the last customer message (wakes, events and starts are not what a person reads)
         " LEFT JOIN LATERAL (SELECT input FROM turns WHERE session_id = p.id"
-        " ORDER BY version DESC LIMIT 1) AS lt ON true"
+        " AND input ? 'message' ORDER BY version DESC LIMIT 1) AS lt ON true"
+        # why the last hand-off to a person happened: its line's detail (keyword, max_turns)
+        " LEFT JOIN LATERAL (SELECT o.value ->> 'detail' AS reason FROM turns AS h,"
+        " jsonb_array_elements(h.outcomes) AS o WHERE h.session_id = p.id"
+        f" AND {KINDS['handoff']}"
+        """ AND o.value @> '{"code": "handoff", "run_id": null}'"""
+        " ORDER BY h.version DESC LIMIT 1) AS ho ON true"
         " LEFT JOIN LATERAL (SELECT count(*) AS n FROM dead_lettered_sources"
         " WHERE session_id = p.id) AS dead ON true"
         " LEFT JOIN LATERAL (SELECT reason, message FROM dead_lettered_sources"

@@ -154,6 +154,7 @@ class ListItem:
     with_person: bool = False  # handed off, and not yet given back (handoff_cleared)
     dead_reason: str | None = None  # the last dead-lettered input's reason and words
     dead_text: str | None = None
+    handoff_reason: str | None = None
 
 
 def list_item(row: ListRow) -> ListItem:
@@ -164,6 +165,7 @@ def list_item(row: ListRow) -> ListItem:
         updated_at=row.updated_at, at=row.at, runs=_runs(row.state), last_kind=kind,
         last_text=_preview(text), incidents=incidents, with_person=_with_person(row.state),
         dead_reason=row.dead_reason, dead_text=_preview(row.dead_message),
+        handoff_reason=row.handoff_reason,
     )
 
 

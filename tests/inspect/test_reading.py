@@ -64,6 +64,17 @@ async def test_each_outcome_filter_lists_exactly_those_conversations(filled: Fil
     items = {r.session_id: view.list_item(r) for r in rows}
     assert all(items[sid].with_person and items[sid].incidents == ["handoff"]
                for sid in filled.sessions["handoff"])
+    # the reason column: why each was handed over
+    assert all(items[sid].handoff_reason == "keyword" for sid in filled.sessions["handoff"])
+    reader = Reader(filled.database_url)
+    try:
+        every, _ = await reader.conversations(ListFilter(), limit=500)
+    finally:
+        await reader.close()
+    # the last customer message, not the last input (the booking's last input is an event)
+    booked = {view.list_item(r).last_text for r in every
+              if r.session_id in filled.sessions["booked"]}
+    assert booked == {"yes"}
     assert sorted(dead) == sorted(
         filled.sessions["refused"] + filled.sessions["lost"] + [f"{filled.prefix}bad-at"])
     assert sorted(hours) == sorted(filled.sessions["hours"])
