@@ -244,6 +244,10 @@ def list_text(items: list[ListItem], *, colour: bool = False, next_cursor: str |
         runs = ", ".join(f"{r['flow']}/{r['step']} ({r['status']})" for r in item.runs) or (
             "with a person" if item.with_person else "idle")
         flags = " ".join(paint("red", f"<{i}>") for i in item.incidents)
+        if item.handoff_reason:
+            flags += f" (hand-off: {safe(item.handoff_reason)})"
+        if item.dead_reason:
+            flags += f" (dead letter: {safe(item.dead_reason)})"
         last = (
             f"{item.last_kind} {safe(json.dumps(item.last_text, ensure_ascii=False))}"
             if item.last_kind else ""
