@@ -411,3 +411,40 @@ def test_a_2000_turn_conversation_pages_to_its_start(
         _shot(page, "13-long-conversation-start")
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("spec", ["examples.demo_agent:agent", "examples.loja_verde:agente"])
+def test_the_diagram_is_readable_for_the_demo_and_loja_verde_agents(
+    browser: Any, spec: str
+) -> None:
+    """Every label of the drawing lies inside it (nothing clipped at the right or bottom),
+    conditions are written out (no bare "if …"), and the labels of a step's moves to the end
+    do not overlap."""
+    from consumer.agents import load_agent
+    from consumer.inspect import diagram
+
+    graph = diagram.flow_graph(load_agent(spec))
+    drawing = diagram.svg(graph)
+    assert "if …" not in drawing
+    if not graph.flows:  # loja_verde: its idle reply answers everything
+        assert "has no flows" in drawing
+    context = browser.new_context(viewport={"width": 1600, "height": 1000})
+    page = context.new_page()
+    try:
+        page.set_content(f"<!doctype html><body style='margin:0'>{drawing}</body>")
+        size = page.locator("svg.flows").bounding_box()
+        boxes = page.locator("svg.flows text").evaluate_all(
+            "els => els.map(e => { const b = e.getBBox();"
+            " return [b.x, b.y, b.width, b.height, e.textContent]; })")
+        for x, y, w, h, label in boxes:
+            assert x >= 0 and y >= 0, label
+            assert x + w <= size["width"] + 0.5 and y + h <= size["height"] + 0.5, label
+        ends = [b for b in boxes if b[4].endswith(": end")]
+        for i, a in enumerate(ends):
+            for b in ends[i + 1:]:
+                apart = (a[0] + a[2] <= b[0] or b[0] + b[2] <= a[0]
+                         or a[1] + a[3] <= b[1] or b[1] + b[3] <= a[1])
+                assert apart, (a, b)
+        _shot(page, "14-diagram-" + spec.split(".")[1].split(":")[0])
+    finally:
+        context.close()
