@@ -337,9 +337,10 @@ def test_cursors_round_trip_and_refuse_anything_else() -> None:
 
 _QUERY = st.dictionaries(
     st.sampled_from(["outcome", "flow", "agent", "since", "until", "limit", "after", "turns",
-                     "from", "token"]),
+                     "from", "token", "format", "q"]),
     st.one_of(st.text(max_size=40), st.sampled_from(
-        ["handoff", "2h", "0", "501", "-1", "1e3", "\x00", "a\x00b", "999999d", "9999-12-31"])),
+        ["handoff", "2h", "0", "501", "-1", "1e3", "\x00", "a\x00b", "999999d", "9999-12-31",
+         "json", "100000000000000000", "%_\\", "²"])),
     max_size=5,
 )
 
@@ -361,12 +362,17 @@ def test_any_query_or_session_id_is_a_page_or_a_refusal(
                 listing = await client.get("/", params=query)
                 page = await client.get(
                     "/conversations/" + quote(session, safe=""), params=query)
-            return [listing.status_code, page.status_code]
+                # the search box, the dead letters' cursor: whatever they hold
+                searched = await client.get("/search", params={"q": session, **query})
+                letters = await client.get("/dead-letters", params={"before": session})
+            return [listing.status_code, page.status_code, searched.status_code,
+                    letters.status_code]
         finally:
             await reader.close()
 
-    listing, page = asyncio.run(run())
+    listing, page, searched, letters = asyncio.run(run())
     assert listing in (200, 400) and page in (200, 400, 404)
+    assert searched in (200, 400) and letters in (200, 400)
 
 
 async def test_a_refused_record_keeps_its_words_under_its_session(filled: Filled) -> None:
