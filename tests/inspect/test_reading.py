@@ -510,7 +510,7 @@ async def test_a_long_conversation_pages_to_its_start_and_back(filled: Filled) -
 
     from store.urls import plain_url
 
-    sid = f"{filled.prefix}long"
+    sid = f"long-{filled.prefix}"  # not under the prefix: the list tests count those
     connection = await asyncpg.connect(plain_url(filled.database_url))
     try:
         await connection.execute(
