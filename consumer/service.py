@@ -66,9 +66,10 @@ from consumer.decisions import (
 )
 from consumer.failures import describe
 from consumer.health import HealthServer, start_health_server
+from consumer.hosting.routing import registry_router
 from consumer.knowledge import attach_postgres_knowledge
 from consumer.model_calls import observe_model_calls
-from consumer.outbox import OutboxPublisher, OutboxRelay, new_producer, start_producer
+from consumer.outbox import OutboxPublisher, new_producer, start_producer
 from consumer.parser import Rejected, parse_record
 from consumer.partitions import OffsetWatermarks, QueuedInput, SessionQueues
 from consumer.pipeline import (
@@ -81,8 +82,8 @@ from consumer.pipeline import (
 )
 from consumer.placement import PlacementCheck
 from consumer.refused_words import printable, read_refused
+from consumer.relay import OutboxRelay
 from consumer.round_trips import RoundTrips, broker_probe, database_probe
-from consumer.routing import registry_router
 from consumer.settings import Settings
 from consumer.stopping import stopped_within
 from engine import Agent, ProviderError, UnusableReply

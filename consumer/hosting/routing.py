@@ -56,8 +56,8 @@ def registry_router(settings: Any, store: Any, fallback: Any = None) -> Registry
     """The service's router for ``AGENT_REGISTRY``: the packs of ``PACKS``, one provider from
     the environment shared by every agent (recorded like ``AGENT``'s), ``fallback`` for
     conversations that name no agent."""
+    from consumer.hosting.packs import load_packs
     from consumer.model_calls import observe_model_calls
-    from consumer.packs import load_packs
     from engine.clock import SystemClock
     from engine.providers import provider_from_env
     from engine.recording import recorded_agent
