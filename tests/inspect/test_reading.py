@@ -435,6 +435,9 @@ async def test_search_finds_words_field_values_ids_keys_and_offsets(filled: Fill
         turn = rows.turns[1]  # "my name is Sam"
         source = f"{turn['source_topic']}:{turn['source_partition']}:{turn['source_offset']}"
         key = next(m["key"] for t in rows.turns for m in t["messages"] or [] if m.get("key"))
+        bad_at = await reader.conversation(f"{filled.prefix}bad-at")
+        assert bad_at is not None
+        dead_source = view.conversation_view(bad_at).dead_lettered[0]["source"]
         found = {
             "phone": search_hits(await reader.search("912 345 678", limit=500)),
             "words": search_hits(await reader.search("NAME IS SAM", limit=500)),
@@ -442,6 +445,8 @@ async def test_search_finds_words_field_values_ids_keys_and_offsets(filled: Fill
             "key": search_hits(await reader.search(key, limit=500)),
             "id": search_hits(await reader.search("m-bad-at", limit=500)),
             "field": search_hits(await reader.search('"name": "Sam"', limit=500)),
+            "dead key": search_hits(await reader.search(f"{filled.prefix}broken", limit=500)),
+            "dead source": search_hits(await reader.search(dead_source, limit=500)),
         }
         with pytest.raises(ValueError, match="at least 3"):
             await reader.search("ab")
@@ -457,6 +462,11 @@ async def test_search_finds_words_field_values_ids_keys_and_offsets(filled: Fill
         (booked, 2, "source record")]
     assert any(h.session_id == booked and h.where == "message key" for h in found["key"])
     assert [h.where for h in found["id"]] == ["dead letter"]
+    # a refused record by its key (it names no conversation) and by its inbound source
+    assert [(h.session_id, h.where) for h in found["dead key"]] == [("", "dead letter")]
+    # (a turn whose offset starts with the same digits may match too: contains, not equals)
+    assert [h.session_id for h in found["dead source"] if h.where == "dead letter"] == [
+        f"{filled.prefix}bad-at"]
     assert {h.session_id for h in found["field"] if h.where == "data"} >= set(
         filled.sessions["booked"])
 
