@@ -14,8 +14,12 @@ as wall ms (median and p95) and as the ratio of the two:
   (the ASGI app, without the socket);
 - the same conversation in the terminal view (``turnflow inspect``'s text).
 
-Then the same list queries with migration 0014's turn and session indexes dropped, to show
-what they buy.
+- the search (``turnflow inspect --search``, ``Reader.search``) for a phone number one
+  conversation holds, a source offset and words every turn holds, beside a plain indexed read
+  of the conversation found (migration 0015's trigram indexes).
+
+Then the same searches without the trigram indexes, and the same list queries with migration
+0014's turn and session indexes dropped, to show what they buy.
 
     python bench/inspect_bench.py [--conversations 100000] [--long-turns 10000] [--calls 30]
     make bench-inspect
@@ -59,7 +63,8 @@ PAGE = 50
 _SEED = """
 INSERT INTO sessions (id, version, state, created_at, updated_at)
 SELECT 'c' || g, 3,
-       jsonb_build_object('id', 'c' || g, 'v', 4, 'data', jsonb_build_object('day', 'friday'),
+       jsonb_build_object('id', 'c' || g, 'v', 4, 'data', jsonb_build_object('day', 'friday',
+         'phone', '+351 9' || lpad(g::text, 8, '0')),
          'runs', jsonb_build_array(jsonb_build_object('flow_id', 'booking', 'step_id', 'confirm',
                                                       'status', 'asking'))),
        now() - (g || ' seconds')::interval, now() - (g || ' seconds')::interval
@@ -68,7 +73,9 @@ FROM generate_series(1, {conversations}) AS g;
 INSERT INTO turns (session_id, version, input, messages, outcomes, started, llm_calls,
                    source_topic, source_partition, source_offset, input_id, created_at)
 SELECT 'c' || g, v,
-       jsonb_build_object('session_id', 'c' || g, 'message', 'book a repair on friday ' || v,
+       jsonb_build_object('session_id', 'c' || g, 'message', CASE WHEN v = 2
+                            THEN 'call me on +351 9' || lpad(g::text, 8, '0')
+                            ELSE 'book a repair on friday ' || v END,
                           'id', 'm' || v),
        jsonb_build_array(jsonb_build_object('kind', 'ai', 'key', 'r1@c' || g || ':what:' || v,
                          'text', 'Which day suits you?', 'step_id', 'what', 'after_ms', 0)),
@@ -106,6 +113,11 @@ FROM generate_series(1, {long_turns}) AS v;
 # lets an index answer alone.
 _VACUUM = (
     "VACUUM ANALYZE sessions", "VACUUM ANALYZE turns", "VACUUM ANALYZE dead_lettered_sources"
+)
+
+_DROP_SEARCH = (
+    "DROP INDEX ix_turns_search; DROP INDEX ix_sessions_search;"
+    " DROP INDEX ix_dead_lettered_sources_search; ANALYZE turns; ANALYZE sessions;"
 )
 
 _DROP = (
@@ -200,6 +212,38 @@ async def _pages(url: str, reader: Reader, calls: int) -> None:
         await connection.close()
 
 
+async def _searches(url: str, reader: Reader, calls: int, conversations: int,
+                    label: str) -> None:
+    """``turnflow inspect --search`` (the three statements of ``Reader.search``) for one
+    customer's phone number (one turn and one conversation's data hold it), for an input id,
+    and for words every turn holds, each beside a plain indexed lookup of the conversation the
+    operator then opens (its session row and its turns, by primary key and unique key)."""
+    connection = await asyncpg.connect(url)
+    target = f"c{conversations // 2}"
+    phone = f"+351 9{conversations // 2:08d}"
+    try:
+        async def plain() -> Any:
+            await connection.fetch("SELECT * FROM sessions WHERE id = $1", target)
+            return await connection.fetch(
+                "SELECT * FROM turns WHERE session_id = $1 ORDER BY version", target)
+
+        cases = [
+            ("search, a phone number" + label, phone),
+            ("search, a source offset" + label, f"inbound.turns:{(conversations // 2) % 12}:"
+                                                 f"{(conversations // 2) * 3 + 2}"),
+            ("search, words in every turn" + label, "Which day suits"),
+        ]
+        for name, query in cases:
+            found = await reader.search(query, limit=PAGE)
+            rows = len(found.turns) + len(found.sessions) + len(found.dead_letters)
+
+            def measured(query: str = query) -> Awaitable[Any]:
+                return reader.search(query, limit=PAGE)
+            _row(name, rows, await _pairs(measured, plain, calls))
+    finally:
+        await connection.close()
+
+
 LONG_TURNS = [10_000]
 
 
@@ -230,6 +274,10 @@ def main() -> None:
             try:
                 await _pages(database.url, reader, options.calls)
                 await _lists(database.url, reader, options.calls, "")
+                await _searches(database.url, reader, options.calls, options.conversations, "")
+                await execute_sql(database.url, _DROP_SEARCH)
+                await _searches(database.url, reader, max(3, options.calls // 10),
+                                options.conversations, " (no index)")
                 await execute_sql(database.url, _DROP)
                 await _lists(database.url, reader, max(5, options.calls // 5),
                              " (no index)")

@@ -37,7 +37,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from consumer import crash, metrics
@@ -106,6 +106,10 @@ class TurnWork:
     # Set by the consumer when the model could not answer the message in time: the turn's
     # ``fallback`` ({"reason", "message"}), answered without the model and logged with it.
     fallback: dict[str, str] | None = None
+    # Set by the consumer when earlier attempts at this input failed: ``attempts`` (the failed
+    # ones), ``last_error`` (its type, never its text) and ``waited_ms``, kept with the turn's
+    # recording for the inspector (``delivery``).
+    retries: dict[str, Any] | None = None
 
     @property
     def parts(self) -> list[TurnWork]:
@@ -414,6 +418,8 @@ class TurnPipeline:
         # Before the binding joins the state's metadata: the recording's digest is of the
         # session the engine left, taken from this very dump (not a second one).
         model_calls = _recording(tape, before, state)
+        if model_calls is not None:
+            model_calls["delivery"] = delivery(work)
         if route is not None and route.binding is not None and isinstance(state, dict):
             # The conversation's agent and workspace travel with its session (routing.py).
             metadata = state.get("metadata")
@@ -529,6 +535,24 @@ class TurnPipeline:
             "partition": work.source.partition,
             "offset": work.source.offset,
         }
+
+
+def delivery(work: TurnWork) -> dict[str, Any]:
+    """How the turn's input reached it, kept with its recording: ``record_at``, the time its
+    record was written to the inbound topic (the Kafka record's timestamp: when the customer
+    wrote, up to the adapter's own delay), and the failed attempts before it ran, if any."""
+    out: dict[str, Any] = {}
+    if work.timestamp_ms is not None and work.timestamp_ms >= 0:
+        try:
+            out["record_at"] = (
+                datetime.fromtimestamp(work.timestamp_ms / 1000, UTC).isoformat()
+                .replace("+00:00", "Z")
+            )
+        except (OverflowError, OSError, ValueError):
+            pass  # a timestamp no calendar holds: the record's time is not shown
+    if work.retries:
+        out["retries"] = dict(work.retries)
+    return out
 
 
 def _recording(tape: Tape | None, before: Any, after: Any) -> dict[str, Any] | None:

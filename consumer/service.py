@@ -67,6 +67,7 @@ from consumer.decisions import (
     RetryPolicy,
     decide,
 )
+from consumer.failures import describe
 from consumer.fairness import FairSlots
 from consumer.health import HealthServer, start_health_server
 from consumer.hosting.routing import Route, registry_router
@@ -85,13 +86,14 @@ from consumer.pipeline import (
     burst_of,
 )
 from consumer.placement import PlacementCheck
+from consumer.refused_words import printable, read_refused
 from consumer.relay import OutboxRelay
 from consumer.round_trips import RoundTrips, broker_probe, database_probe
 from consumer.settings import Settings
 from consumer.stopping import stopped_within
 from engine import Agent, ProviderError, UnusableReply
 from engine.recording import recorded_agent
-from store import SourceRecord, Store
+from store import DeadLetterWords, SourceRecord, Store
 from store.model_budget import ModelBudget
 
 __all__ = ["ConsumerService"]
@@ -166,6 +168,15 @@ def _agent_name(agent: Any) -> str:
         return "registry"
     name = getattr(agent, "name", None)
     return name if isinstance(name, str) else type(agent).__name__
+
+
+def _dead_letter_words(record: ConsumerRecord[bytes, bytes], detail: str) -> DeadLetterWords:
+    """What a dead-lettered record says about its customer, kept for the inspector."""
+    words = read_refused(record.key, record.value)
+    return DeadLetterWords(
+        message=words.message, input_id=words.input_id, key=words.key,
+        detail=printable(detail, 1000),
+    )
 
 
 def _log_crash(task: asyncio.Task[None]) -> None:
@@ -578,6 +589,7 @@ class ConsumerService:
         tp, item = first.partition, first.item
         loop = asyncio.get_running_loop()
         attempt = 1
+        failing_since: float | None = None  # the loop's time of this input's first failure
         while True:
             if not self._owns(tp, item.epoch):
                 return
@@ -612,6 +624,18 @@ class ConsumerService:
                 draw=random.random(),
                 answerable=work.parsed.kind == "message" and work.fallback is None,
             )
+            if error is not None and failing_since is None:
+                failing_since = loop.time()
+            if error is not None and failing_since is not None and not isinstance(
+                decision, DeadLetter | Abandon
+            ):
+                # Kept with the turn that finally runs: the inspector shows the retries.
+                failed = 1 + int((work.retries or {}).get("attempts", 0))
+                work = dataclasses.replace(work, retries={
+                    "attempts": failed,
+                    "last_error": describe(error),
+                    "waited_ms": int((loop.time() - failing_since) * 1000),
+                })
             if isinstance(decision, Fallback):
                 # The model could not answer in time: the message is answered without it.
                 metrics.MODEL_FALLBACKS.labels(reason=decision.reason).inc()
@@ -681,7 +705,8 @@ class ConsumerService:
         """A record the parser refused goes to the DLQ once, in its partition's order
         (``RefusedRecords``): on a reread of the partition (a new group id, lost offsets, a
         crash before the commit) its stored source is found and it is skipped, not sent
-        again. Its source is stored under the session id ``""``: it may name none."""
+        again. Its source is stored under the session id the record names when it is usable,
+        else under ``""``."""
         async with self._refused.lane(tp):
             found: list[bool] = []
 
@@ -702,7 +727,10 @@ class ConsumerService:
                 )
                 self._done(tp, record.offset, epoch)
                 return
-            await self._dead_letter_then_done(tp, record, epoch, why, session_id="")
+            # Stored under the session it names when it names a usable one (a bad ``at``, a
+            # wrong key), so its conversation's page and list show it; else under "".
+            named = read_refused(record.key, record.value).session_id
+            await self._dead_letter_then_done(tp, record, epoch, why, session_id=named or "")
             self._refused.sent(tp, record.offset)
 
     async def _dead_letter_then_done(
@@ -735,7 +763,8 @@ class ConsumerService:
             assert self._store is not None
             if not await self._while_owned(
                 tp, epoch,
-                partial(self._store.record_dead_lettered, session_id, [source], why.reason),
+                partial(self._store.record_dead_lettered, session_id, [source], why.reason,
+                        words=_dead_letter_words(record, why.detail)),
                 "storing a dead-lettered source failed; retrying", session_id=session_id,
             ):
                 return

@@ -17,6 +17,7 @@ from store.outbox import OutboxBatch
 from store.records import (
     ConsumedInput,
     DeadLetterRecord,
+    DeadLetterWords,
     LoadedSession,
     LoadRequest,
     LoggedTurn,
@@ -36,6 +37,7 @@ __all__ = [
     "ClaimedTimers",
     "ConsumedInput",
     "DeadLetterRecord",
+    "DeadLetterWords",
     "DuplicateInput",
     "EmbeddedPostgres",
     "EmbeddedServerError",

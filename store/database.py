@@ -24,6 +24,7 @@ from store.input_ids import stored_input_id
 from store.outbox import OutboxBatch
 from store.records import (
     DeadLetterRecord,
+    DeadLetterWords,
     LoadedSession,
     LoadRequest,
     LoggedTurn,
@@ -50,8 +51,10 @@ _APPLIED = text(
 )
 _DEAD_LETTERED = text(
     "INSERT INTO dead_lettered_sources"
-    " (session_id, source_topic, source_partition, source_offset, reason)"
-    " VALUES (:session_id, :topic, :partition, :offset, :reason)"
+    " (session_id, source_topic, source_partition, source_offset, reason, message, input_id,"
+    " record_key, detail)"
+    " VALUES (:session_id, :topic, :partition, :offset, :reason, :message, :input_id,"
+    " :record_key, :detail)"
     " ON CONFLICT (source_topic, source_partition, source_offset) DO NOTHING"
 )
 
@@ -456,17 +459,21 @@ class Store:
             return int(result.scalar_one())
 
     async def record_dead_lettered(
-        self, session_id: str, sources: Sequence[SourceRecord], reason: str
+        self, session_id: str, sources: Sequence[SourceRecord], reason: str,
+        *, words: DeadLetterWords | None = None,
     ) -> None:
         """Remember that these source records went to the dead-letter topic, so a replay of any
         of them is skipped like an applied one (idempotent). ``session_id`` is the
-        conversation's, or ``""`` for a record the parser refused (it may name none)."""
+        conversation's, or ``""`` for a refused record that names none; ``words``, what the
+        record said about its customer (shown by the inspector)."""
         if not sources:
             return
+        kept = words or DeadLetterWords()
         async with self._engine.begin() as connection:
             await connection.execute(_DEAD_LETTERED, [
                 {"session_id": session_id, "topic": s.topic, "partition": s.partition,
-                 "offset": s.offset, "reason": reason}
+                 "offset": s.offset, "reason": reason, "message": kept.message,
+                 "input_id": kept.input_id, "record_key": kept.key, "detail": kept.detail}
                 for s in sources
             ])
 

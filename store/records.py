@@ -204,6 +204,18 @@ class LoggedTurn:
 
 
 @dataclass(frozen=True, slots=True)
+class DeadLetterWords:
+    """What a dead-lettered record said about its customer, kept beside its source for the
+    inspector: the message text, the input id, the record key and the reason's detail, each
+    already bounded and escaped by the consumer (None where nothing could be read)."""
+
+    message: str | None = None
+    input_id: str | None = None
+    key: str | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetterRecord:
     """A record kept in full because it cannot travel whole (see `store.dead_letters`).
 

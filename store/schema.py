@@ -62,6 +62,10 @@ sessions = Table(
 )
 # The inspector's conversation list: a keyset page by last activity (consumer/inspect).
 Index("ix_sessions_updated", sessions.c.updated_at, sessions.c.id)
+# The inspector's search has a trigram index on each table's searchable text
+# (store/search_text.py: `INDEXES`, made by migration 0015). They are not declared here:
+# alembic compares an expression index by the text PostgreSQL prints back, which differs from
+# the text written, so autogenerate would report them changed on every run.
 
 turns = Table(
     "turns",
@@ -259,6 +263,11 @@ dead_lettered_sources = Table(
     Column("source_offset", BigInteger, nullable=False),
     Column("reason", Text, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # What the record said about its customer, bounded and escaped (consumer/refused_words.py)
+    Column("message", Text),
+    Column("input_id", Text),
+    Column("record_key", Text),
+    Column("detail", Text),
 )
 Index(
     "uq_dead_lettered_sources_source",

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 
+EXIT_NOT_FOUND = 3  # as `turnflow inspect SESSION`
+
 __all__ = ["add_arguments", "run"]
 
 
@@ -53,18 +55,27 @@ def run(args: argparse.Namespace) -> int:
         if url is None:
             return fail("--session needs INSPECT_DATABASE_URL or DATABASE_URL", EXIT_CONFIG)
 
-        async def visited() -> list[tuple[str, str]]:
+        async def visited() -> list[tuple[str, str]] | None:
             reader = Reader(url, pool_size=1)
             try:
+                if await reader.conversation(args.session, turns=1) is None:
+                    return None
                 return view.path(await reader.outcome_lines(args.session))
             finally:
                 await reader.close()
 
         try:
-            path = asyncio.run(visited())
+            found = asyncio.run(visited())
         except (DBAPIError, OSError) as exc:
             return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}",
                         EXIT_UNREACHABLE)
+        if found is None:
+            return fail(f"no conversation {args.session!r}", EXIT_NOT_FOUND)
+        path = found
+        foreign = diagram.foreign_flows(graph, path)
+        if foreign:
+            print(f"turnflow graph: warning: the conversation ran flows this agent does not "
+                  f"have ({', '.join(foreign)}): another agent answered it?", file=sys.stderr)
     text = diagram.svg(graph, path) if fmt == "svg" else diagram.mermaid(graph, path)
     if args.output is None:
         sys.stdout.write(text)

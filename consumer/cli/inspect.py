@@ -62,6 +62,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the list: conversations per page (default 20, at most {MAX_PAGE})")
     parser.add_argument("--after", type=_cursor, default=None,
                         help="the list: the page after this cursor (printed under a full page)")
+    parser.add_argument("--search", default=None, metavar="TEXT",
+                        help="find turns, conversations' data and dead letters holding TEXT "
+                        "(customer or agent words, a field value, an input id, a key, an offset)")
+    parser.add_argument("--dead-letters", action="store_true",
+                        help="list the dead-lettered records, most recent first, with what "
+                        "each said and why it was refused")
+    parser.add_argument("--before", type=whole_number(1), default=None,
+                        help="--dead-letters: the page before this row id (printed under a page)")
     parser.add_argument("--colour", "--color", choices=("auto", "always", "never"),
                         default="auto", help="colour the output (auto: only on a terminal)")
 
@@ -78,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import DBAPIError
 
     from consumer.inspect import terminal, view
+    from consumer.inspect.search_view import search_hits
 
     url = database_url()
     if url is None:
@@ -105,6 +114,24 @@ def run(args: argparse.Namespace) -> int:
                 if args.json:
                     return json.dumps(view.to_jsonable(model), ensure_ascii=False) + "\n", 0
                 return terminal.conversation_text(model, colour=colour), 0
+            if args.search is not None:
+                try:
+                    results = await reader.search(args.search, limit=args.limit)
+                except ValueError as exc:
+                    return f"turnflow: {exc}\n", EXIT_CONFIG
+                hits = search_hits(results)
+                if args.json:
+                    document = {"query": results.query, "hits": view.to_jsonable(hits)}
+                    return json.dumps(document, ensure_ascii=False) + "\n", 0
+                return terminal.search_text(hits, colour=colour), 0
+            if args.dead_letters:
+                letters, before = await reader.dead_letters(limit=args.limit,
+                                                            before=args.before)
+                shown = [view.dead_letter(d) for d in letters]
+                if args.json:
+                    document = {"dead_letters": view.to_jsonable(shown), "before": before}
+                    return json.dumps(document, ensure_ascii=False) + "\n", 0
+                return terminal.dead_letters_text(shown, colour=colour, next_before=before), 0
             found, following = await reader.conversations(where, limit=args.limit,
                                                           after=args.after)
             items = [view.list_item(row) for row in found]

@@ -128,7 +128,8 @@ def run(args: argparse.Namespace) -> int:
             reader = Reader(url)
             stack.push_async_callback(reader.close)
             server = BoundedHttpServer(
-                asgi_handler(build_app(reader, agent=agent, token=token, console=console),
+                asgi_handler(build_app(reader, agent=agent, token=token, console=console,
+                                    agent_spec=agent_path),
                              posts=console is not None),
                 host=args.host, port=args.port,
                 limits=CONSOLE_LIMITS if console is not None else UI_LIMITS,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,6 +36,7 @@ __all__ = [
     "format_outcomes",
     "markers",
     "message_input",
+    "new_chat_run",
     "produce",
     "read_dead_letter",
     "reader_consumer",
@@ -249,6 +251,13 @@ class DeadLetterReader(ReplyReader):
         async for record in self._consumer:
             with contextlib.suppress(Exception):  # one odd record never stops the reading
                 self._on_letter(read_dead_letter(record.headers, record.value))
+
+
+def new_chat_run() -> str:
+    """A tag for one run of a chat (``turnflow dev``, the test console), written into the ids
+    of the inputs it sends: a second run under the same session id against the same database
+    sends new ids, so its messages are answered, not skipped as the first run's duplicates."""
+    return secrets.token_hex(3)
 
 
 def message_input(session_id: str, input_id: str, text: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from consumer.devchat.client import (
     format_outcomes,
     markers,
     message_input,
+    new_chat_run,
     produce,
 )
 from consumer.devchat.lines import ChatLine, parse_chat_lines
@@ -210,6 +211,7 @@ class Chat:
         self._turns: asyncio.Queue[ObservedTurn] = asyncio.Queue()
         self._shown: dict[str, asyncio.Event] = {}
         self._sent = 0
+        self.run_tag = new_chat_run()  # in every input id: a rerun on this session is new
         self._sent_at: dict[tuple[str, int, int], str] = {}  # where each input landed
         self._early_letters: dict[tuple[str, int, int], DeadLetterNotice] = {}
         self.missing = 0  # inputs or replies that never showed up
@@ -312,13 +314,13 @@ class Chat:
                 self.say(f"  [burst of {len(texts)} messages sent together]")
             for text in texts:
                 self._sent += 1
-                input_id = f"{self.session_id}-m{self._sent}"
+                input_id = f"{self.session_id}-{self.run_tag}-m{self._sent}"
                 if self._echo or len(texts) > 1:
                     self.say(f"you> {text}")
                 values.append((input_id, message_input(self.session_id, input_id, text)))
         else:
             self._sent += 1
-            input_id = f"{self.session_id}-e{self._sent}"
+            input_id = f"{self.session_id}-{self.run_tag}-e{self._sent}"
             self.say(f"  [event {line.event} sent]")
             values.append((input_id, {"session_id": self.session_id, "event": line.event,
                                       "payload": line.payload, "key": input_id}))

@@ -39,12 +39,19 @@ from consumer.devchat.client import (
     format_outcomes,
     markers,
     message_input,
+    new_chat_run,
     produce,
     reader_consumer,
     start_producer,
 )
 from consumer.devchat.lines import parse_chat_line
-from consumer.devchat.servers import DevServices, create_topics, new_run_id, run_topics
+from consumer.devchat.servers import (
+    DevServices,
+    create_topics,
+    dev_metrics,
+    new_run_id,
+    run_topics,
+)
 from consumer.errors import DevError
 from consumer.parser import MAX_SESSION_ID_CHARS
 from consumer.settings import Settings
@@ -119,6 +126,9 @@ class Console:
         self._reply_timeout = reply_timeout
         self._turns: dict[str, asyncio.Future[ObservedTurn | DeadLetterNotice]] = {}
         self._sent = 0
+        # in every input id: a console opened again on a session of an earlier run (its page
+        # reloaded after a restart) sends new ids, not ones the turn log already has
+        self._run = new_chat_run()
         self.exchanges: OrderedDict[str, Exchange] = OrderedDict()
 
     def observe(self, turn: ObservedTurn) -> None:
@@ -156,7 +166,7 @@ class Console:
         if len(line.text) > MAX_TEXT_CHARS:
             raise ValueError(f"a message is at most {MAX_TEXT_CHARS} characters")
         self._sent += 1
-        input_id = f"{session_id}-m{self._sent}"
+        input_id = f"{session_id}-{self._run}-m{self._sent}"
         exchange = Exchange(session_id, input_id, line.text)
         self.exchanges[input_id] = exchange
         while len(self.exchanges) > KEPT_EXCHANGES:
@@ -215,10 +225,13 @@ async def open_console(settings: Settings, agent: Any, stack: contextlib.AsyncEx
     consumer may write to (``KAFKA_BOOTSTRAP_SERVERS``, ``DATABASE_URL``)."""
     if not settings.kafka_bootstrap_servers or not settings.database_url:
         raise DevError("the test console needs KAFKA_BOOTSTRAP_SERVERS and DATABASE_URL")
-    settings = settings.model_copy(update={
+    # Its own topics and group, and the dev chat's metrics rule (a free port on 127.0.0.1
+    # unless METRICS_PORT/METRICS_HOST say otherwise): it starts beside a local
+    # `turnflow consume` holding 9100 and publishes nothing to the network.
+    settings = dev_metrics(settings.model_copy(update={
         **run_topics(settings, "console-" + new_run_id()),
         "group_id": f"{settings.group_id}-console",
-    })
+    }))
     await create_topics(settings)
     client = settings.kafka_client_options()
     producer = await start_producer(settings, client, stack)
@@ -240,6 +253,8 @@ async def open_console(settings: Settings, agent: Any, stack: contextlib.AsyncEx
     if isinstance(agent, Agent):  # the turn log keeps what `turnflow replay` needs
         agent = recorded_agent(agent)
     services = DevServices(settings, ObservedAgent(agent, console.observe))
-    await services.start()
+    # Stopped by the stack even when it fails to start: its consumer's producer and its
+    # database pool are closed, not left for the garbage collector to complain about.
     stack.push_async_callback(services.stop)
+    await services.start()
     return console

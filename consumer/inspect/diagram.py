@@ -12,12 +12,16 @@ bold, and the last step is outlined.
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-__all__ = ["Edge", "FlowNode", "Graph", "StepNode", "flow_graph", "mermaid", "svg"]
+__all__ = [
+    "Edge", "FlowNode", "Graph", "StepNode", "condition_text", "flow_graph", "foreign_flows",
+    "mermaid", "svg",
+]
 
 END = "end"
 
@@ -47,6 +51,16 @@ class FlowNode:
     steps: list[StepNode]
 
 
+def foreign_flows(graph: Graph, path: list[tuple[str, str]]) -> list[str]:
+    """The flows a conversation's path went through that ``graph``'s agent does not have (or
+    the steps it has not): the drawing is of another agent than the one that answered."""
+    out: list[str] = []
+    for flow, step in path:
+        if graph.step(flow, step) is None and flow not in out:
+            out.append(flow)
+    return out
+
+
 @dataclass
 class Graph:
     agent: str
@@ -63,8 +77,29 @@ def _get(value: Any, name: str, default: Any = None) -> Any:
     return getattr(value, name, default)
 
 
+def condition_text(condition: Any) -> str:
+    """A condition as a person reads it: ``known name``, ``service = brakes``, ``missing
+    booking_ref``, ``not (...)``, joined by ``and``/``or``; anything else as compact JSON."""
+    if isinstance(condition, dict) and len(condition) == 1:
+        (op, value), = condition.items()
+        names = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+        if op in ("known", "missing"):
+            return f"{op} {names}"
+        if op in ("equals", "not_equals") and isinstance(value, dict):
+            sign = "=" if op == "equals" else "≠"
+            return " and ".join(
+                f"{k} {sign} {json.dumps(v, ensure_ascii=False)}" for k, v in value.items())
+        if op in ("all", "any") and isinstance(value, list):
+            joiner = " and " if op == "all" else " or "
+            return joiner.join(f"({condition_text(c)})" for c in value)
+        if op == "not":
+            return f"not ({condition_text(value)})"
+    return json.dumps(condition, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
 def _trigger(trigger: Any) -> str:
-    condition = " (if …)" if _get(trigger, "if_") is not None else ""
+    given = _get(trigger, "if_")
+    condition = f" (if {condition_text(given)})" if given is not None else ""
     if _get(trigger, "message") is not None:
         words = _get(trigger, "message") or []
         return ("message: " + ", ".join(words[:4]) + (" …" if len(words) > 4 else "")
@@ -98,7 +133,7 @@ def _summary(step: Any, kind: str) -> str:
             return f"wait for event {wait.event}"
         return f"wait {_get(wait, 'ms', 0) / 1000:g} s"
     if kind == "if":
-        return "if …"
+        return "if " + condition_text(step.if_)
     collect = _get(step, "collect") or []
     return ("collect " + ", ".join(collect)) if collect else "talk"
 
@@ -155,12 +190,13 @@ def _taken(path: list[tuple[str, str]]) -> set[tuple[tuple[str, str], tuple[str,
 
 # -- SVG ------------------------------------------------------------------------------------------
 
-COLUMN = 250
+COLUMN = 280
 BOX_W = 190
 BOX_H = 40
 GAP = 30
 TOP = 70
 LEFT = 20
+RIGHT = 110
 
 
 def _clip(text: str, limit: int = 30) -> str:
@@ -200,7 +236,8 @@ def svg(
         for row, step in enumerate(flow.steps):
             where[(flow.id, step.id)] = (left, float(TOP + row * (BOX_H + GAP)))
     tallest = max((len(f.steps) for f in graph.flows), default=0)
-    width = LEFT * 2 + max(1, len(graph.flows)) * COLUMN
+    # room on the right for the curves and labels that leave the last column's boxes
+    width = LEFT * 2 + max(2, len(graph.flows)) * COLUMN + RIGHT
     height = TOP + tallest * (BOX_H + GAP) + 30
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="flows" width="{width}" '
@@ -211,6 +248,9 @@ def svg(
         'markerHeight="8" markerUnits="userSpaceOnUse" orient="auto-start-reverse">'
         '<path d="M0,0L10,5L0,10z" fill="#6b7280"/></marker></defs>',
     ]
+    if not graph.flows:
+        parts.append(f'<text class="empty" x="{LEFT}" y="40">{escape(graph.agent)} has no flows: '
+                     "every message is answered by the agent's idle reply</text>")
     edges: list[str] = []
     for flow in graph.flows:
         fx, fy = where[(flow.id, None)]
@@ -261,7 +301,8 @@ def _edge_svg(
         edge.to_flow + "/" + (edge.to_step or "")
     )
     if edge.to_step == END:
-        x1, y1 = sx + BOX_W / 2, sy + BOX_H
+        # each move to the end of one step has its own stub and label, side by side
+        x1, y1 = sx + 24 + 62 * n, sy + BOX_H
         return (f'<g {data}><path class="{css}" d="M{x1},{y1} l0,10" />'
                 f'<text class="label" x="{x1 + 4}" y="{y1 + 12}">{escape(edge.label)}: end'
                 "</text></g>")

@@ -29,16 +29,20 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from store import jsoncodec
 from store.incidents import KINDS
+from store.search_text import DEAD_LETTER_TEXT, SESSION_TEXT, TURN_TEXT, like_pattern
 from store.urls import async_url
 
 __all__ = [
     "DEAD_LETTERED",
+    "DEAD_LETTER_COLUMNS",
+    "MIN_SEARCH",
     "OUTCOME_FILTERS",
     "ConversationRows",
     "Cursor",
     "ListFilter",
     "ListRow",
     "Reader",
+    "SearchResults",
 ]
 
 DEAD_LETTERED = "dead-lettered"
@@ -49,10 +53,17 @@ MAX_PAGE = 500
 """The largest page any caller may ask for (conversations or turns)."""
 
 _TURN_COLUMNS = """
-    session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
+    id, session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
     llm_calls, created_at, clock_at, model_calls, input_id, source_topic, source_partition,
     source_offset, agent_id, agent_version
 """
+
+
+DEAD_LETTER_COLUMNS = (
+    "id, session_id, source_topic, source_partition, source_offset, reason, created_at, "
+    "message, input_id, record_key, detail"
+)
+"""What is read of a dead-lettered record: its source, reason and what it said."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +145,9 @@ class ListRow:
     last_input: dict[str, Any] | None = None
     incidents: list[str] = field(default_factory=list)
     dead_lettered: int = 0
+    dead_reason: str | None = None  # the last dead-lettered input's reason and message text
+    dead_message: str | None = None
+    handoff_reason: str | None = None  # the last hand-off's reason (its line's detail)
 
 
 @dataclass(frozen=True)
@@ -148,6 +162,21 @@ class ConversationRows:
     dead_lettered: list[dict[str, Any]]
     first_version: int
     last_version: int
+
+
+MIN_SEARCH = 3
+"""The shortest search: a trigram index finds nothing shorter than three characters."""
+
+
+@dataclass(frozen=True)
+class SearchResults:
+    """What a search found: turns (rows as ``ConversationRows.turns``), conversations whose
+    data holds the text (session rows), dead-lettered records (``DEAD_LETTER_COLUMNS``)."""
+
+    query: str
+    turns: list[dict[str, Any]]
+    sessions: list[dict[str, Any]]
+    dead_letters: list[dict[str, Any]]
 
 
 class Reader:
@@ -204,6 +233,8 @@ class Reader:
                 last_input=_json(r["last_input"]),
                 incidents=[name for name in KINDS if r[f"is_{name}"]],
                 dead_lettered=int(r["dead_lettered"] or 0),
+                dead_reason=r["dead_reason"], dead_message=r["dead_message"],
+                handoff_reason=r["handoff_reason"],
             )
             for r in rows[:limit]
         ]
@@ -232,7 +263,7 @@ class Reader:
                 "SELECT id, version, state, created_at, updated_at FROM sessions WHERE id = :s"
             ), {"s": session_id})).mappings().first()
             dead = [dict(r) for r in (await connection.execute(text(
-                "SELECT source_topic, source_partition, source_offset, reason, created_at "
+                f"SELECT {DEAD_LETTER_COLUMNS} "
                 "FROM dead_lettered_sources WHERE session_id = :s ORDER BY created_at, id "
                 "LIMIT :n"
             ), {"s": session_id, "n": MAX_PAGE})).mappings().all()]
@@ -277,6 +308,53 @@ class Reader:
             dead_lettered=dead,
             first_version=first,
             last_version=upto,
+        )
+
+    async def dead_letters(
+        self, *, limit: int = 50, before: int | None = None
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        """A page of dead-lettered records, most recent first (a keyset page by row id), and
+        the id to read the next page before (None when this is the last)."""
+        limit = max(1, min(limit, MAX_PAGE))
+        async with self._statement() as connection:
+            rows = (await connection.execute(text(
+                f"SELECT {DEAD_LETTER_COLUMNS} FROM dead_lettered_sources "
+                "WHERE (CAST(:before AS bigint) IS NULL OR id < :before) "
+                "ORDER BY id DESC LIMIT :n"
+            ), {"before": before, "n": limit + 1})).mappings().all()
+        out = [dict(r) for r in rows[:limit]]
+        return out, (int(out[-1]["id"]) if len(rows) > limit and out else None)
+
+    async def search(self, query: str, *, limit: int = 50) -> SearchResults:
+        """The turns, conversations (by the data they hold) and dead-lettered records whose
+        searchable text (``store.search_text``) holds ``query``, case-insensitively, most
+        recent first, at most ``limit`` of each. Each table is read through its trigram index;
+        a query shorter than ``MIN_SEARCH`` characters has no trigram and is refused."""
+        if len(query.strip()) < MIN_SEARCH or not storable(query):
+            raise ValueError(
+                f"search for at least {MIN_SEARCH} characters (no NUL, at most "
+                f"{MAX_TEXT_CHARS})"
+            )
+        limit = max(1, min(limit, MAX_PAGE))
+        params = {"p": like_pattern(query.strip()), "n": limit}
+        async with self._reading() as connection:
+            turns = (await connection.execute(text(
+                f"SELECT {_TURN_COLUMNS} FROM turns WHERE {TURN_TEXT} ILIKE :p "
+                "ORDER BY created_at DESC, id DESC LIMIT :n"
+            ), params)).mappings().all()
+            sessions = (await connection.execute(text(
+                "SELECT id, version, state, created_at, updated_at FROM sessions "
+                f"WHERE {SESSION_TEXT} ILIKE :p ORDER BY updated_at DESC, id DESC LIMIT :n"
+            ), params)).mappings().all()
+            letters = (await connection.execute(text(
+                f"SELECT {DEAD_LETTER_COLUMNS} FROM dead_lettered_sources "
+                f"WHERE {DEAD_LETTER_TEXT} ILIKE :p ORDER BY id DESC LIMIT :n"
+            ), params)).mappings().all()
+        return SearchResults(
+            query=query.strip(),
+            turns=[_turn(r) for r in turns],
+            sessions=[{**dict(r), "state": _json(r["state"]) or {}} for r in sessions],
+            dead_letters=[dict(r) for r in letters],
         )
 
     async def outcome_lines(
@@ -391,11 +469,22 @@ def _list_query(
         for name, sql in KINDS.items()
     )
     sql = (
-        f"SELECT p.*, lt.input AS last_input, {kinds}, dead.n AS dead_lettered FROM ({page}) AS p"
+        f"SELECT p.*, lt.input AS last_input, {kinds}, dead.n AS dead_lettered,"
+        " lastdead.reason AS dead_reason, lastdead.message AS dead_message,"
+        f" ho.reason AS handoff_reason FROM ({page}) AS p"
+        # the last customer message (wakes, events and starts are not what a person reads)
         " LEFT JOIN LATERAL (SELECT input FROM turns WHERE session_id = p.id"
-        " ORDER BY version DESC LIMIT 1) AS lt ON true"
+        " AND input ? 'message' ORDER BY version DESC LIMIT 1) AS lt ON true"
+        # why the last hand-off to a person happened: its line's detail (keyword, max_turns)
+        " LEFT JOIN LATERAL (SELECT o.value ->> 'detail' AS reason FROM turns AS h,"
+        " jsonb_array_elements(h.outcomes) AS o WHERE h.session_id = p.id"
+        f" AND {KINDS['handoff']}"
+        """ AND o.value @> '{"code": "handoff", "run_id": null}'"""
+        " ORDER BY h.version DESC LIMIT 1) AS ho ON true"
         " LEFT JOIN LATERAL (SELECT count(*) AS n FROM dead_lettered_sources"
         " WHERE session_id = p.id) AS dead ON true"
+        " LEFT JOIN LATERAL (SELECT reason, message FROM dead_lettered_sources"
+        " WHERE session_id = p.id ORDER BY created_at DESC, id DESC LIMIT 1) AS lastdead ON true"
         " ORDER BY p.at DESC, p.id DESC"
     )
     return sql, params

@@ -26,6 +26,7 @@ __all__ = [
     "TimerView",
     "TurnView",
     "conversation_view",
+    "dead_letter",
     "list_item",
     "path",
     "to_jsonable",
@@ -99,6 +100,13 @@ class TurnView:
     dead_before: list[dict[str, Any]] = field(default_factory=list)
     # the registry agent and version that ran the turn (None for an agent loaded from AGENT)
     agent: str | None = None
+    # when the input's record was written to the inbound topic (the customer wrote), from the
+    # turn's recording; None when nothing was recorded
+    record_at: str | None = None
+    # the failed attempts before the turn ran: attempts, last_error, waited_ms (None: none)
+    retries: dict[str, Any] | None = None
+    # a fallback: the host answered without the model after it could not be reached
+    fallback_reason: str | None = None
 
 
 @dataclass
@@ -144,6 +152,9 @@ class ListItem:
     last_text: str | None
     incidents: list[str]
     with_person: bool = False  # handed off, and not yet given back (handoff_cleared)
+    dead_reason: str | None = None  # the last dead-lettered input's reason and words
+    dead_text: str | None = None
+    handoff_reason: str | None = None
 
 
 def list_item(row: ListRow) -> ListItem:
@@ -153,6 +164,8 @@ def list_item(row: ListRow) -> ListItem:
         session_id=row.session_id, turns=row.turns, created_at=row.created_at,
         updated_at=row.updated_at, at=row.at, runs=_runs(row.state), last_kind=kind,
         last_text=_preview(text), incidents=incidents, with_person=_with_person(row.state),
+        dead_reason=row.dead_reason, dead_text=_preview(row.dead_message),
+        handoff_reason=row.handoff_reason,
     )
 
 
@@ -178,11 +191,7 @@ def conversation_view(rows: ConversationRows) -> ConversationView:
     for t in rows.turns:
         turns.append(_turn_view(t, unpublished_keys, pending_timer_keys, woken - stale, stale,
                                 replaced))
-    dead = [
-        {"source": f"{d['source_topic']}:{d['source_partition']}:{d['source_offset']}",
-         "reason": d["reason"], "at": d["created_at"]}
-        for d in rows.dead_lettered
-    ]
+    dead = [dead_letter(d) for d in rows.dead_lettered]
     dead_after = _place(dead, turns, whole_start=rows.first_version <= 1,
                         whole_end=rows.last_version >= rows.session["version"])
     state = rows.session["state"] or {}
@@ -205,6 +214,23 @@ def conversation_view(rows: ConversationRows) -> ConversationView:
         dead_lettered=dead,
         dead_after=dead_after,
     )
+
+
+def dead_letter(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``dead_lettered_sources`` row as the pages show it: the inbound record's source
+    (``topic:partition:offset`` on the inbound topic), the reason and its detail, the session
+    it names (``""``: none) and what it said (message text, input id, key), each None where
+    nothing could be read."""
+    return {
+        "source": f"{row['source_topic']}:{row['source_partition']}:{row['source_offset']}",
+        "reason": row["reason"],
+        "at": row["created_at"],
+        "session_id": row.get("session_id") or "",
+        "detail": row.get("detail"),
+        "message": row.get("message"),
+        "input_id": row.get("input_id"),
+        "key": row.get("record_key"),
+    }
 
 
 def _place(
@@ -251,6 +277,9 @@ def _turn_view(
     ]
     credits = [line.credits for line in lines if line.credits is not None]
     recording = t.get("model_calls") or None
+    delivery = (recording or {}).get("delivery") or {}
+    if recording is not None and "calls" not in recording:
+        recording = None
     sent = [
         Sent(kind=str(m.get("kind")), text=str(m.get("text") or ""), key=m.get("key"),
              step=m.get("step_id"), after_ms=int(m.get("after_ms") or 0),
@@ -286,8 +315,21 @@ def _turn_view(
         skipped=list(t["skipped"] or []), sent=sent, timers=timers,
         llm_calls=int(t["llm_calls"] or 0), credits=sum(credits) if credits else None,
         incidents=_incidents(lines),
-        agent=(f"{t['agent_id']} v{t['agent_version']}" if t.get("agent_id") else None),
+        agent=_agent(t),
+        record_at=delivery.get("record_at"),
+        retries=delivery.get("retries") or None,
+        fallback_reason=next((line.detail or "" for line in lines if line.code == "fallback"),
+                             None),
     )
+
+
+def _agent(t: dict[str, Any]) -> str | None:
+    """The registry agent and version that ran the turn; an agent loaded from ``AGENT`` has
+    neither (its name is the inspector's ``--agent``), so none is named."""
+    if not t.get("agent_id"):
+        return None
+    version = t.get("agent_version")
+    return f"{t['agent_id']} v{version}" if version is not None else str(t["agent_id"])
 
 
 def _understood(recording: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -305,6 +347,8 @@ def _understood(recording: dict[str, Any] | None) -> list[dict[str, Any]]:
             "text": reply.get("text"),
             "error": call.get("error"),
             "latency_ms": call.get("latency_ms"),
+            "input_tokens": call.get("input_tokens"),
+            "output_tokens": call.get("output_tokens"),
         })
     return out
 
@@ -317,7 +361,9 @@ def _incidents(lines: list[Line]) -> list[str]:
     if any(line.code == "handoff" and line.status is None and line.step is None
            for line in lines):
         out.append("handoff")
-    if ("billed", "not billed (fallback)") in codes:
+    if ("billed", "not billed (fallback)") in codes or any(
+        line.code == "fallback" for line in lines
+    ):
         out.append("fallback")
     if any(line.code in ("action-failed", "deferred") for line in lines) or (
         ("billed", "not billed (error)") in codes

@@ -20,9 +20,10 @@ import hashlib
 import hmac
 import logging
 import secrets
+import shlex
 import time
 from collections.abc import MutableMapping
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
@@ -32,7 +33,13 @@ from markupsafe import Markup
 from sqlalchemy.exc import DBAPIError
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -46,6 +53,7 @@ from consumer.inspect.console import (
 )
 from consumer.inspect.options import parse_time
 from consumer.inspect.reading import MAX_PAGE, OUTCOME_FILTERS, Cursor, ListFilter, Reader
+from consumer.inspect.search_view import search_hits
 
 __all__ = ["TOKEN_COOKIE", "build_app"]
 
@@ -81,8 +89,16 @@ def _templates() -> Environment:
 
 
 def _when(value: Any) -> str:
+    """A time as the pages show it: in UTC, and saying so (an ISO 8601 string too)."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return str(value)
     if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
+        if value.utcoffset() is None:
+            return value.strftime("%Y-%m-%d %H:%M:%S")
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return "" if value is None else str(value)
 
 
@@ -135,9 +151,10 @@ class _Guard:
         assert self.token is not None
         if request.url.path in ("/login", "/healthz"):  # the probe's page shows nothing
             return True
-        given = request.headers.get("authorization", "")
-        if given.startswith("Bearer ") and hmac.compare_digest(
-            given[7:].encode(), self.token.encode()
+        # The scheme is case-insensitive (RFC 9110): "bearer" and "BEARER" are Bearer.
+        scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode(), self.token.encode()
         ):
             return True
         cookie = request.cookies.get(TOKEN_COOKIE, "")
@@ -145,10 +162,11 @@ class _Guard:
 
 
 def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
-              console: Console | None = None) -> ASGIApp:
+              console: Console | None = None, agent_spec: str | None = None) -> ASGIApp:
     """The inspector's ASGI app over ``reader``; ``agent`` (optional) for the flow diagram;
     ``console`` (optional, ``turnflow ui --console``) adds the test console at ``/console``,
-    the one page that writes anything, and only what a channel adapter would."""
+    the one page that writes anything, and only what a channel adapter would; ``agent_spec``
+    (its ``module:attribute``) is written into each turn's ``turnflow replay`` command."""
     env = _templates()
     graph = diagram.flow_graph(agent) if agent is not None else None
     csrf_key = secrets.token_bytes(32)  # per process: a form from an earlier run is refused
@@ -196,7 +214,7 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
         q = request.query_params
         try:
             turns = _number(q.get("turns"), TURNS_PAGE)
-            from_version = _number(q.get("from"), None) if q.get("from") else None
+            from_version = _turn_number(q["from"]) if q.get("from") else None
             since = parse_time(q["since"]) if q.get("since") else None
         except ValueError as exc:
             return bad(str(exc))
@@ -206,12 +224,18 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
         if rows is None:
             return page("error.html", status=404, message="no such conversation")
         model = view.conversation_view(rows)
+        if q.get("format") == "json":
+            # The document ``turnflow inspect SESSION --json`` prints for the same range.
+            return JSONResponse(view.to_jsonable(model), headers={
+                "content-disposition": 'attachment; filename="conversation.json"'})
         flows_svg = None
+        foreign: list[str] = []
         if graph is not None:
             # The path of the turns on this page (a long conversation is read a page at a
             # time, its path too). Built by diagram.svg with every label escaped: the one
             # unescaped piece of the page.
             flows_svg = Markup(diagram.svg(graph, model.path, standalone=False))
+            foreign = diagram.foreign_flows(graph, model.path)
         base = "/conversations/" + quote(session_id, safe="")
         earlier = (
             f"{base}?from={max(1, model.first_version - turns)}&turns={turns}"
@@ -220,8 +244,39 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
         later = (
             f"{base}?from={model.last_version + 1}&turns={turns}" if model.has_later else None
         )
+        kept = {k: v for k, v in q.items() if k in ("turns", "from", "since") and v}
+        replay = shlex.join(["turnflow", "replay", "--agent", agent_spec or "MODULE:ATTRIBUTE",
+                             "--session", session_id])
         return page("conversation.html", c=model, flows_svg=flows_svg, earlier=earlier,
-                    later=later, latest=f"{base}?turns={turns}" if later else None)
+                    later=later, latest=f"{base}?turns={turns}" if later else None,
+                    json_url=f"{base}?" + urlencode({**kept, "format": "json"}),
+                    replay=replay, foreign=foreign)
+
+    async def dead_letters(request: Request) -> Response:
+        q = request.query_params
+        before_text = q.get("before") or ""
+        if before_text and (not before_text.isascii() or not before_text.isdigit()
+                            or len(before_text) > 18):
+            return bad("before: not a row id")
+        letters, following = await reader.dead_letters(
+            limit=LIST_PAGE, before=int(before_text) if before_text else None
+        )
+        return page(
+            "dead_letters.html", letters=[view.dead_letter(d) for d in letters],
+            next_url=f"/dead-letters?before={following}" if following else None,
+        )
+
+    async def search(request: Request) -> Response:
+        query = request.query_params.get("q", "")
+        try:
+            results = await reader.search(query, limit=LIST_PAGE)
+        except ValueError as exc:
+            return bad(str(exc))
+        hits = search_hits(results)
+        limited = any(len(found) >= LIST_PAGE for found in
+                      (results.turns, results.sessions, results.dead_letters))
+        return page("search.html", query=results.query, search_query=results.query, hits=hits,
+                    limited=limited, limit=LIST_PAGE)
 
     async def flows(request: Request) -> Response:
         if graph is None:
@@ -290,6 +345,8 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
         *console_routes,
         Route("/", conversations, name="list"),
         Route("/conversations/{session_id:path}", conversation, name="conversation"),
+        Route("/dead-letters", dead_letters, name="dead_letters"),
+        Route("/search", search, name="search"),
         Route("/flows", flows, name="flows"),
         Route("/login", login, name="login"),
         Route("/healthz", healthz, name="healthz"),
@@ -297,6 +354,23 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ])
     return _Guard(app, token)
+
+
+MAX_TURN_NUMBER = 10**15
+"""The largest turn number a page may start from (a bigint holds far more; no conversation
+comes near)."""
+
+
+def _turn_number(value: str) -> int:
+    """A turn number to page from (``?from=``): any whole number from 1, however long the
+    conversation; a page is the range of turn numbers from it (versions are dense), read
+    through the turns' ``(session_id, version)`` key."""
+    if not value.isascii() or not value.isdigit() or len(value) > 15:
+        raise ValueError("from: not a turn number")
+    number = int(value)
+    if not 1 <= number <= MAX_TURN_NUMBER:
+        raise ValueError("from: turn numbers start at 1")
+    return number
 
 
 def _number(value: str | None, default: int | None) -> int:

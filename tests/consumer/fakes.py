@@ -87,7 +87,8 @@ class FakeStore:
         )
 
     async def record_dead_lettered(
-        self, session_id: str, sources: Sequence[SourceRecord], reason: str
+        self, session_id: str, sources: Sequence[SourceRecord], reason: str,
+        *, words: object = None,
     ) -> None:
         self.calls.append("record_dead_lettered")
         for s in sources:

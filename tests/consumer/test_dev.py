@@ -174,7 +174,8 @@ async def test_chat_prints_replies_then_the_footer() -> None:
     await chat.run(_script("hi", "/quit", "never sent"))
     display.cancel()
     assert out.getvalue().splitlines() == ["you> hi", "ana> Hello!", "  [llm_calls=1 | f/s said]"]
-    assert [(r["session_id"], r["message"], r["id"]) for r in pipe.sent] == [("s1", "hi", "s1-m1")]
+    assert [(r["session_id"], r["message"], r["id"]) for r in pipe.sent] == [
+        ("s1", "hi", f"s1-{chat.run_tag}-m1")]
     assert chat.missing == 0
 
 
@@ -185,7 +186,7 @@ async def test_chat_sends_events_with_a_key() -> None:
     await chat.run(_script('/event paid {"amount": 45}'))
     display.cancel()
     assert pipe.sent == [{"session_id": "s1", "event": "paid", "payload": {"amount": 45},
-                          "key": "s1-e1"}]
+                          "key": f"s1-{chat.run_tag}-e1"}]
     assert "  [event paid sent]" in out.getvalue()
 
 

@@ -109,3 +109,24 @@ def test_the_portuguese_agent_by_flag(
     assert run.code == 0, run.stdout + run.stderr
     assert _replies(run)[0] == "Olá! Aqui é a Ana, da Clínica Sorriso."
     assert "Prazer, Joana! Vamos marcar sua avaliação." in _replies(run)
+
+
+def test_a_second_run_on_the_same_session_is_answered(
+    tmp_path: Path, database_url: str, kafka_bootstrap: str
+) -> None:
+    """``--session X`` run a second time against the same database: the second run's inputs
+    carry ids of their own, so each is answered, not skipped as the first run's duplicate."""
+    import uuid
+
+    script = tmp_path / "again.chat"
+    script.write_text("hi\nmy name is Sam\n")
+    session = f"again-{uuid.uuid4().hex[:8]}"
+    env = server_env(database_url, kafka_bootstrap, "again")
+    runs = [run_dev("--script", str(script), "--session", session, "--data-dir", str(tmp_path),
+                    env=env, timeout=120) for _ in range(2)]
+    for run in runs:
+        assert run.code == 0, run.stdout + run.stderr
+        assert len(_replies(run)) >= 2, run.stdout
+        assert "no reply" not in run.stdout.lower() and "timed out" not in run.stdout.lower()
+    # the second run continues the conversation: the name is known, booking is asked about
+    assert "Which service does the bike need" in " ".join(_replies(runs[1]))

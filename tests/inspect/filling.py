@@ -30,6 +30,9 @@ HANDOFF = {
 REFUSED = "xyzzy"
 """A word the provider refuses any message holding (a fatal model error)."""
 
+PHONE = "+351 912 000 111"
+"""The phone number the ``phone`` conversations give instead of a name."""
+
 HOSTILE = '<script>document.title="pwned"</script><img src=x onerror="document.title=1">&amp;'
 
 SCRIPTS: dict[str, list[dict[str, Any]]] = {
@@ -53,6 +56,10 @@ SCRIPTS: dict[str, list[dict[str, Any]]] = {
         {"message": "hello?"},
     ],
     "hostile": [{"message": HOSTILE}],
+    # The customer answers the name question with a phone number: the agent asks the name a
+    # second time (an operator finds this conversation by the number alone).
+    "phone": [{"message": "hi"}, {"message": f"you can reach me on {PHONE}"},
+              {"message": "my name is Maria"}],
     # The model provider refuses the second message for good (``RefusingProvider``): that
     # input goes to the DLQ and is recorded as the conversation's dead-lettered source; the
     # messages around it are answered.
@@ -63,6 +70,14 @@ SCRIPTS: dict[str, list[dict[str, Any]]] = {
 }
 """What each kind of conversation sends, in order (a message's id is ``m<position>`` unless
 the script gives one)."""
+
+BAD_AT = {
+    "message": "I never got an answer, call me on +351 912 345 678",
+    "id": "m-bad-at",
+    "at": "yesterday at noon",
+}
+"""A message a broken adapter sent with an ``at`` that is no time: the parser refuses it, and
+it is dead-lettered under the session it names (``<prefix>bad-at``) with its words."""
 
 SAVED_TURNS = {kind: sum(1 for r in script if REFUSED not in str(r.get("message", "")))
                for kind, script in SCRIPTS.items()}
@@ -124,7 +139,9 @@ async def fill(
         # One conversation at a time per position, so each input is its own turn.
         await setup.produce(records)
         await setup.produce([b"\xff not json"], key=f"{prefix}broken".encode())
-        await _until_saved(setup.database_url, expected, sessions["refused"] + sessions["lost"])
+        await setup.produce([{"session_id": f"{prefix}bad-at", **BAD_AT}])
+        await _until_saved(setup.database_url, expected,
+                           sessions["refused"] + sessions["lost"] + [f"{prefix}bad-at"])
     return sessions
 
 
@@ -154,3 +171,15 @@ async def _until_saved(
                 await asyncio.sleep(0.2)
     finally:
         await connection.close()
+
+
+async def long_conversation(setup: ServiceSetup, session_id: str, turns: int) -> None:
+    """Run ``turns`` messages of one conversation through the consumer (the demo agent),
+    until all are saved: a conversation long enough to be read a page at a time."""
+    records: list[dict[str, Any] | bytes] = [
+        {"session_id": session_id, "message": f"message {n}", "id": f"l{n}"}
+        for n in range(1, turns + 1)
+    ]
+    async with running_consumer(setup.settings(merge_bursts=False), agent()):
+        await setup.produce(records)
+        await _until_saved(setup.database_url, {session_id: turns}, [], within=300.0)

@@ -298,3 +298,66 @@ async def test_the_console_chats_through_the_real_consumer(
     assert exchange.replies[0].split()[0] in page.text
     assert "the turn is not in the turn log yet" not in page.text
     assert f"/conversations/{session}#t1" in page.text
+    # the redirect after a send lands on the form, an element the page has
+    assert sent.headers["location"].endswith("#end") and 'id="end"' in page.text
+
+
+def _listening() -> set[tuple[str, int]]:
+    """The TCP addresses this process listens on (from /proc: its sockets' inodes)."""
+    import os
+
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                    continue
+                host, port = fields[1].split(":")
+                out.add((host, int(port, 16)))
+    return out
+
+
+async def test_the_console_binds_loopback_and_starts_beside_a_local_consumer(
+    kafka_bootstrap: str, database_url: str, kafka_is_embedded: bool
+) -> None:
+    """With METRICS_PORT and METRICS_HOST unset, and the default metrics port 9100 held by
+    another process on every interface (a local ``turnflow consume``), the console starts:
+    everything it listens on is a free port of 127.0.0.1."""
+    import socket
+
+    from consumer.inspect.console import open_console
+    from tests.inspect.filling import agent
+    from tests.integration.harness import DLQ, MESSAGES, SCHEDULE, make_settings
+    from tests.integration.harness import INBOUND as INBOUND_BASE
+
+    names = {base: base for base in (INBOUND_BASE, MESSAGES, SCHEDULE, DLQ)}
+    settings = make_settings(kafka_bootstrap, database_url, names, embedded=kafka_is_embedded)
+    defaults = settings.model_copy(update={"metrics_port": None})
+    defaults.model_fields_set.discard("metrics_host")
+    assert defaults.metrics_host == "0.0.0.0" and defaults.metrics_port_for("consume") == 9100
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        holder.bind(("0.0.0.0", 9100))
+        holder.listen()
+    except OSError:
+        pass  # another process holds it already: the case itself
+    try:
+        before = _listening()
+        async with contextlib.AsyncExitStack() as stack:
+            await open_console(defaults, agent(), stack, reply_timeout=60)
+            opened = _listening() - before
+        assert opened, "the console's consumer serves its metrics somewhere"
+        loopback = "0100007F"  # 127.0.0.1 as /proc/net/tcp writes it
+        assert all(host == loopback and port != 9100 for host, port in opened), opened
+    finally:
+        holder.close()

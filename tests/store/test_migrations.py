@@ -106,7 +106,14 @@ def test_the_migrated_schema_matches_the_store_metadata(database_url: str) -> No
         finally:
             await engine.dispose()
 
-    assert _off_loop(asyncio.run, diff()) == []
+    # The search's expression indexes are made by the migration only (store.search_text):
+    # alembic compares an expression index by the text PostgreSQL prints back.
+    from store.search_text import INDEXES
+
+    found = _off_loop(asyncio.run, diff())
+    assert [d for d in found if not (
+        isinstance(d, tuple) and d[0] == "remove_index" and d[1].name in INDEXES
+    )] == []
 
 
 def _rows(url: str, sql: str) -> list[tuple[Any, ...]]:
