@@ -230,7 +230,7 @@ def queued(service: ConsumerService, session_id: str, offset: int) -> Any:
                            f"wake:{session_id}"),
         source=SourceRecord("in", 0, offset),
     )
-    record = SimpleNamespace(offset=offset, partition=TP.partition)
+    record = SimpleNamespace(offset=offset, partition=TP.partition, key=None, value=None)
     return QueuedInput(session_id, TP, offset,
                        _Input(work=work, record=record,  # type: ignore[arg-type]
                               epoch=service._epochs[TP]))
