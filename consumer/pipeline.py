@@ -36,7 +36,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
@@ -110,6 +110,12 @@ class TurnWork:
     # ones), ``last_error`` (its type, never its text) and ``waited_ms``, kept with the turn's
     # recording for the inspector (``delivery``).
     retries: dict[str, Any] | None = None
+    # Filled by the consumer when the turn waited for its turn slot, which it learns only
+    # once the work is under way (so a dict filled in place, not a field replaced):
+    # ``waited_ms``, ``plan`` (the plan's label, as in the metrics) and ``why`` (``plan-cap``,
+    # ``minute-budget``, ``model-backoff``, ``slots``: what held it), kept with the recording
+    # like ``retries``. Not part of the work's identity.
+    queued: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def parts(self) -> list[TurnWork]:
@@ -540,7 +546,8 @@ class TurnPipeline:
 def delivery(work: TurnWork) -> dict[str, Any]:
     """How the turn's input reached it, kept with its recording: ``record_at``, the time its
     record was written to the inbound topic (the Kafka record's timestamp: when the customer
-    wrote, up to the adapter's own delay), and the failed attempts before it ran, if any."""
+    wrote, up to the adapter's own delay), the failed attempts before it ran, if any, and its
+    wait for a turn slot, if it waited."""
     out: dict[str, Any] = {}
     if work.timestamp_ms is not None and work.timestamp_ms >= 0:
         try:
@@ -552,6 +559,8 @@ def delivery(work: TurnWork) -> dict[str, Any]:
             pass  # a timestamp no calendar holds: the record's time is not shown
     if work.retries:
         out["retries"] = dict(work.retries)
+    if work.queued:
+        out["queued"] = dict(work.queued)
     return out
 
 

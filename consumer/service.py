@@ -602,7 +602,7 @@ class ConsumerService:
                     await self._pipeline.apply(
                         work,
                         may_publish=lambda: self._owns(tp, item.epoch),
-                        before_turn=partial(self._take_slot, slot, tp, item.epoch),
+                        before_turn=partial(self._take_slot, slot, tp, item.epoch, work),
                         after_turn=slot.give_back,
                     )
                 except TurnFenced:
@@ -819,7 +819,7 @@ class ConsumerService:
         return not await stopped_within(self._stopping, seconds)
 
     async def _take_slot(
-        self, slot: _Slot, tp: TopicPartition, epoch: int, route: Route
+        self, slot: _Slot, tp: TopicPartition, epoch: int, work: TurnWork, route: Route
     ) -> bool:
         """The pipeline's ``before_turn``: wait for a turn slot, then say whether the input
         may still run. Loaded and waiting, it is not work on ``tp`` (inside the count its
@@ -827,7 +827,9 @@ class ConsumerService:
         waiting for this one, which then finds itself fenced.
 
         The slot is the fair queue's (``consumer.fairness``): the turn waits as one of its
-        workspace's (``""`` without one), weighted and capped by the workspace's plan."""
+        workspace's (``""`` without one), weighted and capped by the workspace's plan. A wait
+        of a millisecond or more is kept on ``work`` (``queued``), for ``turnflow inspect`` to
+        show with the turn."""
         tenant = route.workspace or ""
         plan = route.plan or "default"
         # A turn of no workspace (``AGENT``) has no plan: no weight, no cap, no budget.
@@ -836,8 +838,10 @@ class ConsumerService:
         label = "none" if route.workspace is None else (
             plan if plan in self._plan_labels else "other"
         )
+        why: list[str] = []
         if self._slots.at_cap(tenant, cap):
             metrics.child(metrics.PLAN_CAP_WAITS, label).inc()
+            why.append("plan-cap")
         waiting = metrics.child(metrics.TURNS_WAITING, label)
         self._busy[tp] -= 1
         self._busy_changed.set()
@@ -846,21 +850,27 @@ class ConsumerService:
         try:
             per_minute = self._plan_per_minute.get(plan)
             if per_minute is not None and route.workspace is not None:
-                await self._minute_budget(route.workspace, per_minute, label)
+                if await self._minute_budget(route.workspace, per_minute, label):
+                    why.append("minute-budget")
             if self._backoff.remaining(asyncio.get_running_loop().time()) > 0:
+                why.append("model-backoff")
                 await self._provider_backoff()
             await slot.take(tenant, weight=weight, cap=cap)
         finally:
             waiting.dec()
-            metrics.child(metrics.SLOT_WAIT, label).observe(time.perf_counter() - started)
+            waited = time.perf_counter() - started
+            metrics.child(metrics.SLOT_WAIT, label).observe(waited)
+            if waited >= 0.001:
+                work.queued.update(waited_ms=int(waited * 1000), plan=label, why=why or ["slots"])
             self._busy[tp] += 1
         return self._owns(tp, epoch)
 
-    async def _minute_budget(self, workspace: str, per_minute: int, label: str) -> None:
+    async def _minute_budget(self, workspace: str, per_minute: int, label: str) -> bool:
         """Take one turn from the workspace's budget for this minute, shared by every consumer
         (``store.model_budget``), waiting for the next minute as long as it is spent. The turn
         holds no slot meanwhile. The database failing to answer lets the turn go: a cap that
-        stops every turn of a workspace while the database is away would be an outage."""
+        stops every turn of a workspace while the database is away would be an outage. True
+        when the spent budget made the turn wait."""
         assert self._budget is not None
         loop = asyncio.get_running_loop()
         counted = False
@@ -874,11 +884,11 @@ class ConsumerService:
             except Exception as exc:
                 log.warning("the per-minute budget could not be read; the turn goes on",
                             extra={"error": type(exc).__name__})
-                return
+                return counted
             if random.random() < 0.001:  # the counts of minutes long gone, now and then
                 self._spawn_side(self._prune_budget())
             if left_s is None:
-                return
+                return counted
             if not counted:
                 counted = True
                 metrics.child(metrics.PLAN_MINUTE_WAITS, label).inc()
@@ -887,6 +897,7 @@ class ConsumerService:
             if len(self._budget_closed) > 4096:
                 now = loop.time()
                 self._budget_closed = {w: t for w, t in self._budget_closed.items() if t > now}
+        return counted
 
     def _note_backoff(self, error: BaseException | None) -> None:
         """A rate-limit answer starts (or lengthens) the provider's shared back-off."""

@@ -173,6 +173,8 @@ def _turn_lines(turn: TurnView, paint: _Paint) -> list[str]:
 
     if turn.retries:
         block("retries", [paint("yellow", _retries(turn.retries))])
+    if turn.queued:
+        block("waited", [paint("yellow", safe(turn.waited))])
     if turn.understood:
         block("understood", (_call(call) for call in turn.understood))
     elif turn.fallback_reason is not None:

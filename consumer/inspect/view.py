@@ -105,8 +105,32 @@ class TurnView:
     record_at: str | None = None
     # the failed attempts before the turn ran: attempts, last_error, waited_ms (None: none)
     retries: dict[str, Any] | None = None
+    # the turn's wait for a turn slot: waited_ms, plan, why (plan-cap, minute-budget,
+    # model-backoff, slots); None when it did not wait
+    queued: dict[str, Any] | None = None
     # a fallback: the host answered without the model after it could not be reached
     fallback_reason: str | None = None
+
+    @property
+    def waited(self) -> str | None:
+        """The turn's wait for its turn slot in words (how long, its plan, what held it)."""
+        if not self.queued:
+            return None
+        why = self.queued.get("why")
+        reasons = "; ".join(
+            WAIT_REASONS.get(str(w), str(w)) for w in (why if isinstance(why, list) else [])
+        )
+        return (f"waited {self.queued.get('waited_ms')} ms for a turn slot "
+                f"(plan {self.queued.get('plan')}): {reasons}")
+
+
+WAIT_REASONS = {
+    "plan-cap": "its plan's turns in flight were at their cap",
+    "minute-budget": "its plan's model turns for the minute were spent",
+    "model-backoff": "the model provider had asked to slow down",
+    "slots": "every turn slot was taken",
+}
+"""What held a turn that waited for its slot (``TurnView.queued["why"]``), in words."""
 
 
 @dataclass
@@ -318,6 +342,7 @@ def _turn_view(
         agent=_agent(t),
         record_at=delivery.get("record_at"),
         retries=delivery.get("retries") or None,
+        queued=delivery.get("queued") or None,
         fallback_reason=next((line.detail or "" for line in lines if line.code == "fallback"),
                              None),
     )

@@ -17,7 +17,7 @@ from consumer import metrics
 from consumer.fairness import FairQueue, FairSlots
 from consumer.hosting.routing import Route
 from consumer.outbox import OutboxPublisher
-from consumer.pipeline import OutboundTopics, TurnPipeline
+from consumer.pipeline import OutboundTopics, TurnPipeline, TurnWork, delivery
 from consumer.service import ConsumerService
 from consumer.settings import Settings, plan_numbers
 from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer, FakeStore
@@ -351,6 +351,44 @@ async def test_a_plans_cap_holds_its_workspace_to_its_turns_in_flight() -> None:
     check_nothing_crossed(store, producer, quiet, 5)
     assert metrics.PLAN_CAP_WAITS.labels(plan="free")._value.get() > before
     assert service._slots.free == 4
+
+
+async def test_a_turn_held_by_its_plans_cap_keeps_its_wait_for_the_inspector() -> None:
+    """A turn that waited because its plan's cap was reached carries the wait (milliseconds,
+    the plan's label, ``plan-cap``) into what its turn log keeps for ``turnflow inspect``; a
+    turn of the uncapped workspace is never marked as held by a cap."""
+    consumer = FakeKafkaConsumer([PART])
+    agent, store, producer = WorkspaceAgent(), FakeStore(), FakeProducer()
+    service = service_for(consumer, agent, store, producer, max_in_flight=4,
+                          plan_max_in_flight="free=1")
+    assert service._pipeline is not None
+    applied: list[TurnWork] = []
+    apply = service._pipeline.apply
+
+    async def noting(work: TurnWork, **options: Any) -> Any:
+        applied.append(work)
+        return await apply(work, **options)
+
+    service._pipeline.apply = noting  # type: ignore[method-assign]
+    flood = [f"flood-{i}" for i in range(8)]
+    quiet = [f"quiet-{i}" for i in range(4)]
+    enqueue(consumer, flood, 3)
+    enqueue(consumer, quiet, 3)
+    loop = asyncio.create_task(service._fetch_loop())
+    try:
+        await until(lambda: consumer.committed(PART) == 36, "every input is committed",
+                    within=30)
+    finally:
+        service.stop()
+        await loop
+    held = [w for w in applied if w.queued and "plan-cap" in w.queued["why"]]
+    assert held, "no turn of the capped workspace recorded its wait"
+    assert {w.parsed.session_id.split("-")[0] for w in held} == {"flood"}
+    for work in held:
+        assert work.queued is not None
+        assert work.queued["plan"] == "free" and work.queued["waited_ms"] >= 1
+        assert delivery(work)["queued"] == work.queued
+    check_nothing_crossed(store, producer, flood, 3)
 
 
 @settings(deadline=None, max_examples=10)

@@ -68,3 +68,31 @@ def test_timer_states_publication_incidents_and_path() -> None:
     assert [t.agent for t in model.turns] == [None, None, None, "shop v3"]
     assert model.path == [("f", "ask"), ("f", "say"), ("f", "wait"), ("f", "do")]
     assert view.to_jsonable(model)["turns"][0]["at"] == AT.isoformat()
+
+
+def test_a_turns_wait_for_its_slot_is_shown_with_its_plan_and_reasons() -> None:
+    """A turn that waited for its turn slot says so, in the view, the terminal and the JSON: how
+    long, under which plan, and what held it; a turn that did not wait says nothing of it."""
+    from consumer.inspect import terminal
+
+    waited = {"waited_ms": 1250, "plan": "free", "why": ["plan-cap", "minute-budget"]}
+    turns = [
+        _turn(1, {"message": "hi"}, model_calls={"calls": [], "delivery": {"queued": waited}}),
+        _turn(2, {"message": "again"}, model_calls={"calls": [], "delivery": {}}),
+    ]
+    rows = ConversationRows(
+        session={"id": "s", "version": 2, "state": {"runs": [], "data": {}},
+                 "created_at": AT, "updated_at": AT},
+        turns=turns, unpublished=[], timers=[], dead_lettered=[], first_version=1,
+        last_version=2,
+    )
+    model = view.conversation_view(rows)
+    first, second = model.turns
+    assert first.queued == waited and second.queued is None and second.waited is None
+    assert first.waited == (
+        "waited 1250 ms for a turn slot (plan free): its plan's turns in flight were at their "
+        "cap; its plan's model turns for the minute were spent"
+    )
+    text = terminal.conversation_text(model)
+    assert "waited 1250 ms for a turn slot (plan free)" in text
+    assert view.to_jsonable(model)["turns"][0]["queued"] == waited
