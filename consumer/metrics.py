@@ -79,6 +79,14 @@ TURN_OUTCOMES = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+AGENT_VERSION_ROUTES = Counter(
+    "turnflow_agent_version_routes_total",
+    "Registry agent turns by the version they ran on: live (the live version), pinned (an older "
+    "version the conversation's runs started on), pin_lost (the pinned version was deleted or "
+    "no longer builds: the turn ran on the live version and its runs were ended).",
+    ["route"],
+    registry=REGISTRY,
+)
 AI_CREDITS = Counter(
     "turnflow_ai_credits_total",
     "AI credits billed by lifecycle agents' turns, by turn outcome.",

@@ -24,6 +24,7 @@ session (``metadata["agent"]``: the agent id and its workspace) and saved with e
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -31,11 +32,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from consumer import metrics
 from consumer.parser import ParsedInput
+from consumer.pinning import pinned_version
 from engine.definition import DefinitionError, HostHooks, build_agent, parse_definition
 from engine.lifecycle.web_search import DailyLimitReached
 from engine.packs import PackSet
-from store.hosting import Hosting, LiveAgent, WorkspacePlan
+from store.hosting import Hosting, LiveAgent, RegistryError, WorkspacePlan
+
+log = logging.getLogger("turnflow.routing")
 
 __all__ = [
     "BINDING_KEY",
@@ -97,6 +102,9 @@ class Route:
     version: int | None = None
     workspace: str | None = None
     binding: dict[str, Any] | None = None
+    pin_lost: str | None = None
+    """Why the version the conversation was pinned to could not run this turn
+    (``version-deleted``, ``version-invalid``), or None."""
 
 
 class AgentRouter(Protocol):
@@ -250,15 +258,44 @@ class RegistryRouter:
                 "workspace-mismatch",
                 "agent_id names an agent of another workspace than the conversation's",
             )
+        pinned = pinned_version(binding, state, live.agent_id)
+        pin_lost: str | None = None
+        if pinned is not None and pinned != live.live_version:
+            try:
+                agent = await self._agent(live.agent_id, pinned, live.workspace)
+            except (RegistryError, RouteRefused) as exc:
+                pin_lost = "version-deleted" if isinstance(exc, RegistryError) else (
+                    "version-invalid"
+                )
+                metrics.child(metrics.AGENT_VERSION_ROUTES, "pin_lost").inc()
+                log.warning(
+                    "pinned agent version cannot run; the turn runs on the live version",
+                    extra={"session_id": parsed.session_id, "agent_id": live.agent_id,
+                           "pinned_version": pinned, "live_version": live.live_version,
+                           "reason": pin_lost},
+                )
+            else:
+                metrics.child(metrics.AGENT_VERSION_ROUTES, "pinned").inc()
+                return self._route(live, pinned, agent)
         if live.live_version is None:
             raise RouteRefused("agent-not-live", "the agent has no live version")
         agent = await self._agent(live.agent_id, live.live_version, live.workspace)
+        if pin_lost is None:
+            metrics.child(metrics.AGENT_VERSION_ROUTES, "live").inc()
+        return self._route(live, live.live_version, agent, pin_lost)
+
+    @staticmethod
+    def _route(live: LiveAgent, version: int, agent: Any, pin_lost: str | None = None) -> Route:
+        """The route of a turn on ``version``; the binding pins the conversation to it while
+        the turn leaves runs in progress (``consumer.pinning``)."""
         return Route(
             agent=agent,
             agent_id=live.agent_id,
-            version=live.live_version,
+            version=version,
             workspace=live.workspace,
-            binding={"agent_id": live.agent_id, "workspace": live.workspace},
+            binding={"agent_id": live.agent_id, "workspace": live.workspace,
+                     "version": version},
+            pin_lost=pin_lost,
         )
 
     def _fallback_route(self) -> Route:
