@@ -1,0 +1,136 @@
+"""Conversations parked under one agent version across an activation that renames, reorders
+and removes their steps, on the real consumer and scheduler: each finishes on the version it
+started on (customer answers and timers alike), while new conversations take the live one."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+
+from consumer.scheduler import FiringOptions
+from engine.definition import definition_digest
+from store import Store
+from store.hosting import Hosting
+from tests.integration.harness import SetupFactory, running_consumer
+from tests.integration.test_scheduler_e2e import running_scheduler
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+DAYS = ["monday", "tuesday", "wednesday", "thursday", "friday"]
+REFRESH_MS = 100
+
+
+def _v1(agent_id: str, workspace: str) -> dict[str, Any]:
+    """Asks for a day then books; or promises a call-back on a 5 s timer (a real one: a ``do``
+    follows the wait)."""
+    return {
+        "agent_id": agent_id, "workspace": workspace, "name": "Bot",
+        "packs": ["nudges"],
+        "fields": {"day": {"type": "string", "enum": DAYS, "ask": "Which day?"},
+                   "nudged": {"type": "boolean"}},
+        "flows": [
+            {"id": "booking", "on": [{"message": ["book"]}], "steps": [
+                {"id": "what", "collect": ["day"], "prompt": "Ask for the day."},
+                {"id": "done", "say": "v1: booked {{day}}"},
+            ]},
+            {"id": "callback", "on": [{"message": ["call me"]}], "steps": [
+                {"id": "promise", "say": "v1: will call"},
+                {"id": "w", "wait": {"ms": 5000}, "then": "mark", "else": "end"},
+                {"id": "mark", "do": "mark"},
+                {"id": "call", "say": "v1: calling back"},
+            ]},
+        ],
+    }
+
+
+def _v2(agent_id: str, workspace: str) -> dict[str, Any]:
+    """The booking steps renamed and reordered, the call-back flow removed."""
+    return {
+        "agent_id": agent_id, "workspace": workspace, "name": "Bot",
+        "packs": ["nudges"],
+        "fields": {"day": {"type": "string", "enum": DAYS, "ask": "Which day?"},
+                   "nudged": {"type": "boolean"}},
+        "flows": [
+            {"id": "booking", "on": [{"message": ["book"]}], "steps": [
+                {"id": "when", "collect": ["day"], "prompt": "Ask for the day, please."},
+                {"id": "booked", "say": "v2: booked {{day}}"},
+            ]},
+        ],
+    }
+
+
+async def _put(hosting: Hosting, document: dict[str, Any]) -> int:
+    result = await hosting.put_version(
+        agent_id=document["agent_id"], workspace=document["workspace"], document=document,
+        digest=definition_digest(document), activate=True,
+    )
+    return result.version
+
+
+def _texts(values: list[dict[str, Any]], session_id: str) -> list[str]:
+    return [v["text"] for v in values if v["session_id"] == session_id]
+
+
+async def test_parked_conversations_finish_on_their_version_after_an_activation(
+    store: Store, service_setup: SetupFactory
+) -> None:
+    """Eight conversations asking and six parked on a timer under version 1 each finish on
+    version 1 after version 2 renames and removes those steps; new ones answer on version 2."""
+    setup = await service_setup(partitions=2)
+    tag = uuid.uuid4().hex[:6]
+    agent_id, workspace = f"pin-{tag}", f"ws-{tag}"
+    hosting = Hosting(store.engine)
+    assert await _put(hosting, _v1(agent_id, workspace)) == 1
+    asking = [f"ask{i}-{tag}" for i in range(8)]
+    timers = [f"timer{i}-{tag}" for i in range(6)]
+    fresh = [f"new{i}-{tag}" for i in range(4)]
+    settings = setup.settings(
+        agent_registry=True, agent_refresh_ms=REFRESH_MS,
+        packs="tests.integration.test_registry_scheduler:pack",
+    )
+    async with (
+        running_scheduler(store, setup, group_id=f"{settings.group_id}-scheduler",
+                          options=FiringOptions(max_idle=1.0)),
+        running_consumer(settings, None),
+    ):
+        await setup.produce(
+            [{"session_id": s, "message": "I want to book", "id": "m1", "agent_id": agent_id}
+             for s in asking]
+            + [{"session_id": s, "message": "please call me", "id": "m1",
+                "agent_id": agent_id} for s in timers]
+        )
+        async with setup.reader() as replies:
+            await replies.until(
+                lambda v: all(_texts(v, s) for s in asking)
+                and all(_texts(v, s) for s in timers), within=60,
+            )
+        assert await _put(hosting, _v2(agent_id, workspace)) == 2
+        await asyncio.sleep(5 * REFRESH_MS / 1000)
+        await setup.produce(
+            [{"session_id": s, "message": DAYS[i % 5], "id": "m2"}
+             for i, s in enumerate(asking)]
+            + [{"session_id": s, "message": "book friday", "id": "m1", "agent_id": agent_id}
+               for s in fresh]
+        )
+        async with setup.reader() as replies:
+            values = await replies.until(
+                lambda v: all("v1: booked" in " ".join(_texts(v, s)) for s in asking)
+                and all("v1: calling back" in _texts(v, s) for s in timers)
+                and all("v2: booked friday" in _texts(v, s) for s in fresh),
+                within=90,
+            )
+
+    for i, s in enumerate(asking):
+        assert _texts(values, s)[-1] == f"v1: booked {DAYS[i % 5]}"
+    for s in timers:
+        assert _texts(values, s) == ["v1: will call", "v1: calling back"]
+    for s in fresh:
+        assert _texts(values, s)[-1] == "v2: booked friday"
+    logged = await store.logged_turns(sorted(asking + timers + fresh))
+    versions = {(t.session_id, t.agent_version) for t in logged}
+    assert {v for s, v in versions if s in asking or s in timers} == {1}
+    assert {v for s, v in versions if s in fresh} == {2}
+    assert not any("step-gone" in str(t) or "flow-gone" in str(t) for t in logged)
