@@ -25,6 +25,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from store import jsoncodec
+from store.errors import RegistryError
+from store.registry_input import check_document, check_id
 
 __all__ = [
     "AgentRow",
@@ -36,10 +38,6 @@ __all__ = [
     "RegistryError",
     "WorkspacePlan",
 ]
-
-
-class RegistryError(ValueError):
-    """A registry request that cannot be done: the message says why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +219,9 @@ class Hosting:
         activate: bool = False,
     ) -> PutResult:
         """Store ``document`` (already checked) as the agent's next version; see the module."""
+        check_id(agent_id, "agent_id")
+        check_id(workspace, "workspace")
+        check_document(document)
         async with self._engine.connect() as connection:
             connection = await connection.execution_options(isolation_level="READ COMMITTED")
             async with connection.begin():
@@ -250,6 +251,7 @@ class Hosting:
 
     async def activate(self, agent_id: str, version: int) -> None:
         """Make ``version`` live; the consumers pick it up at each conversation's next turn."""
+        check_id(agent_id, "agent_id")
         async with self._engine.connect() as connection:
             row = (
                 await connection.execute(_ACTIVATE, {"agent_id": agent_id, "version": version})
@@ -267,6 +269,7 @@ class Hosting:
 
     async def version(self, agent_id: str, version: int | None = None) -> AgentVersion:
         """A stored version (the live one when ``version`` is None)."""
+        check_id(agent_id, "agent_id")
         async with self._engine.connect() as connection:
             row = (
                 await connection.execute(_VERSION, {"agent_id": agent_id, "version": version})
@@ -327,6 +330,9 @@ class Hosting:
     ) -> WorkspacePlan:
         """Create or change a workspace; unset arguments keep their value (the daily limit
         changes only with ``set_web_searches_per_day``, since None means no limit)."""
+        check_id(workspace, "workspace")
+        if plan is not None:
+            check_id(plan, "plan")
         if web_searches_per_day is not None and web_searches_per_day < 0:
             raise RegistryError("web_searches_per_day must be >= 0")
         async with self._engine.connect() as connection:

@@ -6,7 +6,8 @@
 - ``activate AGENT VERSION``: make a version live (rolling back is activating an older one);
   every consumer answers with it from each conversation's next turn, within
   ``AGENT_REFRESH_MS``, without a restart;
-- ``workspace ID [--plan P] [--agents on|off] [--web-searches-per-day N|none]``;
+- ``workspace ID [--create] [--plan P] [--agents on|off] [--web-searches-per-day N|none]``:
+  an unknown workspace is refused unless ``--create`` (a typo never makes a new one);
 - ``credits [--workspace W] [--since DAY] [--until DAY]``: credits per workspace per UTC day.
 
 A refused definition prints where and why (the flow and step) and exits 2; nothing is stored.
@@ -71,6 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     activate.add_argument("version", type=whole_number(1))
     workspace = actions.add_parser("workspace", help="create or change a workspace's plan")
     workspace.add_argument("workspace_id")
+    workspace.add_argument(
+        "--create", action="store_true",
+        help="create the workspace when it does not exist (otherwise an unknown one is refused)",
+    )
     workspace.add_argument("--plan")
     workspace.add_argument("--agents", type=_switch, help="on or off: the plan includes agents")
     workspace.add_argument(
@@ -146,12 +151,20 @@ async def _put(hosting: Any, args: argparse.Namespace, settings: Settings) -> in
 
 
 async def _list(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
+    from store.registry_input import skeleton
+
     rows = await hosting.list_agents(args.workspace)
-    print("workspace\tagent\tlive\tlatest\tversions")
+    # Ids that differ but look alike (a Cyrillic о, a decomposed é): marked, with the others.
+    looks: dict[str, list[str]] = {}
+    for row in rows:
+        looks.setdefault(skeleton(row.agent_id), []).append(row.agent_id)
+    print("workspace\tagent\tlive\tlatest\tversions\tlooks like")
     for row in rows:
         live = "-" if row.live_version is None else row.live_version
+        others = [other for other in looks[skeleton(row.agent_id)] if other != row.agent_id]
+        alike = ", ".join(json.dumps(other) for other in others) if others else "-"
         print(f"{_show(row.workspace)}\t{_show(row.agent_id)}\t{live}\t{row.latest_version}\t"
-              f"{row.versions}")
+              f"{row.versions}\t{alike}")
     return 0
 
 
@@ -181,7 +194,13 @@ async def _activate(hosting: Any, args: argparse.Namespace, settings: Settings) 
 
 
 async def _workspace(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
+    from store.hosting import RegistryError
+
     limit_given = hasattr(args, "web_searches_per_day")
+    if not args.create and await hosting.workspace(args.workspace_id) is None:
+        raise RegistryError(
+            f"no workspace {_show(args.workspace_id)}; --create creates it"
+        )
     plan = await hosting.set_workspace(
         args.workspace_id,
         plan=args.plan,

@@ -77,7 +77,9 @@ def test_a_bad_definition_is_refused_with_where_and_nothing_is_stored(
 
 def test_workspace_plan_and_credits(env: None, capsys: pytest.CaptureFixture[str]) -> None:
     name = f"ws-{uuid.uuid4().hex[:6]}"
-    assert cli.main(["agents", "workspace", name, "--web-searches-per-day", "7"]) == 0
+    assert cli.main(["agents", "workspace", name, "--web-searches-per-day", "7"]) == 2
+    assert _out(capsys)[1].count("\n") == 1  # one line: an unknown workspace, no --create
+    assert cli.main(["agents", "workspace", name, "--create", "--web-searches-per-day", "7"]) == 0
     assert f"workspace {name}: plan default, agents on, web searches per day 7" in _out(capsys)[0]
     assert cli.main(["agents", "workspace", name, "--agents", "off"]) == 0
     assert "agents off, web searches per day 7" in _out(capsys)[0]
