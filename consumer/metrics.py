@@ -254,6 +254,7 @@ _CONSUMER = (
     MODEL_CALL_DURATION, MODEL_TOKENS, MODEL_ERRORS, VERSION_CONFLICTS, DLQ, REPLAYS_SKIPPED,
     INPUT_RETRIES, IN_FLIGHT, CONSUMER_LAG, PAUSED_PARTITIONS, INPUT_TO_OUTBOUND,
     MODEL_WAITING, MODEL_FALLBACKS, INPUTS_OFF_PARTITION, HISTORY_LOADS, HISTORY_WINDOWS,
+    AGENT_VERSION_ROUTES,
 )
 _SCHEDULER = (TIMERS_PENDING, TIMER_FIRE_DELAY, WAKES_EMITTED, TIMERS_SCHEDULED, SCHEDULE_REFUSED)
 PROCESS_FAMILIES: dict[str, tuple[Any, ...]] = {
@@ -273,6 +274,7 @@ DECISION_DLQ_REASONS = (
 DLQ_REASONS = tuple(get_args(RejectReason)) + DECISION_DLQ_REASONS
 FALLBACK_REASONS = ("model-unavailable", "unusable-reply")
 HISTORY_SOURCES = ("held", "loaded")
+AGENT_VERSION_ROUTE_VALUES = ("live", "pinned", "pin_lost")
 # The reason codes ScheduleRecordError documents for a malformed schedule record.
 SCHEDULE_REFUSED_REASONS = ("empty", "not-json", "not-an-object", "invalid-text", "invalid-field")
 
@@ -301,6 +303,8 @@ def _precreate() -> None:
         GC_SECONDS.labels(generation=generation)
     for source in HISTORY_SOURCES:
         HISTORY_LOADS.labels(history=source)
+    for route in AGENT_VERSION_ROUTE_VALUES:
+        AGENT_VERSION_ROUTES.labels(route=route)
 
 
 _precreate()

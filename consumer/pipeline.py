@@ -305,6 +305,8 @@ class TurnPipeline:
             if before_turn is not None and not await before_turn():
                 raise TurnFenced(parsed.session_id)
             request = _request_of(work)
+            if route.fallback is not None:  # the pinned version is gone: routing.Route.fallback
+                request["fallback"] = dict(route.fallback)
             request["session"] = loaded.state
             request["history"] = list(history)
             try:

@@ -24,6 +24,7 @@ session (``metadata["agent"]``: the agent id and its workspace) and saved with e
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import OrderedDict
@@ -80,6 +81,7 @@ def registry_router(settings: Any, store: Any, fallback: Any = None) -> Registry
         cache_size=settings.agent_cache_size,
         refresh_s=settings.agent_refresh_ms / 1000,
         prepare=prepare,
+        fallback_message=settings.model_fallback_message,
     )
 
 
@@ -105,6 +107,9 @@ class Route:
     pin_lost: str | None = None
     """Why the version the conversation was pinned to could not run this turn
     (``version-deleted``, ``version-invalid``), or None."""
+    fallback: dict[str, Any] | None = None
+    """The turn's ``fallback`` request when its runs cannot continue (``pin_lost`` on a
+    customer message or a timer's wake): they end ``version-gone`` and the fallback answers."""
 
 
 class AgentRouter(Protocol):
@@ -211,6 +216,7 @@ class RegistryRouter:
         refresh_s: float = 1.0,
         prepare: Callable[[Any], Any] = lambda agent: agent,
         now: Callable[[], float] = time.monotonic,
+        fallback_message: str = "Sorry, something went wrong on our side. Please try again.",
     ) -> None:
         if cache_size < 1:
             raise ValueError("cache_size must be >= 1")
@@ -226,6 +232,7 @@ class RegistryRouter:
         self._prepare = prepare
         self._refresh_s = refresh_s
         self._now = now
+        self._fallback_message = fallback_message
         self._live = _Rows(refresh_s, cache_size * 4, now)
         self._plans = _Rows(refresh_s, cache_size * 4, now)
         self._polled_at: float | None = None  # this process's clock
@@ -282,10 +289,17 @@ class RegistryRouter:
         agent = await self._agent(live.agent_id, live.live_version, live.workspace)
         if pin_lost is None:
             metrics.child(metrics.AGENT_VERSION_ROUTES, "live").inc()
-        return self._route(live, live.live_version, agent, pin_lost)
+            return self._route(live, live.live_version, agent)
+        fallback = None
+        if parsed.kind in ("message", "wake"):  # answered, never dropped: see Route.fallback
+            fallback = {"reason": f"pinned-{pin_lost}", "message": self._fallback_message,
+                        "end_runs": True}
+        return dataclasses.replace(
+            self._route(live, live.live_version, agent), pin_lost=pin_lost, fallback=fallback
+        )
 
     @staticmethod
-    def _route(live: LiveAgent, version: int, agent: Any, pin_lost: str | None = None) -> Route:
+    def _route(live: LiveAgent, version: int, agent: Any) -> Route:
         """The route of a turn on ``version``; the binding pins the conversation to it while
         the turn leaves runs in progress (``consumer.pinning``)."""
         return Route(
@@ -295,7 +309,6 @@ class RegistryRouter:
             workspace=live.workspace,
             binding={"agent_id": live.agent_id, "workspace": live.workspace,
                      "version": version},
-            pin_lost=pin_lost,
         )
 
     def _fallback_route(self) -> Route:

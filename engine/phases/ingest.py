@@ -40,7 +40,8 @@ def run(state: TurnState) -> None:
             return
         state.session.inputs = [*state.session.inputs, input_id][-INPUT_RING:]
     if request.fallback is not None:  # the host answers it without the model: nothing moves
-        state.session.last_user_at = request.at or state.now
+        if request.kind == "message":
+            state.session.last_user_at = request.at or state.now
         return
     handoff.on_input(state)  # lifecycle: hand-off rules and the silence after a hand-off
     if state.done:

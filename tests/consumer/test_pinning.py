@@ -65,13 +65,21 @@ class Conversation:
         self.n = 0
 
     async def say(self, message: str) -> list[str]:
+        result = await self.turn({"message": message})
+        return [m.text for m in result.messages]
+
+    async def turn(self, given: dict[str, Any], kind: str = "message") -> Any:
+        """One turn of ``given`` (a message or a wake), routed and requested as the
+        pipeline does (the route's fallback joins the request)."""
         self.n += 1
-        parsed = ParsedInput(self.session_id, "message",
-                             {"session_id": self.session_id, "message": message},
-                             input_id=f"m{self.n}", agent_id=self.agent_id)
+        request: dict[str, Any] = {"session_id": self.session_id, **given}
+        if kind == "message":
+            request["id"] = f"m{self.n}"
+        parsed = ParsedInput(self.session_id, kind, dict(request), input_id=f"m{self.n}",
+                             agent_id=self.agent_id)
         route = await self.router.route(parsed, self.state)
-        request: dict[str, Any] = {"session_id": self.session_id, "message": message,
-                                   "id": f"m{self.n}"}
+        if route.fallback is not None:
+            request["fallback"] = dict(route.fallback)
         if self.state is not None:
             request["session"] = self.state
         result = await route.agent.turn(request)
@@ -79,7 +87,7 @@ class Conversation:
         state.setdefault("metadata", {})["agent"] = route.binding
         self.state = state
         self.versions.append(route.version)
-        return [m.text for m in result.messages]
+        return result
 
 
 def _router(hosting: Hosting) -> RegistryRouter:
@@ -124,30 +132,70 @@ async def test_parked_runs_finish_on_their_version_across_a_renaming_activation(
     assert router.cached_agents == 2
 
 
-async def test_a_deleted_pinned_version_falls_to_the_live_one_counted_and_logged(
+async def test_a_deleted_pinned_version_answers_with_the_fallback_counted_and_logged(
     store: Store, caplog: Any
 ) -> None:
-    """A pinned version removed from the registry by hand cannot run: the turn runs on the live
-    version, counted as ``pin_lost`` and logged with the reason, never refused or dropped."""
+    """A pinned version removed from the registry by hand cannot run: the customer's answer
+    and a parked timer's wake each end their runs ``version-gone`` and get the fallback
+    message (never silence), counted as ``pin_lost`` and logged with the reason; the next
+    message starts afresh on the live version."""
     hosting = Hosting(store.engine)
     agent_id = f"gone-{uuid.uuid4().hex[:6]}"
     await _put(hosting, _booking(agent_id, "v1", "what"))
     router = _router(hosting)
-    conversation = Conversation(router, agent_id)
-    await conversation.say("I want to book")
-    await _put(hosting, _booking(agent_id, "v2", "what"))
+    answering, timer = Conversation(router, agent_id), Conversation(router, agent_id)
+    await answering.say("I want to book")
+    await timer.say("please call me")
+    await _put(hosting, _booking(agent_id, "v2", "when", timer=False))
     async with store.engine.begin() as connection:
         await connection.execute(
             text("DELETE FROM agent_versions WHERE agent_id = :a AND version = 1"),
             {"a": agent_id},
         )
-    router = _router(hosting)  # a consumer that never built version 1
-    conversation.router = router
+    router = RegistryRouter(hosting, PackSet(), provider=RuleProvider(), refresh_s=0,
+                            fallback_message="Sorry, please try again.")
+    answering.router = timer.router = router
     before = metrics.AGENT_VERSION_ROUTES.labels("pin_lost")._value.get()
-    assert (await conversation.say("monday"))[-1] == "v2: booked monday"
+
+    result = await answering.turn({"message": "monday"})
+    assert [m.text for m in result.messages] == ["Sorry, please try again."]
+    codes = [o.code for o in result.outcomes]
+    assert "version-gone" in codes and "fallback" in codes
+    assert answering.state is not None and answering.state["runs"] == []
+    assert answering.state["data"].get("day") is None  # nothing half-done was stored
+    wake_key = timer.state["runs"][0]["waiting"]["key"]  # type: ignore[index]
+    result = await timer.turn({"wake": wake_key}, kind="wake")
+    assert [m.text for m in result.messages] == ["Sorry, please try again."]
+    assert "version-gone" in [o.code for o in result.outcomes]
+    assert metrics.AGENT_VERSION_ROUTES.labels("pin_lost")._value.get() == before + 2
+    assert [getattr(r, "reason", None) for r in caplog.records].count("version-deleted") == 2
+    # Runs ended: the next message is an ordinary turn on the live version.
+    assert (await answering.say("book friday"))[-1] == "v2: booked friday"
+    assert answering.versions[-1] == 2
+
+
+async def test_a_pinned_version_whose_pack_is_gone_answers_with_the_fallback(
+    store: Store,
+) -> None:
+    """A pinned version naming a pack the deployment no longer installs does not build: the
+    turn ends the runs ``version-gone`` with the fallback, counted as ``pin_lost``."""
+    hosting = Hosting(store.engine)
+    agent_id = f"nopack-{uuid.uuid4().hex[:6]}"
+    v1 = _booking(agent_id, "v1", "what") | {"packs": ["extra"]}
+    await _put(hosting, v1)
+    from engine.packs import Pack
+
+    with_pack = RegistryRouter(hosting, PackSet([Pack(name="extra")]), provider=RuleProvider(),
+                               refresh_s=0)
+    conversation = Conversation(with_pack, agent_id)
+    await conversation.say("I want to book")
+    await _put(hosting, _booking(agent_id, "v2", "when"))
+    conversation.router = _router(hosting)  # a deployment without the pack
+    before = metrics.AGENT_VERSION_ROUTES.labels("pin_lost")._value.get()
+    result = await conversation.turn({"message": "monday"})
+    assert result.messages and "version-gone" in [o.code for o in result.outcomes]
     assert conversation.versions[-1] == 2
     assert metrics.AGENT_VERSION_ROUTES.labels("pin_lost")._value.get() == before + 1
-    assert any(getattr(r, "reason", None) == "version-deleted" for r in caplog.records)
 
 
 @given(
