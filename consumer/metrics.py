@@ -272,7 +272,7 @@ DECISION_DLQ_REASONS = (
     "invalid-request", "provider-fatal", "retries-exhausted", "version-conflicts", "turn-failed",
 )
 DLQ_REASONS = tuple(get_args(RejectReason)) + DECISION_DLQ_REASONS
-FALLBACK_REASONS = ("model-unavailable", "unusable-reply")
+FALLBACK_REASONS = ("model-unavailable", "unusable-reply", "budget-spent")
 HISTORY_SOURCES = ("held", "loaded")
 AGENT_VERSION_ROUTE_VALUES = ("live", "pinned", "pin_lost")
 # The reason codes ScheduleRecordError documents for a malformed schedule record.

@@ -42,6 +42,7 @@ from engine.config import (
 )
 from engine.envelopes import speak_schema, understand_schema
 from engine.errors import (
+    BudgetSpent,
     FlowConfigurationError,
     MockExhausted,
     ProviderError,
@@ -165,6 +166,7 @@ __all__ = [
     "TurnResult",
     "TurnflowError",
     "UnusableReply",
+    "BudgetSpent",
     "WaitStep",
     "Waiting",
     "WorkspaceKnowledgeIndex",
