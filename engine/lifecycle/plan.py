@@ -8,8 +8,10 @@ turn outcome is ``gated``. With ``escalation`` on (the setting of its own; hand-
 the ``handoff`` tool do not imply it) the conversation is handed over with
 ``handoff_reason: "plan_gated"``; otherwise the agent stays silent.
 
-Wakes and events of plans already running are not asked about: they continue what code started
-(a wait's timer, a host event), and a dropped wake would strand its run. An exception raised by
+A silence wake is asked about too: it starts a follow-up flow, an AI turn like an answer, so
+with the plan off it is gated (outcome ``gated``, silent, never handed over: no customer is
+waiting). Other wakes and events are not asked about: they continue what code started (a wait's
+timer, a host event), and a dropped wake would strand its run. An exception raised by
 the check propagates out of ``turn()``: nothing is saved, and the host retries the input as it
 would after any failure of its own code.
 """
@@ -39,7 +41,9 @@ async def check(state: TurnState) -> None:
     if turn is None:
         return
     plan_check = turn.settings.plan_check
-    if plan_check is None or state.ignored or state.request.kind not in ("message", "start"):
+    if plan_check is None or state.ignored:
+        return
+    if state.request.kind not in ("message", "start") and not _silence_wake(state):
         return
     if turn.memory.handoff is not None:
         return
@@ -47,6 +51,14 @@ async def check(state: TurnState) -> None:
     if inspect.isawaitable(answer):
         answer = await answer
     turn.gated = not bool(answer)
+
+
+def _silence_wake(state: TurnState) -> bool:
+    """True for a wake that starts a silence follow-up (see ``engine.phases.ingest``)."""
+    from engine.phases.ingest import silence_key
+
+    wake = state.request.wake
+    return wake is not None and silence_key(state.session.id, wake) is not None
 
 
 def gate(state: TurnState, turn: LifecycleTurn) -> bool:
@@ -59,7 +71,7 @@ def gate(state: TurnState, turn: LifecycleTurn) -> bool:
     if request.kind == "message":
         state.session.last_user_at = request.at or state.now
     state.outcome(GATED, detail="the plan does not include the agent")
-    if turn.settings.escalation:
+    if turn.settings.escalation and request.kind != "wake":
         notice = HandoffNotice(
             reason=PLAN_GATED,
             summary="The workspace's plan does not include the agent.",

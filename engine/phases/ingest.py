@@ -107,7 +107,7 @@ def _customer_replied(state: TurnState) -> None:
 def _wake(state: TurnState) -> None:
     key = state.request.wake
     assert key is not None
-    silence = _silence_key(state.session.id, key)
+    silence = silence_key(state.session.id, key)
     if silence is not None:
         _silence_wake(state, key, *silence)
         return
@@ -141,7 +141,7 @@ def _wake(state: TurnState) -> None:
         state.outcome("trigger-due", run)
 
 
-def _silence_key(session_id: str, key: str) -> tuple[str, str] | None:
+def silence_key(session_id: str, key: str) -> tuple[str, str] | None:
     """(flow id, time stamp) of a silence wake key, or None when ``key`` is not one.
 
     Keys are ``silence@{tag}:{flow}:{ms}`` (see ``engine.keys``); a session stored before keys
