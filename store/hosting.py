@@ -209,6 +209,10 @@ class Hosting:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._engine
+
     async def put_version(
         self,
         *,

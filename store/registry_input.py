@@ -21,12 +21,16 @@ from store.errors import RegistryInputError
 
 __all__ = ["check_document", "check_id", "skeleton"]
 
-# Cyrillic and Greek letters that render like Latin ones (after case folding).
+# Cyrillic and Greek letters that render like Latin ones (after case folding), and the dotless
+# i: Cyrillic a, ve, ie, ka, em, en, o, er, es, te, u, ha, Ukrainian i, je, dze, komi de, qa,
+# we; Latin script g; Greek alpha, beta, epsilon, iota, kappa, nu, omicron, rho, tau, upsilon, chi.
 _LOOK_ALIKE = str.maketrans({
-    "а": "a", "в": "b", "е": "e", "к": "k", "м": "m", "н": "h", "о": "o", "р": "p",
-    "с": "c", "т": "t", "у": "y", "х": "x", "і": "i", "ј": "j", "ѕ": "s", "ԁ": "d",
-    "ԛ": "q", "ԝ": "w", "ɡ": "g", "α": "a", "β": "b", "ε": "e", "ι": "i", "κ": "k",
-    "ν": "v", "ο": "o", "ρ": "p", "τ": "t", "υ": "u", "χ": "x", "ı": "i",
+    "\u0430": "a", "\u0432": "b", "\u0435": "e", "\u043a": "k", "\u043c": "m", "\u043d": "h",
+    "\u043e": "o", "\u0440": "p", "\u0441": "c", "\u0442": "t", "\u0443": "y", "\u0445": "x",
+    "\u0456": "i", "\u0458": "j", "\u0455": "s", "\u0501": "d", "\u051b": "q", "\u051d": "w",
+    "\u0261": "g", "\u03b1": "a", "\u03b2": "b", "\u03b5": "e", "\u03b9": "i", "\u03ba": "k",
+    "\u03bd": "v", "\u03bf": "o", "\u03c1": "p", "\u03c4": "t", "\u03c5": "u", "\u03c7": "x",
+    "\u0131": "i",
 })
 
 

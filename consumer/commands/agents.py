@@ -4,8 +4,9 @@
   and store it as the agent's next version (the same document again stores nothing);
 - ``list [--workspace W]``, ``show AGENT [--version N]``, ``diff AGENT A [B]`` (B: the live one);
 - ``activate AGENT VERSION``: make a version live (rolling back is activating an older one);
-  every consumer answers with it from each conversation's next turn, within
-  ``AGENT_REFRESH_MS``, without a restart;
+  every consumer answers with it from each conversation's next turn with no run in progress,
+  within ``AGENT_REFRESH_MS``, without a restart; it prints what stays on other versions;
+- ``versions AGENT``: per version, the conversations still pinned to it and where they wait;
 - ``workspace ID [--create] [--plan P] [--agents on|off] [--web-searches-per-day N|none]``:
   an unknown workspace is refused unless ``--create`` (a typo never makes a new one);
 - ``credits [--workspace W] [--since DAY] [--until DAY]``: credits per workspace per UTC day.
@@ -70,6 +71,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     activate = actions.add_parser("activate", help="make a version live (or roll back)")
     activate.add_argument("agent_id")
     activate.add_argument("version", type=whole_number(1))
+    versions = actions.add_parser(
+        "versions", help="each version: conversations still pinned to it, and where they wait"
+    )
+    versions.add_argument("agent_id")
     workspace = actions.add_parser("workspace", help="create or change a workspace's plan")
     workspace.add_argument("workspace_id")
     workspace.add_argument(
@@ -154,7 +159,7 @@ async def _list(hosting: Any, args: argparse.Namespace, settings: Settings) -> i
     from store.registry_input import skeleton
 
     rows = await hosting.list_agents(args.workspace)
-    # Ids that differ but look alike (a Cyrillic о, a decomposed é): marked, with the others.
+    # Ids that differ but look alike (a Cyrillic o, a decomposed e-acute): marked, with the others.
     looks: dict[str, list[str]] = {}
     for row in rows:
         looks.setdefault(skeleton(row.agent_id), []).append(row.agent_id)
@@ -190,7 +195,48 @@ async def _diff(hosting: Any, args: argparse.Namespace, settings: Settings) -> i
 async def _activate(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
     await hosting.activate(args.agent_id, args.version)
     print(f"{_show(args.agent_id)}: version {args.version} is live")
+    staying = [v for v in (await _drain(hosting, args.agent_id)).versions
+               if v.version != args.version]
+    if not staying:
+        print("no conversation stays on another version")
+    for pinned in staying:
+        print(f"version {pinned.version} keeps {pinned.conversations} conversation"
+              f"{'' if pinned.conversations == 1 else 's'} until their runs end: "
+              f"{_waits(pinned.waits)}")
     return 0
+
+
+async def _versions(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
+    from store.hosting import RegistryError
+
+    rows = [r for r in await hosting.list_agents() if r.agent_id == args.agent_id]
+    if not rows:
+        raise RegistryError(f"no agent {_show(args.agent_id)}")
+    row = rows[0]
+    found = await _drain(hosting, args.agent_id)
+    print("version\tlive\tconversations\twaiting")
+    for version in range(1, row.latest_version + 1):
+        pinned = found.pinned(version)
+        live = "live" if version == row.live_version else "-"
+        count = 0 if pinned is None else pinned.conversations
+        waits = "-" if pinned is None else _waits(pinned.waits)
+        print(f"{version}\t{live}\t{count}\t{waits}")
+    return 0
+
+
+async def _drain(hosting: Any, agent_id: str) -> Any:
+    from store.drain import drain
+
+    return await drain(hosting.engine, agent_id)
+
+
+def _waits(waits: Any) -> str:
+    """Where runs wait, most first: ``flow/step status[ kind] count``, ``; ``-joined."""
+    parts = []
+    for wait in waits:
+        where = f"{_show(wait.flow_id)}/{_show(wait.step_id)} {wait.status}"
+        parts.append(f"{where}{'' if wait.wait is None else ' ' + wait.wait} {wait.runs}")
+    return "; ".join(parts) or "-"
 
 
 async def _workspace(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
@@ -240,6 +286,7 @@ _ACTIONS: dict[str, Callable[[Any, argparse.Namespace, Settings], Awaitable[int]
     "show": _show_version,
     "diff": _diff,
     "activate": _activate,
+    "versions": _versions,
     "workspace": _workspace,
     "credits": _credits,
 }

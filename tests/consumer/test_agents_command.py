@@ -50,7 +50,7 @@ def test_put_activate_diff_and_roll_back(
     assert '-  "name": "Ana",' in diff and '+  "name": "Bia",' in diff
     assert cli.main(["agents", "activate", agent_id, "2"]) == 0
     assert cli.main(["agents", "show", agent_id]) == 0
-    assert json.loads(_out(capsys)[0].split("is live\n", 1)[1])["name"] == "Bia"
+    assert json.loads(_out(capsys)[0].split("on another version\n", 1)[1])["name"] == "Bia"
     assert cli.main(["agents", "activate", agent_id, "1"]) == 0  # roll back
     assert cli.main(["agents", "list", "--workspace", "ws-cli"]) == 0
     assert f'ws-cli\t{json.dumps(agent_id)}\t1\t2\t2' in _out(capsys)[0]

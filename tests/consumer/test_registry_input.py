@@ -5,8 +5,8 @@ shown exactly, an unknown workspace is not created by a typo, and look-alike ids
 from __future__ import annotations
 
 import copy
-import unicodedata
 import json
+import unicodedata
 import uuid
 from pathlib import Path
 from typing import Any
@@ -79,7 +79,7 @@ def test_text_is_stored_and_shown_exactly(
 def test_an_unknown_workspace_needs_create_and_look_alikes_are_marked(
     env: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A typo in ``agents workspace`` creates nothing; ids differing by a Cyrillic о or a
+    """A typo in ``agents workspace`` creates nothing; ids differing by a Cyrillic o (U+043E) or a
     decomposed é are marked as looking like each other in ``agents list``."""
     tag = uuid.uuid4().hex[:6]
     workspace = f"look-{tag}"
