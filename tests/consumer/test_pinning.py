@@ -5,10 +5,11 @@ version that was deleted by hand falls to the live one with a counted, logged re
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
@@ -213,3 +214,66 @@ def test_any_binding_and_state_give_a_pin_or_none(binding: Any, runs: Any, agent
     if pin is not None:
         assert isinstance(binding, dict) and binding["agent_id"] == agent_id
         assert pin == binding["version"] >= 1 and has_work_in_progress(state)
+
+
+STEP_NAMES = ["what", "when", "ask", "day_q", "collect"]
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    old_step=st.sampled_from(STEP_NAMES),
+    new_step=st.sampled_from(STEP_NAMES),
+    new_has_timer=st.booleans(),
+    reorder=st.booleans(),
+    delete_old=st.booleans(),
+)
+def test_no_parked_run_is_lost_under_any_version_pair(
+    database_url: str, old_step: str, new_step: str, new_has_timer: bool, reorder: bool,
+    delete_old: bool,
+) -> None:
+    """For random pairs of versions (the asking step renamed or not, the timer flow kept or
+    removed, flows reordered) and the old version kept or deleted by hand: a conversation
+    asking and one parked on a timer under the old version each get a reply to their next
+    input, and no run ends ``step-gone`` or ``flow-gone``."""
+
+    async def play(store: Store) -> None:
+        hosting = Hosting(store.engine)
+        agent_id = f"prop-{uuid.uuid4().hex[:8]}"
+        await _put(hosting, _booking(agent_id, "v1", old_step))
+        router = _router(hosting)
+        answering, timer = Conversation(router, agent_id), Conversation(router, agent_id)
+        await answering.say("I want to book")
+        await timer.say("please call me")
+        new = _booking(agent_id, "v2", new_step, timer=new_has_timer)
+        if reorder:
+            new["flows"].reverse()
+        await _put(hosting, new)
+        if delete_old:
+            async with store.engine.begin() as connection:
+                await connection.execute(
+                    text("DELETE FROM agent_versions WHERE agent_id = :a AND version = 1"),
+                    {"a": agent_id},
+                )
+        fresh = _router(hosting)
+        answering.router = timer.router = fresh
+        answered = await answering.turn({"message": "tuesday"})
+        assert timer.state is not None
+        woken = await timer.turn({"wake": timer.state["runs"][0]["waiting"]["key"]},
+                                 kind="wake")
+        for result in (answered, woken):
+            codes = {o.code for o in result.outcomes}
+            assert result.messages, codes
+            assert not codes & {"step-gone", "flow-gone"}, codes
+        if not delete_old:
+            assert [m.text for m in answered.messages][-1] == "v1: booked tuesday"
+            assert [m.text for m in woken.messages] == ["v1: calling you back"]
+
+    async def main() -> None:
+        store = await Store.connect(database_url, pool_size=2, max_overflow=0)
+        try:
+            await play(store)
+        finally:
+            await store.close()
+
+    asyncio.run(main())
