@@ -356,7 +356,7 @@ class TurnPipeline:
                 parsed.session_id, saved.outbox_ids, save.outbox, may_publish=may_publish
             )
         crash.reached("after_publish")
-        self._observe(work, result, started)
+        self._observe(work, result, started, route)
         # The counts as the save request took them from the result (one JSON item each).
         turn = save.turn
         messages, schedule, llm_calls = len(turn.messages), len(turn.schedule), turn.llm_calls
@@ -498,7 +498,9 @@ class TurnPipeline:
                 return
             await asyncio.sleep(_HELD_ROWS_POLL_S)
 
-    def _observe(self, work: TurnWork, result: Any, started: float) -> None:
+    def _observe(
+        self, work: TurnWork, result: Any, started: float, route: Route | None = None
+    ) -> None:
         llm_calls = int(_field(result, "llm_calls", 0) or 0)
         metrics.child(metrics.TURNS, work.parsed.kind).inc()
         metrics.LLM_CALLS_PER_TURN.observe(llm_calls)
@@ -514,6 +516,12 @@ class TurnPipeline:
         credits = _field(result, "credits")
         if isinstance(credits, int) and credits > 0:
             metrics.child(metrics.AI_CREDITS, outcome or "none").inc(credits)
+        role = None if route is None else route.role
+        if role is not None:  # a registry agent: its version's role (routing.Route.role)
+            if outcome is not None:
+                metrics.child(metrics.AGENT_VERSION_OUTCOMES, role, outcome).inc()
+            if isinstance(credits, int) and credits > 0:
+                metrics.child(metrics.AGENT_VERSION_CREDITS, role).inc(credits)
         metrics.TURN_DURATION.observe(time.perf_counter() - started)
         if work.timestamp_ms is not None and (_field(result, "messages", []) or []):
             metrics.INPUT_TO_OUTBOUND.observe(max(0.0, time.time() - work.timestamp_ms / 1000))

@@ -34,6 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from consumer import metrics
+from consumer.canary import choose_version
 from consumer.parser import ParsedInput
 from consumer.pinning import pinned_version
 from engine.definition import DefinitionError, HostHooks, build_agent, parse_definition
@@ -107,6 +108,9 @@ class Route:
     pin_lost: str | None = None
     """Why the version the conversation was pinned to could not run this turn
     (``version-deleted``, ``version-invalid``), or None."""
+    role: str | None = None
+    """How the version was chosen, for the per-version counters: ``live``, ``canary``,
+    ``pinned`` (the conversation's runs started on it) or ``pin_lost``; None for ``AGENT``."""
     fallback: dict[str, Any] | None = None
     """The turn's ``fallback`` request when its runs cannot continue (``pin_lost`` on a
     customer message or a timer's wake): they end ``version-gone`` and the fallback answers."""
@@ -283,19 +287,32 @@ class RegistryRouter:
                 )
             else:
                 metrics.child(metrics.AGENT_VERSION_ROUTES, "pinned").inc()
-                return self._route(live, pinned, agent)
-        if live.live_version is None:
+                return dataclasses.replace(self._route(live, pinned, agent), role="pinned")
+        version, canary = choose_version(
+            live.agent_id, parsed.session_id, live.live_version, live.canary_version,
+            live.canary_percent,
+        )
+        if version is None:
             raise RouteRefused("agent-not-live", "the agent has no live version")
-        agent = await self._agent(live.agent_id, live.live_version, live.workspace)
+        try:
+            agent = await self._agent(live.agent_id, version, live.workspace)
+        except (RegistryError, RouteRefused):
+            if not canary or live.live_version is None:
+                raise
+            # A canary that does not build never refuses a conversation: the live version.
+            version, canary = live.live_version, False
+            agent = await self._agent(live.agent_id, version, live.workspace)
         if pin_lost is None:
-            metrics.child(metrics.AGENT_VERSION_ROUTES, "live").inc()
-            return self._route(live, live.live_version, agent)
+            role = "canary" if canary else "live"
+            metrics.child(metrics.AGENT_VERSION_ROUTES, role).inc()
+            return dataclasses.replace(self._route(live, version, agent), role=role)
         fallback = None
         if parsed.kind in ("message", "wake"):  # answered, never dropped: see Route.fallback
             fallback = {"reason": f"pinned-{pin_lost}", "message": self._fallback_message,
                         "end_runs": True}
         return dataclasses.replace(
-            self._route(live, live.live_version, agent), pin_lost=pin_lost, fallback=fallback
+            self._route(live, version, agent), pin_lost=pin_lost, fallback=fallback,
+            role="pin_lost",
         )
 
     @staticmethod

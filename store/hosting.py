@@ -73,6 +73,8 @@ class LiveAgent:
     agent_id: str
     workspace: str
     live_version: int | None
+    canary_version: int | None = None  # with canary_percent: see consumer/canary.py
+    canary_percent: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +114,8 @@ _SET_LIVE = text(
 )
 _ACTIVATE = text(
     """
-    UPDATE agents AS a SET live_version = v.version, updated_at = now()
+    UPDATE agents AS a SET live_version = v.version, canary_version = NULL,
+        canary_percent = NULL, updated_at = now()
     FROM agent_versions AS v
     WHERE a.agent_id = :agent_id AND v.agent_id = a.agent_id AND v.version = :version
     RETURNING a.live_version
@@ -137,13 +140,23 @@ _VERSION = text(
     """
 )
 _LIVE = text(
-    "SELECT agent_id, workspace_id, live_version FROM agents WHERE agent_id = ANY(:agent_ids)"
+    "SELECT agent_id, workspace_id, live_version, canary_version, canary_percent FROM agents "
+    "WHERE agent_id = ANY(:agent_ids)"
+)
+_SET_CANARY = text(
+    """
+    UPDATE agents AS a SET canary_version = v.version, canary_percent = :percent,
+        updated_at = now()
+    FROM agent_versions AS v
+    WHERE a.agent_id = :agent_id AND v.agent_id = a.agent_id AND v.version = :version
+    RETURNING a.live_version
+    """
 )
 # What changed since a time (the consumers' routers poll it once per refresh, whatever the number
 # of agents), with the database's clock to ask from next time.
 _CHANGED_AGENTS = text(
     """
-    SELECT agent_id, workspace_id, live_version FROM agents
+    SELECT agent_id, workspace_id, live_version, canary_version, canary_percent FROM agents
     WHERE updated_at >= CAST(:since AS timestamptz)
     """
 )
@@ -263,6 +276,27 @@ class Hosting:
         if row is None:
             raise RegistryError(f"agent {agent_id!r} has no version {version}")
 
+    async def set_canary(self, agent_id: str, version: int, percent: int) -> None:
+        """Send ``percent`` (1-99) of new conversations to ``version``; 100 promotes it (it
+        becomes live, the canary is cleared, as ``activate``)."""
+        check_id(agent_id, "agent_id")
+        if not 1 <= percent <= 100:
+            raise RegistryError("--percent must be between 1 and 100")
+        if percent == 100:
+            await self.activate(agent_id, version)
+            return
+        current = (await self.live([agent_id])).get(agent_id)
+        if current is not None and current.live_version == version:
+            raise RegistryError(f"version {version} is already live; a canary is another version")
+        async with self._engine.connect() as connection:
+            row = (
+                await connection.execute(
+                    _SET_CANARY, {"agent_id": agent_id, "version": version, "percent": percent}
+                )
+            ).one_or_none()
+        if row is None:
+            raise RegistryError(f"agent {agent_id!r} has no version {version}")
+
     async def list_agents(self, workspace: str | None = None) -> list[AgentRow]:
         async with self._engine.connect() as connection:
             rows = (await connection.execute(_LIST, {"workspace": workspace})).all()
@@ -296,7 +330,7 @@ class Hosting:
             return {}
         async with self._engine.connect() as connection:
             rows = (await connection.execute(_LIVE, {"agent_ids": list(agent_ids)})).all()
-        return {r.agent_id: LiveAgent(r.agent_id, r.workspace_id, r.live_version) for r in rows}
+        return {r.agent_id: _live_agent(r) for r in rows}
 
     async def changes_since(
         self, since: datetime | None
@@ -311,7 +345,7 @@ class Hosting:
             plans = (await connection.execute(_CHANGED_WORKSPACES, {"since": since})).all()
         return (
             now,
-            [LiveAgent(r.agent_id, r.workspace_id, r.live_version) for r in agents],
+            [_live_agent(r) for r in agents],
             [WorkspacePlan(r.id, r.plan, r.agents_enabled, r.web_searches_per_day)
              for r in plans],
         )
@@ -379,3 +413,8 @@ class Hosting:
                 )
             ).all()
         return [DailyCredits(r.workspace_id, r.day, int(r.credits), int(r.turns)) for r in rows]
+
+
+def _live_agent(row: Any) -> LiveAgent:
+    return LiveAgent(row.agent_id, row.workspace_id, row.live_version, row.canary_version,
+                     row.canary_percent)

@@ -6,6 +6,8 @@
 - ``activate AGENT VERSION``: make a version live (rolling back is activating an older one);
   every consumer answers with it from each conversation's next turn with no run in progress,
   within ``AGENT_REFRESH_MS``, without a restart; it prints what stays on other versions;
+- ``activate AGENT VERSION --percent N``: a canary, N% (1-99) of new conversations, chosen by
+  session id; 100 promotes it; activating any version clears it (a roll-back);
 - ``versions AGENT``: per version, the conversations still pinned to it and where they wait;
 - ``workspace ID [--create] [--plan P] [--agents on|off] [--web-searches-per-day N|none]``:
   an unknown workspace is refused unless ``--create`` (a typo never makes a new one);
@@ -71,6 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     activate = actions.add_parser("activate", help="make a version live (or roll back)")
     activate.add_argument("agent_id")
     activate.add_argument("version", type=whole_number(1))
+    activate.add_argument(
+        "--percent", type=whole_number(1),
+        help="a canary: this share (1-99) of new conversations takes the version, chosen by "
+        "session id; 100 promotes it",
+    )
     versions = actions.add_parser(
         "versions", help="each version: conversations still pinned to it, and where they wait"
     )
@@ -193,6 +200,16 @@ async def _diff(hosting: Any, args: argparse.Namespace, settings: Settings) -> i
 
 
 async def _activate(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
+    from store.hosting import RegistryError
+
+    percent = getattr(args, "percent", None)
+    if percent is not None and percent > 100:
+        raise RegistryError("--percent must be between 1 and 100")
+    if percent is not None and percent < 100:
+        await hosting.set_canary(args.agent_id, args.version, percent)
+        print(f"{_show(args.agent_id)}: version {args.version} answers {percent}% of new "
+              f"conversations (canary); the rest stay on the live version")
+        return 0
     await hosting.activate(args.agent_id, args.version)
     print(f"{_show(args.agent_id)}: version {args.version} is live")
     staying = [v for v in (await _drain(hosting, args.agent_id)).versions
@@ -214,10 +231,13 @@ async def _versions(hosting: Any, args: argparse.Namespace, settings: Settings) 
         raise RegistryError(f"no agent {_show(args.agent_id)}")
     row = rows[0]
     found = await _drain(hosting, args.agent_id)
+    current = (await hosting.live([args.agent_id]))[args.agent_id]
     print("version\tlive\tconversations\twaiting")
     for version in range(1, row.latest_version + 1):
         pinned = found.pinned(version)
-        live = "live" if version == row.live_version else "-"
+        live = "live" if version == row.live_version else (
+            f"canary {current.canary_percent}%" if version == current.canary_version else "-"
+        )
         count = 0 if pinned is None else pinned.conversations
         waits = "-" if pinned is None else _waits(pinned.waits)
         print(f"{version}\t{live}\t{count}\t{waits}")
