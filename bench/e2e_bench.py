@@ -157,7 +157,7 @@ class Servers:
 
 
 def _servers(stack: ExitStack) -> Servers:
-    from consumer.embedded_broker import EmbeddedBroker
+    from consumer.devchat.embedded_broker import EmbeddedBroker
     from store.scratch import scratch_database
 
     database = scratch_database(stack, prefix="turnflow-e2e")
@@ -553,7 +553,7 @@ async def run_once(
     processes), each session ``history_turns`` turns into its conversation. The paced phase
     offers ``paced_rate`` inputs a second, else ``PACED_LOAD`` of the backlog's rate."""
     topics = await _topics(servers, partitions)
-    from consumer.embedded_broker import free_port
+    from consumer.devchat.embedded_broker import free_port
 
     metrics_port = free_port() if workers == 1 else None
     env = dict(os.environ)
@@ -851,7 +851,7 @@ def _broker_servers(stack: ExitStack, database_url: str, where: str, broker: str
     """``tansu``: the embedded broker; ``kafka``: one Apache Kafka node (KRaft) on this host,
     its JVM sized for throughput rather than for the tests."""
     if broker == "tansu":
-        from consumer.embedded_broker import EmbeddedBroker
+        from consumer.devchat.embedded_broker import EmbeddedBroker
 
         tansu = EmbeddedBroker().start()
         stack.callback(tansu.stop)

@@ -45,8 +45,8 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from sqlalchemy.engine import make_url
 
-from consumer.embedded_broker import EmbeddedBroker
-from consumer.scheduler import FiringOptions, build_scheduler
+from consumer.devchat.embedded_broker import EmbeddedBroker
+from consumer.scheduler.service import FiringOptions, build_scheduler
 from consumer.topics import TopicSpec, ensure_topics
 from store import Store, migrate
 from store.embedded import EmbeddedPostgres

@@ -1,4 +1,22 @@
-"""The Kafka services: consumer, scheduler, outbox relay, CLI and metrics.
+"""The Kafka services and what they share.
+
+The modules at this level are the consume service (``service``: the input loop; ``pipeline``:
+one input's load, turn, save and publish; ``partitions``, ``parser``, ``decisions``, ``groups``,
+``supervisor``, ...) and the plumbing every service process shares (``settings``, ``metrics``,
+``logs``, ``health``, ``topics``, ``outbox``, ``dead_letters``, ``failures``). Each other service
+and product part has a package of its own:
+
+- ``scheduler/``: the scheduler service, timers in and wakes out;
+- ``relay/``: the outbox relay;
+- ``hosting/``: many workspaces' agents: routing a record to its stored agent, plans, packs;
+- ``inspect/``: the read side: ``turnflow inspect``, the web inspector and its test console;
+- ``devchat/``: ``turnflow dev``, the embedded servers and the terminal chat;
+- ``webserver/``: the bounded HTTP server of health and the inspector;
+- ``cli/``: the ``turnflow`` command, one module per subcommand.
+
+Imports go one way: the services use ``engine``, ``store``, ``hosting``, ``webserver`` and the
+shared modules here; only ``cli``, ``devchat`` and the inspector's console, which run services,
+import a service.
 
 The public API is below. Names are imported on first use (PEP 562), so ``turnflow migrate`` or
 a look at ``consumer.settings`` does not load aiokafka, the engine and the store.
@@ -19,7 +37,7 @@ if TYPE_CHECKING:
         RetryPolicy,
         decide,
     )
-    from consumer.embedded_broker import EmbeddedBroker
+    from consumer.devchat.embedded_broker import EmbeddedBroker
     from consumer.errors import (
         AgentImportError,
         ConsumerError,
@@ -29,10 +47,11 @@ if TYPE_CHECKING:
         ServerUnreachableError,
         TopicSetupError,
     )
-    from consumer.outbox import OutboxPublisher, OutboxRelay
+    from consumer.outbox import OutboxPublisher
     from consumer.parser import ParsedInput, Rejected, parse_record
     from consumer.partitions import OffsetWatermarks, SessionQueues
     from consumer.pipeline import OutboundTopics, TurnPipeline, TurnWork
+    from consumer.relay import OutboxRelay
     from consumer.service import ConsumerService
     from consumer.settings import Settings
     from consumer.topics import TopicSpec, ensure_topics
@@ -45,7 +64,7 @@ _EXPORTS = {
     "Retry": "consumer.decisions",
     "RetryPolicy": "consumer.decisions",
     "decide": "consumer.decisions",
-    "EmbeddedBroker": "consumer.embedded_broker",
+    "EmbeddedBroker": "consumer.devchat.embedded_broker",
     "AgentImportError": "consumer.errors",
     "ConsumerError": "consumer.errors",
     "EmbeddedBrokerError": "consumer.errors",
@@ -54,7 +73,7 @@ _EXPORTS = {
     "ServerUnreachableError": "consumer.errors",
     "TopicSetupError": "consumer.errors",
     "OutboxPublisher": "consumer.outbox",
-    "OutboxRelay": "consumer.outbox",
+    "OutboxRelay": "consumer.relay",
     "ParsedInput": "consumer.parser",
     "Rejected": "consumer.parser",
     "parse_record": "consumer.parser",

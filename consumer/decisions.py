@@ -43,7 +43,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from consumer.errors import FencedPublishError, PublishError
 from consumer.failures import cannot_succeed, describe
-from consumer.routing import RouteRefused
+from consumer.hosting.routing import RouteRefused
 from engine import BudgetSpent, ProviderError, TurnRequestError, UnusableReply
 
 __all__ = [

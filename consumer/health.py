@@ -1,6 +1,6 @@
 """``/metrics``, ``/healthz`` and ``/readyz`` on a small HTTP port.
 
-Three GET routes on ``consumer.http_server`` (no web framework). ``/healthz`` answers 200
+Three GET routes on ``consumer.webserver.server`` (no web framework). ``/healthz`` answers 200
 while the event loop runs; ``/readyz`` answers 200 when the service's ``ready()`` says so
 (connected and consuming) and 503 otherwise. Bodies carry metric samples and a word, never
 conversation content.
@@ -20,9 +20,15 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from consumer.errors import PortInUseError
-from consumer.http_server import DEFAULT_LIMITS, BoundedHttpServer, HttpLimits, Request, Response
 from consumer.metrics import REGISTRY, exports_for
 from consumer.settings import Settings
+from consumer.webserver.server import (
+    DEFAULT_LIMITS,
+    BoundedHttpServer,
+    HttpLimits,
+    Request,
+    Response,
+)
 
 __all__ = ["HealthServer", "start_health_server"]
 

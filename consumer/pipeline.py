@@ -44,9 +44,9 @@ from consumer import crash, metrics
 from consumer.decisions import VersionConflictsExhausted
 from consumer.groups import LoadGroup, SaveGroup
 from consumer.history_cache import HistoryCache
+from consumer.hosting.routing import BINDING_KEY, AgentRouter, Route, SingleAgent
 from consumer.outbox import OutboxPublisher
 from consumer.parser import ParsedInput
-from consumer.routing import BINDING_KEY, AgentRouter, Route, SingleAgent
 from engine.recording import RecordingLevel, Tape, fields_written, taping
 from store import (
     AlreadyApplied,

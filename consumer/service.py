@@ -65,9 +65,10 @@ from consumer.decisions import (
     decide,
 )
 from consumer.health import HealthServer, start_health_server
+from consumer.hosting.routing import registry_router
 from consumer.knowledge import attach_postgres_knowledge
 from consumer.model_calls import observe_model_calls
-from consumer.outbox import OutboxPublisher, OutboxRelay, new_producer, start_producer
+from consumer.outbox import OutboxPublisher, new_producer, start_producer
 from consumer.parser import Rejected, parse_record
 from consumer.partitions import OffsetWatermarks, QueuedInput, SessionQueues
 from consumer.pipeline import (
@@ -79,8 +80,8 @@ from consumer.pipeline import (
     burst_of,
 )
 from consumer.placement import PlacementCheck
+from consumer.relay import OutboxRelay
 from consumer.round_trips import RoundTrips, broker_probe, database_probe
-from consumer.routing import registry_router
 from consumer.settings import Settings
 from consumer.stopping import stopped_within
 from engine import Agent, ProviderError, UnusableReply

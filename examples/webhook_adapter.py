@@ -13,7 +13,7 @@ keyed by the session id so one conversation stays in one partition, in order. Th
 loses nothing, and a retried message carries the same ``id``, which the engine drops as a
 duplicate.
 
-No web framework: the port is served by ``consumer.http_server``, the bounded server the
+No web framework: the port is served by ``consumer.webserver.server``, the bounded server the
 service's own ports use, so a slow or hostile client meets the same limits there (a deadline on
 the request head, capped headers, a capped body, a capped number of connections). The point
 here is the shape of the records.
@@ -31,7 +31,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from consumer.http_server import BoundedHttpServer, HttpError, HttpLimits, Request, Response
+from consumer.webserver.server import BoundedHttpServer, HttpError, HttpLimits, Request, Response
 
 MAX_BODY = 64 * 1024
 

@@ -1,9 +1,9 @@
 """Where an agent's conversations still wait, per version: the drain view of an activation.
 
 A registry conversation is pinned to the version of its last turn for as long as its session
-holds a run (``consumer.pinning``). This reads the saved sessions of one agent and counts, per
-version, the conversations with runs in progress and where those runs wait (flow, step, status
-and wait kind), so an operator sees when an old version is drained.
+holds a run (``consumer.hosting.pinning``). This reads the saved sessions of one agent and
+counts, per version, the conversations with runs in progress and where those runs wait (flow,
+step, status and wait kind), so an operator sees when an old version is drained.
 
 It scans the sessions bound to the agent (``state->'metadata'->'agent'``): an operator's
 question asked now and then, not a hot path; there is no index for it. Sessions whose binding

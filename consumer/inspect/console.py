@@ -1,6 +1,6 @@
 """The inspector's test console: chat with the agent through the real topics, from the page.
 
-It is the second view of ``consumer.chat_client`` (``turnflow dev``'s terminal is the first): a
+It is the second view of ``consumer.devchat.client`` (``turnflow dev``'s terminal is the first): a
 message goes out as a channel adapter would write it (``message_input`` and ``produce`` into
 ``inbound.turns``, under a session id of the console's own, ``console-`` and random hex), the
 consumer answers it, the replies are read back from ``outbound.messages`` (``ReplyReader``),
@@ -14,7 +14,7 @@ page reads it there like every other page (``consumer.inspect.reading``), but th
 changes to a reply (``TurnResult.link_fixes``: each link kept, repaired or removed) are neither
 saved nor published. Only the running turn has them, so the console keeps them, per input, for
 the page to show under the reply. ``turnflow ui --console`` therefore runs the consumer and the
-scheduler in its own process (``consumer.dev_servers.DevServices``), on topics named for the
+scheduler in its own process (``consumer.devchat.servers.DevServices``), on topics named for the
 console's run, so it answers only the console's inputs and never takes a real consumer's.
 """
 
@@ -29,7 +29,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from consumer.chat_client import (
+from consumer.devchat.client import (
     DeadLetterNotice,
     DeadLetterReader,
     ObservedAgent,
@@ -43,8 +43,8 @@ from consumer.chat_client import (
     reader_consumer,
     start_producer,
 )
-from consumer.chat_lines import parse_chat_line
-from consumer.dev_servers import DevServices, create_topics, new_run_id, run_topics
+from consumer.devchat.lines import parse_chat_line
+from consumer.devchat.servers import DevServices, create_topics, new_run_id, run_topics
 from consumer.errors import DevError
 from consumer.parser import MAX_SESSION_ID_CHARS
 from consumer.settings import Settings

@@ -1,4 +1,4 @@
-"""Serving the inspector's ASGI app through ``consumer.http_server``'s bounded server.
+"""Serving the inspector's ASGI app through ``consumer.webserver.server``'s bounded server.
 
 The pages come from Starlette (routing, responses, templates); the socket is held by the same
 ``BoundedHttpServer`` every other port of the project uses, so the inspector gets the same
@@ -18,8 +18,8 @@ import asyncio
 from typing import Any
 from urllib.parse import unquote
 
-from consumer.http_server import Handler as HttpHandler
-from consumer.http_server import HttpLimits, Request, Response
+from consumer.webserver.server import Handler as HttpHandler
+from consumer.webserver.server import HttpLimits, Request, Response
 
 __all__ = ["CONSOLE_LIMITS", "UI_LIMITS", "asgi_handler"]
 

@@ -8,7 +8,7 @@ Content-Security-Policy (no script at all, styles from this app only).
 
 Access: with a token (``TURNFLOW_UI_TOKEN``) every page asks for it, as
 ``Authorization: Bearer <token>`` or the cookie that ``/login?token=...`` sets; without one the
-app is meant for a loopback address only (``consumer.commands.ui`` refuses to bind elsewhere).
+app is meant for a loopback address only (``consumer.cli.ui`` refuses to bind elsewhere).
 
 Logs: one line per request with the route's name, status and time. Never the path or query
 (session ids, filters) nor anything from a page.

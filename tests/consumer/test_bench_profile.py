@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pyinstrument import Profiler
 
-from consumer.commands.bench import _load
+from consumer.cli.bench import _load
 
 
 def _busy(seconds: float) -> int:

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from consumer import cli, metrics
-from consumer.canary import bucket, choose_version
+from consumer.hosting.canary import bucket, choose_version
 from consumer.parser import ParsedInput
 from store import Store
 from store.hosting import Hosting

@@ -8,7 +8,7 @@ import asyncio
 import json
 from typing import Any
 
-from consumer.chat_client import ReplyReader, markers, message_input, produce
+from consumer.devchat.client import ReplyReader, markers, message_input, produce
 from consumer.inspect.console import ConsoleReplies, new_console_session
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from consumer import cli
-from consumer.commands.topics import topic_specs
+from consumer.cli.topics import topic_specs
 from consumer.settings import Settings
 
 ENV = ("AGENT", "DATABASE_URL", "KAFKA_BOOTSTRAP_SERVERS", "METRICS_PORT",

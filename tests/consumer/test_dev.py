@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from consumer import dev, terminal_chat
-from consumer.dev import (
+from consumer.devchat import dev
+from consumer.devchat import terminal as terminal_chat
+from consumer.devchat.dev import (
     Chat,
     ChatLine,
     ObservedAgent,

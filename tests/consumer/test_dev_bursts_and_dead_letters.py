@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.dev import (
+from consumer.devchat.dev import (
     Chat,
     ChatLine,
     ObservedTurn,
@@ -231,7 +231,7 @@ def test_set_metrics_port_and_host_are_kept(monkeypatch: pytest.MonkeyPatch) -> 
 async def test_lines_pasted_at_the_terminal_arrive_as_one_chunk() -> None:
     """Lines that reach the terminal together (a paste) come out as one chunk, which the chat
     sends as a burst; a line typed later is its own; the end of input ends the chunks."""
-    from consumer.dev import TerminalLines
+    from consumer.devchat.dev import TerminalLines
 
     terminal = TerminalLines()
     for line in ("hi", "my name is Lee", "I need a flat tire fix"):

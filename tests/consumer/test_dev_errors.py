@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from consumer.embedded_broker import free_port
+from consumer.devchat.embedded_broker import free_port
 from tests.consumer.dev_process import run_dev
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumer.embedded_broker import EmbeddedBroker, free_port
+from consumer.devchat.embedded_broker import EmbeddedBroker, free_port
 from consumer.errors import EmbeddedBrokerError
 
 

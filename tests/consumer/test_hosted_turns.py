@@ -11,9 +11,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from consumer.packs import load_packs
+from consumer.hosting.packs import load_packs
+from consumer.hosting.routing import RegistryRouter
 from consumer.parser import ParsedInput
-from consumer.routing import RegistryRouter
 from engine.definition import definition_digest
 from engine.providers import RuleProvider
 from store import Store

@@ -1,7 +1,7 @@
 """Hostile clients on the HTTP ports: drip-fed heads, too many connections, too many headers,
 and a descriptor limit slow clients would exhaust. Every port (the health and metrics port of
 ``consume``, ``schedule`` and ``relay``, the webhook example) serves through
-``consumer.http_server``; the health server stands for them here, with a real service's
+``consumer.webserver.server``; the health server stands for them here, with a real service's
 turns running next to the slow clients in the descriptor test."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from consumer.health import HealthServer
-from consumer.http_server import (
+from consumer.webserver.server import (
     BoundedHttpServer,
     HttpError,
     HttpLimits,
@@ -347,8 +347,8 @@ async def test_every_command_port_is_bounded(process: str) -> None:
     import socket
 
     from consumer.health import start_health_server
-    from consumer.http_server import DEFAULT_LIMITS
     from consumer.settings import Settings
+    from consumer.webserver.server import DEFAULT_LIMITS
 
     with socket.socket() as probe_socket:
         probe_socket.bind(("127.0.0.1", 0))

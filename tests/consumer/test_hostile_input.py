@@ -23,7 +23,7 @@ from consumer.errors import ScheduleRecordError
 from consumer.outbox import OutboxPublisher
 from consumer.parser import ParsedInput, Rejected, parse_record
 from consumer.pipeline import OutboundTopics, TurnPipeline
-from consumer.schedule_intake import parse_schedule_record
+from consumer.scheduler.intake import parse_schedule_record
 from consumer.service import ConsumerService
 from consumer.settings import Settings
 from engine import Agent, FakeClock, MockProvider, TurnRequest, TurnRequestError, ok

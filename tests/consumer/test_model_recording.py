@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from consumer.hosting.routing import BINDING_KEY, Route
 from consumer.outbox import OutboxPublisher
 from consumer.parser import ParsedInput, parse_record
 from consumer.pipeline import OutboundTopics, TurnPipeline, TurnWork
-from consumer.routing import BINDING_KEY, Route
 from engine import Agent, FakeClock, MockProvider, ModelRequest
 from engine.recording import RecordingLevel, recorded_agent, state_digest
 from store import SourceRecord
@@ -137,7 +137,7 @@ async def test_the_relay_prunes_expired_recordings_at_most_once_per_period() -> 
     """Retention is enforced by the relay: the first pass prunes, the next ones wait."""
     from datetime import timedelta
 
-    from consumer.outbox import OutboxRelay
+    from consumer.relay import OutboxRelay
 
     store = _PruningStore()
     relay = OutboxRelay(None, store, interval_s=1, grace_s=1,  # type: ignore[arg-type]
@@ -154,7 +154,7 @@ async def test_the_relay_deletes_published_outbox_rows_past_their_retention() ->
     period; without one nothing is deleted."""
     from datetime import timedelta
 
-    from consumer.outbox import OutboxRelay
+    from consumer.relay import OutboxRelay
 
     store = _PruningStore()
     relay = OutboxRelay(None, store, interval_s=1, grace_s=1,  # type: ignore[arg-type]

@@ -15,11 +15,11 @@ from aiokafka.errors import KafkaTimeoutError
 from consumer.errors import PublishError
 from consumer.outbox import (
     OutboxPublisher,
-    OutboxRelay,
     PublishedMarks,
     _settled,
     encode_payload,
 )
+from consumer.relay import OutboxRelay
 from tests.consumer.fakes import FakeProducer, FakeStore
 
 OLD = datetime.now(UTC) - timedelta(minutes=5)

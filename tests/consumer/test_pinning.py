@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from consumer import metrics
+from consumer.hosting.pinning import has_work_in_progress, pinned_version
+from consumer.hosting.routing import RegistryRouter
 from consumer.parser import ParsedInput
-from consumer.pinning import has_work_in_progress, pinned_version
-from consumer.routing import RegistryRouter
 from engine.definition import definition_digest
 from engine.packs import PackSet
 from engine.providers import RuleProvider

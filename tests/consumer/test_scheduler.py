@@ -18,8 +18,8 @@ from sqlalchemy.exc import DBAPIError
 
 from consumer import metrics
 from consumer.errors import ScheduleRecordError
-from consumer.schedule_intake import ScheduleIntake, parse_schedule_record
-from consumer.scheduler import FiringOptions, TimerFiring, wake_record
+from consumer.scheduler.intake import ScheduleIntake, parse_schedule_record
+from consumer.scheduler.service import FiringOptions, TimerFiring, wake_record
 from store import DeadLetterRecord, Timer, TimerEntry
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiokafka.client import AIOKafkaClient
 
-from consumer.embedded_broker import EmbeddedBroker, free_port
+from consumer.devchat.embedded_broker import EmbeddedBroker, free_port
 from consumer.errors import EmbeddedBrokerError
 from tests.faults.midload import load_through_fault
 from tests.faults.process import FaultSetup

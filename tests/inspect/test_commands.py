@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from consumer import cli
-from consumer.commands.ui import is_loopback
+from consumer.cli.ui import is_loopback
 from consumer.inspect import diagram
 from consumer.inspect.options import parse_time
 from consumer.inspect.terminal import safe
@@ -144,8 +144,8 @@ async def test_the_bounded_server_serves_the_asgi_app_read_only() -> None:
     from starlette.responses import PlainTextResponse
     from starlette.routing import Route
 
-    from consumer.http_server import BoundedHttpServer
     from consumer.inspect.serving import UI_LIMITS, asgi_handler
+    from consumer.webserver.server import BoundedHttpServer
 
     async def echo(request: Request) -> PlainTextResponse:
         return PlainTextResponse(f"{request.path_params['rest']}|{request.query_params.get('q')}",
@@ -185,9 +185,9 @@ def test_any_request_target_is_answered_without_a_server_error(target: str) -> N
     redirect), never a 500 nor an exception out of the handler."""
     import asyncio
 
-    from consumer.http_server import Request
     from consumer.inspect.serving import UI_LIMITS, asgi_handler
     from consumer.inspect.web import build_app
+    from consumer.webserver.server import Request
 
     handler = asgi_handler(build_app(_EmptyReader(), token=None))  # type: ignore[arg-type]
 

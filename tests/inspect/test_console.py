@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumer.chat_client import ObservedTurn, read_dead_letter
+from consumer.devchat.client import ObservedTurn, read_dead_letter
 from consumer.inspect.console import (
     CONSOLE_PREFIX,
     Console,
@@ -215,8 +215,8 @@ async def test_the_console_writes_under_its_own_session_ids_only() -> None:
 async def test_the_form_goes_through_the_bounded_server() -> None:
     """The console's POST is read by the project's bounded server (its body capped), and the
     same server without the console refuses any POST."""
-    from consumer.http_server import BoundedHttpServer
     from consumer.inspect.serving import CONSOLE_LIMITS, UI_LIMITS, asgi_handler
+    from consumer.webserver.server import BoundedHttpServer
 
     console, consumer = _console()
     app = build_app(_Reader(), console=console)  # type: ignore[arg-type]

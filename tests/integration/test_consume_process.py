@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from consumer.embedded_broker import free_port
+from consumer.devchat.embedded_broker import free_port
 from consumer.topics import TopicSpec, ensure_topics
 from store import OutboxEntry, SaveRequest, SourceRecord, Store, TurnRecord
 from tests.integration.harness import (

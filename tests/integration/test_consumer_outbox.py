@@ -6,7 +6,8 @@ import uuid
 
 import pytest
 
-from consumer.outbox import OutboxPublisher, OutboxRelay, new_producer
+from consumer.outbox import OutboxPublisher, new_producer
+from consumer.relay import OutboxRelay
 from store import OutboxEntry, SaveRequest, SourceRecord, Store, TurnRecord
 from tests.integration.harness import (
     INBOUND,

@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from consumer.scheduler import FiringOptions
+from consumer.scheduler.service import FiringOptions
 from store import Store
 from tests.integration.harness import (
     DLQ,

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from consumer.embedded_broker import free_port
+from consumer.devchat.embedded_broker import free_port
 from consumer.topics import TopicSpec, ensure_topics
 from tests.fixtures.servers import servers_unavailable
 from tests.integration.harness import OutboundReader, produce

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from consumer.scheduler import FiringOptions
+from consumer.scheduler.service import FiringOptions
 from engine.definition import definition_digest
 from store import Store
 from store.hosting import Hosting

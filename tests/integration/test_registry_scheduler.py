@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from consumer.scheduler import FiringOptions
+from consumer.scheduler.service import FiringOptions
 from engine import ok
 from engine.definition import definition_digest
 from engine.packs import Pack

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from consumer.scheduler import FiringOptions, Scheduler, TimerStore, build_scheduler
+from consumer.scheduler.service import FiringOptions, Scheduler, TimerStore, build_scheduler
 from consumer.topics import partitions_of
 from store import Store, TimerEntry
 from tests.fixtures.broker import TopicFactory

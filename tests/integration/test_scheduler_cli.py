@@ -16,7 +16,7 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from consumer.embedded_broker import free_port
+from consumer.devchat.embedded_broker import free_port
 from store import Store, TimerEntry
 from tests.fixtures.broker import TopicFactory
 

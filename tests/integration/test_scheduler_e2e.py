@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from consumer.scheduler import FiringOptions, build_scheduler
+from consumer.scheduler.service import FiringOptions, build_scheduler
 from engine import Agent, ok
 from store import Store
 from tests.integration.harness import (

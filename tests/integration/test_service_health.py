@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from consumer.embedded_broker import EmbeddedBroker, free_port
+from consumer.devchat.embedded_broker import EmbeddedBroker, free_port
 from consumer.errors import EmbeddedBrokerError
 from consumer.topics import TopicSpec, ensure_topics
 from tests.fixtures.servers import servers_unavailable

@@ -127,7 +127,7 @@ async def test_the_relay_and_the_prune_command_apply_the_dead_letter_retention(
     import asyncio
 
     from consumer.cli import main
-    from consumer.outbox import OutboxRelay
+    from consumer.relay import OutboxRelay
 
     await _poison(store, database_url, 4)
     relay = OutboxRelay(None, store, interval_s=1, grace_s=1,  # type: ignore[arg-type]

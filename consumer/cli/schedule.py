@@ -6,9 +6,9 @@ import argparse
 import math
 
 from consumer import heap
-from consumer.commands.running import EXIT_CONFIG, fail, run_service
+from consumer.cli.running import EXIT_CONFIG, fail, run_service
 from consumer.logs import configure_logging
-from consumer.scheduler import FiringOptions, SchedulerService
+from consumer.scheduler.service import FiringOptions, SchedulerService
 from consumer.settings import Settings
 
 __all__ = ["add_arguments", "run"]

@@ -8,7 +8,7 @@ keeps its side for as long as the canary stands, and a restart or a rebalance ch
 Raising N only moves conversations from live to the canary (a bucket below N stays below a
 larger N); ``--percent 100`` promotes V and activating any version rolls the canary back.
 A conversation with runs in progress stays pinned to its version either way
-(``consumer.pinning``).
+(``consumer.hosting.pinning``).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from consumer.commands.arguments import whole_number
-from consumer.commands.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
+from consumer.cli.arguments import whole_number
+from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 from consumer.errors import TopicSetupError
 from consumer.settings import Settings
 from consumer.topics import TopicSpec, ensure_topics

@@ -23,8 +23,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from consumer.commands.arguments import whole_number
-from consumer.commands.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
+from consumer.cli.arguments import whole_number
+from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 from consumer.settings import Settings
 
 __all__ = ["add_arguments", "run"]
@@ -192,7 +192,7 @@ def _load(args: argparse.Namespace, settings: Settings, *, required: bool = True
 
 
 def _load_packs(spec: str | None) -> Any:
-    from consumer.packs import load_packs
+    from consumer.hosting.packs import load_packs
 
     return load_packs(spec)
 

@@ -49,7 +49,7 @@ from typing import Any, TextIO
 from pydantic import ValidationError
 
 from consumer.agents import load_agent
-from consumer.chat_client import (
+from consumer.devchat.client import (
     DeadLetterNotice,
     DeadLetterReader,
     ObservedAgent,
@@ -60,8 +60,8 @@ from consumer.chat_client import (
     reader_consumer,
     start_producer,
 )
-from consumer.chat_lines import HELP, ChatLine, parse_chat_line, parse_chat_lines
-from consumer.dev_servers import (
+from consumer.devchat.lines import HELP, ChatLine, parse_chat_line, parse_chat_lines
+from consumer.devchat.servers import (
     DevServices,
     bring_up_broker,
     bring_up_database,
@@ -73,11 +73,7 @@ from consumer.dev_servers import (
     new_run_id,
     run_topics,
 )
-from consumer.errors import AgentImportError, DevError
-from consumer.logs import JsonFormatter
-from consumer.parser import MAX_SESSION_ID_CHARS
-from consumer.settings import Settings
-from consumer.terminal_chat import (
+from consumer.devchat.terminal import (
     TTY_LINE_MAX,
     Chat,
     TerminalLines,
@@ -85,11 +81,16 @@ from consumer.terminal_chat import (
     noting_cuts,
     until_interrupted,
 )
+from consumer.errors import AgentImportError, DevError
+from consumer.logs import JsonFormatter
+from consumer.parser import MAX_SESSION_ID_CHARS
+from consumer.settings import Settings
 from engine import Agent, FlowConfigurationError
 from engine.recording import recorded_agent
 
-# The chat's pieces live in consumer.chat_client (shared with the inspector's test console),
-# consumer.chat_lines, consumer.terminal_chat (the terminal's view) and consumer.dev_servers;
+# The chat's pieces live in consumer.devchat.client (shared with the inspector's test console),
+# consumer.devchat.lines, consumer.devchat.terminal (the terminal's view) and
+# consumer.devchat.servers;
 # they are named here too, where ``turnflow dev``'s callers know them.
 __all__ = [
     "DEFAULT_AGENT",

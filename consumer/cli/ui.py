@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from consumer.commands.arguments import whole_number
-from consumer.commands.running import EXIT_CONFIG, fail, run_service
+from consumer.cli.arguments import whole_number
+from consumer.cli.running import EXIT_CONFIG, fail, run_service
 
 __all__ = ["MIN_TOKEN_CHARS", "add_arguments", "is_loopback", "run", "ui_token"]
 
@@ -70,12 +70,12 @@ def ui_token() -> str | None:
 def run(args: argparse.Namespace) -> int:
     from consumer.agents import load_agent
     from consumer.errors import AgentImportError
-    from consumer.http_server import BoundedHttpServer
     from consumer.inspect.options import database_url
     from consumer.inspect.reading import Reader
     from consumer.inspect.serving import CONSOLE_LIMITS, UI_LIMITS, asgi_handler
     from consumer.inspect.web import build_app
     from consumer.logs import configure_logging
+    from consumer.webserver.server import BoundedHttpServer
 
     url = database_url()
     if url is None:
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
             return fail(str(exc), EXIT_CONFIG)
     settings: Any = None
     if args.console:
-        from consumer.dev import load_settings, turn_wait_s
+        from consumer.devchat.dev import load_settings, turn_wait_s
         from consumer.errors import DevError
 
         try:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
-from consumer.chat_client import (
+from consumer.devchat.client import (
     DeadLetterNotice,
     ObservedTurn,
     ReplyReader,
@@ -25,7 +25,7 @@ from consumer.chat_client import (
     message_input,
     produce,
 )
-from consumer.chat_lines import ChatLine, parse_chat_lines
+from consumer.devchat.lines import ChatLine, parse_chat_lines
 from consumer.errors import first_line as _first_line
 from engine import ProviderError, TurnRequestError
 from engine.keys import session_tag

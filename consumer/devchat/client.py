@@ -6,7 +6,7 @@ DLQ topic from its end (``DeadLetterReader``), so an input the consumer dead-let
 once. The consumer's agent is wrapped in ``ObservedAgent``, which hands each turn's request and
 result (outcomes, ``llm_calls``, ``link_fixes``) to the chat: what the topics do not carry.
 
-``consumer.terminal_chat.Chat`` is the terminal's view of it (``turnflow dev``); the inspector's
+``consumer.devchat.terminal.Chat`` is the terminal's view of it (``turnflow dev``); the inspector's
 test console (``consumer.inspect.console``) is another view of the same pieces.
 """
 

@@ -19,10 +19,10 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.engine import make_url
 
-from consumer.embedded_broker import EmbeddedBroker, free_port
+from consumer.devchat.embedded_broker import EmbeddedBroker, free_port
 from consumer.errors import ConsumerError, DevError, EmbeddedBrokerError
 from consumer.errors import first_line as _first_line
-from consumer.scheduler import Scheduler, build_scheduler
+from consumer.scheduler.service import Scheduler, build_scheduler
 from consumer.service import ConsumerService
 from consumer.settings import Settings
 from consumer.topics import TopicSpec, ensure_topics

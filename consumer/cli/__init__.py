@@ -27,29 +27,31 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {
-    "consume": Command("consumer.commands.consume", "run the consumer service"),
-    "relay": Command("consumer.commands.relay", "run the outbox relay alone"),
-    "migrate": Command("consumer.commands.migrate", "migrate the database to the latest schema"),
-    "topics": Command("consumer.commands.topics", "create the topics (idempotent)"),
-    "schedule": Command("consumer.commands.schedule", "run the scheduler service"),
-    "dev": Command("consumer.dev", "embedded servers, consumer and scheduler, and a terminal chat"),
-    "broker": Command("consumer.commands.broker", "the embedded broker alone, for a local trial"),
-    "bench": Command("consumer.commands.bench", "the end-to-end load benchmark (source tree)"),
+    "consume": Command("consumer.cli.consume", "run the consumer service"),
+    "relay": Command("consumer.cli.relay", "run the outbox relay alone"),
+    "migrate": Command("consumer.cli.migrate", "migrate the database to the latest schema"),
+    "topics": Command("consumer.cli.topics", "create the topics (idempotent)"),
+    "schedule": Command("consumer.cli.schedule", "run the scheduler service"),
+    "dev": Command(
+        "consumer.devchat.dev", "embedded servers, consumer and scheduler, and a terminal chat"
+    ),
+    "broker": Command("consumer.cli.broker", "the embedded broker alone, for a local trial"),
+    "bench": Command("consumer.cli.bench", "the end-to-end load benchmark (source tree)"),
     "prune": Command(
-        "consumer.commands.prune",
+        "consumer.cli.prune",
         "drop model recordings, published outbox rows and dead letters past their retention",
     ),
     "replay": Command(
-        "consumer.commands.replay", "replay logged conversations against an agent, compare"
+        "consumer.cli.replay", "replay logged conversations against an agent, compare"
     ),
     "agents": Command(
-        "consumer.commands.agents", "store agents as versioned data, activate, list; credits"
+        "consumer.cli.agents", "store agents as versioned data, activate, list; credits"
     ),
     "inspect": Command(
-        "consumer.commands.inspect", "a conversation turn by turn, or the conversations list"
+        "consumer.cli.inspect", "a conversation turn by turn, or the conversations list"
     ),
-    "ui": Command("consumer.commands.ui", "the read-only web inspector of conversations"),
-    "graph": Command("consumer.commands.graph", "an agent's flows as an SVG or Mermaid diagram"),
+    "ui": Command("consumer.cli.ui", "the read-only web inspector of conversations"),
+    "graph": Command("consumer.cli.graph", "an agent's flows as an SVG or Mermaid diagram"),
 }
 
 
@@ -87,7 +89,3 @@ def settings_problems(error: ValidationError) -> str:
         f"{'.'.join(str(part) for part in e['loc']).upper() or 'SETTINGS'}: {e['msg']}"
         for e in error.errors(include_url=False, include_input=False)
     )
-
-
-if __name__ == "__main__":  # pragma: no cover - the console script calls main()
-    sys.exit(main())

@@ -34,9 +34,9 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from consumer import metrics
-from consumer.canary import choose_version
+from consumer.hosting.canary import choose_version
+from consumer.hosting.pinning import pinned_version
 from consumer.parser import ParsedInput
-from consumer.pinning import pinned_version
 from engine.definition import DefinitionError, HostHooks, build_agent, parse_definition
 from engine.lifecycle.web_search import DailyLimitReached
 from engine.packs import PackSet
@@ -63,8 +63,8 @@ def registry_router(settings: Any, store: Any, fallback: Any = None) -> Registry
     """The service's router for ``AGENT_REGISTRY``: the packs of ``PACKS``, one provider from
     the environment shared by every agent (recorded like ``AGENT``'s), ``fallback`` for
     conversations that name no agent."""
+    from consumer.hosting.packs import load_packs
     from consumer.model_calls import observe_model_calls
-    from consumer.packs import load_packs
     from engine.clock import SystemClock
     from engine.providers import provider_from_env
     from engine.recording import recorded_agent
@@ -318,7 +318,7 @@ class RegistryRouter:
     @staticmethod
     def _route(live: LiveAgent, version: int, agent: Any) -> Route:
         """The route of a turn on ``version``; the binding pins the conversation to it while
-        the turn leaves runs in progress (``consumer.pinning``)."""
+        the turn leaves runs in progress (``consumer.hosting.pinning``)."""
         return Route(
             agent=agent,
             agent_id=live.agent_id,

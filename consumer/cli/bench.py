@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from consumer.commands.running import EXIT_CONFIG, fail
+from consumer.cli.running import EXIT_CONFIG, fail
 
 __all__ = ["add_arguments", "run"]
 

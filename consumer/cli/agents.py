@@ -28,8 +28,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from consumer.commands.arguments import whole_number
-from consumer.commands.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
+from consumer.cli.arguments import whole_number
+from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 from consumer.errors import AgentImportError
 from consumer.settings import Settings
 
@@ -140,7 +140,7 @@ async def _with_hosting(
 
 
 async def _put(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
-    from consumer.packs import load_packs
+    from consumer.hosting.packs import load_packs
     from engine.definition import check_definition, definition_digest
     from engine.strict_json import loads
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from consumer.commands.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
+from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 from consumer.settings import Settings
 
 __all__ = ["add_arguments", "run"]

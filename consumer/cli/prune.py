@@ -15,7 +15,7 @@ import asyncio
 import math
 from datetime import timedelta
 
-from consumer.commands.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
+from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 from consumer.settings import MAX_RETENTION_DAYS, Settings
 
 __all__ = ["add_arguments", "run"]

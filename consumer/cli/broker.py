@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from consumer.commands.running import EXIT_CONFIG, fail, run_service
-from consumer.embedded_broker import EmbeddedBroker
+from consumer.cli.running import EXIT_CONFIG, fail, run_service
+from consumer.devchat.embedded_broker import EmbeddedBroker
 from consumer.errors import EmbeddedBrokerError
 
 __all__ = ["add_arguments", "run"]

@@ -18,8 +18,8 @@ import os
 import sys
 from typing import Any
 
-from consumer.commands.arguments import whole_number
-from consumer.commands.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
+from consumer.cli.arguments import whole_number
+from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 from consumer.inspect.options import database_url, parse_time
 from consumer.inspect.reading import MAX_PAGE, OUTCOME_FILTERS, Cursor, ListFilter, Reader
 

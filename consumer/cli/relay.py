@@ -7,11 +7,12 @@ import asyncio
 import logging
 
 from consumer import heap, metrics
+from consumer.cli.running import EXIT_CONFIG, fail, run_service
 from consumer.closing import close_quietly
-from consumer.commands.running import EXIT_CONFIG, fail, run_service
 from consumer.health import start_health_server
 from consumer.logs import configure_logging
-from consumer.outbox import OutboxPublisher, OutboxRelay, new_producer, start_producer
+from consumer.outbox import OutboxPublisher, new_producer, start_producer
+from consumer.relay import OutboxRelay
 from consumer.round_trips import RoundTrips, broker_probe, database_probe
 from consumer.settings import Settings
 from store import Store

@@ -13,7 +13,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from consumer.commands.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
+from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 
 __all__ = ["add_arguments", "run"]
 

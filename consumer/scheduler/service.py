@@ -1,6 +1,6 @@
 """The scheduler service: durable timers become wake inputs on ``inbound.turns``.
 
-Two loops share one process. ``ScheduleIntake`` (``consumer.schedule_intake``) stores
+Two loops share one process. ``ScheduleIntake`` (``consumer.scheduler.intake``) stores
 ``outbound.schedule`` entries; ``TimerFiring`` fires the due ones. Firing, per batch:
 
 1. claim due rows (``at <= now()`` by the database's clock) with ``FOR UPDATE SKIP LOCKED``,
@@ -58,7 +58,7 @@ from consumer.failures import cannot_succeed
 from consumer.health import HealthServer, start_health_server
 from consumer.outbox import encode_payload, new_producer, start_producer
 from consumer.round_trips import RoundTrips, broker_probe, database_probe
-from consumer.schedule_intake import ScheduleIntake, TimerSink
+from consumer.scheduler.intake import ScheduleIntake, TimerSink
 from consumer.settings import Settings
 from store import DeadLetterRecord, Store, Timer
 

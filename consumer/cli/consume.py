@@ -12,10 +12,10 @@ import os
 
 from consumer import heap
 from consumer.agents import load_agent
-from consumer.commands.running import EXIT_CONFIG, fail, run_service
+from consumer.cli.running import EXIT_CONFIG, fail, run_service
 from consumer.errors import AgentImportError
+from consumer.hosting.packs import load_packs
 from consumer.logs import configure_logging
-from consumer.packs import load_packs
 from consumer.service import ConsumerService
 from consumer.settings import Settings
 from consumer.supervisor import (

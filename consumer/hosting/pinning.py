@@ -3,7 +3,7 @@
 A conversation is pinned to the version its binding records (``metadata["agent"]["version"]``,
 the version that ran its last turn) for as long as it has work in progress: any run the engine
 left in the session (asking, waiting on a timer or an event, suspended, deferred). A turn of a
-conversation with no run uses the agent's live version (or its canary, ``consumer.canary``),
+conversation with no run uses the agent's live version (or its canary, ``consumer.hosting.canary``),
 and from then on the conversation is pinned to that one until its runs end. The unit is the
 conversation, not the run: one turn runs one agent over the whole session (its triggers,
 fields, suspended stack and hand-offs between runs), so two versions never meet in one turn, and

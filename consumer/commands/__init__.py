@@ -1,1 +1,0 @@
-"""One module per ``turnflow`` subcommand, each with ``add_arguments(parser)`` and ``run(args)``."""
