@@ -8,6 +8,9 @@
   within ``AGENT_REFRESH_MS``, without a restart; it prints what stays on other versions;
 - ``activate AGENT VERSION --percent N``: a canary, N% (1-99) of new conversations, chosen by
   session id; 100 promotes it; activating any version clears it (a roll-back);
+- ``activate AGENT VERSION --check N [--accept-changes]``: first replay the agent's last N
+  conversations against the version (identical / CHANGED / UNDECIDABLE each); any change
+  refuses the activation (exit 1) unless ``--accept-changes``;
 - ``versions AGENT``: per version, the conversations still pinned to it and where they wait;
 - ``workspace ID [--create] [--plan P] [--agents on|off] [--web-searches-per-day N|none]``:
   an unknown workspace is refused unless ``--create`` (a typo never makes a new one);
@@ -34,6 +37,8 @@ from consumer.errors import AgentImportError
 from consumer.settings import Settings
 
 __all__ = ["add_arguments", "run"]
+
+EXIT_CHANGED = 1  # --check found changes: nothing activated
 
 
 def _day(value: str) -> date:
@@ -78,6 +83,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a canary: this share (1-99) of new conversations takes the version, chosen by "
         "session id; 100 promotes it",
     )
+    activate.add_argument(
+        "--check", type=whole_number(1), metavar="N",
+        help="first replay the agent's last N conversations against the version; refuse when "
+        "any changed",
+    )
+    activate.add_argument("--accept-changes", action="store_true",
+                          help="with --check: activate even when conversations changed")
+    activate.add_argument("--packs", help="with --check: the packs to build with "
+                          "(default: $PACKS)")
     versions = actions.add_parser(
         "versions", help="each version: conversations still pinned to it, and where they wait"
     )
@@ -205,6 +219,8 @@ async def _activate(hosting: Any, args: argparse.Namespace, settings: Settings) 
     percent = getattr(args, "percent", None)
     if percent is not None and percent > 100:
         raise RegistryError("--percent must be between 1 and 100")
+    if args.check is not None and not await _checked(hosting, args, settings):
+        return EXIT_CHANGED
     if percent is not None and percent < 100:
         await hosting.set_canary(args.agent_id, args.version, percent)
         print(f"{_show(args.agent_id)}: version {args.version} answers {percent}% of new "
@@ -221,6 +237,35 @@ async def _activate(hosting: Any, args: argparse.Namespace, settings: Settings) 
               f"{'' if pinned.conversations == 1 else 's'} until their runs end: "
               f"{_waits(pinned.waits)}")
     return 0
+
+
+async def _checked(hosting: Any, args: argparse.Namespace, settings: Settings) -> bool:
+    """Replay the agent's last ``--check`` conversations against the version and print each
+    verdict; False (nothing activated) when any changed and ``--accept-changes`` is not given."""
+    from consumer.hosting.packs import load_packs
+    from replay.check import check_version
+    from store import Store
+
+    await hosting.version(args.agent_id, args.version)  # refused at once if there is none
+    packs = load_packs(args.packs if args.packs is not None else settings.packs)
+    assert settings.database_url is not None
+    store = await Store.connect(settings.database_url, pool_size=1, max_overflow=0)
+    try:
+        verdicts = await check_version(store, packs, args.agent_id, args.version, args.check)
+    finally:
+        await store.close()
+    for verdict in verdicts:
+        print(verdict.line())
+    changed = sum(1 for v in verdicts if v.verdict == "CHANGED")
+    undecidable = sum(1 for v in verdicts if v.verdict == "UNDECIDABLE")
+    print(f"checked {len(verdicts)} conversations against version {args.version}: "
+          f"{len(verdicts) - changed - undecidable} identical, {changed} changed, "
+          f"{undecidable} undecidable")
+    if changed and not args.accept_changes:
+        print(f"turnflow: not activated: {changed} conversations changed "
+              "(--accept-changes activates anyway)", file=sys.stderr)
+        return False
+    return True
 
 
 async def _versions(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
