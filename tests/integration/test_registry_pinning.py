@@ -30,11 +30,17 @@ def _v1(agent_id: str, workspace: str) -> dict[str, Any]:
         "agent_id": agent_id, "workspace": workspace, "name": "Bot",
         "packs": ["nudges"],
         "fields": {"day": {"type": "string", "enum": DAYS, "ask": "Which day?"},
-                   "nudged": {"type": "boolean"}},
+                   "nudged": {"type": "boolean"},
+                   "confirmed": {"type": "boolean", "ask": "Shall I place it (yes or no)?"}},
         "flows": [
             {"id": "booking", "on": [{"message": ["book"]}], "steps": [
                 {"id": "what", "collect": ["day"], "prompt": "Ask for the day."},
                 {"id": "done", "say": "v1: booked {{day}}"},
+            ]},
+            {"id": "order", "on": [{"message": ["order"]}], "steps": [
+                {"id": "sure", "collect": ["confirmed"], "prompt": "Ask them to confirm."},
+                {"id": "place", "do": "mark"},
+                {"id": "placed", "say": "v1: ordered"},
             ]},
             {"id": "callback", "on": [{"message": ["call me"]}], "steps": [
                 {"id": "promise", "say": "v1: will call"},
@@ -47,7 +53,7 @@ def _v1(agent_id: str, workspace: str) -> dict[str, Any]:
 
 
 def _v2(agent_id: str, workspace: str) -> dict[str, Any]:
-    """The booking steps renamed and reordered, the call-back flow removed."""
+    """The booking steps renamed and reordered, the order and call-back flows removed."""
     return {
         "agent_id": agent_id, "workspace": workspace, "name": "Bot",
         "packs": ["nudges"],
@@ -77,8 +83,9 @@ def _texts(values: list[dict[str, Any]], session_id: str) -> list[str]:
 async def test_parked_conversations_finish_on_their_version_after_an_activation(
     store: Store, service_setup: SetupFactory
 ) -> None:
-    """Eight conversations asking and six parked on a timer under version 1 each finish on
-    version 1 after version 2 renames and removes those steps; new ones answer on version 2."""
+    """Eight conversations asking for a field, six waiting for a confirmation and six parked
+    on a timer under version 1 each finish on version 1 (the confirmed action runs) after
+    version 2 renames and removes those steps and flows; new ones answer on version 2."""
     setup = await service_setup(partitions=2)
     tag = uuid.uuid4().hex[:6]
     agent_id, workspace = f"pin-{tag}", f"ws-{tag}"
@@ -86,6 +93,7 @@ async def test_parked_conversations_finish_on_their_version_after_an_activation(
     assert await _put(hosting, _v1(agent_id, workspace)) == 1
     asking = [f"ask{i}-{tag}" for i in range(8)]
     timers = [f"timer{i}-{tag}" for i in range(6)]
+    confirming = [f"confirm{i}-{tag}" for i in range(6)]
     fresh = [f"new{i}-{tag}" for i in range(4)]
     settings = setup.settings(
         agent_registry=True, agent_refresh_ms=REFRESH_MS,
@@ -101,11 +109,12 @@ async def test_parked_conversations_finish_on_their_version_after_an_activation(
              for s in asking]
             + [{"session_id": s, "message": "please call me", "id": "m1",
                 "agent_id": agent_id} for s in timers]
+            + [{"session_id": s, "message": "I want to order", "id": "m1",
+                "agent_id": agent_id} for s in confirming]
         )
         async with setup.reader() as replies:
             await replies.until(
-                lambda v: all(_texts(v, s) for s in asking)
-                and all(_texts(v, s) for s in timers), within=60,
+                lambda v: all(_texts(v, s) for s in asking + timers + confirming), within=60,
             )
         assert await _put(hosting, _v2(agent_id, workspace)) == 2
         await asyncio.sleep(5 * REFRESH_MS / 1000)
@@ -114,12 +123,14 @@ async def test_parked_conversations_finish_on_their_version_after_an_activation(
              for i, s in enumerate(asking)]
             + [{"session_id": s, "message": "book friday", "id": "m1", "agent_id": agent_id}
                for s in fresh]
+            + [{"session_id": s, "message": "yes", "id": "m2"} for s in confirming]
         )
         async with setup.reader() as replies:
             values = await replies.until(
                 lambda v: all("v1: booked" in " ".join(_texts(v, s)) for s in asking)
                 and all("v1: calling back" in _texts(v, s) for s in timers)
-                and all("v2: booked friday" in _texts(v, s) for s in fresh),
+                and all("v2: booked friday" in _texts(v, s) for s in fresh)
+                and all("v1: ordered" in _texts(v, s) for s in confirming),
                 within=90,
             )
 
@@ -129,8 +140,10 @@ async def test_parked_conversations_finish_on_their_version_after_an_activation(
         assert _texts(values, s) == ["v1: will call", "v1: calling back"]
     for s in fresh:
         assert _texts(values, s)[-1] == "v2: booked friday"
-    logged = await store.logged_turns(sorted(asking + timers + fresh))
+    for s in confirming:  # the confirmed action ran (on version 1) and said so
+        assert _texts(values, s)[-1] == "v1: ordered"
+    logged = await store.logged_turns(sorted(asking + timers + fresh + confirming))
     versions = {(t.session_id, t.agent_version) for t in logged}
-    assert {v for s, v in versions if s in asking or s in timers} == {1}
+    assert {v for s, v in versions if s in asking + timers + confirming} == {1}
     assert {v for s, v in versions if s in fresh} == {2}
     assert not any("step-gone" in str(t) or "flow-gone" in str(t) for t in logged)
