@@ -147,3 +147,66 @@ async def test_parked_conversations_finish_on_their_version_after_an_activation(
     assert {v for s, v in versions if s in asking + timers + confirming} == {1}
     assert {v for s, v in versions if s in fresh} == {2}
     assert not any("step-gone" in str(t) or "flow-gone" in str(t) for t in logged)
+
+
+async def test_a_deleted_version_answers_its_parked_conversations_with_the_fallback(
+    store: Store, service_setup: SetupFactory
+) -> None:
+    """Version 1 deleted by hand while conversations ask and wait on a timer under it: the
+    customer's answer and the timer's wake each get the fallback message (never silence),
+    their runs end ``version-gone`` in the turn log, and the next message runs on version 2."""
+    from sqlalchemy import text
+
+    setup = await service_setup(partitions=2)
+    tag = uuid.uuid4().hex[:6]
+    agent_id, workspace = f"gone-{tag}", f"ws-{tag}"
+    hosting = Hosting(store.engine)
+    await _put(hosting, _v1(agent_id, workspace))
+    asking = [f"ask{i}-{tag}" for i in range(4)]
+    timers = [f"timer{i}-{tag}" for i in range(3)]
+    settings = setup.settings(
+        agent_registry=True, agent_refresh_ms=REFRESH_MS,
+        packs="tests.integration.test_registry_scheduler:pack",
+        model_fallback_message="Sorry, please write again.",
+    )
+    async with running_scheduler(store, setup, group_id=f"{settings.group_id}-scheduler",
+                                 options=FiringOptions(max_idle=1.0)):
+        async with running_consumer(settings, None):
+            await setup.produce(
+                [{"session_id": s, "message": "I want to book", "id": "m1",
+                  "agent_id": agent_id} for s in asking]
+                + [{"session_id": s, "message": "please call me", "id": "m1",
+                    "agent_id": agent_id} for s in timers]
+            )
+            async with setup.reader() as replies:
+                await replies.until(lambda v: all(_texts(v, s) for s in asking + timers),
+                                    within=60)
+        # Deleted while no consumer holds it built: the next consumer cannot build it.
+        await _put(hosting, _v2(agent_id, workspace))
+        async with store.engine.begin() as connection:
+            await connection.execute(
+                text("DELETE FROM agent_versions WHERE agent_id = :a AND version = 1"),
+                {"a": agent_id},
+            )
+        async with running_consumer(settings, None):
+            await setup.produce([{"session_id": s, "message": "monday", "id": "m2"}
+                                 for s in asking])
+            async with setup.reader() as replies:
+                values = await replies.until(
+                    lambda v: all("Sorry, please write again." in _texts(v, s)
+                                  for s in asking + timers), within=90,
+                )
+            await setup.produce([{"session_id": s, "message": "book friday", "id": "m3"}
+                                 for s in asking])
+            async with setup.reader() as replies:
+                values = await replies.until(
+                    lambda v: all("v2: booked friday" in _texts(v, s) for s in asking),
+                    within=60,
+                )
+    for s in timers:
+        assert _texts(values, s) == ["v1: will call", "Sorry, please write again."]
+    logged = await store.logged_turns(sorted(asking + timers))
+    gone = [t for t in logged if "version-gone" in str(t.outcomes)]
+    assert {t.session_id for t in gone} == set(asking + timers)
+    assert not any("step-gone" in str(t.outcomes) or "flow-gone" in str(t.outcomes)
+                   for t in logged)
