@@ -9,8 +9,8 @@
 - ``activate AGENT VERSION --percent N``: a canary, N% (1-99) of new conversations, chosen by
   session id; 100 promotes it; activating any version clears it (a roll-back);
 - ``activate AGENT VERSION --check N [--accept-changes]``: first replay the agent's last N
-  conversations against the version (identical / CHANGED / UNDECIDABLE each); any change
-  refuses the activation (exit 1) unless ``--accept-changes``;
+  conversations against the version (identical / CHANGED / UNDECIDABLE each); any change or
+  undecidable conversation refuses the activation (exit 1) unless ``--accept-changes``;
 - ``versions AGENT``: per version, the conversations still pinned to it and where they wait;
 - ``workspace ID [--create] [--plan P] [--agents on|off] [--web-searches-per-day N|none]``:
   an unknown workspace is refused unless ``--create`` (a typo never makes a new one);
@@ -261,9 +261,9 @@ async def _checked(hosting: Any, args: argparse.Namespace, settings: Settings) -
     print(f"checked {len(verdicts)} conversations against version {args.version}: "
           f"{len(verdicts) - changed - undecidable} identical, {changed} changed, "
           f"{undecidable} undecidable")
-    if changed and not args.accept_changes:
-        print(f"turnflow: not activated: {changed} conversations changed "
-              "(--accept-changes activates anyway)", file=sys.stderr)
+    if (changed or undecidable) and not args.accept_changes:
+        print(f"turnflow: not activated: {changed} conversations changed, {undecidable} "
+              "undecidable (--accept-changes activates anyway)", file=sys.stderr)
         return False
     return True
 

@@ -1,6 +1,7 @@
 """``agents activate AGENT V --check N`` replays the agent's last N recorded conversations
 against V: a version that changes nothing activates, a wording change or a behaviour change is
-reported CHANGED per conversation and refused unless ``--accept-changes``."""
+reported CHANGED per conversation and a version that cannot be replayed UNDECIDABLE, both
+refused unless ``--accept-changes``."""
 
 from __future__ import annotations
 
@@ -111,6 +112,16 @@ async def test_check_reports_each_conversation_and_refuses_changes(
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if "\t" in line]
     assert len(lines) == 2 and all(line.startswith("identical\t") for line in lines), out
+    assert (await hosting.live([agent_id]))[agent_id].live_version == 2
+
+    broken = _booking(agent_id, "v1", "what") | {"packs": ["not-installed"]}
+    await hosting.put_version(agent_id=agent_id, workspace=broken["workspace"],
+                              document=broken, digest="broken-" + agent_id)
+    assert await _cli(["agents", "activate", agent_id, "5", "--check", "3"]) == 1
+    out = capsys.readouterr()
+    lines = [line for line in out.out.splitlines() if "\t" in line]
+    assert len(lines) == 3 and all(line.startswith("UNDECIDABLE\t") for line in lines), lines
+    assert "does not build" in lines[0] and "3 undecidable" in out.err
     assert (await hosting.live([agent_id]))[agent_id].live_version == 2
 
     assert await _cli(["agents", "activate", agent_id, "3", "--check", "4",
