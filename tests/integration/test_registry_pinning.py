@@ -210,3 +210,39 @@ async def test_a_deleted_version_answers_its_parked_conversations_with_the_fallb
     assert {t.session_id for t in gone} == set(asking + timers)
     assert not any("step-gone" in str(t.outcomes) or "flow-gone" in str(t.outcomes)
                    for t in logged)
+
+
+async def test_a_canary_splits_new_conversations_alike_on_two_consumers(
+    store: Store, service_setup: SetupFactory
+) -> None:
+    """Two consumers of one group share the partitions of 300 new conversations with a 30%
+    canary: each conversation ran on the version its session id chooses, whichever consumer
+    took it, and the split is within a few points of 30%."""
+    from consumer.hosting.canary import choose_version
+
+    setup = await service_setup(partitions=4)
+    tag = uuid.uuid4().hex[:6]
+    agent_id, workspace = f"ramp-{tag}", f"ws-{tag}"
+    hosting = Hosting(store.engine)
+    await _put(hosting, _v1(agent_id, workspace))
+    await _put(hosting, _v2(agent_id, workspace))
+    await hosting.activate(agent_id, 1)
+    await hosting.set_canary(agent_id, 2, 30)
+    sessions = [f"wa:{tag}-{n:04d}" for n in range(300)]
+    settings = setup.settings(agent_registry=True, agent_refresh_ms=REFRESH_MS,
+                              packs="tests.integration.test_registry_scheduler:pack")
+    async with running_consumer(settings, None) as one, running_consumer(settings, None) as two:
+        await setup.produce([{"session_id": s, "message": "book friday", "id": "m1",
+                              "agent_id": agent_id} for s in sessions])
+        async with setup.reader() as replies:
+            values = await replies.until(lambda v: all(_texts(v, s) for s in sessions),
+                                         within=120)
+        assert one.assignment and two.assignment  # both consumers took partitions
+    logged = await store.logged_turns(sessions)
+    ran = {t.session_id: t.agent_version for t in logged}
+    expected = {s: choose_version(agent_id, s, 1, 2, 30)[0] for s in sessions}
+    assert ran == expected
+    on_canary = sum(1 for v in ran.values() if v == 2)
+    assert 60 <= on_canary <= 120, on_canary
+    for s in sessions:
+        assert _texts(values, s)[-1] == f"v{expected[s]}: booked friday"
