@@ -452,8 +452,11 @@ class TurnPipeline:
             )
             for s in schedule
         ]
+        logged = _request_of(work)
+        if route is not None and route.fallback is not None:
+            logged["fallback"] = dict(route.fallback)  # what the turn was asked: replay reads it
         turn = TurnRecord(
-            input=_request_of(work),
+            input=logged,
             messages=messages,
             schedule=schedule,
             outcomes=_json_items(result, "outcomes"),

@@ -127,3 +127,35 @@ async def test_check_reports_each_conversation_and_refuses_changes(
     assert await _cli(["agents", "activate", agent_id, "3", "--check", "4",
                        "--accept-changes"]) == 0
     assert (await hosting.live([agent_id]))[agent_id].live_version == 3
+
+
+async def test_a_pin_lost_turn_is_logged_with_the_fallback_it_ran(store: Store) -> None:
+    """A turn whose pinned version was deleted is logged with the ``fallback`` request it ran
+    (``end_runs``), its ``version-gone`` outcome and the live version: the turn log says what
+    happened and what the turn was asked."""
+    from sqlalchemy import text
+
+    hosting = Hosting(store.engine)
+    agent_id = f"lost-{uuid.uuid4().hex[:6]}"
+    await _put(hosting, _booking(agent_id, "v1", "what"))
+    session = f"lost-{uuid.uuid4().hex[:8]}"
+    router = RegistryRouter(hosting, PackSet(), provider=RuleProvider(), refresh_s=0)
+    pipeline = TurnPipeline(store=store, agent=None, router=router,
+                            publisher=OutboxPublisher(store, FakeProducer()),  # type: ignore[arg-type]
+                            topics=OutboundTopics(messages="m", schedule="s"))
+    await pipeline.apply(_work(session, "I want to book", 9_000_001, agent_id))  # asks, on v1
+    await _put(hosting, _booking(agent_id, "v2", "when"))
+    async with store.engine.begin() as connection:
+        await connection.execute(
+            text("DELETE FROM agent_versions WHERE agent_id = :a AND version = 1"),
+            {"a": agent_id},
+        )
+    fresh = RegistryRouter(hosting, PackSet(), provider=RuleProvider(), refresh_s=0)
+    pipeline = TurnPipeline(store=store, agent=None, router=fresh,
+                            publisher=OutboxPublisher(store, FakeProducer()),  # type: ignore[arg-type]
+                            topics=OutboundTopics(messages="m", schedule="s"))
+    await pipeline.apply(_work(session, "friday", 9_000_002, agent_id))
+    last = (await store.logged_turns([session]))[-1]
+    assert last.input["fallback"]["end_runs"] is True
+    assert last.input["fallback"]["reason"] == "pinned-version-deleted"
+    assert "version-gone" in str(last.outcomes) and last.agent_version == 2
