@@ -307,6 +307,8 @@ class TurnPipeline:
             request = _request_of(work)
             if route.fallback is not None:  # the pinned version is gone: routing.Route.fallback
                 request["fallback"] = dict(route.fallback)
+            if route.migrate_runs:  # moved to the live version by its run map
+                request["migrate_runs"] = dict(route.migrate_runs)
             request["session"] = loaded.state
             request["history"] = list(history)
             try:
@@ -455,6 +457,8 @@ class TurnPipeline:
         logged = _request_of(work)
         if route is not None and route.fallback is not None:
             logged["fallback"] = dict(route.fallback)  # what the turn was asked: replay reads it
+        if route is not None and route.migrate_runs:
+            logged["migrate_runs"] = dict(route.migrate_runs)
         turn = TurnRecord(
             input=logged,
             messages=messages,

@@ -189,6 +189,9 @@ class TurnRequest(_Model):
     # With a message (or any input when it ends the runs): the host answers without the model
     # (see ``Fallback``).
     fallback: Fallback | None = Field(default=None, exclude_if=absent)
+    # Parked runs renamed before the turn: ``{"old_flow/old_step": "new_flow/new_step"}``
+    # (engine.phases.migrate), from a host moving the conversation to a new agent version.
+    migrate_runs: dict[str, str] = Field(default_factory=dict, exclude_if=absent)
 
     @field_validator("id")
     @classmethod
@@ -200,6 +203,16 @@ class TurnRequest(_Model):
     def _session(cls, value: Any) -> Any:
         if isinstance(value, dict):
             return migrate_session(value)
+        return value
+
+    @field_validator("migrate_runs")
+    @classmethod
+    def _migrate_runs(cls, value: dict[str, str]) -> dict[str, str]:
+        for old, new in value.items():
+            for given in (old, new):
+                flow, slash, step = given.partition("/")
+                if not (flow and slash and step):
+                    raise ValueError(f"migrate_runs: {given!r} is not flow/step")
         return value
 
     @model_validator(mode="after")

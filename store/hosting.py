@@ -75,6 +75,8 @@ class LiveAgent:
     live_version: int | None
     canary_version: int | None = None  # with canary_percent: see consumer/canary.py
     canary_percent: int | None = None
+    migrate_to: int | None = None  # with migrate_map: the run map of the last activation
+    migrate_map: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +117,9 @@ _SET_LIVE = text(
 _ACTIVATE = text(
     """
     UPDATE agents AS a SET live_version = v.version, canary_version = NULL,
-        canary_percent = NULL, updated_at = now()
+        canary_percent = NULL,
+        migrate_to = CASE WHEN CAST(:migrate AS jsonb) IS NULL THEN NULL ELSE v.version END,
+        migrate_map = CAST(:migrate AS jsonb), updated_at = now()
     FROM agent_versions AS v
     WHERE a.agent_id = :agent_id AND v.agent_id = a.agent_id AND v.version = :version
     RETURNING a.live_version
@@ -140,8 +144,8 @@ _VERSION = text(
     """
 )
 _LIVE = text(
-    "SELECT agent_id, workspace_id, live_version, canary_version, canary_percent FROM agents "
-    "WHERE agent_id = ANY(:agent_ids)"
+    "SELECT agent_id, workspace_id, live_version, canary_version, canary_percent, migrate_to, "
+    "migrate_map FROM agents WHERE agent_id = ANY(:agent_ids)"
 )
 _SET_CANARY = text(
     """
@@ -156,7 +160,8 @@ _SET_CANARY = text(
 # of agents), with the database's clock to ask from next time.
 _CHANGED_AGENTS = text(
     """
-    SELECT agent_id, workspace_id, live_version, canary_version, canary_percent FROM agents
+    SELECT agent_id, workspace_id, live_version, canary_version, canary_percent, migrate_to,
+           migrate_map FROM agents
     WHERE updated_at >= CAST(:since AS timestamptz)
     """
 )
@@ -266,13 +271,19 @@ class Hosting:
                     live = version
         return PutResult(agent_id, workspace, version, created, live)
 
-    async def activate(self, agent_id: str, version: int) -> None:
-        """Make ``version`` live; the consumers pick it up at each conversation's next turn."""
+    async def activate(
+        self, agent_id: str, version: int, migrate: dict[str, str] | None = None
+    ) -> None:
+        """Make ``version`` live; the consumers pick it up at each conversation's next turn.
+        ``migrate``: a checked run map (``old_flow/old_step`` to ``new_flow/new_step``) kept
+        with the activation; None clears the previous one."""
         check_id(agent_id, "agent_id")
+        if migrate is not None:
+            check_document(migrate, "--migrate")
+        params = {"agent_id": agent_id, "version": version,
+                  "migrate": None if migrate is None else jsoncodec.dumps(migrate)}
         async with self._engine.connect() as connection:
-            row = (
-                await connection.execute(_ACTIVATE, {"agent_id": agent_id, "version": version})
-            ).one_or_none()
+            row = (await connection.execute(_ACTIVATE, params)).one_or_none()
         if row is None:
             raise RegistryError(f"agent {agent_id!r} has no version {version}")
 
@@ -417,4 +428,5 @@ class Hosting:
 
 def _live_agent(row: Any) -> LiveAgent:
     return LiveAgent(row.agent_id, row.workspace_id, row.live_version, row.canary_version,
-                     row.canary_percent)
+                     row.canary_percent, row.migrate_to, row.migrate_map)
+

@@ -304,6 +304,9 @@ agents = Table(
     # A canary (consumer/canary.py): this share of new conversations runs canary_version.
     Column("canary_version", Integer),
     Column("canary_percent", SmallInteger),
+    # A run map given with an activation (agents activate --migrate): see consumer/hosting.
+    Column("migrate_to", Integer),
+    Column("migrate_map", JSONB),
     CheckConstraint(
         "canary_percent IS NULL OR (canary_percent >= 1 AND canary_percent <= 99)",
         name="ck_agents_canary_percent",

@@ -11,6 +11,8 @@
 - ``activate AGENT VERSION --check N [--accept-changes]``: first replay the agent's last N
   conversations against the version (identical / CHANGED / UNDECIDABLE each); any change or
   undecidable conversation refuses the activation (exit 1) unless ``--accept-changes``;
+- ``activate AGENT VERSION --migrate MAP``: a checked map of old ``flow/step`` ids to the
+  version's; conversations whose every run is mapped move to it at their next turn;
 - ``versions AGENT``: per version, the conversations still pinned to it and where they wait;
 - ``workspace ID [--create] [--plan P] [--agents on|off] [--web-searches-per-day N|none]``:
   an unknown workspace is refused unless ``--create`` (a typo never makes a new one);
@@ -88,6 +90,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="first replay the agent's last N conversations against the version; refuse when "
         "any changed",
     )
+    activate.add_argument(
+        "--migrate", metavar="MAP",
+        help='a JSON file mapping old "flow/step" ids to the version\'s: conversations whose '
+        "every run is mapped move to the version at their next turn; the others stay pinned",
+    )
     activate.add_argument("--accept-changes", action="store_true",
                           help="with --check: activate even when conversations changed")
     activate.add_argument("--packs", help="with --check: the packs to build with "
@@ -125,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.action == "put":  # read before the loop starts: a file read blocks
             args.raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+        if args.action == "activate" and args.migrate is not None:
+            args.migrate_raw = Path(args.migrate).read_bytes()
         return asyncio.run(_with_hosting(settings.database_url, handler, args, settings))
     except (DefinitionError, RegistryError, AgentImportError) as exc:
         return fail(str(exc), EXIT_CONFIG)
@@ -219,6 +228,11 @@ async def _activate(hosting: Any, args: argparse.Namespace, settings: Settings) 
     percent = getattr(args, "percent", None)
     if percent is not None and percent > 100:
         raise RegistryError("--percent must be between 1 and 100")
+    migrate = None
+    if getattr(args, "migrate", None) is not None:
+        if percent is not None and percent < 100:
+            raise RegistryError("--migrate moves conversations to a live version, not a canary")
+        migrate = await _run_map(hosting, args)
     if args.check is not None and not await _checked(hosting, args, settings):
         return EXIT_CHANGED
     if percent is not None and percent < 100:
@@ -226,8 +240,11 @@ async def _activate(hosting: Any, args: argparse.Namespace, settings: Settings) 
         print(f"{_show(args.agent_id)}: version {args.version} answers {percent}% of new "
               f"conversations (canary); the rest stay on the live version")
         return 0
-    await hosting.activate(args.agent_id, args.version)
+    await hosting.activate(args.agent_id, args.version, migrate)
     print(f"{_show(args.agent_id)}: version {args.version} is live")
+    if migrate is not None:
+        print(f"runs mapped to version {args.version}: {len(migrate)} flow/step ids; a "
+              "conversation moves at its next turn when every run it has is mapped")
     staying = [v for v in (await _drain(hosting, args.agent_id)).versions
                if v.version != args.version]
     if not staying:
@@ -237,6 +254,46 @@ async def _activate(hosting: Any, args: argparse.Namespace, settings: Settings) 
               f"{'' if pinned.conversations == 1 else 's'} until their runs end: "
               f"{_waits(pinned.waits)}")
     return 0
+
+
+def _flow_steps(document: Any) -> set[str]:
+    """Every ``flow/step`` id of a stored definition."""
+    found: set[str] = set()
+    for flow in document.get("flows") or []:
+        if isinstance(flow, dict):
+            for step in flow.get("steps") or []:
+                if isinstance(step, dict):
+                    found.add(f"{flow.get('id')}/{step.get('id')}")
+    return found
+
+
+async def _run_map(hosting: Any, args: argparse.Namespace) -> dict[str, str]:
+    """The ``--migrate`` file, checked: an object of ``"flow/step": "flow/step"`` whose keys
+    name a step of an earlier version and whose values a step of this one."""
+    from store.hosting import RegistryError
+
+    try:
+        mapping = json.loads(args.migrate_raw)
+    except ValueError as exc:
+        raise RegistryError(f"--migrate {args.migrate}: not JSON ({exc})") from None
+    if not isinstance(mapping, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()
+    ):
+        raise RegistryError('--migrate: a JSON object of "flow/step": "flow/step" is expected')
+    target = await hosting.version(args.agent_id, args.version)
+    new_steps = _flow_steps(target.document)
+    old_steps: set[str] = set()
+    for version in range(1, args.version):
+        try:
+            old_steps |= _flow_steps((await hosting.version(args.agent_id, version)).document)
+        except RegistryError:
+            continue  # a version missing from the registry names no step
+    for old, new in sorted(mapping.items()):
+        if old not in old_steps:
+            raise RegistryError(f"--migrate: {old!r} is no flow/step of an earlier version")
+        if new not in new_steps:
+            raise RegistryError(f"--migrate: {new!r} is no flow/step of version {args.version}")
+    return mapping
 
 
 async def _checked(hosting: Any, args: argparse.Namespace, settings: Settings) -> bool:

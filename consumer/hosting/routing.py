@@ -111,6 +111,9 @@ class Route:
     role: str | None = None
     """How the version was chosen, for the per-version counters: ``live``, ``canary``,
     ``pinned`` (the conversation's runs started on it) or ``pin_lost``; None for ``AGENT``."""
+    migrate_runs: dict[str, str] | None = None
+    """The run map the turn applies first (``engine.phases.migrate``): the conversation moved
+    from its pinned version to the live one by the activation's ``--migrate`` map."""
     fallback: dict[str, Any] | None = None
     """The turn's ``fallback`` request when its runs cannot continue (``pin_lost`` on a
     customer message or a timer's wake): they end ``version-gone`` and the fallback answers."""
@@ -204,6 +207,29 @@ class _Rows:
             self._entries[key] = (self._entries[key][0], value)
 
 
+def _migration(
+    live: LiveAgent, pinned: int | None, state: dict[str, Any] | None
+) -> dict[str, str] | None:
+    """The part of the live version's run map this conversation's runs need, when the
+    conversation is pinned to an older version and the map names every one of its runs; else
+    None (a run the map does not name keeps the whole conversation pinned)."""
+    mapping = live.migrate_map
+    if (pinned is None or not mapping or live.migrate_to != live.live_version
+            or pinned == live.live_version):
+        return None
+    runs = state.get("runs") if isinstance(state, dict) else None
+    if not isinstance(runs, list):
+        return None
+    needed: dict[str, str] = {}
+    for run in runs:
+        key = f"{run.get('flow_id')}/{run.get('step_id')}" if isinstance(run, dict) else None
+        target = mapping.get(key) if key is not None else None
+        if not isinstance(target, str):
+            return None
+        needed[key] = target  # type: ignore[index]
+    return needed
+
+
 class RegistryRouter:
     """Agents from the registry, by the record's ``agent_id`` or the conversation's binding;
     ``fallback`` (``AGENT``) answers conversations that name none."""
@@ -271,6 +297,12 @@ class RegistryRouter:
             )
         pinned = pinned_version(binding, state, live.agent_id)
         pin_lost: str | None = None
+        moved = _migration(live, pinned, state)
+        if moved is not None and live.live_version is not None:
+            agent = await self._agent(live.agent_id, live.live_version, live.workspace)
+            metrics.child(metrics.AGENT_VERSION_ROUTES, "live").inc()
+            return dataclasses.replace(self._route(live, live.live_version, agent),
+                                       role="live", migrate_runs=moved)
         if pinned is not None and pinned != live.live_version:
             try:
                 agent = await self._agent(live.agent_id, pinned, live.workspace)

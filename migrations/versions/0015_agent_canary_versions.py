@@ -5,6 +5,11 @@ of the session id) to version V and the rest to the live version; `--percent 100
 (it becomes live and the canary is cleared), and activating any version clears the canary (a
 roll-back). Both columns are NULL when the agent has no canary.
 
+`agents.migrate_to` and `agents.migrate_map` keep the run map given with `agents activate AGENT
+V --migrate MAP`: conversations pinned to an older version whose every run is mapped move to V
+at their next turn (the map goes into that turn's request). Activating again without a map
+clears it.
+
 Revision ID: 0015_agent_canary
 Revises: 0014
 Create Date: 2026-12-04
@@ -16,6 +21,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects.postgresql import JSONB
 
 revision: str = "0015_agent_canary"
 down_revision: str | None = "0014"
@@ -26,6 +32,8 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     op.add_column("agents", sa.Column("canary_version", sa.Integer(), nullable=True))
     op.add_column("agents", sa.Column("canary_percent", sa.SmallInteger(), nullable=True))
+    op.add_column("agents", sa.Column("migrate_to", sa.Integer(), nullable=True))
+    op.add_column("agents", sa.Column("migrate_map", JSONB(), nullable=True))
     op.create_check_constraint(
         "ck_agents_canary_percent", "agents",
         "canary_percent IS NULL OR (canary_percent >= 1 AND canary_percent <= 99)",
@@ -34,5 +42,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_constraint("ck_agents_canary_percent", "agents", type_="check")
+    op.drop_column("agents", "migrate_map")
+    op.drop_column("agents", "migrate_to")
     op.drop_column("agents", "canary_percent")
     op.drop_column("agents", "canary_version")

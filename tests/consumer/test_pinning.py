@@ -71,7 +71,7 @@ class Conversation:
 
     async def turn(self, given: dict[str, Any], kind: str = "message") -> Any:
         """One turn of ``given`` (a message or a wake), routed and requested as the
-        pipeline does (the route's fallback joins the request)."""
+        pipeline does (the route's fallback and run map join the request)."""
         self.n += 1
         request: dict[str, Any] = {"session_id": self.session_id, **given}
         if kind == "message":
@@ -81,6 +81,8 @@ class Conversation:
         route = await self.router.route(parsed, self.state)
         if route.fallback is not None:
             request["fallback"] = dict(route.fallback)
+        if route.migrate_runs:
+            request["migrate_runs"] = dict(route.migrate_runs)
         if self.state is not None:
             request["session"] = self.state
         result = await route.agent.turn(request)
