@@ -246,3 +246,53 @@ async def test_a_canary_splits_new_conversations_alike_on_two_consumers(
     assert 60 <= on_canary <= 120, on_canary
     for s in sessions:
         assert _texts(values, s)[-1] == f"v{expected[s]}: booked friday"
+
+
+async def test_a_run_map_moves_parked_conversations_on_the_real_consumer(
+    store: Store, service_setup: SetupFactory
+) -> None:
+    """Activated with the map booking/what -> booking/when, conversations asking under
+    version 1 answer on version 2 (the map logged in that turn's input); those on the unmapped
+    call-back timer still finish on version 1."""
+    setup = await service_setup(partitions=2)
+    tag = uuid.uuid4().hex[:6]
+    agent_id, workspace = f"mig-{tag}", f"ws-{tag}"
+    hosting = Hosting(store.engine)
+    await _put(hosting, _v1(agent_id, workspace))
+    asking = [f"ask{i}-{tag}" for i in range(5)]
+    timers = [f"timer{i}-{tag}" for i in range(3)]
+    settings = setup.settings(agent_registry=True, agent_refresh_ms=REFRESH_MS,
+                              packs="tests.integration.test_registry_scheduler:pack")
+    async with (
+        running_scheduler(store, setup, group_id=f"{settings.group_id}-scheduler",
+                          options=FiringOptions(max_idle=1.0)),
+        running_consumer(settings, None),
+    ):
+        await setup.produce(
+            [{"session_id": s, "message": "I want to book", "id": "m1", "agent_id": agent_id}
+             for s in asking]
+            + [{"session_id": s, "message": "please call me", "id": "m1",
+                "agent_id": agent_id} for s in timers]
+        )
+        async with setup.reader() as replies:
+            await replies.until(lambda v: all(_texts(v, s) for s in asking + timers),
+                                within=60)
+        v2 = _v2(agent_id, workspace)
+        await hosting.put_version(agent_id=agent_id, workspace=workspace, document=v2,
+                                  digest=definition_digest(v2))
+        await hosting.activate(agent_id, 2, {"booking/what": "booking/when"})
+        await asyncio.sleep(5 * REFRESH_MS / 1000)
+        await setup.produce([{"session_id": s, "message": DAYS[i % 5], "id": "m2"}
+                             for i, s in enumerate(asking)])
+        async with setup.reader() as replies:
+            values = await replies.until(
+                lambda v: all("v2: booked" in " ".join(_texts(v, s)) for s in asking)
+                and all("v1: calling back" in _texts(v, s) for s in timers), within=90,
+            )
+    for i, s in enumerate(asking):
+        assert _texts(values, s)[-1] == f"v2: booked {DAYS[i % 5]}"
+    logged = await store.logged_turns(sorted(asking + timers))
+    moved = [t for t in logged if t.session_id in asking and t.agent_version == 2]
+    assert len(moved) == len(asking)
+    assert all(t.input["migrate_runs"] == {"booking/what": "booking/when"} for t in moved)
+    assert {t.agent_version for t in logged if t.session_id in timers} == {1}
