@@ -159,3 +159,34 @@ async def test_a_pin_lost_turn_is_logged_with_the_fallback_it_ran(store: Store) 
     assert last.input["fallback"]["end_runs"] is True
     assert last.input["fallback"]["reason"] == "pinned-version-deleted"
     assert "version-gone" in str(last.outcomes) and last.agent_version == 2
+
+
+async def test_a_migrated_conversation_replays_identical(store: Store) -> None:
+    """A conversation moved from version 1 to 2 by a run map, through the real pipeline,
+    replays identical against the versions that answered it (the map is in the turn's input)."""
+    from replay.registry import RegistryAgents
+    from replay.session import replay_many
+    from replay.source import read_conversations
+
+    hosting = Hosting(store.engine)
+    agent_id = f"migrep-{uuid.uuid4().hex[:6]}"
+    await _put(hosting, _booking(agent_id, "v1", "what"))
+    router = RegistryRouter(hosting, PackSet(), provider=RuleProvider(),
+                            clock=FakeClock("2026-12-04T10:00:00Z"), refresh_s=0,
+                            prepare=recorded_agent)
+    pipeline = TurnPipeline(store=store, agent=None, router=router,
+                            publisher=OutboxPublisher(store, FakeProducer()),  # type: ignore[arg-type]
+                            topics=OutboundTopics(messages="m", schedule="s"),
+                            recording="envelopes")
+    sessions = [f"migrep-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    for n, session in enumerate(sessions):
+        await pipeline.apply(_work(session, "I want to book", 8_000_000 + 2 * n, agent_id))
+    await _put(hosting, _booking(agent_id, "v2", "when"))
+    await hosting.activate(agent_id, 2, {"booking/what": "booking/when"})
+    for n, session in enumerate(sessions):
+        await pipeline.apply(_work(session, "friday", 8_000_001 + 2 * n, agent_id))
+    logged = await store.logged_turns(sessions)
+    assert [t.agent_version for t in logged].count(2) == 3
+    summary = await replay_many(RegistryAgents(hosting, PackSet()),
+                                read_conversations(store, sessions))
+    assert summary.counts()["identical"] == 3, [r.departures for r in summary.reports]
