@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: install test lint unit run run-local-model test-real-model prometheus chromium \
 	test-browser bench-inspect bench bench-engine bench-store \
 	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks bench-pipeline \
-	bench-hosting bench-window bench-fairness clean
+	bench-hosting bench-versions bench-window bench-fairness clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -140,6 +140,8 @@ bench-hosting: $(STAMP)
 # the flood's throughput, each against running alone (Apache Kafka unless --broker tansu).
 bench-fairness: $(STAMP)
 	$(BIN)/python bench/fairness_bench.py $(ARGS)
+bench-versions: $(STAMP)
+	$(BIN)/python bench/versions_bench.py $(ARGS)
 
 # The inspector's list and conversation page on 100,000 conversations and one of 10,000 turns,
 # against a plain SELECT of the same rows.

@@ -21,6 +21,8 @@ The one place where failures are classified, so the rules read in one screen:
 - a reply the model gave but nothing in it could be used (``UnusableReply``, raised by the idle
   speaker) → ``Retry`` up to ``max_retries``, then ``Fallback``: a model at temperature 0 gives
   the same reply every time, so waiting out an outage's bound would only hold the conversation;
+- a spent tool budget with nothing to say (``BudgetSpent``) → ``Fallback`` at once: running
+  the message again would run its tools again;
 - a version race lost too often, or an unexpected exception → ``Retry`` with exponential
   backoff, then ``DeadLetter`` past ``max_retries``;
 - infrastructure (PostgreSQL or Kafka unreachable, or a database connection lost mid-statement)
@@ -42,7 +44,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from consumer.errors import FencedPublishError, PublishError
 from consumer.failures import cannot_succeed, describe
 from consumer.hosting.routing import RouteRefused
-from engine import ProviderError, TurnRequestError, UnusableReply
+from engine import BudgetSpent, ProviderError, TurnRequestError, UnusableReply
 
 __all__ = [
     "Abandon",
@@ -108,7 +110,7 @@ class DeadLetter:
 @dataclass(frozen=True)
 class Fallback:
     """Answer the message with the agent's fallback message: the model could not answer it
-    (``reason``: ``model-unavailable`` or ``unusable-reply``)."""
+    (``reason``: ``model-unavailable``, ``unusable-reply`` or ``budget-spent``)."""
 
     reason: str
 
@@ -159,6 +161,9 @@ def decide(
         if error.kind == "fatal":
             status = f" (status {error.status})" if error.status is not None else ""
             return DeadLetter("provider-fatal", f"model provider refused{status}")
+        if isinstance(error, BudgetSpent):  # a retry would run the message's tools again
+            return _give_up("budget-spent", "the tool budget ran out with nothing to say",
+                            answerable)
         if isinstance(error, UnusableReply):
             if attempt > policy.max_retries:
                 return _give_up("unusable-reply", f"unusable replies after {attempt} attempts",

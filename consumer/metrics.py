@@ -79,6 +79,28 @@ TURN_OUTCOMES = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+AGENT_VERSION_ROUTES = Counter(
+    "turnflow_agent_version_routes_total",
+    "Registry agent turns by the version they ran on: live (the live version), canary (the "
+    "agent's canary version), pinned (an older version the conversation's runs started on), "
+    "pin_lost (the pinned version was deleted or no longer builds: the runs were ended).",
+    ["route"],
+    registry=REGISTRY,
+)
+AGENT_VERSION_OUTCOMES = Counter(
+    "turnflow_agent_version_outcomes_total",
+    "Registry agent turn outcomes by the role of the version that ran them (live, canary, "
+    "pinned, pin_lost): a canary compared with live. Roles, not version numbers or agents, so "
+    "the series stay bounded.",
+    ["route", "outcome"],
+    registry=REGISTRY,
+)
+AGENT_VERSION_CREDITS = Counter(
+    "turnflow_agent_version_credits_total",
+    "AI credits billed by registry agent turns, by the role of the version that ran them.",
+    ["route"],
+    registry=REGISTRY,
+)
 AI_CREDITS = Counter(
     "turnflow_ai_credits_total",
     "AI credits billed by lifecycle agents' turns, by turn outcome.",
@@ -299,6 +321,7 @@ _CONSUMER = (
     MODEL_WAITING, MODEL_FALLBACKS, INPUTS_OFF_PARTITION, HISTORY_LOADS, HISTORY_WINDOWS,
     LOOKAHEAD_RECORDS, LOOKAHEAD_BYTES, TURNS_WAITING, SLOT_WAIT, PLAN_CAP_WAITS,
     PLAN_MINUTE_WAITS, MODEL_BACKOFF_ACTIVE, MODEL_BACKOFFS,
+    AGENT_VERSION_ROUTES, AGENT_VERSION_OUTCOMES, AGENT_VERSION_CREDITS,
 )
 _SCHEDULER = (TIMERS_PENDING, TIMER_FIRE_DELAY, WAKES_EMITTED, TIMERS_SCHEDULED, SCHEDULE_REFUSED)
 PROCESS_FAMILIES: dict[str, tuple[Any, ...]] = {
@@ -316,8 +339,9 @@ DECISION_DLQ_REASONS = (
     "invalid-request", "provider-fatal", "retries-exhausted", "version-conflicts", "turn-failed",
 )
 DLQ_REASONS = tuple(get_args(RejectReason)) + DECISION_DLQ_REASONS
-FALLBACK_REASONS = ("model-unavailable", "unusable-reply")
+FALLBACK_REASONS = ("model-unavailable", "unusable-reply", "budget-spent")
 HISTORY_SOURCES = ("held", "loaded")
+AGENT_VERSION_ROUTE_VALUES = ("live", "canary", "pinned", "pin_lost")
 # The reason codes ScheduleRecordError documents for a malformed schedule record.
 SCHEDULE_REFUSED_REASONS = ("empty", "not-json", "not-an-object", "invalid-text", "invalid-field")
 
@@ -346,6 +370,11 @@ def _precreate() -> None:
         GC_SECONDS.labels(generation=generation)
     for source in HISTORY_SOURCES:
         HISTORY_LOADS.labels(history=source)
+    for route in AGENT_VERSION_ROUTE_VALUES:
+        AGENT_VERSION_ROUTES.labels(route=route)
+        AGENT_VERSION_CREDITS.labels(route=route)
+        for outcome in TURN_OUTCOME_VALUES:
+            AGENT_VERSION_OUTCOMES.labels(route=route, outcome=outcome)
 
 
 _precreate()

@@ -319,6 +319,10 @@ class TurnPipeline:
             if before_turn is not None and not await before_turn(route):
                 raise TurnFenced(parsed.session_id)
             request = _request_of(work)
+            if route.fallback is not None:  # the pinned version is gone: routing.Route.fallback
+                request["fallback"] = dict(route.fallback)
+            if route.migrate_runs:  # moved to the live version by its run map
+                request["migrate_runs"] = dict(route.migrate_runs)
             request["session"] = loaded.state
             request["history"] = list(history)
             try:
@@ -368,7 +372,7 @@ class TurnPipeline:
                 parsed.session_id, saved.outbox_ids, save.outbox, may_publish=may_publish
             )
         crash.reached("after_publish")
-        self._observe(work, result, started)
+        self._observe(work, result, started, route)
         # The counts as the save request took them from the result (one JSON item each).
         turn = save.turn
         messages, schedule, llm_calls = len(turn.messages), len(turn.schedule), turn.llm_calls
@@ -466,8 +470,13 @@ class TurnPipeline:
             )
             for s in schedule
         ]
+        logged = _request_of(work)
+        if route is not None and route.fallback is not None:
+            logged["fallback"] = dict(route.fallback)  # what the turn was asked: replay reads it
+        if route is not None and route.migrate_runs:
+            logged["migrate_runs"] = dict(route.migrate_runs)
         turn = TurnRecord(
-            input=_request_of(work),
+            input=logged,
             messages=messages,
             schedule=schedule,
             outcomes=_json_items(result, "outcomes"),
@@ -512,7 +521,9 @@ class TurnPipeline:
                 return
             await asyncio.sleep(_HELD_ROWS_POLL_S)
 
-    def _observe(self, work: TurnWork, result: Any, started: float) -> None:
+    def _observe(
+        self, work: TurnWork, result: Any, started: float, route: Route | None = None
+    ) -> None:
         llm_calls = int(_field(result, "llm_calls", 0) or 0)
         metrics.child(metrics.TURNS, work.parsed.kind).inc()
         metrics.LLM_CALLS_PER_TURN.observe(llm_calls)
@@ -528,6 +539,12 @@ class TurnPipeline:
         credits = _field(result, "credits")
         if isinstance(credits, int) and credits > 0:
             metrics.child(metrics.AI_CREDITS, outcome or "none").inc(credits)
+        role = None if route is None else route.role
+        if role is not None:  # a registry agent: its version's role (routing.Route.role)
+            if outcome is not None:
+                metrics.child(metrics.AGENT_VERSION_OUTCOMES, role, outcome).inc()
+            if isinstance(credits, int) and credits > 0:
+                metrics.child(metrics.AGENT_VERSION_CREDITS, role).inc(credits)
         metrics.TURN_DURATION.observe(time.perf_counter() - started)
         if work.timestamp_ms is not None and (_field(result, "messages", []) or []):
             metrics.INPUT_TO_OUTBOUND.observe(max(0.0, time.time() - work.timestamp_ms / 1000))

@@ -43,6 +43,7 @@ from engine.config import (
 )
 from engine.envelopes import speak_schema, understand_schema
 from engine.errors import (
+    BudgetSpent,
     FlowConfigurationError,
     MockExhausted,
     ProviderError,
@@ -100,6 +101,7 @@ __all__ = [
     "Agent",
     "AgentConfig",
     "Branch",
+    "BudgetSpent",
     "BuiltinTools",
     "BusinessHours",
     "ChatMessage",

@@ -49,6 +49,7 @@ from engine.phases import (
     finish,
     ingest,
     load,
+    migrate,
     settle,
     speak,
     understand,
@@ -254,6 +255,7 @@ class Agent:
             history_owned=fresh or kept,
         )
         state.history_kept = kept
+        migrate.run(state)  # parked runs renamed to a new version's ids, when the host asks
         if parsed.fallback is not None:  # the host gave up waiting for the model
             ingest.run(state)  # 2 Ingest: the ids and last_user_at, nothing moves
             fallback.run(state)  # the fallback message instead of phases 3-6

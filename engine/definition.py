@@ -168,7 +168,9 @@ class AgentDefinition(_Doc):
 class HostHooks:
     """What the host adds to an agent built from data: the plan check, a wrapper around the
     web search backend (the workspace's daily quota), a knowledge index used when the
-    definition names no pack's own, and the workspace's whole Knowledge Base."""
+    definition names no pack's own, and the workspace's whole Knowledge Base. With a plan check
+    every agent is a hosted one: one with no ``lifecycle`` section gets the lifecycle's
+    defaults (plan check, billing, outcomes)."""
 
     plan_check: PlanCheck | None = None
     wrap_web_search: Callable[[Any], Any] | None = None
@@ -243,7 +245,9 @@ def build_agent(
             max_tool_loops=definition.max_tool_loops,
             business_hours=definition.business_hours,
             lifecycle=(
-                _lifecycle(definition, code, host) if definition.lifecycle is not None else None
+                _lifecycle(definition, code, host)
+                if definition.lifecycle is not None or host.plan_check is not None
+                else None
             ),
         )
     except (FlowConfigurationError, PackError) as exc:
@@ -260,8 +264,9 @@ def check_definition(
 
 def _lifecycle(definition: AgentDefinition, code: dict[str, dict[str, Any]],
                host: HostHooks) -> dict[str, Any]:
-    settings = definition.lifecycle
-    assert settings is not None
+    # A host that checks plans (a registry deployment) hosts every agent: a definition with no
+    # lifecycle section gets the lifecycle's defaults, so it is plan-checked and billed too.
+    settings = definition.lifecycle if definition.lifecycle is not None else LifecycleDefinition()
     # Only what the document set, as parsed: Lifecycle applies its own defaults and its checks
     # of what was left unset (``escalation`` beside ``tools.handoff``).
     values: dict[str, Any] = {

@@ -120,5 +120,17 @@ class UnusableReply(ProviderError):
         return f"UnusableReply({str(self)!r})"
 
 
+class BudgetSpent(UnusableReply):
+    """The model kept calling tools past the turn's tool budget (``max_tool_calls``, plus the
+    goal headroom) and gave no text even when offered no tools, and the agent has no
+    ``fallback_message``. A spent budget is not a model failure: running the message again
+    would run its tools again, so a host answers it at once with its own fallback message,
+    without a retry. A subclass of ``UnusableReply``, so a host that knows only that one still
+    bounds its retries."""
+
+    def __repr__(self) -> str:
+        return f"BudgetSpent({str(self)!r})"
+
+
 class MockExhausted(TurnflowError):
     """A ``MockProvider`` was asked for one call more than its script holds."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from urllib.parse import quote, unquote_to_bytes
 
-__all__ = ["run_id", "session_key", "session_of", "session_tag"]
+__all__ = ["run_id", "session_key", "session_of", "session_tag", "silence_key"]
 
 
 # The characters ``quote`` never escapes: an id made only of them is its own tag.
@@ -58,3 +58,19 @@ def session_of(key: str) -> str | None:
     if not at or not name or "@" in tag:
         return None
     return unquote_to_bytes(tag).decode("utf-8", "surrogatepass")
+
+
+def silence_key(session_id: str, key: str) -> tuple[str, str] | None:
+    """(flow id, time stamp) of a silence wake key, or None when ``key`` is not one.
+
+    Keys are ``silence@{tag}:{flow}:{ms}`` (see ``engine.keys``); a session stored before keys
+    carried their conversation may still be woken by ``silence:{flow}:{session id}:{ms}``."""
+    own = session_key("silence", session_id, "")
+    if key.startswith(own):
+        flow_id, _, stamp = key[len(own) :].rpartition(":")
+        return flow_id, stamp
+    if key.startswith("silence:"):
+        rest, _, stamp = key[len("silence:") :].rpartition(":")
+        suffix = f":{session_id}"
+        return (rest[: -len(suffix)] if rest.endswith(suffix) else rest), stamp
+    return None

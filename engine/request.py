@@ -62,6 +62,10 @@ class Fallback(_Model):
 
     reason: str
     message: str
+    # The runs in progress cannot continue (the agent version they started on can no longer
+    # run): the turn ends each one (``version-gone``) before the fallback message. Such a
+    # fallback may answer any input, a timer's wake included, so none is dropped in silence.
+    end_runs: bool = Field(default=False, exclude_if=lambda v: v is False)
 
 
 class StartInput(_Model):
@@ -182,8 +186,12 @@ class TurnRequest(_Model):
     # With a message only. An entry that is not a valid image stays a dict: the lifecycle
     # refuses that image with a reason and the message itself is still answered.
     images: list[ImageInput | dict[str, Any]] = Field(default_factory=list)
-    # With a message only: the host gave up waiting for the model (see ``Fallback``).
+    # With a message (or any input when it ends the runs): the host answers without the model
+    # (see ``Fallback``).
     fallback: Fallback | None = Field(default=None, exclude_if=absent)
+    # Parked runs renamed before the turn: ``{"old_flow/old_step": "new_flow/new_step"}``
+    # (engine.phases.migrate), from a host moving the conversation to a new agent version.
+    migrate_runs: dict[str, str] = Field(default_factory=dict, exclude_if=absent)
 
     @field_validator("id")
     @classmethod
@@ -197,6 +205,16 @@ class TurnRequest(_Model):
             return migrate_session(value)
         return value
 
+    @field_validator("migrate_runs")
+    @classmethod
+    def _migrate_runs(cls, value: dict[str, str]) -> dict[str, str]:
+        for old, new in value.items():
+            for given in (old, new):
+                flow, slash, step = given.partition("/")
+                if not (flow and slash and step):
+                    raise ValueError(f"migrate_runs: {given!r} is not flow/step")
+        return value
+
     @model_validator(mode="after")
     def _one_kind(self) -> TurnRequest:
         given = [k for k in ("message", "wake", "event", "start") if getattr(self, k) is not None]
@@ -208,7 +226,7 @@ class TurnRequest(_Model):
             raise ValueError("images come only with a message")
         if self.burst and self.message is None:
             raise ValueError("a burst comes with a message: its last")
-        if self.fallback is not None and self.message is None:
+        if self.fallback is not None and self.message is None and not self.fallback.end_runs:
             raise ValueError("a fallback answers a message")
         return self
 

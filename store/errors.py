@@ -54,3 +54,12 @@ class DuplicateInput(StoreError):
 
 class EmbeddedServerError(StoreError):
     """The embedded PostgreSQL did not start; the reason is in the message."""
+
+
+class RegistryError(ValueError):
+    """A registry request that cannot be done: the message says why."""
+
+
+class RegistryInputError(RegistryError):
+    """An id or a document the registry cannot store exactly as given (a NUL, a lone
+    surrogate): refused, never stored changed."""

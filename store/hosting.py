@@ -25,6 +25,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from store import jsoncodec
+from store.errors import RegistryError
+from store.registry_input import check_document, check_id
 
 __all__ = [
     "AgentRow",
@@ -36,10 +38,6 @@ __all__ = [
     "RegistryError",
     "WorkspacePlan",
 ]
-
-
-class RegistryError(ValueError):
-    """A registry request that cannot be done: the message says why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +73,10 @@ class LiveAgent:
     agent_id: str
     workspace: str
     live_version: int | None
+    canary_version: int | None = None  # with canary_percent: see consumer/canary.py
+    canary_percent: int | None = None
+    migrate_to: int | None = None  # with migrate_map: the run map of the last activation
+    migrate_map: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +116,10 @@ _SET_LIVE = text(
 )
 _ACTIVATE = text(
     """
-    UPDATE agents AS a SET live_version = v.version, updated_at = now()
+    UPDATE agents AS a SET live_version = v.version, canary_version = NULL,
+        canary_percent = NULL,
+        migrate_to = CASE WHEN CAST(:migrate AS jsonb) IS NULL THEN NULL ELSE v.version END,
+        migrate_map = CAST(:migrate AS jsonb), updated_at = now()
     FROM agent_versions AS v
     WHERE a.agent_id = :agent_id AND v.agent_id = a.agent_id AND v.version = :version
     RETURNING a.live_version
@@ -139,13 +144,24 @@ _VERSION = text(
     """
 )
 _LIVE = text(
-    "SELECT agent_id, workspace_id, live_version FROM agents WHERE agent_id = ANY(:agent_ids)"
+    "SELECT agent_id, workspace_id, live_version, canary_version, canary_percent, migrate_to, "
+    "migrate_map FROM agents WHERE agent_id = ANY(:agent_ids)"
+)
+_SET_CANARY = text(
+    """
+    UPDATE agents AS a SET canary_version = v.version, canary_percent = :percent,
+        updated_at = now()
+    FROM agent_versions AS v
+    WHERE a.agent_id = :agent_id AND v.agent_id = a.agent_id AND v.version = :version
+    RETURNING a.live_version
+    """
 )
 # What changed since a time (the consumers' routers poll it once per refresh, whatever the number
 # of agents), with the database's clock to ask from next time.
 _CHANGED_AGENTS = text(
     """
-    SELECT agent_id, workspace_id, live_version FROM agents
+    SELECT agent_id, workspace_id, live_version, canary_version, canary_percent, migrate_to,
+           migrate_map FROM agents
     WHERE updated_at >= CAST(:since AS timestamptz)
     """
 )
@@ -211,6 +227,10 @@ class Hosting:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._engine
+
     async def put_version(
         self,
         *,
@@ -221,6 +241,9 @@ class Hosting:
         activate: bool = False,
     ) -> PutResult:
         """Store ``document`` (already checked) as the agent's next version; see the module."""
+        check_id(agent_id, "agent_id")
+        check_id(workspace, "workspace")
+        check_document(document)
         async with self._engine.connect() as connection:
             connection = await connection.execution_options(isolation_level="READ COMMITTED")
             async with connection.begin():
@@ -248,11 +271,39 @@ class Hosting:
                     live = version
         return PutResult(agent_id, workspace, version, created, live)
 
-    async def activate(self, agent_id: str, version: int) -> None:
-        """Make ``version`` live; the consumers pick it up at each conversation's next turn."""
+    async def activate(
+        self, agent_id: str, version: int, migrate: dict[str, str] | None = None
+    ) -> None:
+        """Make ``version`` live; the consumers pick it up at each conversation's next turn.
+        ``migrate``: a checked run map (``old_flow/old_step`` to ``new_flow/new_step``) kept
+        with the activation; None clears the previous one."""
+        check_id(agent_id, "agent_id")
+        if migrate is not None:
+            check_document(migrate, "--migrate")
+        params = {"agent_id": agent_id, "version": version,
+                  "migrate": None if migrate is None else jsoncodec.dumps(migrate)}
+        async with self._engine.connect() as connection:
+            row = (await connection.execute(_ACTIVATE, params)).one_or_none()
+        if row is None:
+            raise RegistryError(f"agent {agent_id!r} has no version {version}")
+
+    async def set_canary(self, agent_id: str, version: int, percent: int) -> None:
+        """Send ``percent`` (1-99) of new conversations to ``version``; 100 promotes it (it
+        becomes live, the canary is cleared, as ``activate``)."""
+        check_id(agent_id, "agent_id")
+        if not 1 <= percent <= 100:
+            raise RegistryError("--percent must be between 1 and 100")
+        if percent == 100:
+            await self.activate(agent_id, version)
+            return
+        current = (await self.live([agent_id])).get(agent_id)
+        if current is not None and current.live_version == version:
+            raise RegistryError(f"version {version} is already live; a canary is another version")
         async with self._engine.connect() as connection:
             row = (
-                await connection.execute(_ACTIVATE, {"agent_id": agent_id, "version": version})
+                await connection.execute(
+                    _SET_CANARY, {"agent_id": agent_id, "version": version, "percent": percent}
+                )
             ).one_or_none()
         if row is None:
             raise RegistryError(f"agent {agent_id!r} has no version {version}")
@@ -267,6 +318,7 @@ class Hosting:
 
     async def version(self, agent_id: str, version: int | None = None) -> AgentVersion:
         """A stored version (the live one when ``version`` is None)."""
+        check_id(agent_id, "agent_id")
         async with self._engine.connect() as connection:
             row = (
                 await connection.execute(_VERSION, {"agent_id": agent_id, "version": version})
@@ -289,7 +341,7 @@ class Hosting:
             return {}
         async with self._engine.connect() as connection:
             rows = (await connection.execute(_LIVE, {"agent_ids": list(agent_ids)})).all()
-        return {r.agent_id: LiveAgent(r.agent_id, r.workspace_id, r.live_version) for r in rows}
+        return {r.agent_id: _live_agent(r) for r in rows}
 
     async def changes_since(
         self, since: datetime | None
@@ -304,7 +356,7 @@ class Hosting:
             plans = (await connection.execute(_CHANGED_WORKSPACES, {"since": since})).all()
         return (
             now,
-            [LiveAgent(r.agent_id, r.workspace_id, r.live_version) for r in agents],
+            [_live_agent(r) for r in agents],
             [WorkspacePlan(r.id, r.plan, r.agents_enabled, r.web_searches_per_day)
              for r in plans],
         )
@@ -327,6 +379,9 @@ class Hosting:
     ) -> WorkspacePlan:
         """Create or change a workspace; unset arguments keep their value (the daily limit
         changes only with ``set_web_searches_per_day``, since None means no limit)."""
+        check_id(workspace, "workspace")
+        if plan is not None:
+            check_id(plan, "plan")
         if web_searches_per_day is not None and web_searches_per_day < 0:
             raise RegistryError("web_searches_per_day must be >= 0")
         async with self._engine.connect() as connection:
@@ -369,3 +424,9 @@ class Hosting:
                 )
             ).all()
         return [DailyCredits(r.workspace_id, r.day, int(r.credits), int(r.turns)) for r in rows]
+
+
+def _live_agent(row: Any) -> LiveAgent:
+    return LiveAgent(row.agent_id, row.workspace_id, row.live_version, row.canary_version,
+                     row.canary_percent, row.migrate_to, row.migrate_map)
+

@@ -38,6 +38,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
+    SmallInteger,
     Table,
     Text,
     UniqueConstraint,
@@ -309,6 +310,16 @@ agents = Table(
     Column("live_version", Integer),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # A canary (consumer/canary.py): this share of new conversations runs canary_version.
+    Column("canary_version", Integer),
+    Column("canary_percent", SmallInteger),
+    # A run map given with an activation (agents activate --migrate): see consumer/hosting.
+    Column("migrate_to", Integer),
+    Column("migrate_map", JSONB),
+    CheckConstraint(
+        "canary_percent IS NULL OR (canary_percent >= 1 AND canary_percent <= 99)",
+        name="ck_agents_canary_percent",
+    ),
 )
 Index("ix_agents_workspace", agents.c.workspace_id, agents.c.agent_id)
 

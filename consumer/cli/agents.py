@@ -4,9 +4,18 @@
   and store it as the agent's next version (the same document again stores nothing);
 - ``list [--workspace W]``, ``show AGENT [--version N]``, ``diff AGENT A [B]`` (B: the live one);
 - ``activate AGENT VERSION``: make a version live (rolling back is activating an older one);
-  every consumer answers with it from each conversation's next turn, within
-  ``AGENT_REFRESH_MS``, without a restart;
-- ``workspace ID [--plan P] [--agents on|off] [--web-searches-per-day N|none]``;
+  every consumer answers with it from each conversation's next turn with no run in progress,
+  within ``AGENT_REFRESH_MS``, without a restart; it prints what stays on other versions;
+- ``activate AGENT VERSION --percent N``: a canary, N% (1-99) of new conversations, chosen by
+  session id; 100 promotes it; activating any version clears it (a roll-back);
+- ``activate AGENT VERSION --check N [--accept-changes]``: first replay the agent's last N
+  conversations against the version (identical / CHANGED / UNDECIDABLE each); any change or
+  undecidable conversation refuses the activation (exit 1) unless ``--accept-changes``;
+- ``activate AGENT VERSION --migrate MAP``: a checked map of old ``flow/step`` ids to the
+  version's; conversations whose every run is mapped move to it at their next turn;
+- ``versions AGENT``: per version, the conversations still pinned to it and where they wait;
+- ``workspace ID [--create] [--plan P] [--agents on|off] [--web-searches-per-day N|none]``:
+  an unknown workspace is refused unless ``--create`` (a typo never makes a new one);
 - ``credits [--workspace W] [--since DAY] [--until DAY]``: credits per workspace per UTC day.
 
 A refused definition prints where and why (the flow and step) and exits 2; nothing is stored.
@@ -30,6 +39,8 @@ from consumer.errors import AgentImportError
 from consumer.settings import Settings
 
 __all__ = ["add_arguments", "run"]
+
+EXIT_CHANGED = 1  # --check found changes: nothing activated
 
 
 def _day(value: str) -> date:
@@ -69,8 +80,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     activate = actions.add_parser("activate", help="make a version live (or roll back)")
     activate.add_argument("agent_id")
     activate.add_argument("version", type=whole_number(1))
+    activate.add_argument(
+        "--percent", type=whole_number(1),
+        help="a canary: this share (1-99) of new conversations takes the version, chosen by "
+        "session id; 100 promotes it",
+    )
+    activate.add_argument(
+        "--check", type=whole_number(1), metavar="N",
+        help="first replay the agent's last N conversations against the version; refuse when "
+        "any changed",
+    )
+    activate.add_argument(
+        "--migrate", metavar="MAP",
+        help='a JSON file mapping old "flow/step" ids to the version\'s: conversations whose '
+        "every run is mapped move to the version at their next turn; the others stay pinned",
+    )
+    activate.add_argument("--accept-changes", action="store_true",
+                          help="with --check: activate even when conversations changed")
+    activate.add_argument("--packs", help="with --check: the packs to build with "
+                          "(default: $PACKS)")
+    versions = actions.add_parser(
+        "versions", help="each version: conversations still pinned to it, and where they wait"
+    )
+    versions.add_argument("agent_id")
     workspace = actions.add_parser("workspace", help="create or change a workspace's plan")
     workspace.add_argument("workspace_id")
+    workspace.add_argument(
+        "--create", action="store_true",
+        help="create the workspace when it does not exist (otherwise an unknown one is refused)",
+    )
     workspace.add_argument("--plan")
     workspace.add_argument("--agents", type=_switch, help="on or off: the plan includes agents")
     workspace.add_argument(
@@ -94,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.action == "put":  # read before the loop starts: a file read blocks
             args.raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+        if args.action == "activate" and args.migrate is not None:
+            args.migrate_raw = Path(args.migrate).read_bytes()
         return asyncio.run(_with_hosting(settings.database_url, handler, args, settings))
     except (DefinitionError, RegistryError, AgentImportError) as exc:
         return fail(str(exc), EXIT_CONFIG)
@@ -146,12 +186,20 @@ async def _put(hosting: Any, args: argparse.Namespace, settings: Settings) -> in
 
 
 async def _list(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
+    from store.registry_input import skeleton
+
     rows = await hosting.list_agents(args.workspace)
-    print("workspace\tagent\tlive\tlatest\tversions")
+    # Ids that differ but look alike (a Cyrillic o, a decomposed e-acute): marked, with the others.
+    looks: dict[str, list[str]] = {}
+    for row in rows:
+        looks.setdefault(skeleton(row.agent_id), []).append(row.agent_id)
+    print("workspace\tagent\tlive\tlatest\tversions\tlooks like")
     for row in rows:
         live = "-" if row.live_version is None else row.live_version
+        others = [other for other in looks[skeleton(row.agent_id)] if other != row.agent_id]
+        alike = ", ".join(json.dumps(other) for other in others) if others else "-"
         print(f"{_show(row.workspace)}\t{_show(row.agent_id)}\t{live}\t{row.latest_version}\t"
-              f"{row.versions}")
+              f"{row.versions}\t{alike}")
     return 0
 
 
@@ -175,13 +223,152 @@ async def _diff(hosting: Any, args: argparse.Namespace, settings: Settings) -> i
 
 
 async def _activate(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
-    await hosting.activate(args.agent_id, args.version)
+    from store.hosting import RegistryError
+
+    percent = getattr(args, "percent", None)
+    if percent is not None and percent > 100:
+        raise RegistryError("--percent must be between 1 and 100")
+    migrate = None
+    if getattr(args, "migrate", None) is not None:
+        if percent is not None and percent < 100:
+            raise RegistryError("--migrate moves conversations to a live version, not a canary")
+        migrate = await _run_map(hosting, args)
+    if args.check is not None and not await _checked(hosting, args, settings):
+        return EXIT_CHANGED
+    if percent is not None and percent < 100:
+        await hosting.set_canary(args.agent_id, args.version, percent)
+        print(f"{_show(args.agent_id)}: version {args.version} answers {percent}% of new "
+              f"conversations (canary); the rest stay on the live version")
+        return 0
+    await hosting.activate(args.agent_id, args.version, migrate)
     print(f"{_show(args.agent_id)}: version {args.version} is live")
+    if migrate is not None:
+        print(f"runs mapped to version {args.version}: {len(migrate)} flow/step ids; a "
+              "conversation moves at its next turn when every run it has is mapped")
+    staying = [v for v in (await _drain(hosting, args.agent_id)).versions
+               if v.version != args.version]
+    if not staying:
+        print("no conversation stays on another version")
+    for pinned in staying:
+        print(f"version {pinned.version} keeps {pinned.conversations} conversation"
+              f"{'' if pinned.conversations == 1 else 's'} until their runs end: "
+              f"{_waits(pinned.waits)}")
     return 0
 
 
+def _flow_steps(document: Any) -> set[str]:
+    """Every ``flow/step`` id of a stored definition."""
+    found: set[str] = set()
+    for flow in document.get("flows") or []:
+        if isinstance(flow, dict):
+            for step in flow.get("steps") or []:
+                if isinstance(step, dict):
+                    found.add(f"{flow.get('id')}/{step.get('id')}")
+    return found
+
+
+async def _run_map(hosting: Any, args: argparse.Namespace) -> dict[str, str]:
+    """The ``--migrate`` file, checked: an object of ``"flow/step": "flow/step"`` whose keys
+    name a step of an earlier version and whose values a step of this one."""
+    from store.hosting import RegistryError
+
+    try:
+        mapping = json.loads(args.migrate_raw)
+    except ValueError as exc:
+        raise RegistryError(f"--migrate {args.migrate}: not JSON ({exc})") from None
+    if not isinstance(mapping, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()
+    ):
+        raise RegistryError('--migrate: a JSON object of "flow/step": "flow/step" is expected')
+    target = await hosting.version(args.agent_id, args.version)
+    new_steps = _flow_steps(target.document)
+    old_steps: set[str] = set()
+    for version in range(1, args.version):
+        try:
+            old_steps |= _flow_steps((await hosting.version(args.agent_id, version)).document)
+        except RegistryError:
+            continue  # a version missing from the registry names no step
+    for old, new in sorted(mapping.items()):
+        if old not in old_steps:
+            raise RegistryError(f"--migrate: {old!r} is no flow/step of an earlier version")
+        if new not in new_steps:
+            raise RegistryError(f"--migrate: {new!r} is no flow/step of version {args.version}")
+    return mapping
+
+
+async def _checked(hosting: Any, args: argparse.Namespace, settings: Settings) -> bool:
+    """Replay the agent's last ``--check`` conversations against the version and print each
+    verdict; False (nothing activated) when any changed and ``--accept-changes`` is not given."""
+    from consumer.hosting.packs import load_packs
+    from replay.check import check_version
+    from store import Store
+
+    await hosting.version(args.agent_id, args.version)  # refused at once if there is none
+    packs = load_packs(args.packs if args.packs is not None else settings.packs)
+    assert settings.database_url is not None
+    store = await Store.connect(settings.database_url, pool_size=1, max_overflow=0)
+    try:
+        verdicts = await check_version(store, packs, args.agent_id, args.version, args.check)
+    finally:
+        await store.close()
+    for verdict in verdicts:
+        print(verdict.line())
+    changed = sum(1 for v in verdicts if v.verdict == "CHANGED")
+    undecidable = sum(1 for v in verdicts if v.verdict == "UNDECIDABLE")
+    print(f"checked {len(verdicts)} conversations against version {args.version}: "
+          f"{len(verdicts) - changed - undecidable} identical, {changed} changed, "
+          f"{undecidable} undecidable")
+    if (changed or undecidable) and not args.accept_changes:
+        print(f"turnflow: not activated: {changed} conversations changed, {undecidable} "
+              "undecidable (--accept-changes activates anyway)", file=sys.stderr)
+        return False
+    return True
+
+
+async def _versions(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
+    from store.hosting import RegistryError
+
+    rows = [r for r in await hosting.list_agents() if r.agent_id == args.agent_id]
+    if not rows:
+        raise RegistryError(f"no agent {_show(args.agent_id)}")
+    row = rows[0]
+    found = await _drain(hosting, args.agent_id)
+    current = (await hosting.live([args.agent_id]))[args.agent_id]
+    print("version\tlive\tconversations\twaiting")
+    for version in range(1, row.latest_version + 1):
+        pinned = found.pinned(version)
+        live = "live" if version == row.live_version else (
+            f"canary {current.canary_percent}%" if version == current.canary_version else "-"
+        )
+        count = 0 if pinned is None else pinned.conversations
+        waits = "-" if pinned is None else _waits(pinned.waits)
+        print(f"{version}\t{live}\t{count}\t{waits}")
+    return 0
+
+
+async def _drain(hosting: Any, agent_id: str) -> Any:
+    from store.drain import drain
+
+    return await drain(hosting.engine, agent_id)
+
+
+def _waits(waits: Any) -> str:
+    """Where runs wait, most first: ``flow/step status[ kind] count``, ``; ``-joined."""
+    parts = []
+    for wait in waits:
+        where = f"{_show(wait.flow_id)}/{_show(wait.step_id)} {wait.status}"
+        parts.append(f"{where}{'' if wait.wait is None else ' ' + wait.wait} {wait.runs}")
+    return "; ".join(parts) or "-"
+
+
 async def _workspace(hosting: Any, args: argparse.Namespace, settings: Settings) -> int:
+    from store.hosting import RegistryError
+
     limit_given = hasattr(args, "web_searches_per_day")
+    if not args.create and await hosting.workspace(args.workspace_id) is None:
+        raise RegistryError(
+            f"no workspace {_show(args.workspace_id)}; --create creates it"
+        )
     plan = await hosting.set_workspace(
         args.workspace_id,
         plan=args.plan,
@@ -221,6 +408,7 @@ _ACTIONS: dict[str, Callable[[Any, argparse.Namespace, Settings], Awaitable[int]
     "show": _show_version,
     "diff": _diff,
     "activate": _activate,
+    "versions": _versions,
     "workspace": _workspace,
     "credits": _credits,
 }

@@ -24,6 +24,8 @@ session (``metadata["agent"]``: the agent id and its workspace) and saved with e
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -31,11 +33,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from consumer import metrics
+from consumer.hosting.canary import choose_version
+from consumer.hosting.pinning import pinned_version
 from consumer.parser import ParsedInput
 from engine.definition import DefinitionError, HostHooks, build_agent, parse_definition
 from engine.lifecycle.web_search import DailyLimitReached
 from engine.packs import PackSet
-from store.hosting import Hosting, LiveAgent, WorkspacePlan
+from store.hosting import Hosting, LiveAgent, RegistryError, WorkspacePlan
+
+log = logging.getLogger("turnflow.routing")
 
 __all__ = [
     "BINDING_KEY",
@@ -75,6 +82,7 @@ def registry_router(settings: Any, store: Any, fallback: Any = None) -> Registry
         cache_size=settings.agent_cache_size,
         refresh_s=settings.agent_refresh_ms / 1000,
         prepare=prepare,
+        fallback_message=settings.model_fallback_message,
     )
 
 
@@ -99,6 +107,18 @@ class Route:
     binding: dict[str, Any] | None = None
     # The workspace's plan when the route was taken (its turn slot's weight and cap).
     plan: str | None = None
+    pin_lost: str | None = None
+    """Why the version the conversation was pinned to could not run this turn
+    (``version-deleted``, ``version-invalid``), or None."""
+    role: str | None = None
+    """How the version was chosen, for the per-version counters: ``live``, ``canary``,
+    ``pinned`` (the conversation's runs started on it) or ``pin_lost``; None for ``AGENT``."""
+    migrate_runs: dict[str, str] | None = None
+    """The run map the turn applies first (``engine.phases.migrate``): the conversation moved
+    from its pinned version to the live one by the activation's ``--migrate`` map."""
+    fallback: dict[str, Any] | None = None
+    """The turn's ``fallback`` request when its runs cannot continue (``pin_lost`` on a
+    customer message or a timer's wake): they end ``version-gone`` and the fallback answers."""
 
 
 class AgentRouter(Protocol):
@@ -189,6 +209,29 @@ class _Rows:
             self._entries[key] = (self._entries[key][0], value)
 
 
+def _migration(
+    live: LiveAgent, pinned: int | None, state: dict[str, Any] | None
+) -> dict[str, str] | None:
+    """The part of the live version's run map this conversation's runs need, when the
+    conversation is pinned to an older version and the map names every one of its runs; else
+    None (a run the map does not name keeps the whole conversation pinned)."""
+    mapping = live.migrate_map
+    if (pinned is None or not mapping or live.migrate_to != live.live_version
+            or pinned == live.live_version):
+        return None
+    runs = state.get("runs") if isinstance(state, dict) else None
+    if not isinstance(runs, list):
+        return None
+    needed: dict[str, str] = {}
+    for run in runs:
+        key = f"{run.get('flow_id')}/{run.get('step_id')}" if isinstance(run, dict) else None
+        target = mapping.get(key) if key is not None else None
+        if not isinstance(target, str):
+            return None
+        needed[key] = target  # type: ignore[index]
+    return needed
+
+
 class RegistryRouter:
     """Agents from the registry, by the record's ``agent_id`` or the conversation's binding;
     ``fallback`` (``AGENT``) answers conversations that name none."""
@@ -205,6 +248,7 @@ class RegistryRouter:
         refresh_s: float = 1.0,
         prepare: Callable[[Any], Any] = lambda agent: agent,
         now: Callable[[], float] = time.monotonic,
+        fallback_message: str = "Sorry, something went wrong on our side. Please try again.",
     ) -> None:
         if cache_size < 1:
             raise ValueError("cache_size must be >= 1")
@@ -220,6 +264,7 @@ class RegistryRouter:
         self._prepare = prepare
         self._refresh_s = refresh_s
         self._now = now
+        self._fallback_message = fallback_message
         self._live = _Rows(refresh_s, cache_size * 4, now)
         self._plans = _Rows(refresh_s, cache_size * 4, now)
         self._polled_at: float | None = None  # this process's clock
@@ -252,17 +297,74 @@ class RegistryRouter:
                 "workspace-mismatch",
                 "agent_id names an agent of another workspace than the conversation's",
             )
-        if live.live_version is None:
-            raise RouteRefused("agent-not-live", "the agent has no live version")
-        agent = await self._agent(live.agent_id, live.live_version, live.workspace)
         plan = await self._plan(live.workspace)
+        plan_name = plan.plan if plan is not None else None
+        pinned = pinned_version(binding, state, live.agent_id)
+        pin_lost: str | None = None
+        moved = _migration(live, pinned, state)
+        if moved is not None and live.live_version is not None:
+            agent = await self._agent(live.agent_id, live.live_version, live.workspace)
+            metrics.child(metrics.AGENT_VERSION_ROUTES, "live").inc()
+            return dataclasses.replace(self._route(live, live.live_version, agent, plan_name),
+                                       role="live", migrate_runs=moved)
+        if pinned is not None and pinned != live.live_version:
+            try:
+                agent = await self._agent(live.agent_id, pinned, live.workspace)
+            except (RegistryError, RouteRefused) as exc:
+                pin_lost = "version-deleted" if isinstance(exc, RegistryError) else (
+                    "version-invalid"
+                )
+                metrics.child(metrics.AGENT_VERSION_ROUTES, "pin_lost").inc()
+                log.warning(
+                    "pinned agent version cannot run; the turn runs on the live version",
+                    extra={"session_id": parsed.session_id, "agent_id": live.agent_id,
+                           "pinned_version": pinned, "live_version": live.live_version,
+                           "reason": pin_lost},
+                )
+            else:
+                metrics.child(metrics.AGENT_VERSION_ROUTES, "pinned").inc()
+                route = self._route(live, pinned, agent, plan_name)
+                return dataclasses.replace(route, role="pinned")
+        version, canary = choose_version(
+            live.agent_id, parsed.session_id, live.live_version, live.canary_version,
+            live.canary_percent,
+        )
+        if version is None:
+            raise RouteRefused("agent-not-live", "the agent has no live version")
+        try:
+            agent = await self._agent(live.agent_id, version, live.workspace)
+        except (RegistryError, RouteRefused):
+            if not canary or live.live_version is None:
+                raise
+            # A canary that does not build never refuses a conversation: the live version.
+            version, canary = live.live_version, False
+            agent = await self._agent(live.agent_id, version, live.workspace)
+        if pin_lost is None:
+            role = "canary" if canary else "live"
+            metrics.child(metrics.AGENT_VERSION_ROUTES, role).inc()
+            return dataclasses.replace(self._route(live, version, agent, plan_name), role=role)
+        fallback = None
+        if parsed.kind in ("message", "wake"):  # answered, never dropped: see Route.fallback
+            fallback = {"reason": f"pinned-{pin_lost}", "message": self._fallback_message,
+                        "end_runs": True}
+        return dataclasses.replace(
+            self._route(live, version, agent, plan_name), pin_lost=pin_lost, fallback=fallback,
+            role="pin_lost",
+        )
+
+    @staticmethod
+    def _route(live: LiveAgent, version: int, agent: Any, plan: str | None) -> Route:
+        """The route of a turn on ``version``; the binding pins the conversation to it while
+        the turn leaves runs in progress (``consumer.hosting.pinning``). ``plan``: the
+        workspace's plan now (its turn slot's weight and cap)."""
         return Route(
             agent=agent,
             agent_id=live.agent_id,
-            version=live.live_version,
+            version=version,
             workspace=live.workspace,
-            binding={"agent_id": live.agent_id, "workspace": live.workspace},
-            plan=plan.plan if plan is not None else None,
+            binding={"agent_id": live.agent_id, "workspace": live.workspace,
+                     "version": version},
+            plan=plan,
         )
 
     def _fallback_route(self) -> Route:

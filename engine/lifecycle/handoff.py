@@ -105,7 +105,7 @@ def gate_plan(state: TurnState, turn: lifecycle_turn.LifecycleTurn) -> bool:
     if request.kind == "message":
         state.session.last_user_at = request.at or state.now
     state.outcome(plan.GATED, detail="the plan does not include the agent")
-    if turn.settings.escalation:
+    if turn.settings.escalation and request.kind != "wake":
         notice = HandoffNotice(
             reason=PLAN_GATED,
             summary="The workspace's plan does not include the agent.",

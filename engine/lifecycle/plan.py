@@ -8,8 +8,10 @@ turn outcome is ``gated``. With ``escalation`` on (the setting of its own; hand-
 the ``handoff`` tool do not imply it) the conversation is handed over with
 ``handoff_reason: "plan_gated"``; otherwise the agent stays silent.
 
-Wakes and events of plans already running are not asked about: they continue what code started
-(a wait's timer, a host event), and a dropped wake would strand its run. An exception raised by
+A silence wake is asked about too: it starts a follow-up flow, an AI turn like an answer, so
+with the plan off it is gated (outcome ``gated``, silent, never handed over: no customer is
+waiting). Other wakes and events are not asked about: they continue what code started (a wait's
+timer, a host event), and a dropped wake would strand its run. An exception raised by
 the check propagates out of ``turn()``: nothing is saved, and the host retries the input as it
 would after any failure of its own code.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING
 
+from engine.keys import silence_key
 from engine.lifecycle.turn import of
 
 if TYPE_CHECKING:
@@ -33,7 +36,9 @@ async def check(state: TurnState) -> None:
     if turn is None:
         return
     plan_check = turn.settings.plan_check
-    if plan_check is None or state.ignored or state.request.kind not in ("message", "start"):
+    if plan_check is None or state.ignored:
+        return
+    if state.request.kind not in ("message", "start") and not _silence_wake(state):
         return
     if turn.memory.handoff is not None:
         return
@@ -41,3 +46,9 @@ async def check(state: TurnState) -> None:
     if inspect.isawaitable(answer):
         answer = await answer
     turn.gated = not bool(answer)
+
+
+def _silence_wake(state: TurnState) -> bool:
+    """True for a wake that starts a silence follow-up (see ``engine.phases.ingest``)."""
+    wake = state.request.wake
+    return wake is not None and silence_key(state.session.id, wake) is not None

@@ -7,7 +7,14 @@ reasoning loop (every round and every tool) and is enforced by the settings' inj
 ``timer`` (default ``asyncio.timeout``, the event loop's monotonic clock; the engine never reads
 the wall clock for it). When time runs out, or no message comes back, the reply is the last
 text the model gave along with its tool calls, else the agent's ``fallback_message`` (the turn
-outcome ``fallback``); with no fallback message the engine's retry path takes over as before.
+outcome ``fallback``); with no fallback message the engine's retry path takes over as before,
+except for a spent tool budget.
+
+A spent tool budget is not a model failure. When the model still calls tools in the round
+that offers none (``BUDGET_SPENT``), the reply is its last text given with tool calls, else the
+``fallback_message``; with neither, a customer message's turn raises ``BudgetSpent`` and the
+host answers it with its own fallback message at once, without running the turn (and its
+tools) again.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ if TYPE_CHECKING:
     from engine.state import TurnState
 
 EMPTY = "empty message"
+BUDGET_SPENT = "tool budget spent"
 TIMED_OUT = "turn timeout"
 
 
@@ -115,7 +123,7 @@ async def bounded(state: TurnState, call: Awaitable[SpeakReply]) -> SpeakReply:
                            deferred="retryable", error=TIMED_OUT)
     if reply.text is not None or turn.handoff_requested is not None:
         return reply
-    if reply.error not in (EMPTY, TIMED_OUT):
+    if reply.error not in (EMPTY, TIMED_OUT, BUDGET_SPENT):
         return reply  # a provider failure: the retry ladder, as without the lifecycle
     if turn.partial_text:
         reply.text, reply.deferred, reply.error = turn.partial_text, None, None

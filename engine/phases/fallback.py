@@ -8,6 +8,12 @@ customer's next message is read as this one would have been. It sends the agent'
 ``fallback_message`` (a lifecycle setting; the turn outcome ``fallback``), else the host's
 ``fallback.message``. Settle then does its bookkeeping (``last_assistant_at``, silence wakes).
 Under ``silenced`` nobody speaks, this turn included.
+
+With ``end_runs`` the host says the conversation's runs cannot continue (the agent version they
+started on was deleted, or no longer builds): each run ends with the outcome ``version-gone``
+(its flow and step in the outcome line) before the fallback message, so the customer's answer,
+a confirmation or a timer's wake gets the fallback rather than silence, and the next input
+starts afresh on the version that can run.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ def run(state: TurnState) -> None:
     given = request.fallback
     if state.done or given is None:
         return
+    if given.end_runs:
+        for gone in list(state.session.runs):
+            state.end_run(gone, "version-gone", detail=f"{gone.flow_id}/{gone.step_id}")
     state.outcome("fallback", step_id="fallback", detail=given.reason)
     if request.silenced is not None:
         return

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from engine.config import EventTrigger, SilenceTrigger, WaitStep
-from engine.keys import session_key
+from engine.keys import silence_key
 from engine.lifecycle import handoff
 from engine.moves import take
 from engine.session import INPUT_RING, Run
@@ -40,7 +40,8 @@ def run(state: TurnState) -> None:
             return
         state.session.inputs = [*state.session.inputs, input_id][-INPUT_RING:]
     if request.fallback is not None:  # the host answers it without the model: nothing moves
-        state.session.last_user_at = request.at or state.now
+        if request.kind == "message":
+            state.session.last_user_at = request.at or state.now
         return
     handoff.on_input(state)  # lifecycle: hand-off rules and the silence after a hand-off
     if state.done:
@@ -106,7 +107,7 @@ def _customer_replied(state: TurnState) -> None:
 def _wake(state: TurnState) -> None:
     key = state.request.wake
     assert key is not None
-    silence = _silence_key(state.session.id, key)
+    silence = silence_key(state.session.id, key)
     if silence is not None:
         _silence_wake(state, key, *silence)
         return
@@ -138,22 +139,6 @@ def _wake(state: TurnState) -> None:
         state.retry_run_id = run.id
     else:
         state.outcome("trigger-due", run)
-
-
-def _silence_key(session_id: str, key: str) -> tuple[str, str] | None:
-    """(flow id, time stamp) of a silence wake key, or None when ``key`` is not one.
-
-    Keys are ``silence@{tag}:{flow}:{ms}`` (see ``engine.keys``); a session stored before keys
-    carried their conversation may still be woken by ``silence:{flow}:{session id}:{ms}``."""
-    own = session_key("silence", session_id, "")
-    if key.startswith(own):
-        flow_id, _, stamp = key[len(own) :].rpartition(":")
-        return flow_id, stamp
-    if key.startswith("silence:"):
-        rest, _, stamp = key[len("silence:") :].rpartition(":")
-        suffix = f":{session_id}"
-        return (rest[: -len(suffix)] if rest.endswith(suffix) else rest), stamp
-    return None
 
 
 def _silence_wake(state: TurnState, key: str, flow_id: str, stamp: str) -> None:

@@ -23,9 +23,9 @@ from datetime import datetime, timedelta
 from engine.clock import to_utc
 from engine.collect import maxed, pending, write_fields
 from engine.config import TalkStep
-from engine.errors import ProviderError, UnusableReply
+from engine.errors import BudgetSpent, ProviderError, UnusableReply
 from engine.keys import session_key
-from engine.lifecycle import handoff
+from engine.lifecycle import handoff, speak_budget
 from engine.lifecycle import tools as builtin_tools
 from engine.lifecycle import turn as lifecycle_turn
 from engine.moves import take
@@ -70,6 +70,7 @@ async def _apply_reply(state: TurnState) -> None:
     if run is None or flow is None or not isinstance(step, TalkStep):
         return
     if reply.text is None:
+        _budget_spent(state, reply)
         _defer(state, run, reply, reply.calls)
         return
     question = speaker.question is not None
@@ -129,6 +130,7 @@ def _idle(state: TurnState) -> None:
                 status="idle",
             )
             return
+        _budget_spent(state, reply)
         if reply.deferred == "retryable":
             # Nothing of this turn is kept: the host runs the message again later.
             error = reply.error or "the idle reply failed"
@@ -144,6 +146,19 @@ def _idle(state: TurnState) -> None:
     for patch in reply.patches:
         state.session.data.update(patch)
     state.outcome("idle", step_id="idle", llm_calls=reply.calls, status="idle")
+
+
+def _budget_spent(state: TurnState, reply: SpeakReply) -> None:
+    """A lifecycle agent's customer message whose tool budget (``max_tool_calls``) ran out with
+    nothing to say and no ``fallback_message``: ``BudgetSpent``, which a host answers with its
+    fallback at once (a retry, or a step's retry ladder, would run the tools again for the
+    same message). An agent without lifecycle settings keeps the engine's retry paths."""
+    if (
+        reply.error == speak_budget.BUDGET_SPENT
+        and state.request.kind == "message"
+        and lifecycle_turn.of(state) is not None
+    ):
+        raise BudgetSpent(f"speak: {reply.error}")
 
 
 def _defer(state: TurnState, run: Run, reply: SpeakReply, calls: int) -> None:

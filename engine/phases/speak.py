@@ -150,7 +150,11 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
             rounds += 1
             continue
         if text is None:
-            reply.deferred, reply.error = "retryable", "empty message"
+            # Tool calls in a round that offered none: the budget is spent and the model would
+            # not answer without tools (``speak_budget.BUDGET_SPENT``: never a host retry).
+            spent = bool(response.tool_calls) and rounds > 0
+            reply.deferred = "retryable"
+            reply.error = speak_budget.BUDGET_SPENT if spent else "empty message"
             reply.unusable = True
             return reply
         if len(text) > MAX_REPLY_CHARS:

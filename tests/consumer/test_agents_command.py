@@ -50,7 +50,7 @@ def test_put_activate_diff_and_roll_back(
     assert '-  "name": "Ana",' in diff and '+  "name": "Bia",' in diff
     assert cli.main(["agents", "activate", agent_id, "2"]) == 0
     assert cli.main(["agents", "show", agent_id]) == 0
-    assert json.loads(_out(capsys)[0].split("is live\n", 1)[1])["name"] == "Bia"
+    assert json.loads(_out(capsys)[0].split("on another version\n", 1)[1])["name"] == "Bia"
     assert cli.main(["agents", "activate", agent_id, "1"]) == 0  # roll back
     assert cli.main(["agents", "list", "--workspace", "ws-cli"]) == 0
     assert f'ws-cli\t{json.dumps(agent_id)}\t1\t2\t2' in _out(capsys)[0]
@@ -77,7 +77,9 @@ def test_a_bad_definition_is_refused_with_where_and_nothing_is_stored(
 
 def test_workspace_plan_and_credits(env: None, capsys: pytest.CaptureFixture[str]) -> None:
     name = f"ws-{uuid.uuid4().hex[:6]}"
-    assert cli.main(["agents", "workspace", name, "--web-searches-per-day", "7"]) == 0
+    assert cli.main(["agents", "workspace", name, "--web-searches-per-day", "7"]) == 2
+    assert _out(capsys)[1].count("\n") == 1  # one line: an unknown workspace, no --create
+    assert cli.main(["agents", "workspace", name, "--create", "--web-searches-per-day", "7"]) == 0
     assert f"workspace {name}: plan default, agents on, web searches per day 7" in _out(capsys)[0]
     assert cli.main(["agents", "workspace", name, "--agents", "off"]) == 0
     assert "agents off, web searches per day 7" in _out(capsys)[0]

@@ -119,11 +119,11 @@ async def test_the_binding_keeps_a_conversation_in_its_workspace(store: Store) -
     await _put(hosting, "theirs", "w2", "theirs")
     router = RegistryRouter(hosting, PackSet(), refresh_s=0)
     first = await router.route(_input("s", "mine"), None)
-    assert first.binding == {"agent_id": "mine", "workspace": "w1"}
+    assert first.binding == {"agent_id": "mine", "workspace": "w1", "version": 1}
     bound = await router.route(_input("s", None), _state(first.binding))
     assert (bound.agent_id, bound.version, bound.workspace) == ("mine", 1, "w1")
     moved = await router.route(_input("s", "colleague"), _state(first.binding))
-    assert moved.binding == {"agent_id": "colleague", "workspace": "w1"}
+    assert moved.binding == {"agent_id": "colleague", "workspace": "w1", "version": 1}
     with pytest.raises(RouteRefused) as refused:
         await router.route(_input("s", "theirs"), _state(first.binding))
     assert refused.value.reason == "workspace-mismatch"
