@@ -27,6 +27,14 @@ the end), an assistant entry with tool calls carries ``content: ""`` rather than
 conversation that would open or end on the assistant gets a short user placeholder (a server
 that takes a trailing assistant message as the start of its own reply would continue it).
 
+``prompt_cache`` says how the server is asked to keep the prompt's processed prefix:
+
+    off         nothing is added: the body is one every compatible server takes (OpenAI, for
+                one, refuses a request field it does not know)
+    llama.cpp   ``cache_prompt: true``: llama.cpp's server keeps the slot's processed prompt and
+                evaluates only the part after the longest prefix it shares with the last one
+                (reported as ``timings.cache_n``)
+
 Building the body and parsing the reply are plain functions, tested without a server.
 """
 
@@ -74,6 +82,10 @@ JsonMode = Literal["json_schema", "json_object_schema", "json_object", "none"]
 """How a schema is asked for (see the module docstring)."""
 
 JSON_MODES: tuple[JsonMode, ...] = ("json_schema", "json_object_schema", "json_object", "none")
+PromptCache = Literal["off", "llama.cpp"]
+"""How the server is asked to cache the prompt's prefix (see the module docstring)."""
+
+PROMPT_CACHES: tuple[PromptCache, ...] = ("off", "llama.cpp")
 DEFAULT_MAX_TOKENS = 1024
 """The reply cap sent when none is set: far above any envelope the engine asks for, far below a
 runaway reply that would hold the server until the timeout."""
@@ -170,6 +182,7 @@ def chat_completion_body(
     max_tokens: int | None = None,
     temperature: float | None = None,
     json_mode: JsonMode = "json_schema",
+    prompt_cache: PromptCache = "off",
 ) -> dict[str, Any]:
     """The JSON body of ``POST /chat/completions`` for one request."""
     body: dict[str, Any] = {
@@ -195,6 +208,8 @@ def chat_completion_body(
         body["max_tokens"] = max_tokens
     if temperature is not None:
         body["temperature"] = temperature
+    if prompt_cache == "llama.cpp":
+        body["cache_prompt"] = True
     return body
 
 
@@ -292,6 +307,7 @@ class OpenAIProvider(JsonApiProvider):
         max_tokens: int | None = DEFAULT_MAX_TOKENS,
         temperature: float | None = None,
         json_mode: JsonMode = "json_schema",
+        prompt_cache: PromptCache = "off",
         hooks: ProviderHooks | None = None,
         clock: Clock | None = None,
         client: httpx.AsyncClient | None = None,
@@ -318,6 +334,7 @@ class OpenAIProvider(JsonApiProvider):
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.json_mode: JsonMode = json_mode
+        self.prompt_cache: PromptCache = prompt_cache
 
     @property
     def description(self) -> str:
@@ -332,6 +349,7 @@ class OpenAIProvider(JsonApiProvider):
             body = chat_completion_body(
                 request, model=self.model, max_tokens=self.max_tokens,
                 temperature=self.temperature, json_mode=self.json_mode,
+                prompt_cache=self.prompt_cache,
             )
             reply = await self._api.post(
                 "chat/completions", body, max_reply_bytes=reply_byte_limit(self.max_tokens)
@@ -346,8 +364,10 @@ class OpenAIProvider(JsonApiProvider):
 __all__ = [
     "DEFAULT_MAX_TOKENS",
     "JSON_MODES",
+    "PROMPT_CACHES",
     "JsonMode",
     "OpenAIProvider",
+    "PromptCache",
     "chat_completion_body",
     "chat_messages",
     "parse_chat_completion",
