@@ -5,8 +5,10 @@ could serve instead of evaluating again.
 Run: ``python bench/prefix_share.py`` (or ``make bench-prefix``). The demo agent runs two
 customer conversations of its own job (book a repair, ask the opening hours, pay) in-process
 with the offline rule provider and a fake clock; every model request is rendered as the chat
-text a server would evaluate (system text, then each message as ``role: text``). For each call
-the longest common prefix, in characters, with the previous call of the same kind is:
+text a server would evaluate, in two orders: the one the providers used before (the whole
+system text, this turn's sections included, then the history) and the one they send now
+(``engine.providers.base.laid_out``: the sections fixed for the agent, the history, this turn's
+sections). For each call the longest common prefix, in characters, with an earlier call is:
 
 - within a conversation: the previous call of that kind in the same conversation (what one
   llama.cpp slot, or one conversation's cache entries, could reuse);
@@ -23,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import re
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -33,6 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import FakeClock, ModelRequest, ModelResponse
+from engine.providers.base import laid_out
 from engine.providers.rules import RuleProvider
 from examples.demo_agent import build_agent
 
@@ -57,26 +59,19 @@ class Capturing:
 
 
 def rendered(request: ModelRequest) -> str:
-    """The prompt as a server's chat template would lay it out, roles and texts in order."""
+    """The prompt in the order the providers sent it before the cache layout: the whole system
+    text (this turn's sections included) first, then the history."""
     lines = [f"system: {request.system}"]
     lines += [f"{m.role}: {m.text}" for m in request.messages]
     return "\n".join(lines)
 
 
-FIXED_SECTIONS = ("## Identity\n", "## Knowledge base\n", "## Task\n")
-"""The sections whose text is fixed for an agent version (the rest depend on the turn)."""
-
-
 def rendered_for_caches(request: ModelRequest) -> str:
-    """The same prompt laid out for prefix caches: the fixed sections, then the history, then
-    the turn's sections (in their order) as a last entry. A simulation of that layout from
-    today's prompt, not what the engine sends."""
-    sections = re.split(r"\n\n(?=## )", request.system)
-    fixed = [t for t in sections if t.startswith(FIXED_SECTIONS)]
-    turn = [t for t in sections if not t.startswith(FIXED_SECTIONS)]
-    lines = ["system: " + "\n\n".join(fixed)]
-    lines += [f"{m.role}: {m.text}" for m in request.messages]
-    lines.append("turn: " + "\n\n".join(turn))
+    """The prompt as the providers send it now (``laid_out``): the sections fixed for the
+    agent as the system prompt, then the history, then this turn's sections."""
+    system, messages = laid_out(request)
+    lines = [f"system: {system}"]
+    lines += [f"{m.role}: {m.text}" for m in messages]
     return "\n".join(lines)
 
 
@@ -120,7 +115,7 @@ async def main() -> None:
     print("| layout | call kind | calls | within a conversation: prefix share | "
           "across conversations: prefix share |")
     print("|---|---|---|---|---|")
-    for layout, render in (("today's", rendered), ("for caches (simulated)", rendered_for_caches)):
+    for layout, render in (("previous order", rendered), ("for caches", rendered_for_caches)):
         for kind in ("understand", "speak", "all"):
             row(runs, layout, render, kind)
 

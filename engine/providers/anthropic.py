@@ -35,6 +35,7 @@ from engine.providers.base import (
     ProviderHooks,
     ToolCall,
     Usage,
+    laid_out,
 )
 from engine.providers.http import (
     NOT_JSON,
@@ -116,13 +117,13 @@ def _turns(messages: list[ChatMessage], *, tool_blocks: bool = True) -> list[dic
 
 def messages_body(request: ModelRequest, *, model: str, max_tokens: int) -> dict[str, Any]:
     """The JSON body of ``POST /v1/messages`` for one request."""
-    system_parts = [request.system] if request.system else []
-    system_parts += [m.text for m in request.messages if m.role == "system" and m.text]
+    system, messages = laid_out(request)
+    system_parts = [system] if system else []
+    system_parts += [m.text for m in messages if m.role == "system" and m.text]
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": max_tokens,
-        "messages": _turns(request.messages,
-                           tool_blocks=bool(request.tools or request.json_schema)),
+        "messages": _turns(messages, tool_blocks=bool(request.tools or request.json_schema)),
     }
     if system_parts:
         body["system"] = "\n\n".join(system_parts)

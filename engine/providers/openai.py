@@ -58,6 +58,7 @@ from engine.providers.base import (
     ProviderHooks,
     ToolCall,
     Usage,
+    laid_out,
 )
 from engine.providers.http import (
     NOT_JSON,
@@ -185,9 +186,8 @@ def chat_completion_body(
     prompt_cache: PromptCache = "off",
 ) -> dict[str, Any]:
     """The JSON body of ``POST /chat/completions`` for one request."""
-    body: dict[str, Any] = {
-        "model": model, "messages": chat_messages(request.system, request.messages)
-    }
+    system, messages = laid_out(request)
+    body: dict[str, Any] = {"model": model, "messages": chat_messages(system, messages)}
     wanted = response_format(request, json_mode)
     if wanted is not None:
         body["response_format"] = wanted
