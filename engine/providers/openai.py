@@ -34,12 +34,16 @@ that takes a trailing assistant message as the start of its own reply would cont
     llama.cpp   ``cache_prompt: true``: llama.cpp's server keeps the slot's processed prompt and
                 evaluates only the part after the longest prefix it shares with the last one
                 (reported as ``timings.cache_n``)
+    key         ``prompt_cache_key``: a digest of the system prompt fixed for the agent
+                (``turn_sections_at``), so OpenAI routes every call sharing that prefix to
+                the same cache; requests without such a prompt carry none
 
 Building the body and parsing the reply are plain functions, tested without a server.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -83,10 +87,10 @@ JsonMode = Literal["json_schema", "json_object_schema", "json_object", "none"]
 """How a schema is asked for (see the module docstring)."""
 
 JSON_MODES: tuple[JsonMode, ...] = ("json_schema", "json_object_schema", "json_object", "none")
-PromptCache = Literal["off", "llama.cpp"]
+PromptCache = Literal["off", "llama.cpp", "key"]
 """How the server is asked to cache the prompt's prefix (see the module docstring)."""
 
-PROMPT_CACHES: tuple[PromptCache, ...] = ("off", "llama.cpp")
+PROMPT_CACHES: tuple[PromptCache, ...] = ("off", "llama.cpp", "key")
 DEFAULT_MAX_TOKENS = 1024
 """The reply cap sent when none is set: far above any envelope the engine asks for, far below a
 runaway reply that would hold the server until the timeout."""
@@ -210,7 +214,17 @@ def chat_completion_body(
         body["temperature"] = temperature
     if prompt_cache == "llama.cpp":
         body["cache_prompt"] = True
+    elif prompt_cache == "key" and request.turn_sections_at is not None and system:
+        body["prompt_cache_key"] = prompt_cache_key(model, system)
     return body
+
+
+def prompt_cache_key(model: str, system: str) -> str:
+    """``tf-`` and 128 bits of SHA-256 over the model and the fixed system prompt: equal for
+    every call of one agent version, different (but for a 2^-64 birthday chance across 2^32
+    versions) for any other prefix or model."""
+    digest = hashlib.sha256(f"{model}\n{system}".encode()).hexdigest()
+    return f"tf-{digest[:32]}"
 
 
 def _arguments(raw: Any, *, tool: str) -> dict[str, Any]:
@@ -371,5 +385,6 @@ __all__ = [
     "chat_completion_body",
     "chat_messages",
     "parse_chat_completion",
+    "prompt_cache_key",
     "response_format",
 ]

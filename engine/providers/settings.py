@@ -58,7 +58,8 @@ MODEL_SETTINGS: tuple[ModelSetting, ...] = (
                  "or `none` (the prompt alone)."),
     ModelSetting("TURNFLOW_MODEL_PROMPT_CACHE", "off", "How an OpenAI-compatible server is "
                  "asked to keep the prompt's processed prefix: `off` (nothing added; servers "
-                 "that refuse unknown fields take it) or `llama.cpp` (`cache_prompt: true`)."),
+                 "that refuse unknown fields take it), `llama.cpp` (`cache_prompt: true`) or "
+                 "`key` (OpenAI's `prompt_cache_key`, one per agent version)."),
 )
 
 

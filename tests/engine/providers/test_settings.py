@@ -113,12 +113,13 @@ def test_nothing_set_chooses_the_rule_provider_with_hooks() -> None:
 
 
 def test_prompt_cache_from_environment() -> None:
-    """TURNFLOW_MODEL_PROMPT_CACHE picks llama.cpp's cache_prompt; unset or empty keeps it off."""
+    """TURNFLOW_MODEL_PROMPT_CACHE picks llama.cpp's cache_prompt or OpenAI's key; unset or
+    empty keeps it off."""
     modes = [provider_from_env({"OPENAI_BASE_URL": "http://127.0.0.1:1/v1",
                                 "TURNFLOW_MODEL_PROMPT_CACHE": raw})
-             for raw in ("llama.cpp", " LLAMA.CPP ", "off", "")]
+             for raw in ("llama.cpp", " LLAMA.CPP ", "key", "off", "")]
     assert [p.prompt_cache for p in modes if isinstance(p, OpenAIProvider)] == [
-        "llama.cpp", "llama.cpp", "off", "off"]
+        "llama.cpp", "llama.cpp", "key", "off", "off"]
 
 
 @settings(max_examples=200, deadline=None)
@@ -131,7 +132,7 @@ def test_any_prompt_cache_value_is_taken_or_refused_naming_the_variable(raw: str
                                       "TURNFLOW_MODEL_PROMPT_CACHE": raw})
     except ValueError as exc:
         assert "TURNFLOW_MODEL_PROMPT_CACHE" in str(exc)
-        assert raw.strip().lower() not in ("off", "llama.cpp", "")
+        assert raw.strip().lower() not in ("off", "llama.cpp", "key", "")
     else:
         assert isinstance(provider, OpenAIProvider)
         assert provider.prompt_cache == (raw.strip().lower() or "off")
