@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: install test lint unit run run-local-model test-real-model prometheus chromium \
 	test-browser bench-inspect bench bench-engine bench-store \
 	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks bench-pipeline \
-	bench-hosting bench-versions bench-window bench-fairness clean
+	bench-hosting bench-versions bench-window bench-fairness bench-prefix clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -131,6 +131,10 @@ bench-pipeline: $(STAMP)
 # A turn's CPU by where its history comes from: none, loaded into a new window, or a kept one.
 bench-window: $(STAMP)
 	$(BIN)/python bench/window_bench.py $(ARGS)
+
+# How much of each model prompt repeats the start of the one before it (prefix-cache reuse).
+bench-prefix: $(STAMP)
+	$(BIN)/python bench/prefix_share.py $(ARGS)
 
 # One agent against 1,000 over the same traffic, and a version switch under load.
 bench-hosting: $(STAMP)

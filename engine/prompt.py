@@ -5,6 +5,11 @@ guideline); pending fields with their ask; known fields as settled facts; instru
 ``if`` holds (agent, flow, step); the customer's message or the no-new-message note; what this
 turn already sent; the response format. Each section is a titled block so tests (and people)
 can find it.
+
+Identity and knowledge (speak) and the task (understand) are fixed for an agent version; every
+later section belongs to the turn. ``turn_sections_at`` marks where those start, and the
+providers send the fixed part as the system prompt, then the history, then the turn's sections,
+so the start of each prompt repeats byte for byte for a server's prefix cache.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ class SpeakPrompt:
     system: str
     messages: list[ChatMessage]
     meta: dict[str, Any]
+    turn_sections_at: int | None = None
+    """Where in ``system`` the sections of this turn start (``ModelRequest.turn_sections_at``)."""
 
 
 def _block(title: str, body: str) -> str:
@@ -92,6 +99,9 @@ def build_speak(
     blocks.append(_block("Identity", "\n".join(identity)))
     if config.knowledge:
         blocks.append(_block("Knowledge base", "\n\n".join(config.knowledge)))
+    # Identity and knowledge are fixed for the agent version; every section after them belongs
+    # to this turn and is sent after the history (``engine.providers.base.laid_out``).
+    turn_sections_at = len("\n\n".join(blocks)) + 2
     if flow is not None:
         about = flow.name or flow.id
         if flow.description:
@@ -156,7 +166,8 @@ def build_speak(
         "retry": retry and message is None and history_ends_with_user,
         "idle": run is None,
     }
-    return SpeakPrompt(system="\n\n".join(blocks), messages=history_messages(state), meta=meta)
+    return SpeakPrompt(system="\n\n".join(blocks), messages=history_messages(state), meta=meta,
+                       turn_sections_at=turn_sections_at)
 
 
 def _known_note(state: TurnState, name: str, plan: UnderstandPlan) -> str:
@@ -179,6 +190,7 @@ def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
             "Judge only what is asked below; answer null when the message says nothing about it.",
         )
     ]
+    turn_sections_at = len(blocks[0]) + 2  # the task is fixed for the agent; the rest per turn
     if plan.flows:
         lines = []
         for flow_id, phrases in plan.flows.items():
@@ -220,4 +232,5 @@ def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
         "message": state.request.text,
         "messages": _parts(state),
     }
-    return SpeakPrompt(system="\n\n".join(blocks), messages=history_messages(state), meta=meta)
+    return SpeakPrompt(system="\n\n".join(blocks), messages=history_messages(state), meta=meta,
+                       turn_sections_at=turn_sections_at)

@@ -14,7 +14,8 @@ its own tape) and a turn run outside ``taping()`` records nothing. A recording i
 to fail a turn. ``level``:
 
     off         nothing about the calls (the turn's time is still kept: it is not personal)
-    envelopes   per call its kind, the parsed reply (JSON envelope, text, tool calls), tokens,
+    envelopes   per call its kind, the parsed reply (JSON envelope, text, tool calls), tokens
+                (with the prompt tokens read from the server's prompt cache, where it says),
                 latency and failure kind
     prompts     the same, plus the prompt sent (system text, messages, offered tool names)
 """
@@ -189,6 +190,10 @@ class RecordingProvider:
         if response.usage is not None:
             entry["input_tokens"] = response.usage.input_tokens
             entry["output_tokens"] = response.usage.output_tokens
+            # Only where the server says: recordings of servers without a prompt cache (and
+            # every one made before) keep their shape.
+            if response.usage.cache_read_tokens is not None:
+                entry["cache_read_tokens"] = response.usage.cache_read_tokens
         tape.calls.append(entry)
         return response
 

@@ -123,6 +123,7 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
             schema,
             [spec for _, _, spec in offer],
             {**built.meta, "round": rounds + 1, "tools": [s.name for _, _, s in offer]},
+            built.turn_sections_at,
         )
         reply.calls += 1
         state.llm_calls += 1
@@ -175,6 +176,7 @@ def _speak_request(
     json_schema: dict[str, Any],
     tools: list[ToolSpec],
     meta: dict[str, Any],
+    turn_sections_at: int | None = None,
 ) -> ModelRequest:
     """``ModelRequest(schema_name="speak", system=..., messages=..., json_schema=...,
     tools=..., meta=...)``, built as ``engine.records`` builds a turn's own records: one per
@@ -189,6 +191,7 @@ def _speak_request(
         "json_schema": dict(json_schema),
         "tools": list(tools),
         "meta": dict(meta),
+        "turn_sections_at": turn_sections_at,
     }
     return built(ModelRequest, values, _SPEAK_GIVEN, validate=(
         type(system) is not str

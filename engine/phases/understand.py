@@ -50,6 +50,7 @@ async def run(state: TurnState) -> None:
         messages=built.messages,
         json_schema=understand_schema(found.plan),
         meta=built.meta,
+        turn_sections_at=built.turn_sections_at,
     )
     state.llm_calls += 1
     try:

@@ -29,6 +29,7 @@ from engine.providers.base import (
     ModelResponse,
     ToolCall,
     Usage,
+    laid_out,
 )
 from engine.providers.http import (
     NOT_JSON,
@@ -109,18 +110,38 @@ def _turns(messages: list[ChatMessage], *, tool_blocks: bool = True) -> list[dic
     return turns
 
 
+CACHE_MIN_TOKENS = 1024
+"""The shortest prefix the Messages API caches (2,048 tokens on Haiku models)."""
+CHARS_PER_TOKEN = 4
+"""A token is taken as four characters of text, as English prose averages, since no tokenizer
+is at hand; a breakpoint after a prefix the estimate puts over the minimum but the API counts
+under it is ignored by the API (nothing cached, nothing refused)."""
+
+
+def _cacheable(system: str, model: str) -> bool:
+    minimum = CACHE_MIN_TOKENS * (2 if "haiku" in model.lower() else 1)
+    return len(system) >= minimum * CHARS_PER_TOKEN
+
+
 def messages_body(request: ModelRequest, *, model: str, max_tokens: int) -> dict[str, Any]:
     """The JSON body of ``POST /v1/messages`` for one request."""
-    system_parts = [request.system] if request.system else []
-    system_parts += [m.text for m in request.messages if m.role == "system" and m.text]
+    system, messages = laid_out(request)
+    system_parts = [system] if system else []
+    system_parts += [m.text for m in messages if m.role == "system" and m.text]
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": max_tokens,
-        "messages": _turns(request.messages,
-                           tool_blocks=bool(request.tools or request.json_schema)),
+        "messages": _turns(messages, tool_blocks=bool(request.tools or request.json_schema)),
     }
     if system_parts:
-        body["system"] = "\n\n".join(system_parts)
+        text = "\n\n".join(system_parts)
+        if request.turn_sections_at is not None and _cacheable(text, model):
+            # The system prompt is the part fixed for the agent: a cache breakpoint after it
+            # lets every conversation's calls read it from the prompt cache.
+            body["system"] = [{"type": "text", "text": text,
+                               "cache_control": {"type": "ephemeral"}}]
+        else:
+            body["system"] = text
     tools = [
         {"name": tool.name, "description": tool.description, "input_schema": tool.parameters}
         for tool in request.tools

@@ -100,6 +100,30 @@ class ModelRequest(BaseModel):
     json_schema: dict[str, Any] = Field(default_factory=dict)
     tools: list[ToolSpec] = Field(default_factory=list)
     meta: dict[str, Any] = Field(default_factory=dict)
+    turn_sections_at: int | None = None
+    """Where in ``system`` this turn's own sections start (None: nowhere). What comes before is
+    fixed for the agent version and is sent as the system prompt; the rest is sent after the
+    conversation's messages (``laid_out``), so the start of every prompt of one agent, and of
+    one conversation from call to call, repeats byte for byte for a server's prefix cache."""
+
+
+def laid_out(request: ModelRequest) -> tuple[str, list[ChatMessage]]:
+    """The system prompt and messages to send for ``request``, in prefix-cache order: the fixed
+    part of ``system``; the history; this turn's sections as a user entry; then the tool rounds
+    of this call (assistant tool calls and tool results at the end of ``messages``), which the
+    model made after reading the turn's sections. Without ``turn_sections_at``, ``system`` and
+    ``messages`` as they are."""
+    at = request.turn_sections_at
+    if at is None or not 0 <= at <= len(request.system):
+        return request.system, request.messages
+    head, turn = request.system[:at].rstrip(), request.system[at:].strip()
+    messages = request.messages
+    end = len(messages)
+    while end and (messages[end - 1].role == "tool" or messages[end - 1].tool_calls):
+        end -= 1
+    if not turn:
+        return head, messages
+    return head, [*messages[:end], ChatMessage(role="user", text=turn), *messages[end:]]
 
 
 class Usage(BaseModel):
@@ -191,4 +215,5 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "Usage",
+    "laid_out",
 ]

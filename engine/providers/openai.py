@@ -27,11 +27,23 @@ the end), an assistant entry with tool calls carries ``content: ""`` rather than
 conversation that would open or end on the assistant gets a short user placeholder (a server
 that takes a trailing assistant message as the start of its own reply would continue it).
 
+``prompt_cache`` says how the server is asked to keep the prompt's processed prefix:
+
+    off         nothing is added: the body is one every compatible server takes (OpenAI, for
+                one, refuses a request field it does not know)
+    llama.cpp   ``cache_prompt: true``: llama.cpp's server keeps the slot's processed prompt and
+                evaluates only the part after the longest prefix it shares with the last one
+                (reported as ``timings.cache_n``)
+    key         ``prompt_cache_key``: a digest of the system prompt fixed for the agent
+                (``turn_sections_at``), so OpenAI routes every call sharing that prefix to
+                the same cache; requests without such a prompt carry none
+
 Building the body and parsing the reply are plain functions, tested without a server.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Mapping
@@ -44,6 +56,7 @@ from engine.providers.base import (
     ModelResponse,
     ToolCall,
     Usage,
+    laid_out,
 )
 from engine.providers.http import (
     NOT_JSON,
@@ -69,6 +82,10 @@ JsonMode = Literal["json_schema", "json_object_schema", "json_object", "none"]
 """How a schema is asked for (see the module docstring)."""
 
 JSON_MODES: tuple[JsonMode, ...] = ("json_schema", "json_object_schema", "json_object", "none")
+PromptCache = Literal["off", "llama.cpp", "key"]
+"""How the server is asked to cache the prompt's prefix (see the module docstring)."""
+
+PROMPT_CACHES: tuple[PromptCache, ...] = ("off", "llama.cpp", "key")
 DEFAULT_MAX_TOKENS = 1024
 """The reply cap sent when none is set: far above any envelope the engine asks for, far below a
 runaway reply that would hold the server until the timeout."""
@@ -165,11 +182,11 @@ def chat_completion_body(
     max_tokens: int | None = None,
     temperature: float | None = None,
     json_mode: JsonMode = "json_schema",
+    prompt_cache: PromptCache = "off",
 ) -> dict[str, Any]:
     """The JSON body of ``POST /chat/completions`` for one request."""
-    body: dict[str, Any] = {
-        "model": model, "messages": chat_messages(request.system, request.messages)
-    }
+    system, messages = laid_out(request)
+    body: dict[str, Any] = {"model": model, "messages": chat_messages(system, messages)}
     wanted = response_format(request, json_mode)
     if wanted is not None:
         body["response_format"] = wanted
@@ -190,7 +207,19 @@ def chat_completion_body(
         body["max_tokens"] = max_tokens
     if temperature is not None:
         body["temperature"] = temperature
+    if prompt_cache == "llama.cpp":
+        body["cache_prompt"] = True
+    elif prompt_cache == "key" and request.turn_sections_at is not None and system:
+        body["prompt_cache_key"] = prompt_cache_key(model, system)
     return body
+
+
+def prompt_cache_key(model: str, system: str) -> str:
+    """``tf-`` and 128 bits of SHA-256 over the model and the fixed system prompt: equal for
+    every call of one agent version, different (but for a 2^-64 birthday chance across 2^32
+    versions) for any other prefix or model."""
+    digest = hashlib.sha256(f"{model}\n{system}".encode()).hexdigest()
+    return f"tf-{digest[:32]}"
 
 
 def _arguments(raw: Any, *, tool: str) -> dict[str, Any]:
@@ -292,6 +321,7 @@ class OpenAIProvider(JsonApiProvider):
         max_tokens: int | None = DEFAULT_MAX_TOKENS,
         temperature: float | None = None,
         json_mode: JsonMode = "json_schema",
+        prompt_cache: PromptCache = "off",
         **options: Unpack[HttpOptions],
     ) -> None:
         super().__init__(api_key, **options)
@@ -299,12 +329,14 @@ class OpenAIProvider(JsonApiProvider):
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.json_mode: JsonMode = json_mode
+        self.prompt_cache: PromptCache = prompt_cache
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         async def call() -> ModelResponse:
             body = chat_completion_body(
                 request, model=self.model, max_tokens=self.max_tokens,
                 temperature=self.temperature, json_mode=self.json_mode,
+                prompt_cache=self.prompt_cache,
             )
             reply = await self._api.post(
                 "chat/completions", body, max_reply_bytes=reply_byte_limit(self.max_tokens)
@@ -319,10 +351,13 @@ class OpenAIProvider(JsonApiProvider):
 __all__ = [
     "DEFAULT_MAX_TOKENS",
     "JSON_MODES",
+    "PROMPT_CACHES",
     "JsonMode",
     "OpenAIProvider",
+    "PromptCache",
     "chat_completion_body",
     "chat_messages",
     "parse_chat_completion",
+    "prompt_cache_key",
     "response_format",
 ]

@@ -56,6 +56,10 @@ MODEL_SETTINGS: tuple[ModelSetting, ...] = (
                  "asked for structured replies: `json_schema`, `json_object_schema` (a "
                  "`json_object` carrying the schema, for llama-cpp-python), `json_object` "
                  "or `none` (the prompt alone)."),
+    ModelSetting("TURNFLOW_MODEL_PROMPT_CACHE", "off", "How an OpenAI-compatible server is "
+                 "asked to keep the prompt's processed prefix: `off` (nothing added; servers "
+                 "that refuse unknown fields take it), `llama.cpp` (`cache_prompt: true`) or "
+                 "`key` (OpenAI's `prompt_cache_key`, one per agent version)."),
 )
 
 
@@ -98,6 +102,19 @@ def _json_mode(environ: Mapping[str, str]) -> openai.JsonMode:
     )
 
 
+def _prompt_cache(environ: Mapping[str, str]) -> openai.PromptCache:
+    raw = environ.get("TURNFLOW_MODEL_PROMPT_CACHE", "").strip().lower()
+    if not raw:
+        return "off"
+    for mode in openai.PROMPT_CACHES:
+        if raw == mode:
+            return mode
+    raise ValueError(
+        f"TURNFLOW_MODEL_PROMPT_CACHE must be one of {', '.join(openai.PROMPT_CACHES)}; "
+        f"got {raw[:40]!r}"
+    )
+
+
 def _max_tokens(environ: Mapping[str, str]) -> int:
     raw = environ.get("TURNFLOW_MODEL_MAX_TOKENS", "").strip()
     if not raw:
@@ -130,6 +147,7 @@ def provider_from_env(
             timeout=_timeout(environ),
             max_tokens=_max_tokens(environ),
             json_mode=_json_mode(environ),
+            prompt_cache=_prompt_cache(environ),
             hooks=hooks,
         )
     anthropic_key = environ.get(anthropic.API_KEY_ENV) or None

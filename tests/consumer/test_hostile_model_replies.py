@@ -24,7 +24,7 @@ from engine.providers.openai import OpenAIProvider
 from store import Store
 from tests.consumer.fakes import FakeKafkaConsumer
 from tests.consumer.test_service_bursts import DlqProducer, run_until, service_on
-from tests.fixtures.stand_in_model import reply_for
+from tests.fixtures.stand_in_model import last_customer_words, reply_for
 
 FALLBACK = "Sorry, the assistant is unavailable right now."
 GIANT = "x" * 3_000_000
@@ -43,8 +43,7 @@ class StandInModel:
     def handle(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         kind = body["response_format"]["json_schema"]["name"]
-        said = next((m["content"] for m in reversed(body["messages"])
-                     if m["role"] == "user" and isinstance(m["content"], str)), "")
+        said = last_customer_words(body)
         lengths = [len(m["content"]) for m in body["messages"] if isinstance(m["content"], str)]
         self.requests.append((kind, said, len(request.content), lengths))
         content = reply_for(body, None, None)

@@ -60,6 +60,21 @@ async def test_each_call_inside_a_tape_is_recorded_with_kind_reply_and_tokens() 
     assert call["latency_ms"] >= 0 and "prompt" not in call
 
 
+async def test_cached_prompt_tokens_are_recorded_only_where_the_server_reports_them() -> None:
+    """A reply whose usage counts prompt tokens read from the server's cache keeps that count
+    on its call; one without it records no such key."""
+    cached = ModelResponse(json={"a": 1}, usage=Usage(input_tokens=900, output_tokens=4,
+                                                      cache_read_tokens=850))
+    plain = ModelResponse(json={"a": 2}, usage=Usage(input_tokens=90, output_tokens=4))
+    provider = RecordingProvider(MockProvider([cached, plain]))
+    with taping("envelopes") as tape:
+        await provider.generate(_request("x"))
+        await provider.generate(_request("y"))
+    first, second = tape.calls
+    assert (first["input_tokens"], first["cache_read_tokens"]) == (900, 850)
+    assert "cache_read_tokens" not in second and second["input_tokens"] == 90
+
+
 async def test_prompts_level_keeps_the_prompt_and_off_keeps_nothing() -> None:
     """``prompts`` adds the prompt sent; ``off`` records no call and stores no recording."""
     provider = RecordingProvider(MockProvider([{"a": 1}, {"a": 2}]))

@@ -448,6 +448,7 @@ def test_speak_request_is_the_validated_request() -> None:
         json_schema=schema,
         tools=tools,
         meta=meta,
+        turn_sections_at=None,
     )
     assert_same(fast, slow)
     for name, given_ in zip(("messages", "json_schema", "tools", "meta"), args, strict=True):

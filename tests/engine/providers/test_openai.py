@@ -208,6 +208,60 @@ def test_parse_body_without_message_is_retryable(body: dict[str, Any]) -> None:
     assert caught.value.kind == "retryable"
 
 
+def test_body_asks_llama_cpp_to_cache_the_prompt_only_when_set() -> None:
+    """prompt_cache="llama.cpp" adds cache_prompt: true; the default adds no field a strict
+    server could refuse, and the messages are the same either way."""
+    plain = chat_completion_body(speak_request(), model="m")
+    cached = chat_completion_body(speak_request(), model="m", prompt_cache="llama.cpp")
+    assert "cache_prompt" not in plain
+    assert cached.pop("cache_prompt") is True
+    assert cached == plain
+
+
+async def test_provider_sends_cache_prompt_and_reads_cached_tokens(
+    canned_server: CannedServer,
+) -> None:
+    """An OpenAIProvider set to llama.cpp's prompt cache sends cache_prompt on every call and
+    reports the server's cached prompt tokens in the call's usage."""
+    canned_server.queue(Canned(body=completion(
+        '{"message": "Oi!", "nome": null}',
+        usage={"prompt_tokens": 90, "completion_tokens": 3,
+               "prompt_tokens_details": {"cached_tokens": 80}})))
+    records: list[CallRecord] = []
+    async with OpenAIProvider(model="local", base_url=canned_server.url + "/v1",
+                              prompt_cache="llama.cpp", env={},
+                              hooks=ProviderHooks([records.append])) as provider:
+        await provider.generate(speak_request())
+    [received] = canned_server.received
+    assert received.body["cache_prompt"] is True
+    [record] = records
+    assert record.usage is not None and record.usage.cache_read_tokens == 80
+
+
+def test_prompt_cache_key_is_one_per_fixed_system_prompt_and_model() -> None:
+    """prompt_cache="key" sends one prompt_cache_key for every request sharing the fixed system
+    prompt and model, whatever the turn and history; another prefix or model gets another key;
+    a request without the split, or the default mode, sends none."""
+    fixed = "## Identity\nYou are Ana."
+
+    def laid(turn: str, said: str) -> ModelRequest:
+        return ModelRequest(schema_name="speak", system=f"{fixed}\n\n{turn}",
+                            turn_sections_at=len(fixed) + 2,
+                            messages=[ChatMessage(role="user", text=said)])
+
+    def key(request: ModelRequest, model: str = "m") -> Any:
+        return chat_completion_body(request, model=model, prompt_cache="key").get(
+            "prompt_cache_key")
+
+    first, second = key(laid("## Guideline\nA", "oi")), key(laid("## Guideline\nB", "tchau"))
+    assert first == second and first.startswith("tf-") and len(first) == 35
+    other_agent = laid("## Guideline\nA", "oi").model_copy(
+        update={"system": "## Identity\nYou are Bob.\n\n## Guideline\nA"})
+    assert key(other_agent) != first and key(laid("## Guideline\nA", "oi"), "m2") != first
+    assert key(speak_request()) is None
+    assert "prompt_cache_key" not in chat_completion_body(laid("## G\nA", "oi"), model="m")
+
+
 # --- against a real local server -----------------------------------------------------------
 
 async def test_round_trip_against_local_server(canned_server: CannedServer) -> None:

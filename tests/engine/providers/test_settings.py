@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.providers import (
     AnthropicProvider,
@@ -108,3 +110,29 @@ def test_nothing_set_chooses_the_rule_provider_with_hooks() -> None:
     provider = provider_from_env({}, hooks=hooks)
     assert isinstance(provider, RuleProvider) and provider.hooks is hooks
     assert provider.description == "offline RuleProvider (a demo aid, not a model)"
+
+
+def test_prompt_cache_from_environment() -> None:
+    """TURNFLOW_MODEL_PROMPT_CACHE picks llama.cpp's cache_prompt or OpenAI's key; unset or
+    empty keeps it off."""
+    modes = [provider_from_env({"OPENAI_BASE_URL": "http://127.0.0.1:1/v1",
+                                "TURNFLOW_MODEL_PROMPT_CACHE": raw})
+             for raw in ("llama.cpp", " LLAMA.CPP ", "key", "off", "")]
+    assert [p.prompt_cache for p in modes if isinstance(p, OpenAIProvider)] == [
+        "llama.cpp", "llama.cpp", "key", "off", "off"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(raw=st.text())
+def test_any_prompt_cache_value_is_taken_or_refused_naming_the_variable(raw: str) -> None:
+    """Arbitrary text for TURNFLOW_MODEL_PROMPT_CACHE is one of the modes or a ValueError
+    naming the variable, never another exception."""
+    try:
+        provider = provider_from_env({"OPENAI_BASE_URL": "http://127.0.0.1:1/v1",
+                                      "TURNFLOW_MODEL_PROMPT_CACHE": raw})
+    except ValueError as exc:
+        assert "TURNFLOW_MODEL_PROMPT_CACHE" in str(exc)
+        assert raw.strip().lower() not in ("off", "llama.cpp", "key", "")
+    else:
+        assert isinstance(provider, OpenAIProvider)
+        assert provider.prompt_cache == (raw.strip().lower() or "off")

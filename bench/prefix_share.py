@@ -1,0 +1,144 @@
+"""How much of each model prompt repeats the start of the one before it: the part a server's
+prefix cache (llama.cpp's ``cache_prompt``, OpenAI's automatic caching, Anthropic's breakpoints)
+could serve instead of evaluating again.
+
+Run: ``python bench/prefix_share.py`` (or ``make bench-prefix``). The demo agent runs two
+customer conversations of its own job (book a repair, ask the opening hours, pay) in-process
+with the offline rule provider and a fake clock; every model request is rendered as the chat
+text a server would evaluate, in two orders: the one the providers used before (the whole
+system text, this turn's sections included, then the history) and the one they send now
+(``engine.providers.base.laid_out``: the sections fixed for the agent, the history, this turn's
+sections). For each call the longest common prefix, in characters, with an earlier call is:
+
+- within a conversation: the previous call of that kind in the same conversation (what one
+  llama.cpp slot, or one conversation's cache entries, could reuse);
+- in call order (kind ``all``): the previous call of any kind in the same conversation, as
+  one llama.cpp slot serving a conversation's calls in turn sees them;
+- across conversations: the first call of each kind of the second conversation against the
+  first's (what every conversation of one agent version could share).
+
+Figures are shares of the prompt characters, so they do not depend on the host's speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine import FakeClock, ModelRequest, ModelResponse
+from engine.providers.base import laid_out
+from engine.providers.rules import RuleProvider
+from examples.demo_agent import build_agent
+
+CONVERSATIONS = {
+    "c1": ["hi", "my name is Sam", "I need the brakes fixed on saturday", "yes",
+           "what are your opening hours?", "thanks"],
+    "c2": ["hello", "I'm Ada", "can you fix a flat tire on monday?", "yes",
+           "when are you open?", "great"],
+}
+
+
+class Capturing:
+    """Passes each call to the rule provider and keeps the request."""
+
+    def __init__(self) -> None:
+        self.inner = RuleProvider()
+        self.requests: list[ModelRequest] = []
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        self.requests.append(request)
+        return await self.inner.generate(request)
+
+
+def rendered(request: ModelRequest) -> str:
+    """The prompt in the order the providers sent it before the cache layout: the whole system
+    text (this turn's sections included) first, then the history."""
+    lines = [f"system: {request.system}"]
+    lines += [f"{m.role}: {m.text}" for m in request.messages]
+    return "\n".join(lines)
+
+
+def rendered_for_caches(request: ModelRequest) -> str:
+    """The prompt as the providers send it now (``laid_out``): the sections fixed for the
+    agent as the system prompt, then the history, then this turn's sections."""
+    system, messages = laid_out(request)
+    lines = [f"system: {system}"]
+    lines += [f"{m.role}: {m.text}" for m in messages]
+    return "\n".join(lines)
+
+
+def common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+async def conversation(session_id: str, texts: list[str]) -> list[ModelRequest]:
+    provider = Capturing()
+    clock = FakeClock(datetime(2026, 1, 5, 9, 0, tzinfo=UTC))
+    agent = build_agent(provider=provider, clock=clock)
+    history: list[dict[str, Any]] = []
+    session: Any = None
+    for i, text in enumerate(texts):
+        at = datetime(2026, 1, 5, 9, 0, tzinfo=UTC) + timedelta(minutes=i)
+        request: dict[str, Any] = {"session_id": session_id, "message": text,
+                                   "id": f"{session_id}-{i}", "history": list(history)}
+        if session is not None:
+            request["session"] = session
+        result = await agent.turn(request)
+        session = result.session
+        history.append({"role": "user", "text": text, "at": at})
+        history += [{"role": "assistant", "text": m.text, "at": at}
+                    for m in result.messages if m.text]
+        if os.environ.get("PREFIX_SHARE_TRACE"):
+            print(f"  {session_id} you> {text} | " + " | ".join(m.text for m in result.messages))
+    return provider.requests
+
+
+def share(pairs: list[tuple[str, str]]) -> tuple[int, int]:
+    """(characters in a common prefix with the earlier prompt, characters in all later ones)."""
+    return (sum(common_prefix(a, b) for a, b in pairs), sum(len(b) for _, b in pairs))
+
+
+async def main() -> None:
+    runs = {sid: await conversation(sid, texts) for sid, texts in CONVERSATIONS.items()}
+    print("| layout | call kind | calls | within a conversation: prefix share | "
+          "across conversations: prefix share |")
+    print("|---|---|---|---|---|")
+    for layout, render in (("previous order", rendered), ("for caches", rendered_for_caches)):
+        for kind in ("understand", "speak", "all"):
+            row(runs, layout, render, kind)
+
+
+def row(runs: dict[str, list[ModelRequest]], layout: str,
+        render: Callable[[ModelRequest], str], kind: str) -> None:
+    """One table row: the prefix shares of ``kind``'s prompts rendered by ``render``."""
+    within: list[tuple[str, str]] = []
+    firsts: list[str] = []
+    calls = 0
+    for requests in runs.values():
+        prompts = [render(r) for r in requests if kind in ("all", r.schema_name)]
+        calls += len(prompts)
+        within += list(itertools.pairwise(prompts))
+        if prompts:
+            firsts.append(prompts[0])
+    same, total = share(within)
+    across_same, across_total = share(list(itertools.pairwise(firsts)))
+    print(f"| {layout} | {kind} | {calls} | "
+          f"{same / max(total, 1):.0%} ({same:,} of {total:,} chars) | "
+          f"{across_same / max(across_total, 1):.0%} "
+          f"({across_same:,} of {across_total:,} chars) |")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,150 @@
+"""Prompts laid out for prefix caches: what is fixed for an agent goes first and repeats byte for
+byte in every conversation, the history follows, this turn's sections come last."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextvars import ContextVar
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from engine import FakeClock, ModelRequest, ModelResponse
+from engine.providers.anthropic import messages_body
+from engine.providers.base import ChatMessage, ToolCall, laid_out
+from engine.providers.openai import chat_completion_body
+from engine.providers.rules import RuleProvider
+from examples.demo_agent import build_agent
+
+_CONVERSATION: ContextVar[str] = ContextVar("conversation")
+
+SCRIPTS = {
+    f"c{i}": [
+        "hi", f"my name is {name}", f"I need the {service} fixed on {day}", "yes",
+        "what are your opening hours?", "thanks",
+    ]
+    for i, (name, service, day) in enumerate([
+        ("Sam", "brakes", "saturday"), ("Ada", "flat tire", "monday"),
+        ("Lin", "tune-up", "friday"), ("Bo", "brakes", "tuesday"),
+        ("Eve", "flat tire", "wednesday"), ("Kai", "tune-up", "thursday"),
+    ])
+}
+
+
+class Capturing:
+    """The offline rule provider, keeping each request under the conversation that made it."""
+
+    def __init__(self) -> None:
+        self.inner = RuleProvider()
+        self.requests: dict[str, list[ModelRequest]] = {}
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        self.requests.setdefault(_CONVERSATION.get(), []).append(request)
+        await asyncio.sleep(0)  # let the other conversations interleave
+        return await self.inner.generate(request)
+
+
+async def _converse(agent: Any, session_id: str, texts: list[str]) -> None:
+    _CONVERSATION.set(session_id)
+    history: list[dict[str, Any]] = []
+    session: Any = None
+    for i, text in enumerate(texts):
+        at = datetime(2026, 1, 5, 9, 0, tzinfo=UTC) + timedelta(minutes=i)
+        request: dict[str, Any] = {"session_id": session_id, "message": text,
+                                   "id": f"{session_id}-{i}", "history": list(history)}
+        if session is not None:
+            request["session"] = session
+        result = await agent.turn(request)
+        session = result.session
+        history.append({"role": "user", "text": text, "at": at})
+        history += [{"role": "assistant", "text": m.text, "at": at}
+                    for m in result.messages if m.text]
+
+
+def _run_conversations() -> dict[str, list[ModelRequest]]:
+    provider = Capturing()
+    agent = build_agent(provider=provider, clock=FakeClock(datetime(2026, 1, 5, 9, tzinfo=UTC)))
+
+    async def all_at_once() -> None:
+        await asyncio.gather(*(_converse(agent, sid, t) for sid, t in SCRIPTS.items()))
+
+    asyncio.run(all_at_once())
+    return provider.requests
+
+
+def _cached_part(request: ModelRequest) -> str:
+    """The serialized OpenAI messages up to where this call's turn sections start: what the
+    next call of the conversation can find in a server's prefix cache."""
+    text = json.dumps(chat_completion_body(request, model="m")["messages"])
+    turn = json.dumps(request.system[request.turn_sections_at or 0:].strip())[1:-1]
+    return text[: text.index(turn)].removesuffix("\\n\\n")
+
+
+def test_every_conversation_of_an_agent_sends_the_same_system_prompt() -> None:
+    """Six conversations of the demo agent run at once: every understand call sends one
+    system text and every speak call another, byte for byte, to both HTTP APIs."""
+    runs = _run_conversations()
+    assert set(runs) == set(SCRIPTS)
+    for kind in ("understand", "speak"):
+        calls = [r for requests in runs.values() for r in requests if r.schema_name == kind]
+        assert len(calls) >= len(SCRIPTS)
+        openai_heads = {json.dumps(chat_completion_body(r, model="m")["messages"][0])
+                        for r in calls}
+        anthropic_heads = {messages_body(r, model="m", max_tokens=9)["system"] for r in calls}
+        assert len(openai_heads) == 1 and len(anthropic_heads) == 1
+        # The fixed head carries the agent and none of a turn's own sections.
+        [head] = anthropic_heads
+        assert "Spoke & Chain" in head or "Ana" in head
+        assert "## Customer message" not in head and "## Response format" not in head
+
+
+def test_each_call_starts_with_everything_the_previous_one_sent_before_its_turn() -> None:
+    """Within each conversation (six at once), each call of a kind starts with the previous
+    call's system prompt and history byte for byte, and that shared start grows turn by turn;
+    no conversation's history appears in another's prompts."""
+    runs = _run_conversations()
+    for session_id, requests in runs.items():
+        others = [f"my name is {t[1].split()[-1]}" for s, t in SCRIPTS.items() if s != session_id]
+        for kind in ("understand", "speak"):
+            calls = [r for r in requests if r.schema_name == kind]
+            shared = [_cached_part(r) for r in calls]
+            for earlier, later, later_call in zip(shared, shared[1:], calls[1:], strict=False):
+                sent = json.dumps(chat_completion_body(later_call, model="m")["messages"])
+                assert sent.startswith(earlier)
+                assert len(later) >= len(earlier)
+            assert len(shared[-1]) > len(shared[0])
+            everything = " ".join(json.dumps(chat_completion_body(r, model="m")) for r in calls)
+            assert not any(other in everything for other in others)
+
+
+def test_turn_sections_go_after_the_history_and_before_this_calls_tool_rounds() -> None:
+    """``laid_out`` sends the fixed part as the system prompt and this turn's sections as a
+    user entry after the history, ahead of the tool calls and results of this call."""
+    call = ToolCall(id="t1", name="hours", arguments={})
+    request = ModelRequest(
+        schema_name="speak",
+        system="## Identity\nYou are Ana.\n\n## Guideline\nBook it.",
+        turn_sections_at=len("## Identity\nYou are Ana.") + 2,
+        messages=[ChatMessage(role="user", text="hi"), ChatMessage(role="assistant", text="Hey"),
+                  ChatMessage(role="user", text="hours?"),
+                  ChatMessage(role="assistant", text="", tool_calls=[call]),
+                  ChatMessage(role="tool", text="9-18", tool_call_id="t1")],
+    )
+    system, messages = laid_out(request)
+    assert system == "## Identity\nYou are Ana."
+    assert [(m.role, m.text) for m in messages] == [
+        ("user", "hi"), ("assistant", "Hey"), ("user", "hours?"),
+        ("user", "## Guideline\nBook it."), ("assistant", ""), ("tool", "9-18")]
+    body = chat_completion_body(request, model="m")
+    assert body["messages"][0] == {"role": "system", "content": "## Identity\nYou are Ana."}
+    assert body["messages"][3]["content"] == "hours?\n\n## Guideline\nBook it."
+
+
+def test_without_a_split_the_request_is_sent_as_it_is() -> None:
+    """A request without ``turn_sections_at`` (or with one outside its system text) keeps its
+    whole system text as the system prompt and its messages unchanged."""
+    messages = [ChatMessage(role="user", text="hi")]
+    plain = ModelRequest(schema_name="compact", system="Summarize.", messages=messages)
+    outside = plain.model_copy(update={"turn_sections_at": 99})
+    assert laid_out(plain) == ("Summarize.", messages)
+    assert laid_out(outside) == ("Summarize.", messages)
