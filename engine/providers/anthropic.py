@@ -123,9 +123,15 @@ def _cacheable(system: str, model: str) -> bool:
     return len(system) >= minimum * CHARS_PER_TOKEN
 
 
-def messages_body(request: ModelRequest, *, model: str, max_tokens: int) -> dict[str, Any]:
-    """The JSON body of ``POST /v1/messages`` for one request."""
-    system, messages = laid_out(request)
+def messages_body(
+    request: ModelRequest, *, model: str, max_tokens: int, prompt_cache: bool = False
+) -> dict[str, Any]:
+    """The JSON body of ``POST /v1/messages`` for one request. ``prompt_cache``: laid out for
+    the prompt cache (``laid_out``), with a breakpoint after a long enough fixed system prompt;
+    otherwise the request's system prompt and messages as they are."""
+    system, messages = (
+        laid_out(request) if prompt_cache else (request.system, request.messages)
+    )
     system_parts = [system] if system else []
     system_parts += [m.text for m in messages if m.role == "system" and m.text]
     body: dict[str, Any] = {
@@ -135,7 +141,7 @@ def messages_body(request: ModelRequest, *, model: str, max_tokens: int) -> dict
     }
     if system_parts:
         text = "\n\n".join(system_parts)
-        if request.turn_sections_at is not None and _cacheable(text, model):
+        if prompt_cache and request.turn_sections_at is not None and _cacheable(text, model):
             # The system prompt is the part fixed for the agent: a cache breakpoint after it
             # lets every conversation's calls read it from the prompt cache.
             body["system"] = [{"type": "text", "text": text,
@@ -248,15 +254,18 @@ class AnthropicProvider(JsonApiProvider):
         *,
         model: str = DEFAULT_MODEL,
         max_tokens: int = 1024,
+        prompt_cache: bool = False,
         **options: Unpack[HttpOptions],
     ) -> None:
         super().__init__(api_key, **options)
         self.model = model
         self.max_tokens = max_tokens
+        self.prompt_cache = prompt_cache
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         async def call() -> ModelResponse:
-            body = messages_body(request, model=self.model, max_tokens=self.max_tokens)
+            body = messages_body(request, model=self.model, max_tokens=self.max_tokens,
+                                 prompt_cache=self.prompt_cache)
             reply = await self._api.post(
                 "v1/messages", body, max_reply_bytes=reply_byte_limit(self.max_tokens)
             )

@@ -185,7 +185,11 @@ def chat_completion_body(
     prompt_cache: PromptCache = "off",
 ) -> dict[str, Any]:
     """The JSON body of ``POST /chat/completions`` for one request."""
-    system, messages = laid_out(request)
+    # Laid out for the server's prefix cache only when the cache is asked for: the order is
+    # another prompt to the model, and a server that caches nothing gains nothing from it.
+    system, messages = (
+        laid_out(request) if prompt_cache != "off" else (request.system, request.messages)
+    )
     body: dict[str, Any] = {"model": model, "messages": chat_messages(system, messages)}
     wanted = response_format(request, json_mode)
     if wanted is not None:

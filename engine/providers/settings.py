@@ -56,10 +56,13 @@ MODEL_SETTINGS: tuple[ModelSetting, ...] = (
                  "asked for structured replies: `json_schema`, `json_object_schema` (a "
                  "`json_object` carrying the schema, for llama-cpp-python), `json_object` "
                  "or `none` (the prompt alone)."),
-    ModelSetting("TURNFLOW_MODEL_PROMPT_CACHE", "off", "How an OpenAI-compatible server is "
-                 "asked to keep the prompt's processed prefix: `off` (nothing added; servers "
-                 "that refuse unknown fields take it), `llama.cpp` (`cache_prompt: true`) or "
-                 "`key` (OpenAI's `prompt_cache_key`, one per agent version)."),
+    ModelSetting("TURNFLOW_MODEL_PROMPT_CACHE", "off", "How the model server is asked to keep "
+                 "the prompt's processed prefix: `off` (nothing added, the prompt sent as "
+                 "built; servers that refuse unknown fields take it), `llama.cpp` "
+                 "(`cache_prompt: true`) or `key` (OpenAI's `prompt_cache_key`, one per agent "
+                 "version). Any value but `off` also lays the prompt out for the cache (the "
+                 "agent's fixed sections, the history, then this turn's) and, on Anthropic, "
+                 "marks a cache breakpoint after a long enough fixed part."),
 )
 
 
@@ -158,6 +161,7 @@ def provider_from_env(
             base_url=environ.get("ANTHROPIC_BASE_URL") or anthropic.DEFAULT_BASE_URL,
             timeout=_timeout(environ),
             max_tokens=_max_tokens(environ),
+            prompt_cache=_prompt_cache(environ) != "off",
             hooks=hooks,
         )
     return RuleProvider(hooks=hooks)

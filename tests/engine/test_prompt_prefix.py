@@ -72,10 +72,20 @@ def _run_conversations() -> dict[str, list[ModelRequest]]:
     return provider.requests
 
 
+def _openai(request: ModelRequest) -> dict[str, Any]:
+    """The chat-completions body with the prompt cache asked for (the laid-out order)."""
+    return chat_completion_body(request, model="m", prompt_cache="llama.cpp")
+
+
+def _anthropic(request: ModelRequest) -> dict[str, Any]:
+    """The Messages API body with the prompt cache asked for (the laid-out order)."""
+    return messages_body(request, model="m", max_tokens=9, prompt_cache=True)
+
+
 def _cached_part(request: ModelRequest) -> str:
     """The serialized OpenAI messages up to where this call's turn sections start: what the
     next call of the conversation can find in a server's prefix cache."""
-    text = json.dumps(chat_completion_body(request, model="m")["messages"])
+    text = json.dumps(_openai(request)["messages"])
     turn = json.dumps(request.system[request.turn_sections_at or 0:].strip())[1:-1]
     return text[: text.index(turn)].removesuffix("\\n\\n")
 
@@ -88,9 +98,9 @@ def test_every_conversation_of_an_agent_sends_the_same_system_prompt() -> None:
     for kind in ("understand", "speak"):
         calls = [r for requests in runs.values() for r in requests if r.schema_name == kind]
         assert len(calls) >= len(SCRIPTS)
-        openai_heads = {json.dumps(chat_completion_body(r, model="m")["messages"][0])
+        openai_heads = {json.dumps(_openai(r)["messages"][0])
                         for r in calls}
-        anthropic_heads = {messages_body(r, model="m", max_tokens=9)["system"] for r in calls}
+        anthropic_heads = {_anthropic(r)["system"] for r in calls}
         assert len(openai_heads) == 1 and len(anthropic_heads) == 1
         # The fixed head carries the agent and none of a turn's own sections.
         [head] = anthropic_heads
@@ -109,11 +119,11 @@ def test_each_call_starts_with_everything_the_previous_one_sent_before_its_turn(
             calls = [r for r in requests if r.schema_name == kind]
             shared = [_cached_part(r) for r in calls]
             for earlier, later, later_call in zip(shared, shared[1:], calls[1:], strict=False):
-                sent = json.dumps(chat_completion_body(later_call, model="m")["messages"])
+                sent = json.dumps(_openai(later_call)["messages"])
                 assert sent.startswith(earlier)
                 assert len(later) >= len(earlier)
             assert len(shared[-1]) > len(shared[0])
-            everything = " ".join(json.dumps(chat_completion_body(r, model="m")) for r in calls)
+            everything = " ".join(json.dumps(_openai(r)) for r in calls)
             assert not any(other in everything for other in others)
 
 
@@ -135,7 +145,7 @@ def test_turn_sections_go_after_the_history_and_before_this_calls_tool_rounds() 
     assert [(m.role, m.text) for m in messages] == [
         ("user", "hi"), ("assistant", "Hey"), ("user", "hours?"),
         ("user", "## Guideline\nBook it."), ("assistant", ""), ("tool", "9-18")]
-    body = chat_completion_body(request, model="m")
+    body = _openai(request)
     assert body["messages"][0] == {"role": "system", "content": "## Identity\nYou are Ana."}
     assert body["messages"][3]["content"] == "hours?\n\n## Guideline\nBook it."
 

@@ -337,15 +337,30 @@ def test_a_long_fixed_system_prompt_gets_a_cache_breakpoint() -> None:
     laid = ModelRequest(schema_name="speak", system=fixed + "\n\n## Guideline\nBook it.",
                         turn_sections_at=len(fixed) + 2,
                         messages=[ChatMessage(role="user", text="oi")])
-    body = messages_body(laid, model="claude-sonnet", max_tokens=10)
+    body = messages_body(laid, model="claude-sonnet", max_tokens=10, prompt_cache=True)
     assert body["system"] == [{"type": "text", "text": fixed.rstrip(),
                                "cache_control": {"type": "ephemeral"}}]
     assert body["messages"][-1]["content"][-1]["text"] == "## Guideline\nBook it."
-    haiku = messages_body(laid, model="claude-3-5-haiku-latest", max_tokens=10)
+    haiku = messages_body(laid, model="claude-3-5-haiku-latest", max_tokens=10,
+                          prompt_cache=True)
     assert isinstance(haiku["system"], str)  # 6,000 chars: under Haiku's 2,048-token minimum
     unsplit = laid.model_copy(update={"turn_sections_at": None})
-    assert isinstance(messages_body(unsplit, model="claude-sonnet", max_tokens=10)["system"], str)
+    assert isinstance(messages_body(unsplit, model="claude-sonnet", max_tokens=10,
+                                    prompt_cache=True)["system"], str)
     short = ModelRequest(schema_name="speak", system="## Identity\nAna\n\n## Guideline\nGo.",
                          turn_sections_at=len("## Identity\nAna") + 2)
-    short_body = messages_body(short, model="claude-sonnet", max_tokens=10)
+    short_body = messages_body(short, model="claude-sonnet", max_tokens=10, prompt_cache=True)
     assert short_body["system"] == "## Identity\nAna"
+
+
+def test_without_the_prompt_cache_the_prompt_is_sent_as_built() -> None:
+    """With prompt caching not asked for (the default), a request with the split goes out as
+    the engine built it: the whole system text as the system prompt, no breakpoint, the
+    messages unchanged."""
+    fixed = "## Identity\nYou are Ana.\n\n## Knowledge base\n" + "Opening hours. " * 400
+    whole = fixed + "\n\n## Guideline\nBook it."
+    laid = ModelRequest(schema_name="speak", system=whole, turn_sections_at=len(fixed) + 2,
+                        messages=[ChatMessage(role="user", text="oi")])
+    body = messages_body(laid, model="claude-sonnet", max_tokens=10)
+    assert body["system"] == whole
+    assert body["messages"][-1]["content"][-1]["text"] == "oi"
