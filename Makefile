@@ -144,6 +144,8 @@ bench-hosting: $(STAMP)
 # the flood's throughput, each against running alone (Apache Kafka unless --broker tansu).
 bench-fairness: $(STAMP)
 	$(BIN)/python bench/fairness_bench.py $(ARGS)
+
+# The memory and turns/s of holding one to five versions of one agent in a consumer.
 bench-versions: $(STAMP)
 	$(BIN)/python bench/versions_bench.py $(ARGS)
 
