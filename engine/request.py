@@ -36,7 +36,7 @@ class HistoryEntry(_Model):
     Frozen: an entry is never edited once made (compaction makes new ones), so a turn shares
     the entries a host gives instead of copying each, and a host may give the same entries
     to many turns. The chat message built from an entry for the model is kept on it
-    (``engine.prompt``), in a slot pydantic does not see: no field, never compared, dumped or
+    (``engine.history``), in a slot pydantic does not see: no field, never compared, dumped or
     copied (a copy, and so an entry made from it with another text, starts without one)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -85,7 +85,7 @@ class TurnState:
     history: list[HistoryEntry]
     # The history entries are the host's own objects, shared rather than copied (given as
     # ``HistoryEntry``, frozen): the chat message built from each is kept on it for the host's
-    # later turns that give it again (engine.prompt.history_messages).
+    # later turns that give it again (engine.history.history_messages).
     history_kept: bool = False
     ignored: bool = False
     done: bool = False
@@ -113,7 +113,7 @@ class TurnState:
     candidates: Candidates | None = None
     lifecycle: Any = None  # a LifecycleTurn, only for agents with lifecycle settings
     # The chat messages built from the history for this turn's model calls, with the request
-    # and the entries they were built from (engine.prompt.history_messages).
+    # and the entries they were built from (engine.history.history_messages).
     history_chat: tuple[TurnRequest, tuple[HistoryEntry, ...], tuple[ChatMessage, ...]] | None = (
         field(default=None, repr=False)
     )
