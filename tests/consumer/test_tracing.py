@@ -277,3 +277,21 @@ def test_an_otlp_environment_builds_a_batch_exporting_provider() -> None:
     finally:
         tracing.shutdown()
     assert tracing._tracer is None
+
+
+@pytest.mark.parametrize("command", [["schedule"], ["consume", "--agent", "x:y", "--workers", "1"]])
+def test_the_services_refuse_an_unusable_exporter_with_one_line(
+    command: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``turnflow schedule`` and ``consume`` with OTEL_* variables asking for gRPC exit 2 with
+    one line naming the variable, before connecting to anything."""
+    from consumer import cli
+
+    monkeypatch.setenv("DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    assert cli.main(command) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "OTEL_EXPORTER_OTLP_PROTOCOL=grpc" in err[0]
+    assert tracing._tracer is None
