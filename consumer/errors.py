@@ -10,7 +10,8 @@
     ├── DevError                       ``turnflow dev`` cannot start; the message is its one line
     ├── PublishError                   an outbox row was not acknowledged by the broker
     │   └── FencedPublishError         this replica lost the partition; it must not publish
-    └── ScheduleRecordError            an ``outbound.schedule`` record is not a valid entry
+    ├── ScheduleRecordError            an ``outbound.schedule`` record is not a valid entry
+    └── TracingSettingsError           the OTEL_* variables ask for an exporter turnflow lacks
 
 Context rides as keyword-only attributes (``session_id=``, ``topic=``), never as message text
 taken from conversation content.
@@ -30,6 +31,7 @@ __all__ = [
     "ScheduleRecordError",
     "ServerUnreachableError",
     "TopicSetupError",
+    "TracingSettingsError",
 ]
 
 
@@ -97,3 +99,7 @@ def first_line(exc: BaseException) -> str:
     report of a failure shows."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+class TracingSettingsError(ConsumerError):
+    """``OTEL_TRACES_EXPORTER`` or the OTLP protocol names one this build cannot send with."""

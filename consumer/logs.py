@@ -28,6 +28,8 @@ from typing import Any
 
 from pydantic_core import to_json
 
+from consumer import tracing
+
 __all__ = ["BIDI_CONTROLS", "MAX_FIELD_CHARS", "MAX_MESSAGE_CHARS", "SAFE_FIELDS",
            "JsonFormatter", "configure_logging"]
 
@@ -105,6 +107,8 @@ class JsonFormatter(logging.Formatter):
         for name in _FIELD_ORDER:
             if name in values:
                 entry[name] = _bounded(values[name])
+        if (trace_ids := tracing.log_ids()) is not None:
+            entry.update(trace_ids)
         if record.exc_info and record.exc_info[1] is not None:
             exc = record.exc_info[1]
             entry["exception"] = type(exc).__name__

@@ -48,7 +48,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import BrokerResponseError, KafkaError
 
-from consumer import metrics
+from consumer import metrics, tracing
 from consumer.dead_letters import keep_unsendable
 from consumer.errors import FencedPublishError, ProducerIdError, PublishError
 from consumer.failures import cannot_succeed
@@ -277,6 +277,7 @@ class OutboxPublisher:
         the sending: that row and every later one get its error, so none goes out ahead of
         it; the acks of the rows sent before it are still awaited, so those can be marked."""
         sends: list[asyncio.Future[Any] | BaseException] = []
+        options = tracing.send_options()  # the current turn's trace context, if any
         for row in rows:
             try:
                 sends.append(
@@ -284,6 +285,7 @@ class OutboxPublisher:
                         row.topic,
                         encode_payload(row.payload),
                         key=row.key.encode("utf-8") if row.key is not None else None,
+                        **options,
                     )
                 )
             except Exception as exc:

@@ -54,7 +54,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from consumer import crash, metrics
+from consumer import crash, metrics, tracing
 from consumer.backpressure import Backpressure
 from consumer.closing import close_quietly
 from consumer.dead_letters import DeadLetterPublisher, RefusedRecords
@@ -576,8 +576,12 @@ class ConsumerService:
         # (try/finally rather than a generator context manager, here and in ``_attempts`` and
         # ``_take_slot``: each of those costs a turn about 1.5 µs more.)
         waiting = _ModelWait()
+        records = [e.item.record for e in entries]
+        span = tracing.process_span(records, group=self._settings.group_id,
+                                    conversation_id=work.parsed.session_id)
         try:
-            await self._attempts(entries, work, ids, waiting)
+            with span:
+                await self._attempts(entries, work, ids, waiting)
         finally:
             if waiting.counted:
                 metrics.MODEL_WAITING.dec()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from consumer import heap
+from consumer import heap, tracing
 from consumer.agents import load_agent
 from consumer.cli.running import EXIT_CONFIG, fail, run_service
 from consumer.errors import AgentImportError
@@ -60,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     if workers < 0:
         return fail("--workers must be 0 (one per core) or more", EXIT_CONFIG)
     workers = workers or available_cores()
+    if (tracing_problem := tracing.start()) is not None:
+        return fail(tracing_problem, EXIT_CONFIG)
     try:
         # Checked here too, so a bad agent or pack fails once, not once per worker.
         agent = load_agent(agent_path) if agent_path else None

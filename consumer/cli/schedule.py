@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from consumer import heap
+from consumer import heap, tracing
 from consumer.cli.running import EXIT_CONFIG, fail, run_service
 from consumer.logs import configure_logging
 from consumer.scheduler.service import FiringOptions, SchedulerService
@@ -38,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1 or not (math.isfinite(args.max_idle) and args.max_idle > 0):
         return fail("--batch-size and --max-idle must be positive (--max-idle finite)",
                     EXIT_CONFIG)
+    if (tracing_problem := tracing.start()) is not None:
+        return fail(tracing_problem, EXIT_CONFIG)
     options = FiringOptions(batch_size=args.batch_size, max_idle=args.max_idle)
     service = SchedulerService(settings, options=options)
     heap.settle()

@@ -1,0 +1,255 @@
+"""OpenTelemetry traces of the turns: the one module that touches OpenTelemetry.
+
+Off unless an exporter is configured by the standard variables: ``OTEL_EXPORTER_OTLP_ENDPOINT``
+or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` set, or ``OTEL_TRACES_EXPORTER`` set to something
+other than ``none``. Off, nothing of the SDK is imported and every hook below is one check of a
+module global: a turn costs what it cost without tracing.
+
+On (``configure``), a ``TracerProvider`` built from the environment (so ``OTEL_SERVICE_NAME``,
+``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_TRACES_SAMPLER``/``_ARG`` apply) sends spans through a
+``BatchSpanProcessor`` to the OTLP/HTTP exporter (``otlp``, which reads its own
+``OTEL_EXPORTER_OTLP_*`` variables) or to stdout (``console``). The provider flushes and shuts
+down when the process exits; ``shutdown`` does it earlier.
+
+The hooks:
+
+- ``process_span``: the CONSUMER span of one turn, ``process <topic>``, with the messaging
+  semantic conventions and ``gen_ai.conversation.id``. A valid W3C ``traceparent`` (and
+  ``tracestate``) header on the record is its parent; an invalid or absent one gives a new
+  root. A burst (several records answered by one turn) is parented by its last record and
+  linked to every record that carried a context, as the messaging conventions say for batches.
+- ``send_options``: the ``headers=`` of a record published while a span is current
+  (``traceparent``/``tracestate``), so a reply or timer continues the turn's trace.
+- ``log_ids``: ``trace_id``/``span_id`` for the JSON log lines written inside a span.
+
+Headers come from producers: each is decoded leniently and the W3C parser refuses what is not a
+trace context, so no header value can make a turn fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from consumer.errors import TracingSettingsError
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import Tracer
+
+__all__ = [
+    "TRACE_HEADERS",
+    "InboundRecord",
+    "configure",
+    "enabled_by",
+    "log_ids",
+    "process_span",
+    "send_options",
+    "shutdown",
+    "start",
+]
+
+TRACE_HEADERS = ("traceparent", "tracestate")
+"""The W3C trace-context headers read from inbound records and written on outbound ones."""
+
+_NO_OPTIONS: dict[str, Any] = {}
+
+# Set by ``configure``; None while tracing is off (what every hook checks first).
+_tracer: Tracer | None = None
+_provider: TracerProvider | None = None
+
+
+class InboundRecord(Protocol):
+    """What a span needs of a consumed record (aiokafka's ``ConsumerRecord``)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    headers: Any
+
+
+def enabled_by(environ: Mapping[str, str]) -> bool:
+    """Whether ``environ`` configures a trace exporter (the standard OTEL_* variables)."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporter = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporter:
+        return exporter != "none"
+    return bool(
+        environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+        or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    )
+
+
+def configure(
+    environ: Mapping[str, str] | None = None, *, provider: TracerProvider | None = None
+) -> bool:
+    """Turn tracing on when ``environ`` (default ``os.environ``) configures an exporter, or with
+    the given ``provider`` (tests: one with an in-memory exporter); True when on. Raises
+    ``TracingSettingsError`` for an exporter or protocol this build cannot send with."""
+    global _tracer, _provider
+    if provider is None:
+        env = os.environ if environ is None else environ
+        if not enabled_by(env):
+            return False
+        provider = _provider_from(env)
+    _provider = provider
+    _tracer = provider.get_tracer("turnflow")
+    return True
+
+
+def start() -> str | None:
+    """``configure`` from ``os.environ`` for a service's start: None, or the one-line reason
+    the OTEL_* variables cannot be used (for the CLI to print, exit 2)."""
+    try:
+        configure()
+    except TracingSettingsError as exc:
+        return str(exc)
+    return None
+
+
+def shutdown() -> None:
+    """Flush the spans still queued and turn tracing off (the exit does it too)."""
+    global _tracer, _provider
+    provider, _provider, _tracer = _provider, None, None
+    if provider is not None:
+        provider.shutdown()
+
+
+def _provider_from(env: Mapping[str, str]) -> TracerProvider:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+    names = [n.strip().lower() for n in env.get("OTEL_TRACES_EXPORTER", "otlp").split(",")]
+    exporters: list[SpanExporter] = []
+    for name in [n for n in names if n and n != "none"]:
+        if name == "otlp":
+            protocol = env.get(
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "")
+            ).strip().lower() or "http/protobuf"
+            if protocol != "http/protobuf":
+                raise TracingSettingsError(
+                    f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not supported: turnflow sends "
+                    "traces over OTLP/HTTP (http/protobuf, port 4318)"
+                )
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            exporters.append(OTLPSpanExporter())
+        elif name == "console":
+            from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+            exporters.append(ConsoleSpanExporter())
+        else:
+            raise TracingSettingsError(
+                f"OTEL_TRACES_EXPORTER={name} is not supported: use otlp, console or none"
+            )
+    # Resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) and sampler (OTEL_TRACES_SAMPLER)
+    # come from the environment; the provider flushes and shuts down at exit.
+    provider = TracerProvider()
+    for exporter in exporters:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def _text(value: Any) -> str | None:
+    """A header value as text, whatever bytes a producer put there (None: no usable value)."""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    return value if isinstance(value, str) else None
+
+
+def _carrier(headers: Any) -> dict[str, str]:
+    """The trace-context headers of a record as the W3C propagator reads them."""
+    found: dict[str, str] = {}
+    try:
+        for name, value in headers or ():
+            if isinstance(name, str) and name.lower() in TRACE_HEADERS:
+                text = _text(value)
+                if text is not None:
+                    found.setdefault(name.lower(), text)
+    except (TypeError, ValueError):  # not a sequence of pairs: no context
+        return {}
+    return found
+
+
+@contextlib.contextmanager
+def _span(
+    records: Sequence[InboundRecord], group: str | None, conversation_id: str
+) -> Iterator[None]:
+    from opentelemetry import trace
+    from opentelemetry.trace import Link, SpanKind
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    assert _tracer is not None
+    propagator = TraceContextTextMapPropagator()
+    last = records[-1]
+    contexts = [propagator.extract(_carrier(r.headers)) for r in records]
+    links = []
+    if len(records) > 1:
+        for context in contexts:
+            linked = trace.get_current_span(context).get_span_context()
+            if linked.is_valid:
+                links.append(Link(linked))
+    attributes: dict[str, Any] = {
+        "messaging.system": "kafka",
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "process",
+        "messaging.destination.name": last.topic,
+        "messaging.destination.partition.id": str(last.partition),
+        "messaging.kafka.offset": last.offset,
+        "gen_ai.conversation.id": conversation_id,
+    }
+    if group:
+        attributes["messaging.consumer.group.name"] = group
+    if last.key is not None:
+        attributes["messaging.kafka.message.key"] = last.key.decode("utf-8", "replace")
+    if len(records) > 1:
+        attributes["messaging.batch.message_count"] = len(records)
+    with _tracer.start_as_current_span(
+        f"process {last.topic}",
+        context=contexts[-1],
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+        links=links,
+    ):
+        yield
+
+
+def process_span(
+    records: Sequence[InboundRecord], *, group: str | None, conversation_id: str
+) -> contextlib.AbstractContextManager[None]:
+    """The span of one turn answering ``records`` (one, or a burst in offset order), current
+    for everything the turn does inside it; a no-op context while tracing is off."""
+    if _tracer is None or not records:
+        return contextlib.nullcontext()
+    return _span(records, group, conversation_id)
+
+
+def send_options() -> dict[str, Any]:
+    """``headers=`` for a record sent now: the current span's ``traceparent``/``tracestate``;
+    empty (no keyword at all) while tracing is off or no span is current."""
+    if _tracer is None:
+        return _NO_OPTIONS
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier)
+    if not carrier:
+        return _NO_OPTIONS
+    return {"headers": [(name, value.encode("ascii")) for name, value in carrier.items()]}
+
+
+def log_ids() -> dict[str, str] | None:
+    """``trace_id`` and ``span_id`` (hex) of the current span, for a log line; None when
+    tracing is off or no span is current."""
+    if _tracer is None:
+        return None
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
