@@ -21,9 +21,12 @@ CPU, every thread's, so the exporter's thread counts):
 - ``on``: ``tracing.configure`` from ``OTEL_EXPORTER_OTLP_ENDPOINT`` (the SDK's
   ``BatchSpanProcessor`` and OTLP/HTTP protobuf exporter, every span sampled), sending to a
   local receiver in a separate process that answers 200 (its CPU is not counted); each round
-  ends with a ``force_flush`` inside its timing, so the export of its spans is counted in it.
+  ends with a ``force_flush`` inside its timing, so the export of its spans is counted in it;
+- ``on, 1/10``: the same with ``OTEL_TRACES_SAMPLER=traceidratio`` and ``_ARG=0.1``, so about
+  one turn in ten is recorded and exported (the others' spans are created but not recorded).
 
-Printed: each way's CPU per turn and the ratios ``off / stubbed`` and ``on / off``.
+Printed: each way's CPU per turn and the ratios ``off / stubbed``, ``on / off`` and
+``on, 1/10 / off``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import dataclasses
 import gc
 import logging
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -102,7 +106,9 @@ def _input(session_id: str, text: str, offset: int) -> tuple[TurnWork, _Record]:
     parsed = parse_record(session_id.encode(), raw.encode(), max_bytes=10_000)
     assert isinstance(parsed, ParsedInput), parsed
     work = TurnWork(parsed=parsed, source=SourceRecord("inbound.turns", 0, offset))
-    parent = f"00-{offset + 1:032x}-{offset + 1:016x}-01".encode()
+    # An adapter's trace: ids as random as a real one's (a ratio sampler reads the trace id).
+    ids = random.Random(offset)
+    parent = f"00-{ids.getrandbits(128):032x}-{ids.getrandbits(64) | 1:016x}-01".encode()
     record = _Record("inbound.turns", 0, offset, session_id.encode(), [("traceparent", parent)])
     return work, record
 
@@ -174,17 +180,25 @@ def _receiver() -> tuple[subprocess.Popen[str], int]:
     return process, int(process.stdout.readline())
 
 
-async def _measure(sessions: int, rounds: int, port: int) -> tuple[dict[str, list[float]], int]:
+async def _measure(
+    sessions: int, rounds: int, port: int
+) -> tuple[dict[str, list[float]], int, int]:
     agent = recorded_agent(bench_agent(0))
     observe_model_calls(agent)
     hooks = agent.config.provider.hooks
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{port}"
     os.environ.setdefault("OTEL_SERVICE_NAME", "turnflow-bench")
+    os.environ["OTEL_TRACES_SAMPLER"] = "traceidratio"
+    os.environ["OTEL_TRACES_SAMPLER_ARG"] = "0.1"
+    assert tracing.configure() is True
+    sampled_provider, sampled_tracer = tracing._provider, tracing._tracer
+    del os.environ["OTEL_TRACES_SAMPLER"], os.environ["OTEL_TRACES_SAMPLER_ARG"]
     assert tracing.configure() is True
     provider, tracer = tracing._provider, tracing._tracer
-    assert provider is not None
-    tracing._tracer = None  # off until a round of the ``on`` way
+    assert provider is not None and sampled_provider is not None
+    tracing._tracer = None  # off until a round of an ``on`` way
     exported = _count_exported(provider)
+    exported_sampled = _count_exported(sampled_provider)
 
     def no_flush() -> None:
         pass
@@ -193,10 +207,15 @@ async def _measure(sessions: int, rounds: int, port: int) -> tuple[dict[str, lis
         assert provider is not None
         provider.force_flush()
 
+    def flush_sampled() -> None:
+        assert sampled_provider is not None
+        sampled_provider.force_flush()
+
     ways: dict[str, tuple[Callable[[], Any], bool, Callable[[], None]]] = {
         "stubbed": (lambda: _stubbed(hooks), False, no_flush),
         "off": (nullcontext, True, no_flush),
         "on": (lambda: _tracing_on(tracer), True, flush),
+        "on, 1/10": (lambda: _tracing_on(sampled_tracer), True, flush_sampled),
     }
     for setting, spanned, flushing in ways.values():  # warm-up, each way once
         with setting():
@@ -213,9 +232,10 @@ async def _measure(sessions: int, rounds: int, port: int) -> tuple[dict[str, lis
     finally:
         if settle_here:
             heap.unsettle()
+        sampled_provider.shutdown()
         tracing._tracer = tracer
         tracing.shutdown()
-    return taken, exported()
+    return taken, exported(), exported_sampled()
 
 
 def _count_exported(provider: Any) -> Callable[[], int]:
@@ -250,7 +270,7 @@ def main() -> None:
             for handler in logging.getLogger("turnflow").handlers:
                 if isinstance(handler, logging.StreamHandler):
                     handler.setStream(sink)
-            taken, exported = asyncio.run(_measure(args.sessions, args.rounds, port))
+            taken, exported, sampled = asyncio.run(_measure(args.sessions, args.rounds, port))
     finally:
         process.terminate()
         process.wait(timeout=10)
@@ -260,15 +280,17 @@ def main() -> None:
           f"{args.sessions} conversations at once, {args.rounds} rounds of two turns each per "
           f"way, alternating; {time.monotonic() - started:.0f} s; load average "
           f"{os.getloadavg()[0]:.2f}")
-    print(f"spans exported to the local OTLP/HTTP receiver: {exported} "
-          f"(for {turns + 2 * args.sessions} traced turns with warm-up)")
+    print(f"spans exported to the local OTLP/HTTP receiver: {exported} for "
+          f"{turns + 2 * args.sessions} turns traced with warm-up; at 1/10: {sampled}")
     print("median CPU per turn (p25-p75):")
     for name, values in taken.items():
         q = statistics.quantiles(values, n=4)
-        print(f"  {name:<8} {medians[name]:7.1f} µs   ({q[0]:.1f}-{q[2]:.1f})")
-    print(f"off / stubbed: {medians['off'] / medians['stubbed']:.3f}x")
-    print(f"on / off:      {medians['on'] / medians['off']:.3f}x "
-          f"(+{medians['on'] - medians['off']:.1f} µs per turn)")
+        print(f"  {name:<9} {medians[name]:7.1f} µs   ({q[0]:.1f}-{q[2]:.1f})")
+    off = medians["off"]
+    print(f"off / stubbed:   {off / medians['stubbed']:.3f}x")
+    for name in ("on", "on, 1/10"):
+        print(f"{name + ' / off:':<16} {medians[name] / off:.3f}x "
+              f"(+{medians[name] - off:.1f} µs per turn)")
 
 
 if __name__ == "__main__":

@@ -79,6 +79,8 @@ _provider: TracerProvider | None = None
 # The attributes every span of the current turn carries (the conversation, then the agent once
 # routed), shared by the turn span and the model-call spans made inside it; None outside one.
 _TURN: ContextVar[dict[str, Any] | None] = ContextVar("turnflow_trace_turn", default=None)
+# ``_TURN`` of a turn the sampler left out (compared by identity, never written).
+_UNSAMPLED: dict[str, Any] = {}
 
 
 class InboundRecord(Protocol):
@@ -234,8 +236,10 @@ def _span(
         kind=SpanKind.CONSUMER,
         attributes=attributes,
         links=links,
-    ):
-        token = _TURN.set({"gen_ai.conversation.id": conversation_id})
+    ) as span:
+        # A turn sampled out records nothing: its model calls make no span either.
+        turn = {"gen_ai.conversation.id": conversation_id} if span.is_recording() else _UNSAMPLED
+        token = _TURN.set(turn)
         try:
             yield
         finally:
@@ -289,7 +293,7 @@ def note_agent(agent_id: str | None, version: int | None, agent: Any = None) -> 
         return
     name = getattr(agent, "name", None)
     turn = _TURN.get()
-    if turn is None:
+    if turn is None or turn is _UNSAMPLED:
         return
     from opentelemetry import trace
 
@@ -321,16 +325,19 @@ def fail_turn(reason: str, error: BaseException | None = None) -> None:
 
 def model_call_span(record: CallRecord) -> None:
     """The CLIENT span of one model call just made (a provider hook), ending now and starting
-    ``record.duration_s`` before, under the current span (the turn's). Prompt and reply are on
-    it only when the open recording tape keeps prompts."""
+    ``record.duration_s`` before, under the current span (the turn's); none when the turn was
+    sampled out. Prompt and reply are on it only when the open recording tape keeps
+    prompts."""
     if _tracer is None:
+        return
+    turn = _TURN.get()
+    if turn is _UNSAMPLED:
         return
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
     end = time.time_ns()
     start = end - max(0, int(record.duration_s * 1e9))
     attributes = call_attributes(record, prompts=recording_level() == "prompts")
-    turn = _TURN.get()
     if turn:
         attributes.update(turn)
     span = _tracer.start_span(
