@@ -439,3 +439,32 @@ def test_a_dead_letter_has_one_trace_context_the_turns(
     own, kept = dead_letter_headers(record, "bad-json", "d")
     assert [(n, v) for n, v in kept] == [
         (f"original-{n}" if n == "error" else n, v) for n, v in theirs]
+
+
+async def test_a_retried_attempt_is_an_event_and_the_turn_span_stays_ok(
+    spans: InMemorySpanExporter,
+) -> None:
+    """A model call that fails retryably once and then answers: the turn is answered, its span
+    holds the failure as an ``exception`` event with the retry's reason and keeps status OK
+    (unset); the failed call is an ERROR call span in the same trace, the later calls fine."""
+    failures = iter([ProviderError("timed out", kind="retryable")])
+
+    def once(request: ModelRequest) -> BaseException | None:
+        return next(failures, None)
+
+    consumer, producer = FakeKafkaConsumer([TP]), FakeProducer()
+    put(consumer, TP, message("a", "order please"))
+    service = traced_service(consumer, agent_with(ChatProvider(once)), producer,
+                             retry_backoff_ms=1)
+    await run_until(service, lambda: consumer.committed(TP) == 1, "it is committed")
+    assert [json.loads(v)["text"] for t, _k, v in producer.sent if t == "out.m"] == [
+        "Which size?"]
+    [turn] = named(spans, "process ")
+    assert turn.status.status_code is StatusCode.UNSET and "error.type" not in attrs(turn)
+    [event] = [e for e in turn.events if e.name == "exception"]
+    assert (event.attributes or {})["turnflow.attempt.decision"] == "provider-retryable"
+    calls = named(spans, "chat")
+    assert [c.status.status_code for c in calls] == [
+        StatusCode.ERROR, StatusCode.UNSET, StatusCode.UNSET]
+    assert all(c.context.trace_id == turn.context.trace_id for c in calls)
+    assert attrs(calls[0])["turnflow.model.error_kind"] == "retryable"
