@@ -5,9 +5,12 @@ into memory."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import json
+import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,18 +25,22 @@ from opentelemetry.trace import SpanKind, StatusCode
 from consumer import tracing
 from consumer.dead_letters import dead_letter_headers
 from consumer.genai_attributes import call_attributes, span_name
-from consumer.hosting.routing import Route
+from consumer.hosting.routing import Route, registry_router
 from consumer.model_calls import observe_model_calls
 from consumer.outbox import OutboxPublisher
 from consumer.pipeline import OutboundTopics, TurnPipeline
 from consumer.service import ConsumerService
+from consumer.settings import Settings
 from engine import Agent, ModelRequest, ModelResponse
 from engine.errors import ProviderError
 from engine.providers.base import CallRecord, ChatMessage, ProviderHooks, ToolCall, Usage
 from engine.providers.http import observed
+from engine.definition import definition_digest
 from engine.recording import RecordingLevel, recorded_agent
+from store import Store
+from store.hosting import Hosting
 from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer
-from tests.consumer.test_service_bursts import message, run_until, service_on
+from tests.consumer.test_service_bursts import message, message_with, run_until, service_on
 from tests.consumer.test_tracing import put
 
 TP = TopicPartition("inbound.turns", 0)
@@ -109,9 +116,10 @@ def traced_service(consumer: FakeKafkaConsumer, agent: Any, producer: FakeProduc
     """``service_on`` with a real engine agent prepared as the service's start prepares it
     (its provider's calls observed, its clock and provider recorded) and a pipeline recording
     at ``recording``, routing by ``router`` when given."""
-    # The registry's service has no agent of its own: the doubles' set-up is given the
-    # router's first one, and the pipeline below routes by the router.
-    service = service_on(consumer, agent or router.agents[0], producer, **settings_)
+    # The registry's service has no agent of its own: the doubles' set-up is given a stand-in,
+    # and the pipeline below routes by the router.
+    service = service_on(consumer, agent if agent is not None else object(), producer,
+                         **settings_)
     if agent is not None:
         observe_model_calls(agent)
         agent = recorded_agent(agent)
@@ -468,3 +476,56 @@ async def test_a_retried_attempt_is_an_event_and_the_turn_span_stays_ok(
         StatusCode.ERROR, StatusCode.UNSET, StatusCode.UNSET]
     assert all(c.context.trace_id == turn.context.trace_id for c in calls)
     assert attrs(calls[0])["turnflow.model.error_kind"] == "retryable"
+
+
+DEMO = json.loads((Path(__file__).resolve().parents[2] / "examples/agents/demo.json").read_text())
+
+
+async def test_registry_agents_from_the_database_name_their_id_and_version(
+    store: Store, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the service's registry router (agents stored in PostgreSQL, prepared as the
+    service prepares them), conversations of two agents at once: each turn span and each of
+    its model-call spans names its own conversation, its agent's id and the version the
+    conversation ran on."""
+    for name in ("TURNFLOW_MODEL_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL",
+                 "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(name, raising=False)  # the offline rules answer
+    hosting = Hosting(store.engine)
+    tag = uuid.uuid4().hex[:6]
+    workspace = f"acme-{tag}"
+    agents = [f"demo-{tag}-{n}" for n in range(2)]
+    for agent_id in agents:
+        document = copy.deepcopy(DEMO) | {"agent_id": agent_id, "workspace": workspace}
+        await hosting.put_version(agent_id=agent_id, workspace=workspace, document=document,
+                                  digest=definition_digest(document), activate=True)
+    # The second agent's live version is its second one.
+    second = copy.deepcopy(DEMO) | {"agent_id": agents[1], "workspace": workspace,
+                                    "name": "Demo two"}
+    await hosting.put_version(agent_id=agents[1], workspace=workspace, document=second,
+                              digest=definition_digest(second), activate=True)
+    await hosting.set_workspace(workspace, agents_enabled=True)
+    settings_ = Settings(kafka_bootstrap_servers="127.0.0.1:1", agent_registry=True,
+                         packs="examples.demo_pack:pack", agent_refresh_ms=0)
+    router = registry_router(settings_, store)
+    consumer, producer = FakeKafkaConsumer([TP, OTHER]), FakeProducer()
+    for n in range(12):
+        put(consumer, TP if n % 2 else OTHER,
+            message_with(f"s{n}", "I want to book brakes on friday", agent_id=agents[n % 2]))
+    service = traced_service(consumer, None, producer, router=router)
+    await run_until(service, lambda: consumer.committed(TP) == 6
+                    and consumer.committed(OTHER) == 6, "all are committed")
+    turns = {s.context.span_id: s for s in named(spans, "process ")}
+    assert len(turns) == 12
+    for turn in turns.values():
+        n = int(attrs(turn)["gen_ai.conversation.id"][1:])
+        assert attrs(turn)["gen_ai.agent.id"] == agents[n % 2]
+        assert attrs(turn)["gen_ai.agent.version"] == str(n % 2 + 1)
+    calls = named(spans, "chat")
+    assert calls
+    for call in calls:
+        assert call.parent is not None
+        turn = turns[call.parent.span_id]
+        assert attrs(call)["gen_ai.provider.name"] == "rules"
+        for key in ("gen_ai.conversation.id", "gen_ai.agent.id", "gen_ai.agent.version"):
+            assert attrs(call)[key] == attrs(turn)[key]
