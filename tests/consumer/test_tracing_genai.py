@@ -32,10 +32,10 @@ from consumer.pipeline import OutboundTopics, TurnPipeline
 from consumer.service import ConsumerService
 from consumer.settings import Settings
 from engine import Agent, ModelRequest, ModelResponse
+from engine.definition import definition_digest
 from engine.errors import ProviderError
 from engine.providers.base import CallRecord, ChatMessage, ProviderHooks, ToolCall, Usage
 from engine.providers.http import observed
-from engine.definition import definition_digest
 from engine.recording import RecordingLevel, recorded_agent
 from store import Store
 from store.hosting import Hosting
