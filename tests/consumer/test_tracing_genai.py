@@ -529,3 +529,29 @@ async def test_registry_agents_from_the_database_name_their_id_and_version(
         assert attrs(call)["gen_ai.provider.name"] == "rules"
         for key in ("gen_ai.conversation.id", "gen_ai.agent.id", "gen_ai.agent.version"):
             assert attrs(call)[key] == attrs(turn)[key]
+
+
+def test_every_gen_ai_name_is_one_the_pinned_conventions_define() -> None:
+    """Every ``gen_ai.*`` attribute a call span or a turn span can carry is a name of the
+    pinned GenAI conventions (the ``opentelemetry-semantic-conventions`` package's), and
+    ``chat`` is one of its operation names: a rename upstream fails here, not in a backend."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as pinned
+
+    defined = {value for value in vars(pinned).values() if isinstance(value, str)}
+    request = ModelRequest(schema_name="speak", system="s",
+                           messages=[ChatMessage(role="user", text="oi")])
+    response = ModelResponse(text="olá", model="m-1")
+    record = CallRecord(provider="openai", schema_name="speak", duration_s=0.1, ok=False,
+                        error_kind="fatal", error_type="ProviderError", usage=USAGE,
+                        model="m", request=request, response=response)
+    names = set(call_attributes(record, prompts=True)) | {
+        "gen_ai.conversation.id", "gen_ai.agent.id", "gen_ai.agent.version", "gen_ai.agent.name"}
+    assert {n for n in names if n.startswith("gen_ai.")} <= defined
+    assert {n for n in names if not n.startswith("gen_ai.")} == {
+        "error.type", "turnflow.model.call", "turnflow.model.error_kind"}
+    assert pinned.GenAiOperationNameValues.CHAT.value == "chat"
+    assert {"text", "json"} <= {v.value for v in pinned.GenAiOutputTypeValues}
