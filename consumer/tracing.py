@@ -224,8 +224,9 @@ def _span(
         "messaging.destination.name": last.topic,
         "messaging.destination.partition.id": str(last.partition),
         "messaging.kafka.offset": last.offset,
-        "gen_ai.conversation.id": conversation_id,
     }
+    if conversation_id:  # a refused record may name none
+        attributes["gen_ai.conversation.id"] = conversation_id
     if group:
         attributes["messaging.consumer.group.name"] = group
     if last.key is not None:
@@ -240,7 +241,9 @@ def _span(
         links=links,
     ) as span:
         # A turn sampled out records nothing: its model calls make no span either.
-        turn = {"gen_ai.conversation.id": conversation_id} if span.is_recording() else _UNSAMPLED
+        turn = _UNSAMPLED
+        if span.is_recording():
+            turn = {"gen_ai.conversation.id": conversation_id} if conversation_id else {}
         token = _TURN.set(turn)
         try:
             yield

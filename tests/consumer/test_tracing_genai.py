@@ -285,6 +285,7 @@ async def test_a_refused_record_has_a_failed_span_and_its_dead_letter_continues_
     [headers] = [dict(h) for h in producer.headers]
     assert topic == service._settings.dlq_topic
     assert attrs(span)["error.type"] == headers["error"].decode()
+    assert "gen_ai.conversation.id" not in attrs(span)  # the record names no session
     assert headers["traceparent"].split(b"-")[2] == f"{span.context.span_id:016x}".encode()
 
 
