@@ -35,6 +35,11 @@ rows older than its grace period, which normally were left by a crash. Their age
 the fetch, by the database clock that stamped them, so the relay never locks a young row (whose
 writer is about to mark it, and would wait for the relay's sends) and a host clock running
 ahead or behind the database's cannot make it take rows early or late.
+
+With tracing on, each row is stored with the trace context of the turn that wrote it
+(``outbox.traceparent``/``tracestate``) and a fetched row is sent with that context, whoever
+sends it: the relay after a crash, or a later turn of the session flushing its elders. A turn's
+own just-saved rows carry the context of the turn in progress, which is the same one.
 """
 
 from __future__ import annotations
@@ -113,6 +118,10 @@ def encode_payload(payload: dict[str, Any]) -> bytes:
 
 def _always() -> bool:
     return True
+
+
+_UNSTORED = object()
+"""What a just-saved ``OutboxEntry`` has for a stored trace context: the current one applies."""
 
 
 class OutboundRecord(Protocol):
@@ -277,8 +286,15 @@ class OutboxPublisher:
         the sending: that row and every later one get its error, so none goes out ahead of
         it; the acks of the rows sent before it are still awaited, so those can be marked."""
         sends: list[asyncio.Future[Any] | BaseException] = []
-        options = tracing.send_options()  # the current turn's trace context, if any
+        current = tracing.send_options()  # the current turn's trace context, if any
         for row in rows:
+            # A fetched row goes out in the trace of the turn that wrote it (stored with it),
+            # whoever sends it; a just-saved entry in the current turn's.
+            stored = getattr(row, "traceparent", _UNSTORED)
+            options = (
+                current if stored is _UNSTORED
+                else tracing.stored_options(stored, getattr(row, "tracestate", None))
+            )
             try:
                 sends.append(
                     await self._producer.send(
