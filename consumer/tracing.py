@@ -26,7 +26,9 @@ The hooks:
   one still carries the context of the turn that wrote it.
 - ``record_context``: the well-formed context on a consumed record's headers, normalised (the
   scheduler stores it with the timer the record sets).
-- ``stored_options``: the ``headers=`` for a row sent with its stored context (the relay).
+- ``stored_options``: the ``headers=`` for a row sent with its stored context (a later turn).
+- ``resend_span``: the relay's PRODUCER span of one re-sent row, a child of the stored context
+  of the turn that wrote it, whose context the record carries.
 - ``wake_span``: the scheduler's PRODUCER span of one wake: a new trace linked to the turn
   that set the timer, whose context the wake record carries, so the wake's turn is its child.
 
@@ -50,13 +52,14 @@ if TYPE_CHECKING:
 __all__ = [
     "TRACE_HEADERS",
     "InboundRecord",
-    "WakeSpan",
+    "SendSpan",
     "configure",
     "current_context",
     "enabled_by",
     "log_ids",
     "process_span",
     "record_context",
+    "resend_span",
     "send_options",
     "shutdown",
     "start",
@@ -350,8 +353,8 @@ def _headers(pair: TraceContext) -> list[tuple[str, bytes]]:
     return headers
 
 
-class WakeSpan:
-    """One wake's PRODUCER span: ``headers`` go on the wake record (its context), ``end``
+class SendSpan:
+    """One PRODUCER span of a send: ``headers`` go on the record (its context), ``end``
     closes the span once the broker answered (with the error, if it refused)."""
 
     __slots__ = ("_span", "headers")
@@ -370,42 +373,76 @@ class WakeSpan:
         self._span.end()
 
 
+def _stored_context(traceparent: Any, tracestate: Any) -> Any:
+    """The stored context as an OpenTelemetry ``Context`` holding it (its span context is
+    invalid when what is stored is not a well-formed W3C context)."""
+    from opentelemetry.context import Context
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    if traceparent is None:
+        return Context()
+    pair = _normalised(_stored_carrier(traceparent, tracestate))
+    if pair is None:
+        return Context()
+    carrier = {"traceparent": pair[0], **({"tracestate": pair[1]} if pair[1] else {})}
+    return TraceContextTextMapPropagator().extract(carrier)
+
+
+def _send_span(name: str, context: Any, links: list[Any], attributes: dict[str, Any]) -> SendSpan:
+    from opentelemetry import trace
+    from opentelemetry.trace import SpanKind
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    assert _tracer is not None
+    span = _tracer.start_span(
+        name, context=context, kind=SpanKind.PRODUCER, links=links, attributes=attributes
+    )
+    out: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(out, trace.set_span_in_context(span))
+    pair = _pair(out)
+    return SendSpan(span, _headers(pair) if pair is not None else [])
+
+
+def _send_attributes(topic: str, session_id: str) -> dict[str, Any]:
+    return {
+        "messaging.system": "kafka",
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "send",
+        "messaging.destination.name": topic,
+        "messaging.kafka.message.key": session_id,
+        "gen_ai.conversation.id": session_id,
+    }
+
+
+def resend_span(
+    *, topic: str, session_id: str, traceparent: Any, tracestate: Any
+) -> SendSpan | None:
+    """The PRODUCER span ``send <topic>`` of a row the relay sends: a child of the context
+    stored with it (the turn that wrote it), or a new trace when none is stored (written while
+    tracing was off); None while tracing is off."""
+    if _tracer is None:
+        return None
+    return _send_span(
+        f"send {topic}", _stored_context(traceparent, tracestate), [],
+        {**_send_attributes(topic, session_id), "turnflow.outbox.resend": True},
+    )
+
+
 def wake_span(
     *, topic: str, session_id: str, timer_key: str, traceparent: Any, tracestate: Any
-) -> WakeSpan | None:
+) -> SendSpan | None:
     """The PRODUCER span ``send <topic>`` of a timer's wake: a new trace (the wake's turn is a
     turn of its own), linked to the stored context of the turn that set the timer when it is a
     well-formed one; None while tracing is off."""
     if _tracer is None:
         return None
-    from opentelemetry import context as otel_context
     from opentelemetry import trace
-    from opentelemetry.trace import Link, SpanKind
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Link
 
-    links = []
-    if traceparent is not None:
-        pair = _normalised(_stored_carrier(traceparent, tracestate))
-        if pair is not None:
-            carrier = {"traceparent": pair[0], **({"tracestate": pair[1]} if pair[1] else {})}
-            setter = TraceContextTextMapPropagator().extract(carrier)
-            links.append(Link(trace.get_current_span(setter).get_span_context()))
-    span = _tracer.start_span(
-        f"send {topic}",
-        context=otel_context.Context(),  # a root: never the current span's child
-        kind=SpanKind.PRODUCER,
-        links=links,
-        attributes={
-            "messaging.system": "kafka",
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "send",
-            "messaging.destination.name": topic,
-            "messaging.kafka.message.key": session_id,
-            "gen_ai.conversation.id": session_id,
-            "turnflow.timer.key": timer_key,
-        },
+    setter = trace.get_current_span(_stored_context(traceparent, tracestate)).get_span_context()
+    links = [Link(setter)] if setter.is_valid else []
+    return _send_span(
+        f"send {topic}", Context(),  # a root: never the current span's child
+        links, {**_send_attributes(topic, session_id), "turnflow.timer.key": timer_key},
     )
-    out: dict[str, str] = {}
-    TraceContextTextMapPropagator().inject(out, trace.set_span_in_context(span))
-    pair = _pair(out)
-    return WakeSpan(span, _headers(pair) if pair is not None else [])

@@ -256,7 +256,7 @@ class TimerFiring:
                 if after is not None:
                     await after
                 acks: list[tuple[Timer, asyncio.Future[Any]]] = []
-                spans: list[tracing.WakeSpan | None] = []
+                spans: list[tracing.SendSpan | None] = []
                 refused: list[tuple[Timer, BaseException]] = []
                 for timer in timers:
                     key, value = wake_record(timer)
@@ -317,7 +317,7 @@ class TimerFiring:
             raise failed
         return len(timers)
 
-    def _wake_span(self, timer: Timer) -> tracing.WakeSpan | None:
+    def _wake_span(self, timer: Timer) -> tracing.SendSpan | None:
         """The wake's PRODUCER span, linked to the turn that set the timer; None (one check)
         while tracing is off."""
         return tracing.wake_span(
@@ -355,7 +355,7 @@ class TimerFiring:
                 waiter.cancel()
 
 
-def _end_all(spans: Sequence[tracing.WakeSpan | None], error: BaseException) -> None:
+def _end_all(spans: Sequence[tracing.SendSpan | None], error: BaseException) -> None:
     """Close the spans of a batch that gave up before its acks were awaited."""
     for span in spans:
         if span is not None:

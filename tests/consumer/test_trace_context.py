@@ -294,15 +294,16 @@ async def test_any_stored_context_on_outbox_rows_still_sends_them(
             assert TRACEPARENT.match(sent["traceparent"].decode())
         if isinstance(parent, str) and TRACEPARENT.match(parent) and "-0000000000000000-" not in (
                 parent) and "-" + "0" * 32 + "-" not in parent:
-            assert sent["traceparent"].decode() == parent
+            assert sent["traceparent"].decode().split("-")[1] == parent.split("-")[1]
 
 
 async def test_the_relay_sends_each_row_with_the_context_of_the_turn_that_wrote_it(
     spans: InMemorySpanExporter,
 ) -> None:
-    """Rows of thirty-five sessions, each written in its own turn's trace, are re-sent by one
-    relay pass (no span current) each with its own turn's context; a row written untraced goes
-    out with none."""
+    """Rows of thirty-five sessions, each written in its own turn's trace, are re-sent by
+    relay passes (no span current), each in a PRODUCER span ``send outbound.messages`` that is
+    a child of its own turn's span (its ``tracestate`` kept), the record carrying that span's
+    context; a row written untraced is sent in a span of a new trace."""
     store, producer = FakeStore(), HeaderProducer()
     old = datetime.now(UTC) - timedelta(minutes=5)
     for i in range(35):
@@ -313,14 +314,24 @@ async def test_the_relay_sends_each_row_with_the_context_of_the_turn_that_wrote_
     while await publisher.flush_older(older_than=timedelta(seconds=1)):
         pass
     assert len(producer.sent) == 36
+    by_span = {s.context.span_id: s for s in spans.get_finished_spans()
+               if s.name == "send outbound.messages"}
+    assert len(by_span) == 36
     for (_topic, key, _value), headers in zip(producer.sent, producer.headers, strict=True):
         session = (key or b"").decode()
+        sent = dict(headers)
+        _, trace_id, span_id = sent["traceparent"].decode().split("-")[:3]
+        span = by_span[int(span_id, 16)]
+        assert span.kind is SpanKind.PRODUCER
+        assert dict(span.attributes or {})["gen_ai.conversation.id"] == session
         if session == "untraced":
-            assert headers == []
+            assert span.parent is None and "tracestate" not in sent
             continue
         i = int(session[1:])
-        assert dict(headers) == {"traceparent": context_of(i)[0].encode(),
-                                 "tracestate": f"t=v{i}".encode()}
+        _, own_trace, own_span = context_of(i)
+        assert trace_id == own_trace
+        assert span.parent is not None and f"{span.parent.span_id:016x}" == own_span
+        assert sent["tracestate"] == f"t=v{i}".encode()
 
 
 async def test_with_tracing_off_the_relay_sends_no_headers() -> None:
