@@ -85,3 +85,41 @@ async def test_a_timers_context_is_stored_replaced_and_claimed_with_it(store: St
         ("s3", "c"): (None, None),
         ("s1", "d"): (parent(4), None),
     }
+
+
+async def test_the_relay_resends_each_sessions_rows_in_its_own_turns_trace(store: Store) -> None:
+    """Thirty-two sessions saved together, each turn in its own trace, their rows left
+    unpublished: the relay's passes over PostgreSQL send every row with a context of its own
+    turn's trace, a child of that turn's span; none carries another session's."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from consumer import tracing
+    from consumer.outbox import OutboxPublisher
+    from tests.consumer.fakes import FakeProducer
+
+    count = 32
+    await store.save_turns([
+        dataclasses.replace(save_request(f"r{i}", 0, outbox=2), traceparent=parent(i + 1))
+        for i in range(count)
+    ])
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.configure(provider=provider)
+    try:
+        producer = FakeProducer()
+        publisher = OutboxPublisher(store, producer, batch_limit=9)  # type: ignore[arg-type]
+        while await publisher.flush_older(older_than=timedelta(0)):
+            pass
+    finally:
+        tracing.shutdown()
+    assert len(producer.sent) == 2 * count
+    parents = {s.context.span_id: s.parent for s in exporter.get_finished_spans()}
+    for (_topic, key, _value), headers in zip(producer.sent, producer.headers, strict=True):
+        i = int((key or b"").decode()[1:])
+        _, trace_id, span_id, _ = dict(headers)["traceparent"].decode().split("-")
+        assert trace_id == f"{i + 1:032x}"
+        span_parent = parents[int(span_id, 16)]
+        assert span_parent is not None and span_parent.span_id == i + 1
