@@ -252,24 +252,30 @@ _HEADER_NAMES = st.one_of(st.sampled_from(["traceparent", "tracestate", "TracePa
 @given(headers=st.one_of(
     st.none(), st.integers(), st.text(max_size=10),
     st.lists(st.tuples(_HEADER_NAMES, _HEADER_VALUES), max_size=4),
-))
+), kept=st.tuples(_HEADER_VALUES, _HEADER_VALUES))
 async def test_any_headers_on_a_schedule_record_still_set_and_wake_the_timer(
-    spans: InMemorySpanExporter, headers: Any,
+    spans: InMemorySpanExporter, headers: Any, kept: tuple[Any, Any],
 ) -> None:
     """Whatever a schedule record's headers hold (bytes, text, None, not even pairs), its
-    timer is stored and woken; a context is stored, linked and sent only well-formed."""
+    timer is stored and woken; a context is stored, linked and sent only well-formed; a timer
+    whose stored context is anything at all is woken too, linked only to a well-formed one."""
     spans.clear()
     store, pokes = FakeTimerStore(now=T0 + timedelta(hours=1)), []
     consumer = FakeConsumer([{SCHEDULE: [Record(0, entry("k1"), headers)]}])
     assert await make_intake(consumer, store, pokes).step() == 1  # type: ignore[arg-type]
     stored = store.rows[("s1", "k1")]
     assert stored.traceparent is None or TRACEPARENT.match(stored.traceparent)
+    store.rows[("s2", "k2")] = _entry("s2", "k2", *kept)
     producer = TracedProducer()
-    assert await make_firing(store, producer).fire_due() == 1  # type: ignore[arg-type]
-    (span,) = wakes(spans)
-    assert len(span.links) == (0 if stored.traceparent is None else 1)
-    ((_key, _value, sent),) = producer.sent
-    assert TRACEPARENT.match(dict(sent or [])["traceparent"].decode())
+    assert await make_firing(store, producer).fire_due() == 2  # type: ignore[arg-type]
+    by_session = {dict(s.attributes or {})["gen_ai.conversation.id"]: s for s in wakes(spans)}
+    assert len(by_session["s1"].links) == (0 if stored.traceparent is None else 1)
+    for link in by_session["s2"].links:
+        assert link.context.is_valid
+        assert f"{link.context.trace_id:032x}" in str(kept[0])
+    assert len(producer.sent) == 2
+    for _key, _value, sent in producer.sent:
+        assert TRACEPARENT.match(dict(sent or [])["traceparent"].decode())
 
 
 @settings(max_examples=150, deadline=None,
