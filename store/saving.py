@@ -179,14 +179,19 @@ def save_parameters(request: SaveRequest) -> dict[str, Any]:
 
 
 def trace_id_of(traceparent: str | None) -> str | None:
-    """The trace id (32 hex digits) of a W3C ``traceparent``, for the turn log; None without
-    one or when it is not of that form."""
+    """The trace id (32 hex digits) of a W3C ``traceparent``, for the turn log: None without
+    one, when it is not of that form, or when the trace was not sampled (its spans were never
+    exported, so there is nothing to link to)."""
     if traceparent is None:
         return None
     parts = traceparent.split("-")
-    if len(parts) < 4 or len(parts[1]) != 32:
+    if len(parts) < 4 or len(parts[1]) != 32 or len(parts[3]) < 2:
         return None
-    return parts[1]
+    try:
+        sampled = int(parts[3][:2], 16) & 1
+    except ValueError:
+        return None
+    return parts[1] if sampled else None
 
 
 def charge_key(request: SaveRequest) -> str:

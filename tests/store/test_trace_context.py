@@ -31,8 +31,9 @@ async def _turn_trace_ids(url: str) -> dict[tuple[str, int], str | None]:
 async def test_a_turns_context_is_kept_on_its_rows_and_its_trace_id_in_the_log(
     store: Store, database_url: str,
 ) -> None:
-    """A save with a context stores it on every outbox row of the turn and the trace id on the
-    turn-log row; a save without one stores NULLs; the grouped save does the same per turn."""
+    """A save with a context stores it on every outbox row of the turn and, when sampled, the
+    trace id on the turn-log row; a save without one stores NULLs; the grouped save does the
+    same per turn."""
     traced = dataclasses.replace(
         save_request("s1", 0, outbox=2), traceparent=f"00-{TRACE}-00f067aa0ba902b7-01",
         tracestate="vendor=1",
@@ -43,6 +44,8 @@ async def test_a_turns_context_is_kept_on_its_rows_and_its_trace_id_in_the_log(
                                    tracestate=None if i % 2 else f"v=g{i}")
                for i in range(5)]
     grouped.append(save_request("g-untraced", 0, outbox=1))
+    grouped.append(dataclasses.replace(save_request("g-unsampled", 0, outbox=1),
+                                       traceparent=f"00-{TRACE}-00f067aa0ba902b7-00"))
     results = await store.save_turns(grouped)
     assert not any(isinstance(r, Exception) for r in results)
 
@@ -62,6 +65,8 @@ async def test_a_turns_context_is_kept_on_its_rows_and_its_trace_id_in_the_log(
     assert ids[("s2", 1)] is None
     assert ids[("g3", 1)] == f"{4:032x}"
     assert ids[("g-untraced", 1)] is None
+    assert ids[("g-unsampled", 1)] is None  # its spans were not exported: nothing to link to
+    assert by_session["g-unsampled"] == {(f"00-{TRACE}-00f067aa0ba902b7-00", None)}
 
 
 async def test_a_timers_context_is_stored_replaced_and_claimed_with_it(store: Store) -> None:
