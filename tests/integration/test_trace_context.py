@@ -7,8 +7,11 @@ broker and PostgreSQL.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import asyncpg
 import pytest
@@ -18,9 +21,17 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from consumer import tracing
+from examples.delivery_worker import DeliveredKeys, DeliveryWorker, run
 from consumer.scheduler.service import FiringOptions
 from store import Store
-from tests.integration.harness import INBOUND, SCHEDULE, SetupFactory, load_when, running_consumer
+from tests.integration.harness import (
+    INBOUND,
+    MESSAGES,
+    SCHEDULE,
+    SetupFactory,
+    load_when,
+    running_consumer,
+)
 from tests.integration.test_scheduler_e2e import nudging_agent, running_scheduler
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -50,7 +61,9 @@ async def test_a_silence_wake_is_the_scheduler_spans_child_linked_to_the_setting
     """Several conversations each set a silence timer at once: every wake's turn is the child
     of the scheduler's ``send <inbound topic>`` span, a trace of its own, and that span links to
     the very turn of the same conversation that set the timer; the timer record and the wake
-    record carry those contexts on the broker, and the turn log keeps each turn's trace id."""
+    record carry those contexts on the broker, and the turn log keeps each turn's trace id.
+    The delivery worker example then delivers every reply in a span that is the child of the
+    turn that wrote it."""
     setup = await service_setup()
     run = uuid.uuid4().hex[:6]
     sessions = [f"trace-{run}-{i:02d}" for i in range(6)]
@@ -73,6 +86,7 @@ async def test_a_silence_wake_is_the_scheduler_spans_child_linked_to_the_setting
                                 within=30)
             inbound_records = list(inbound.records)
 
+    delivered = await _deliver_all(setup.bootstrap, setup.topics[MESSAGES], 2 * len(sessions))
     finished = spans.get_finished_spans()
     turns = [s for s in finished if s.name == f"process {setup.topics[INBOUND]}"]
     sends = [s for s in finished if s.name == f"send {setup.topics[INBOUND]}"]
@@ -107,3 +121,39 @@ async def test_a_silence_wake_is_the_scheduler_spans_child_linked_to_the_setting
                            if r.key == session_id.encode() and b'"wake"' in r.value]
         assert dict(wake_headers)["traceparent"].decode().split("-")[1:3] == [
             f"{send.context.trace_id:032x}", f"{send.context.span_id:016x}"]
+        # Each reply delivered in its own turn's trace, a child of that turn's span.
+        by_text = {(d.attributes or {}).get("turnflow.text"): d for d in delivered
+                   if _conversation(d) == session_id}
+        for text, turn in (("Olá!", first), ("Ainda está aí?", wake)):
+            deliver = by_text[text]
+            assert deliver.parent is not None and deliver.parent.span_id == turn.context.span_id
+            assert deliver.context.trace_id == turn.context.trace_id
+
+
+async def _deliver_all(bootstrap: str, topic: str, count: int) -> list[ReadableSpan]:
+    """Run the delivery worker example, tracing into its own memory, until it delivered
+    ``count`` replies; its finished spans, each tagged with the text it delivered."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    done = asyncio.Event()
+    seen: list[str] = []
+
+    async def deliver(value: dict[str, Any]) -> None:
+        from opentelemetry import trace
+
+        trace.get_current_span().set_attribute("turnflow.text", str(value.get("text")))
+        seen.append(str(value.get("key")))
+        if len(seen) >= count:
+            done.set()
+
+    worker = DeliveryWorker(deliver, DeliveredKeys(), tracer=provider.get_tracer("worker"),
+                            topic=topic)
+    task = asyncio.create_task(run(bootstrap, topic, f"{topic}.delivery", worker))
+    try:
+        await asyncio.wait_for(done.wait(), timeout=60)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    return list(exporter.get_finished_spans())
