@@ -21,8 +21,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from consumer import tracing
-from examples.delivery_worker import DeliveredKeys, DeliveryWorker, run
 from consumer.scheduler.service import FiringOptions
+from examples.delivery_worker import DeliveredKeys, DeliveryWorker, run
 from store import Store
 from tests.integration.harness import (
     INBOUND,
