@@ -37,7 +37,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
-from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -191,7 +190,6 @@ def tracer_from_environment() -> Tracer | None:
 
     provider = TracerProvider()  # OTEL_SERVICE_NAME and OTEL_TRACES_SAMPLER apply
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    trace.set_tracer_provider(provider)
     return provider.get_tracer("turnflow-delivery-example")
 
 

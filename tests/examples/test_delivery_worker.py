@@ -17,7 +17,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from examples.delivery_worker import DeliveredKeys, DeliveryWorker, run
+from examples.delivery_worker import (
+    DeliveredKeys,
+    DeliveryWorker,
+    run,
+    tracer_from_environment,
+)
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 TURN_SPAN = "00f067aa0ba902b7"
@@ -155,6 +160,18 @@ async def test_a_delivery_continues_the_trace_of_the_turn_that_wrote_the_reply()
     assert (continued.attributes or {})["gen_ai.conversation.id"] == "s1"
     assert seen[0].split("-")[1:3] == [TRACE, f"{continued.context.span_id:016x}"]
     assert alone.parent is None and f"{alone.context.trace_id:032x}" != TRACE
+
+
+def test_the_worker_traces_only_with_an_otlp_endpoint_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without an OTLP endpoint in the environment the worker has no tracer (no tracing work);
+    with ``OTEL_EXPORTER_OTLP_ENDPOINT`` set it has one."""
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    assert tracer_from_environment() is None
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+    assert tracer_from_environment() is not None
 
 
 @settings(max_examples=100, deadline=None)
