@@ -374,18 +374,17 @@ class SendSpan:
 
 
 def _stored_context(traceparent: Any, tracestate: Any) -> Any:
-    """The stored context as an OpenTelemetry ``Context`` holding it (its span context is
-    invalid when what is stored is not a well-formed W3C context)."""
+    """The stored context as an OpenTelemetry ``Context`` holding it (an empty one when what is
+    stored is not a well-formed W3C context: the parser refuses it, never raises)."""
     from opentelemetry.context import Context
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     if traceparent is None:
         return Context()
-    pair = _normalised(_stored_carrier(traceparent, tracestate))
-    if pair is None:
+    try:
+        return TraceContextTextMapPropagator().extract(_stored_carrier(traceparent, tracestate))
+    except (ValueError, TypeError, UnicodeError):
         return Context()
-    carrier = {"traceparent": pair[0], **({"tracestate": pair[1]} if pair[1] else {})}
-    return TraceContextTextMapPropagator().extract(carrier)
 
 
 def _send_span(name: str, context: Any, links: list[Any], attributes: dict[str, Any]) -> SendSpan:
