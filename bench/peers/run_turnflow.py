@@ -1,0 +1,89 @@
+"""turnflow's side of ``make bench-peers``: the demo agent, through its OpenAI-compatible
+provider pointed at the scripted server, over every conversation of ``conversations.py``.
+
+Each conversation runs as a host runs it: one ``agent.turn`` per customer message, with the
+history so far and the session the previous turn returned. The demo takes its payment as the
+host's ``paid`` event (a payment webhook), not from the customer's words, so a ``pay`` turn is
+the customer's message and then that event; both count toward the turn.
+
+    python bench/peers/run_turnflow.py --base-url http://127.0.0.1:PORT/v1 --out rows.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.peers.conversations import CONVERSATIONS
+from bench.peers.timing import Timings, tag
+from engine import FakeClock
+from engine.providers.openai import OpenAIProvider
+from examples.demo_agent import build_agent
+
+__all__ = ["run"]
+
+FRAMEWORK = "turnflow"
+START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+
+
+async def conversation(base_url: str, timings: Timings, cid: str,
+                       provider: OpenAIProvider) -> list[str]:
+    """Run one conversation; its replies, in order."""
+    clock = FakeClock(START)
+    agent = build_agent(provider=provider, clock=clock)
+    history: list[dict[str, Any]] = []
+    session: Any = None
+    said: list[str] = []
+    for index, turn in enumerate(CONVERSATIONS[cid]):
+        tag(base_url, FRAMEWORK, cid, index)
+        with timings.turn(cid, index, kind=turn.kind) as row:
+            inputs: list[dict[str, Any]] = [{"message": turn.text, "id": f"{cid}-{index}"}]
+            if turn.kind == "pay":
+                inputs.append({"event": "paid", "payload": {}, "key": f"{cid}-paid-{index}"})
+            replies: list[str] = []
+            for given in inputs:
+                request: dict[str, Any] = {"session_id": cid, **given, "history": list(history)}
+                if session is not None:
+                    request["session"] = session
+                result = await agent.turn(request)
+                session = result.session
+                replies += [m.text for m in result.messages if m.text]
+            row["replies"] = replies
+        at = START + timedelta(minutes=index)
+        history.append({"role": "user", "text": turn.text, "at": at})
+        history += [{"role": "assistant", "text": text, "at": at} for text in replies]
+        said += replies
+    return said
+
+
+async def run(base_url: str, out: Path) -> dict[str, list[str]]:
+    """Every conversation, one after another; the replies of each."""
+    timings = Timings(out, FRAMEWORK)
+    provider = OpenAIProvider(api_key="", base_url=base_url, model="scripted")
+    replies = {}
+    try:
+        for cid in CONVERSATIONS:
+            replies[cid] = await conversation(base_url, timings, cid, provider)
+    finally:
+        await provider.aclose()
+    return replies
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    replies = asyncio.run(run(args.base_url, args.out))
+    for cid, said in replies.items():
+        print(f"turnflow {cid}: " + " | ".join(said), flush=True)
+
+
+if __name__ == "__main__":
+    main()
