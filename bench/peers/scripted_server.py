@@ -219,6 +219,11 @@ def answer(script: Script, method: str, path: str, body: Any,
                       "conversation": body.get("conversation", ""),
                       "turn": body.get("turn", -1)}
         return 200, {"ok": True}
+    if method == "POST" and path == "/bench/schema":
+        from bench.peers import parlant_script
+
+        parlant_script.SCHEMAS[str(body.get("name"))] = dict(body.get("schema") or {})
+        return 200, {"ok": True}
     if method == "POST" and path.endswith("/chat/completions"):
         message = reply_for(body, script.tag, headers.get("x-bench-schema"))
         script.write(path, body, message, headers)
