@@ -10,7 +10,7 @@ first; then llama.cpp's server with the packaged SmolLM2 model starts only to to
 recorded prompts (``/tokenize``); the table, the ratios turnflow / peer per conversation and
 the verdict are printed, and everything is kept in ``--out``. Every server started is stopped.
 
-    python bench/peers/bench_peers.py [--frameworks turnflow,langgraph,parlant]
+    python bench/peers/bench_peers.py [--frameworks turnflow,turnflow-cache,langgraph,parlant]
         [--peers-python bench/peers/.venv/bin/python] [--out .turnflow/bench-peers]
 """
 
@@ -35,9 +35,13 @@ from bench.peers.counting import count, grouped, summarize, table, verdict  # no
 from consumer.processes import free_port  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-RUNNERS = {"turnflow": "run_turnflow.py", "langgraph": "run_langgraph.py",
-           "parlant": "run_parlant.py"}
-RUN_TIMEOUT_S = {"turnflow": 300, "langgraph": 300, "parlant": 1200}
+RUNNERS = {"turnflow": ["run_turnflow.py"],
+           # The same agent with the prompt laid out for a prefix cache (and cache_prompt sent).
+           "turnflow-cache": ["run_turnflow.py", "--framework", "turnflow-cache",
+                              "--prompt-cache", "llama.cpp"],
+           "langgraph": ["run_langgraph.py"], "parlant": ["run_parlant.py"]}
+OURS = ("turnflow", "turnflow-cache")
+RUN_TIMEOUT_S = {"turnflow": 300, "turnflow-cache": 300, "langgraph": 300, "parlant": 1200}
 SOURCE = "script"
 """Every row here is answered by the scripted server, none by a real model."""
 
@@ -89,8 +93,9 @@ def run_framework(framework: str, python: str, base_url: str, out: Path) -> str 
     with log.open("wb") as sink:
         try:
             done = subprocess.run(
-                [python, str(HERE / RUNNERS[framework]), "--base-url", base_url,
-                 "--out", str(rows)], stdout=sink, stderr=subprocess.STDOUT, cwd=REPO,
+                [python, str(HERE / RUNNERS[framework][0]), *RUNNERS[framework][1:],
+                 "--base-url", base_url, "--out", str(rows)],
+                stdout=sink, stderr=subprocess.STDOUT, cwd=REPO,
                 timeout=RUN_TIMEOUT_S[framework], check=False,
                 env={**os.environ, "PYTHONPATH": str(REPO)})
         except subprocess.TimeoutExpired:
@@ -103,7 +108,7 @@ def run_framework(framework: str, python: str, base_url: str, out: Path) -> str 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frameworks", default="turnflow,langgraph,parlant")
+    parser.add_argument("--frameworks", default="turnflow,turnflow-cache,langgraph,parlant")
     parser.add_argument("--peers-python", default=str(HERE / ".venv" / "bin" / "python"))
     parser.add_argument("--out", type=Path, default=REPO / ".turnflow" / "bench-peers")
     args = parser.parse_args()
@@ -122,7 +127,7 @@ def main() -> int:
     server = start_server(port, record, args.out / "server.log")
     try:
         for framework in frameworks:
-            python = sys.executable if framework == "turnflow" else args.peers_python
+            python = sys.executable if framework in OURS else args.peers_python
             started = time.perf_counter()
             why = run_framework(framework, python, base_url, args.out)
             print(f"{framework}: {'done' if why is None else why} "
@@ -154,7 +159,7 @@ def main() -> int:
     print(table(summary, ran, {f: SOURCE for f in ran}))
     for framework, why in failed.items():
         print(f"| all | {framework} | - | did not run: {why} |")
-    ratios, fewer = verdict(summary, "turnflow", [f for f in ran if f != "turnflow"])
+    ratios, fewer = verdict(summary, "turnflow", [f for f in ran if f not in OURS])
     print("\n" + ratios + "\n")
     for peer, held in fewer.items():
         print(f"turnflow vs {peer}: fewer model calls per customer turn on every conversation: "

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.peers.conversations import CONVERSATIONS
 from bench.peers.timing import Timings, tag
 from engine import FakeClock
-from engine.providers.openai import OpenAIProvider
+from engine.providers.openai import PROMPT_CACHES, OpenAIProvider, PromptCache
 from examples.demo_agent import build_agent
 
 __all__ = ["run"]
@@ -33,7 +33,7 @@ START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
 
 async def conversation(base_url: str, timings: Timings, cid: str,
-                       provider: OpenAIProvider) -> list[str]:
+                       provider: OpenAIProvider, framework: str = FRAMEWORK) -> list[str]:
     """Run one conversation; its replies, in order."""
     clock = FakeClock(START)
     agent = build_agent(provider=provider, clock=clock)
@@ -41,7 +41,7 @@ async def conversation(base_url: str, timings: Timings, cid: str,
     session: Any = None
     said: list[str] = []
     for index, turn in enumerate(CONVERSATIONS[cid]):
-        tag(base_url, FRAMEWORK, cid, index)
+        tag(base_url, framework, cid, index)
         with timings.turn(cid, index, kind=turn.kind) as row:
             inputs: list[dict[str, Any]] = [{"message": turn.text, "id": f"{cid}-{index}"}]
             if turn.kind == "pay":
@@ -62,14 +62,18 @@ async def conversation(base_url: str, timings: Timings, cid: str,
     return said
 
 
-async def run(base_url: str, out: Path) -> dict[str, list[str]]:
-    """Every conversation, one after another; the replies of each."""
-    timings = Timings(out, FRAMEWORK)
-    provider = OpenAIProvider(api_key="", base_url=base_url, model="scripted")
+async def run(base_url: str, out: Path, *, framework: str = FRAMEWORK,
+              prompt_cache: PromptCache = "off") -> dict[str, list[str]]:
+    """Every conversation, one after another; the replies of each. ``prompt_cache`` is the
+    provider's (``TURNFLOW_MODEL_PROMPT_CACHE``): other than ``off``, the prompt is laid out for
+    a prefix cache."""
+    timings = Timings(out, framework)
+    provider = OpenAIProvider(api_key="", base_url=base_url, model="scripted",
+                              prompt_cache=prompt_cache)
     replies = {}
     try:
         for cid in CONVERSATIONS:
-            replies[cid] = await conversation(base_url, timings, cid, provider)
+            replies[cid] = await conversation(base_url, timings, cid, provider, framework)
     finally:
         await provider.aclose()
     return replies
@@ -79,10 +83,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--framework", default=FRAMEWORK, help="the name its rows carry")
+    parser.add_argument("--prompt-cache", choices=PROMPT_CACHES, default="off")
     args = parser.parse_args()
-    replies = asyncio.run(run(args.base_url, args.out))
+    replies = asyncio.run(run(args.base_url, args.out, framework=args.framework,
+                              prompt_cache=args.prompt_cache))
     for cid, said in replies.items():
-        print(f"turnflow {cid}: " + " | ".join(said), flush=True)
+        print(f"{args.framework} {cid}: " + " | ".join(said), flush=True)
 
 
 if __name__ == "__main__":

@@ -135,3 +135,59 @@ def test_turnflow_books_and_is_paid_in_every_conversation(tmp_path: Path) -> Non
     assert all(1 <= counted.calls <= 2 for counted in counts.values())
     rows = (tmp_path / "rows.jsonl").read_text().splitlines()
     assert len(rows) == sum(len(t) for t in CONVERSATIONS.values())
+
+
+PARLANT_CHECKS_SCHEMA = {
+    "$defs": {"Check": {"type": "object", "required": ["guideline_id", "condition",
+                                                        "rationale", "applies"],
+                        "properties": {"guideline_id": {"type": "string"},
+                                       "condition": {"type": "string"},
+                                       "rationale": {"type": "string"},
+                                       "applies": {"type": "boolean"}}}},
+    "type": "object", "required": ["checks"],
+    "properties": {"checks": {"type": "array", "items": {"$ref": "#/$defs/Check"}}},
+}
+
+
+def _parlant_prompt(output_format: str) -> dict[str, Any]:
+    return {"messages": [{"role": "developer",
+                          "content": "Example: {\"guideline_id\": \"x\", \"condition\": "
+                          "\"The customer confirms the booking\"}\nOUTPUT FORMAT\n"
+                          + output_format}]}
+
+
+def test_parlant_guideline_checks_follow_the_turn() -> None:
+    """A guideline-matching call gets one check per guideline its output format lists (not its
+    examples'), applying only the guideline the turn is about."""
+    from bench.peers import parlant_script
+
+    parlant_script.SCHEMAS["Checks"] = PARLANT_CHECKS_SCHEMA
+    body = _parlant_prompt(
+        '{"checks": [{"guideline_id": "1", "condition": "The customer confirms the booking",'
+        ' "applies": "<BOOL>"}, {"guideline_id": "2", "condition": "The customer asks about '
+        'the opening hours", "applies": "<BOOL>"}]}')
+    confirm = next(i for i, t in enumerate(CONVERSATIONS["c01"]) if t.kind == "confirm")
+    checks = parlant_script.reply(body, "Checks", "c01", confirm)["checks"]
+    assert [(c["guideline_id"], c["applies"]) for c in checks] == [("1", True), ("2", False)]
+    hours = next(i for i, t in enumerate(CONVERSATIONS["c01"]) if t.kind == "hours")
+    checks = parlant_script.reply(body, "Checks", "c01", hours)["checks"]
+    assert [(c["guideline_id"], c["applies"]) for c in checks] == [("1", False), ("2", True)]
+    assert parlant_script.reply(body, "Unknown", "c01", hours) == {}
+
+
+def test_parlant_tool_batch_calls_only_the_turns_tool() -> None:
+    """A tool-calling call names its candidate tool; it is called, with the known arguments,
+    only when it is the turn's tool."""
+    from bench.peers import parlant_script
+
+    parlant_script.SCHEMAS["Tools"] = {"type": "object", "required": ["name"], "properties": {
+        "name": {"type": "string"}, "tool_calls_for_candidate_tool": {"type": "array"}}}
+    confirm = next(i for i, t in enumerate(CONVERSATIONS["c02"]) if t.kind == "confirm")
+    booking = parlant_script.reply(_parlant_prompt('{"name": "built-in:book_repair"}'),
+                                   "Tools", "c02", confirm)
+    arguments = {a["parameter_name"]: a["value_as_string"]
+                 for a in booking["tool_calls_for_candidate_tool"][0]["argument_evaluations"]}
+    assert arguments == {"service": "flat-tire", "day": "tuesday", "name": "Ada"}
+    hours = parlant_script.reply(_parlant_prompt('{"name": "built-in:opening_hours"}'),
+                                 "Tools", "c02", confirm)
+    assert hours["tool_calls_for_candidate_tool"] == []
