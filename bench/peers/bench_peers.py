@@ -39,9 +39,14 @@ RUNNERS = {"turnflow": ["run_turnflow.py"],
            # The same agent with the prompt laid out for a prefix cache (and cache_prompt sent).
            "turnflow-cache": ["run_turnflow.py", "--framework", "turnflow-cache",
                               "--prompt-cache", "llama.cpp"],
-           "langgraph": ["run_langgraph.py"], "parlant": ["run_parlant.py"]}
-OURS = ("turnflow", "turnflow-cache")
-RUN_TIMEOUT_S = {"turnflow": 300, "turnflow-cache": 300, "langgraph": 300, "parlant": 1200}
+           "langgraph": ["run_langgraph.py"], "parlant": ["run_parlant.py"],
+           "turnflow-real": ["run_turnflow.py", "--framework", "turnflow-real",
+                             "--prompt-cache", "llama.cpp"]}
+REAL = "turnflow-real"
+"""turnflow on a real model (``--real``): its calls go on to llama.cpp's server."""
+OURS = ("turnflow", "turnflow-cache", REAL)
+RUN_TIMEOUT_S = {"turnflow": 300, "turnflow-cache": 300, "langgraph": 300, "parlant": 1200,
+                 REAL: 3600}
 SOURCE = "script"
 """Every row here is answered by the scripted server, none by a real model."""
 
@@ -70,11 +75,14 @@ def _listening(port: int) -> bool:
         return False
 
 
-def start_server(port: int, record: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_server(port: int, record: Path, log: Path,
+                 upstream: str | None = None) -> subprocess.Popen[bytes]:
+    """The scripted server; with ``upstream``, ``turnflow-real``'s calls go to that server."""
+    extra = ["--upstream", upstream, "--upstream-for", REAL] if upstream else []
     with log.open("wb") as sink:
         child = subprocess.Popen(
             [sys.executable, str(HERE / "scripted_server.py"), "--port", str(port),
-             "--record", str(record)], stdout=sink, stderr=subprocess.STDOUT, cwd=REPO)
+             "--record", str(record), *extra], stdout=sink, stderr=subprocess.STDOUT, cwd=REPO)
     deadline = time.monotonic() + 20
     while not _listening(port):
         if child.poll() is not None or time.monotonic() > deadline:
@@ -84,7 +92,8 @@ def start_server(port: int, record: Path, log: Path) -> subprocess.Popen[bytes]:
     return child
 
 
-def run_framework(framework: str, python: str, base_url: str, out: Path) -> str | None:
+def run_framework(framework: str, python: str, base_url: str, out: Path,
+                  extra: tuple[str, ...] = ()) -> str | None:
     """Run one framework's runner; None when it finished, else why it did not."""
     rows, log = out / f"{framework}.rows.jsonl", out / f"{framework}.log"
     rows.unlink(missing_ok=True)
@@ -94,7 +103,7 @@ def run_framework(framework: str, python: str, base_url: str, out: Path) -> str 
         try:
             done = subprocess.run(
                 [python, str(HERE / RUNNERS[framework][0]), *RUNNERS[framework][1:],
-                 "--base-url", base_url, "--out", str(rows)],
+                 "--base-url", base_url, "--out", str(rows), *extra],
                 stdout=sink, stderr=subprocess.STDOUT, cwd=REPO,
                 timeout=RUN_TIMEOUT_S[framework], check=False,
                 env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -111,6 +120,12 @@ def main() -> int:
     parser.add_argument("--frameworks", default="turnflow,turnflow-cache,langgraph,parlant")
     parser.add_argument("--peers-python", default=str(HERE / ".venv" / "bin" / "python"))
     parser.add_argument("--out", type=Path, default=REPO / ".turnflow" / "bench-peers")
+    parser.add_argument("--real", default=None, metavar="MODEL",
+                        help="also run turnflow on this packaged model through llama.cpp "
+                        "(smollm2-135m or qwen2.5-coder-1.5b): the turnflow-real rows")
+    parser.add_argument("--real-conversations", default="c01,c05",
+                        help="the conversations of the real-model rows (a real turn takes "
+                        "seconds to a minute here)")
     args = parser.parse_args()
     frameworks = [f for f in args.frameworks.split(",") if f]
     unknown = [f for f in frameworks if f not in RUNNERS]
@@ -124,12 +139,25 @@ def main() -> int:
     port = free_port()
     base_url = f"http://127.0.0.1:{port}/v1"
     failed: dict[str, str] = {}
-    server = start_server(port, record, args.out / "server.log")
+    from tests.fixtures import llama_server  # the project's test extra: xllamacpp
+
+    real = None
+    if args.real:
+        os.environ["TURNFLOW_LOCAL_MODEL"] = args.real
+        real = llama_server.start(args.out / "llama-real.log", threads=2)
+        os.environ.pop("TURNFLOW_LOCAL_MODEL")
+        frameworks.append(REAL)
+    server = start_server(port, record, args.out / "server.log",
+                          upstream=real.base_url if real else None)
     try:
         for framework in frameworks:
             python = sys.executable if framework in OURS else args.peers_python
             started = time.perf_counter()
-            why = run_framework(framework, python, base_url, args.out)
+            extra: tuple[str, ...] = ()
+            if framework == REAL and args.real:
+                extra = ("--conversations", args.real_conversations, "--model", args.real,
+                         "--timeout", "600")
+            why = run_framework(framework, python, base_url, args.out, extra)
             print(f"{framework}: {'done' if why is None else why} "
                   f"({time.perf_counter() - started:.1f} s)", flush=True)
             if why is not None:
@@ -137,6 +165,8 @@ def main() -> int:
     finally:
         server.terminate()
         server.wait(timeout=10)
+        if real is not None:
+            real.stop()
     requests = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
     rows: list[dict[str, Any]] = []
     for framework in frameworks:
@@ -146,17 +176,18 @@ def main() -> int:
     requests = [r for r in requests if r.get("framework") not in failed]
     print(f"chat requests recorded (set-up included): {grouped(requests)}", flush=True)
 
-    from tests.fixtures import llama_server  # the project's test extra: xllamacpp
-
     with llama_server.running(args.out / "llama-server.log", threads=1) as tokenizer_server:
         counts = count(requests, rows, LlamaTokenizer(tokenizer_server.url))
     summary = summarize(counts)
     ran = [f for f in frameworks if f not in failed]
     turns = sum(len(t) for t in CONVERSATIONS.values())
     print(f"\n{len(CONVERSATIONS)} conversations, {turns} customer turns; every row answered "
-          f"by the scripted server; tokens by llama.cpp's tokenizer of "
+          f"by the scripted server but {REAL}'s; tokens by llama.cpp's tokenizer of "
           f"{llama_server.MODEL_NAME}\n")
-    print(table(summary, ran, {f: SOURCE for f in ran}))
+    sources = {f: SOURCE for f in ran}
+    if args.real:
+        sources[REAL] = f"real model: {llama_server.MODELS[args.real].name}"
+    print(table(summary, ran, sources))
     for framework, why in failed.items():
         print(f"| all | {framework} | - | did not run: {why} |")
     ratios, fewer = verdict(summary, "turnflow", [f for f in ran if f not in OURS])

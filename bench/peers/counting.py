@@ -7,7 +7,8 @@ role, its text, the tool calls it carries), the tool definitions, and the respon
 schema. It is rendered as one text the same way for every framework and tokenized by one
 tokenizer (``Tokenizer``: in the bench, llama.cpp's ``/tokenize`` with the packaged SmolLM2
 model). The cached part of a prompt is its longest common token prefix with the framework's
-previous chat request: what a llama.cpp slot serving that framework's calls in turn keeps.
+previous chat request: what a llama.cpp slot serving that framework's calls in turn keeps; for
+a request a real server answered, the count that server reported (in its own tokens).
 Embedding requests are counted apart, not as model calls. Standard library only.
 """
 
@@ -111,6 +112,8 @@ def count(requests: Iterable[dict[str, Any]], rows: Iterable[dict[str, Any]],
             continue
         tokens = tokenize(prompt_text(request.get("body") or {}))
         cached = common_prefix(previous.get(framework, []), tokens)
+        if isinstance(request.get("server_cached"), int):  # a real server's own count
+            cached = request["server_cached"]
         previous[framework] = tokens
         if not in_turn:
             continue

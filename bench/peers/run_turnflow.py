@@ -63,16 +63,17 @@ async def conversation(base_url: str, timings: Timings, cid: str,
 
 
 async def run(base_url: str, out: Path, *, framework: str = FRAMEWORK,
-              prompt_cache: PromptCache = "off") -> dict[str, list[str]]:
+              prompt_cache: PromptCache = "off", conversations: list[str] | None = None,
+              model: str = "scripted", call_timeout: float = 60.0) -> dict[str, list[str]]:
     """Every conversation, one after another; the replies of each. ``prompt_cache`` is the
     provider's (``TURNFLOW_MODEL_PROMPT_CACHE``): other than ``off``, the prompt is laid out for
     a prefix cache."""
     timings = Timings(out, framework)
-    provider = OpenAIProvider(api_key="", base_url=base_url, model="scripted",
-                              prompt_cache=prompt_cache)
+    provider = OpenAIProvider(api_key="", base_url=base_url, model=model,
+                              prompt_cache=prompt_cache, timeout=call_timeout)
     replies = {}
     try:
-        for cid in CONVERSATIONS:
+        for cid in conversations or list(CONVERSATIONS):
             replies[cid] = await conversation(base_url, timings, cid, provider, framework)
     finally:
         await provider.aclose()
@@ -85,9 +86,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--framework", default=FRAMEWORK, help="the name its rows carry")
     parser.add_argument("--prompt-cache", choices=PROMPT_CACHES, default="off")
+    parser.add_argument("--conversations", default="", help="a subset, comma-separated")
+    parser.add_argument("--model", default="scripted")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds a call may take")
     args = parser.parse_args()
+    chosen = [c for c in args.conversations.split(",") if c] or None
+    unknown = [c for c in chosen or [] if c not in CONVERSATIONS]
+    if unknown:
+        parser.error(f"no conversation {', '.join(unknown)}")
     replies = asyncio.run(run(args.base_url, args.out, framework=args.framework,
-                              prompt_cache=args.prompt_cache))
+                              prompt_cache=args.prompt_cache, conversations=chosen,
+                              model=args.model, call_timeout=args.timeout))
     for cid, said in replies.items():
         print(f"{args.framework} {cid}: " + " | ".join(said), flush=True)
 

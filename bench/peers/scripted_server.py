@@ -24,6 +24,11 @@ Endpoints:
                                   the ``dimensions`` asked for or 3,072
     GET  /health, /v1/models
 
+With ``--upstream URL --upstream-for NAME,...`` the chat requests of those frameworks go to a
+real model server instead (llama.cpp's, say) and its answer is recorded and returned as it
+came, with the prompt tokens it reports as cached (``timings.cache_n``, or
+``usage.prompt_tokens_details.cached_tokens``).
+
 Each request is one JSON line in the ``--record`` file: the tag, the path, the body, the reply
 and the arrival time. The server never sleeps: the seconds a framework takes are its own.
 Standard library only.
@@ -41,6 +46,7 @@ import math
 import re
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -62,16 +68,18 @@ ACKNOWLEDGED = "Thank you, got it."
 class Script:
     """The current tag and the recording; one per server."""
 
-    def __init__(self, record: Path | None) -> None:
+    def __init__(self, record: Path | None, upstream: str | None = None,
+                 upstream_for: frozenset[str] = frozenset()) -> None:
         self.tag: dict[str, Any] = {"framework": "", "conversation": "", "turn": -1}
         self.record = record
-        self.calls = 0
+        self.upstream, self.upstream_for = upstream, upstream_for
 
-    def write(self, path: str, body: Any, reply: Any, headers: dict[str, str]) -> None:
+    def write(self, path: str, body: Any, reply: Any, headers: dict[str, str],
+              **extra: Any) -> None:
         if self.record is None:
             return
         line = {**self.tag, "path": path, "body": body, "reply": reply, "at": time.time(),
-                "schema": headers.get("x-bench-schema")}
+                "schema": headers.get("x-bench-schema"), **extra}
         with self.record.open("a") as sink:
             sink.write(json.dumps(line) + "\n")
 
@@ -207,6 +215,26 @@ def _embeddings(body: dict[str, Any]) -> dict[str, Any]:
             "usage": {"prompt_tokens": 0, "total_tokens": 0}}
 
 
+def server_cached(payload: dict[str, Any]) -> int | None:
+    """The prompt tokens a real server says it took from its cache, when it says."""
+    timings = payload.get("timings")
+    if isinstance(timings, dict) and isinstance(timings.get("cache_n"), int):
+        return int(timings["cache_n"])
+    details = (payload.get("usage") or {}).get("prompt_tokens_details")
+    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        return int(details["cached_tokens"])
+    return None
+
+
+def forwarded(upstream: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The real server's answer to one chat request."""
+    request = urllib.request.Request(f"{upstream.rstrip('/')}/chat/completions",
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=900) as response:
+        return dict(json.loads(response.read()))
+
+
 def answer(script: Script, method: str, path: str, body: Any,
            headers: dict[str, str]) -> tuple[int, Any]:
     """(status, payload) for one request; records it."""
@@ -224,6 +252,14 @@ def answer(script: Script, method: str, path: str, body: Any,
 
         parlant_script.SCHEMAS[str(body.get("name"))] = dict(body.get("schema") or {})
         return 200, {"ok": True}
+    if method == "POST" and path.endswith("/chat/completions") and script.upstream and \
+            script.tag.get("framework") in script.upstream_for:
+        payload = forwarded(script.upstream, body)
+        message = ((payload.get("choices") or [{}])[0]).get("message") or {}
+        script.write(path, body, message, headers, source="real",
+                     server_cached=server_cached(payload),
+                     server_prompt_tokens=(payload.get("usage") or {}).get("prompt_tokens"))
+        return 200, payload
     if method == "POST" and path.endswith("/chat/completions"):
         message = reply_for(body, script.tag, headers.get("x-bench-schema"))
         script.write(path, body, message, headers)
@@ -233,6 +269,12 @@ def answer(script: Script, method: str, path: str, body: Any,
         script.write(path, body, {"vectors": len(payload["data"])}, headers)
         return 200, payload
     return 404, {"error": {"message": f"no {method} {path}"}}
+
+
+async def _answer(script: Script, method: str, path: str, body: Any,
+                  headers: dict[str, str]) -> tuple[int, Any]:
+    # A forwarded request waits for a real model: off the loop, so /health still answers.
+    return await asyncio.to_thread(answer, script, method, path, body, headers)
 
 
 async def _handle(script: Script, reader: asyncio.StreamReader,
@@ -253,7 +295,8 @@ async def _handle(script: Script, reader: asyncio.StreamReader,
             raw = await reader.readexactly(length) if length else b""
             try:
                 body = json.loads(raw) if raw else {}
-                status, payload = answer(script, method, path.split("?")[0], body, headers)
+                status, payload = await _answer(script, method, path.split("?")[0], body,
+                                                headers)
             except Exception as exc:  # a bad request gets a 500 saying why
                 status, payload = 500, {"error": {"message": f"{type(exc).__name__}: {exc}"}}
                 print(f"scripted server: {method} {path}: {exc!r}", file=sys.stderr, flush=True)
@@ -267,8 +310,9 @@ async def _handle(script: Script, reader: asyncio.StreamReader,
         writer.close()
 
 
-async def serve(port: int, record: Path | None) -> None:
-    script = Script(record)
+async def serve(port: int, record: Path | None, upstream: str | None = None,
+                upstream_for: frozenset[str] = frozenset()) -> None:
+    script = Script(record, upstream, upstream_for)
     server = await asyncio.start_server(lambda r, w: _handle(script, r, w), "127.0.0.1", port,
                                         reuse_address=True)
     async with server:
@@ -279,8 +323,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--record", type=Path, default=None)
+    parser.add_argument("--upstream", default=None, help="a real model server's /v1 URL")
+    parser.add_argument("--upstream-for", default="", help="frameworks sent to it, by name")
     args = parser.parse_args()
-    asyncio.run(serve(args.port, args.record))
+    asyncio.run(serve(args.port, args.record, args.upstream,
+                      frozenset(f for f in args.upstream_for.split(",") if f)))
 
 
 if __name__ == "__main__":

@@ -191,3 +191,46 @@ def test_parlant_tool_batch_calls_only_the_turns_tool() -> None:
     hours = parlant_script.reply(_parlant_prompt('{"name": "built-in:opening_hours"}'),
                                  "Tools", "c02", confirm)
     assert hours["tool_calls_for_candidate_tool"] == []
+
+
+def _post(url: str, payload: dict[str, Any]) -> dict[str, Any]:
+    import urllib.request
+
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return dict(json.loads(response.read()))
+
+
+def test_a_real_rows_calls_go_upstream_and_its_cache_count_is_kept(tmp_path: Path) -> None:
+    """Calls of a framework sent upstream get the upstream's answer unchanged, recorded with
+    the cached prompt tokens it reported, which counting then uses instead of the prefix;
+    other frameworks' calls stay scripted."""
+    from bench.peers.scripted_server import server_cached
+
+    upstream_port, proxy_port = free_port(), free_port()
+    upstream = start_server(upstream_port, tmp_path / "upstream.jsonl", tmp_path / "u.log")
+    proxy = start_server(proxy_port, tmp_path / "proxy.jsonl", tmp_path / "p.log",
+                         upstream=f"http://127.0.0.1:{upstream_port}/v1")
+    confirm = next(i for i, t in enumerate(CONVERSATIONS["c01"]) if t.kind == "confirm")
+    body = {"tools": [{"type": "function", "function": {"name": "book_repair"}}],
+            "messages": [{"role": "user", "content": "yes, book it"}]}
+    try:
+        for port, framework in ((upstream_port, "peer"), (proxy_port, "turnflow-real")):
+            _post(f"http://127.0.0.1:{port}/bench/turn",
+                  {"framework": framework, "conversation": "c01", "turn": confirm})
+        answered = _post(f"http://127.0.0.1:{proxy_port}/v1/chat/completions", body)
+    finally:
+        for child in (proxy, upstream):
+            child.terminate()
+            child.wait(timeout=10)
+    call = answered["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert call["name"] == "book_repair"
+    recorded = [json.loads(line) for line in (tmp_path / "proxy.jsonl").read_text().splitlines()]
+    assert [(r["source"], r["server_cached"]) for r in recorded] == [("real", 0)]
+    assert len((tmp_path / "upstream.jsonl").read_text().splitlines()) == 1
+    recorded[0]["server_cached"] = 3
+    counted = count(recorded, [], chars)[("turnflow-real", "c01", confirm)]
+    assert counted.cached_tokens == 3
+    assert server_cached({"timings": {"cache_n": 7}, "usage": {}}) == 7
+    assert server_cached({"usage": {"prompt_tokens": 5}}) is None
