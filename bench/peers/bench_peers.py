@@ -126,6 +126,8 @@ def main() -> int:
     parser.add_argument("--real-conversations", default="c01,c05",
                         help="the conversations of the real-model rows (a real turn takes "
                         "seconds to a minute here)")
+    parser.add_argument("--recount", action="store_true",
+                        help="run nothing: count again what a run left in --out")
     args = parser.parse_args()
     frameworks = [f for f in args.frameworks.split(",") if f]
     unknown = [f for f in frameworks if f not in RUNNERS]
@@ -134,13 +136,19 @@ def main() -> int:
               file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    record = args.out / "requests.jsonl"
-    record.unlink(missing_ok=True)
     port = free_port()
     base_url = f"http://127.0.0.1:{port}/v1"
     failed: dict[str, str] = {}
     from tests.fixtures import llama_server  # the project's test extra: xllamacpp
 
+    if args.real and args.real not in llama_server.MODELS:
+        print(f"bench-peers: --real must be one of {', '.join(llama_server.MODELS)}",
+              file=sys.stderr)
+        return 2
+    if args.recount:
+        return report(args, frameworks + ([REAL] if args.real else []), {}, llama_server)
+    record = args.out / "requests.jsonl"
+    record.unlink(missing_ok=True)
     real = None
     if args.real:
         os.environ["TURNFLOW_LOCAL_MODEL"] = args.real
@@ -167,6 +175,13 @@ def main() -> int:
         server.wait(timeout=10)
         if real is not None:
             real.stop()
+    return report(args, frameworks, failed, llama_server)
+
+
+def report(args: argparse.Namespace, frameworks: list[str], failed: dict[str, str],
+           llama_server: Any) -> int:
+    """Count the recording in ``args.out`` and print the table, the ratios and the verdict."""
+    record = args.out / "requests.jsonl"
     requests = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
     rows: list[dict[str, Any]] = []
     for framework in frameworks:

@@ -32,6 +32,16 @@ def _content(content: Any) -> str:
     return "" if content is None else str(content)
 
 
+def schema_text(body: dict[str, Any]) -> str:
+    """The response format's schema part of ``prompt_text`` (empty when there is none): a
+    server that turns the schema into a grammar (llama.cpp's) never puts it in the prompt,
+    so it is also counted apart."""
+    fmt = body.get("response_format") if isinstance(body, dict) else None
+    if isinstance(fmt, dict) and (fmt.get("json_schema") or fmt.get("schema")):
+        return "<|format|>\n" + json.dumps(fmt)
+    return ""
+
+
 def prompt_text(body: dict[str, Any]) -> str:
     """The prompt a chat-completions body asks the model to read, as one text."""
     parts: list[str] = []
@@ -49,9 +59,8 @@ def prompt_text(body: dict[str, Any]) -> str:
         return "\n".join(parts)
     if body.get("tools"):
         parts.append("<|tools|>\n" + json.dumps(body["tools"]))
-    fmt = body.get("response_format")
-    if isinstance(fmt, dict) and (fmt.get("json_schema") or fmt.get("schema")):
-        parts.append("<|format|>\n" + json.dumps(fmt))
+    if schema_text(body):
+        parts.append(schema_text(body))
     return "\n".join(parts)
 
 
@@ -83,6 +92,10 @@ class TurnCount:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    cache_basis_tokens: int = 0
+    """What ``cached_tokens`` is a share of: the prompt tokens, or for a real server's count
+    the prompt tokens that server reported (in its own tokens)."""
+    schema_tokens: int = 0
     embedding_calls: int = 0
     seconds: float = 0.0
     cpu_seconds: float = 0.0
@@ -110,10 +123,12 @@ def count(requests: Iterable[dict[str, Any]], rows: Iterable[dict[str, Any]],
             if in_turn:
                 at(framework, request["conversation"], request["turn"]).embedding_calls += 1
             continue
-        tokens = tokenize(prompt_text(request.get("body") or {}))
-        cached = common_prefix(previous.get(framework, []), tokens)
-        if isinstance(request.get("server_cached"), int):  # a real server's own count
-            cached = request["server_cached"]
+        body = request.get("body") or {}
+        tokens = tokenize(prompt_text(body))
+        cached, basis = common_prefix(previous.get(framework, []), tokens), len(tokens)
+        if isinstance(request.get("server_cached"), int) and \
+                isinstance(request.get("server_prompt_tokens"), int):  # a real server's count
+            cached, basis = request["server_cached"], request["server_prompt_tokens"]
         previous[framework] = tokens
         if not in_turn:
             continue
@@ -121,6 +136,8 @@ def count(requests: Iterable[dict[str, Any]], rows: Iterable[dict[str, Any]],
         counted.calls += 1
         counted.prompt_tokens += len(tokens)
         counted.cached_tokens += cached
+        counted.cache_basis_tokens += basis
+        counted.schema_tokens += len(tokenize(schema_text(body))) if schema_text(body) else 0
         counted.completion_tokens += len(tokenize(completion_text(request.get("reply") or {})))
     for row in rows:
         counted = at(str(row["framework"]), str(row["conversation"]), int(row["turn"]))
@@ -140,6 +157,8 @@ class Conversation:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    cache_basis_tokens: int = 0
+    schema_tokens: int = 0
     embedding_calls: int = 0
     seconds: float = 0.0
     cpu_seconds: float = 0.0
@@ -160,6 +179,8 @@ def summarize(counts: dict[tuple[str, str, int], TurnCount]) -> dict[tuple[str, 
         total.prompt_tokens += counted.prompt_tokens
         total.completion_tokens += counted.completion_tokens
         total.cached_tokens += counted.cached_tokens
+        total.cache_basis_tokens += counted.cache_basis_tokens
+        total.schema_tokens += counted.schema_tokens
         total.embedding_calls += counted.embedding_calls
         total.seconds += counted.seconds
         total.cpu_seconds += counted.cpu_seconds
@@ -171,7 +192,8 @@ def _merged(rows: list[Conversation], framework: str) -> Conversation:
     total = Conversation(framework, "all")
     for row in rows:
         for name in ("turns", "calls", "prompt_tokens", "completion_tokens", "cached_tokens",
-                     "embedding_calls", "seconds", "cpu_seconds"):
+                     "cache_basis_tokens", "schema_tokens", "embedding_calls", "seconds",
+                     "cpu_seconds"):
             setattr(total, name, getattr(total, name) + getattr(row, name))
         total.per_turn_calls += row.per_turn_calls
     return total
@@ -182,9 +204,10 @@ def table(summary: dict[tuple[str, str], Conversation], frameworks: list[str],
     """The Markdown table: one row per framework over all conversations, then one per
     framework and conversation."""
     head = ("| conversation | framework | source | turns | model calls / turn (max) | "
-            "prompt tokens / turn | completion tokens / turn | cached prompt share | "
-            "embedding calls | seconds / turn | framework CPU ms / turn |\n"
-            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+            "prompt tokens / turn | of which response schema | completion tokens / turn | "
+            "cached prompt share | embedding calls | seconds / turn | "
+            "framework CPU ms / turn |\n"
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     lines = [head]
     conversations = sorted({c for _, c in summary})
     order = [("all", fw) for fw in frameworks] + [(c, fw) for c in conversations
@@ -199,11 +222,12 @@ def table(summary: dict[tuple[str, str], Conversation], frameworks: list[str],
             row = summary[(framework, conversation)]
         else:
             continue
-        share = row.cached_tokens / row.prompt_tokens if row.prompt_tokens else 0.0
+        share = row.cached_tokens / row.cache_basis_tokens if row.cache_basis_tokens else 0.0
         lines.append(
             f"| {conversation} | {framework} | {sources.get(framework, '')} | {row.turns} | "
             f"{row.per_turn(row.calls):.2f} ({max(row.per_turn_calls, default=0)}) | "
-            f"{row.per_turn(row.prompt_tokens):,.0f} | {row.per_turn(row.completion_tokens):,.0f}"
+            f"{row.per_turn(row.prompt_tokens):,.0f} | {row.per_turn(row.schema_tokens):,.0f} | "
+            f"{row.per_turn(row.completion_tokens):,.0f}"
             f" | {share:.0%} | {row.embedding_calls} | {row.per_turn(row.seconds):.3f} | "
             f"{1000 * row.per_turn(row.cpu_seconds):.1f} |")
     return "\n".join(lines)
