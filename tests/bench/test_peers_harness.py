@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from bench.peers.bench_peers import start_server
 from bench.peers.conversations import CONVERSATIONS, booking_ref, tool_for
-from bench.peers.counting import count, prompt_text, summarize, verdict
+from bench.peers.counting import count, prompt_text, schema_text, summarize, verdict
 from bench.peers.run_turnflow import run
 from bench.peers.scripted_server import embedding, reply_for
 from consumer.processes import free_port
@@ -56,13 +56,17 @@ def test_counting_sums_calls_tokens_and_the_shared_prefix_per_turn() -> None:
 
 
 def test_tools_and_the_schema_are_part_of_the_prompt() -> None:
-    """What a server turns into model input counts: tool definitions and a response schema."""
+    """What a server turns into model input counts: tool definitions and a response schema,
+    the schema's share also counted apart."""
     plain = {"messages": [{"role": "user", "content": "hi"}]}
     tools = {**plain, "tools": [{"type": "function", "function": {"name": "opening_hours"}}]}
     schema = {**plain, "response_format": {"type": "json_schema",
                                            "json_schema": {"name": "speak", "schema": {}}}}
     assert "opening_hours" in prompt_text(tools) and "speak" in prompt_text(schema)
     assert len(prompt_text(tools)) > len(prompt_text(plain)) < len(prompt_text(schema))
+    counted = count([_request("fw", 0, schema), _request("fw", 0, tools)], [], chars)
+    assert counted[("fw", "c01", 0)].schema_tokens == len(schema_text(schema)) > 0
+    assert schema_text(tools) == ""
 
 
 def test_verdict_says_no_when_one_conversation_is_not_lower() -> None:
