@@ -206,10 +206,13 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["OPENAI_BASE_URL"] = args.base_url
     os.environ.setdefault("OPENAI_API_KEY", "unused")
-    os.environ["PARLANT_HOME"] = tempfile.mkdtemp(prefix="parlant-home-")
-    offline_tokenizer()
-    label_requests(args.base_url)
-    asyncio.run(main_async(args.base_url, args.out))
+    # A fresh home each run (Parlant caches its guideline evaluations there), set before
+    # anything of Parlant is imported: it reads the variable on import.
+    with tempfile.TemporaryDirectory(prefix="parlant-home-") as home:
+        os.environ["PARLANT_HOME"] = home
+        offline_tokenizer()
+        label_requests(args.base_url)
+        asyncio.run(main_async(args.base_url, args.out))
 
 
 if __name__ == "__main__":
