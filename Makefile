@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: install test lint unit run run-local-model test-real-model prometheus chromium \
 	test-browser bench-inspect bench bench-engine bench-store \
 	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks bench-pipeline \
-	bench-hosting bench-versions bench-window bench-fairness bench-prefix bench-tracing clean
+	bench-hosting bench-versions bench-window bench-fairness bench-prefix bench-tracing bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -135,6 +135,19 @@ bench-window: $(STAMP)
 # How much of each model prompt repeats the start of the one before it (prefix-cache reuse).
 bench-prefix: $(STAMP)
 	$(BIN)/python bench/prefix_share.py $(ARGS)
+
+# The same customer conversations through turnflow, LangGraph's ReAct agent and Parlant on one
+# scripted OpenAI-compatible server: model calls, tokens, cache, seconds and CPU per customer
+# turn. The peers get their own environment, never the project's.
+PEERS_VENV := bench/peers/.venv
+$(PEERS_VENV)/.installed: bench/peers/requirements.txt
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install -q --upgrade pip
+	$(PEERS_VENV)/bin/pip install -q -r bench/peers/requirements.txt
+	touch $@
+
+bench-peers: $(STAMP) $(PEERS_VENV)/.installed
+	$(BIN)/python bench/peers/bench_peers.py $(ARGS)
 
 # One agent against 1,000 over the same traffic, and a version switch under load.
 bench-hosting: $(STAMP)

@@ -1,0 +1,221 @@
+"""``make bench-peers``: the same customer conversations through turnflow, LangGraph's
+prebuilt ReAct agent and Parlant, on one scripted OpenAI-compatible server; per framework and
+customer turn the model calls, prompt and completion tokens (one tokenizer for all), the
+prompt tokens a prefix cache would serve, seconds and the framework's own CPU.
+
+Steps: the scripted server (``scripted_server.py``) starts on a free port and records every
+request; each framework's runner runs in its own process (turnflow in the project's
+environment, the peers in ``bench/peers/.venv``), tagging each customer turn on the server
+first; then llama.cpp's server with the packaged SmolLM2 model starts only to tokenize the
+recorded prompts (``/tokenize``); the table, the ratios turnflow / peer per conversation and
+the verdict are printed, and everything is kept in ``--out``. Every server started is stopped.
+
+    python bench/peers/bench_peers.py [--frameworks turnflow,turnflow-cache,langgraph,parlant]
+        [--peers-python bench/peers/.venv/bin/python] [--out .turnflow/bench-peers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from bench.peers.conversations import CONVERSATIONS  # noqa: E402
+from bench.peers.counting import count, grouped, summarize, table, verdict  # noqa: E402
+from consumer.processes import free_port  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+RUNNERS = {"turnflow": ["run_turnflow.py"],
+           # The same agent with the prompt laid out for a prefix cache (and cache_prompt sent).
+           "turnflow-cache": ["run_turnflow.py", "--framework", "turnflow-cache",
+                              "--prompt-cache", "llama.cpp"],
+           "langgraph": ["run_langgraph.py"], "parlant": ["run_parlant.py"],
+           "turnflow-real": ["run_turnflow.py", "--framework", "turnflow-real",
+                             "--prompt-cache", "llama.cpp"]}
+REAL = "turnflow-real"
+"""turnflow on a real model (``--real``): its calls go on to llama.cpp's server."""
+OURS = ("turnflow", "turnflow-cache", REAL)
+RUN_TIMEOUT_S = {"turnflow": 300, "turnflow-cache": 300, "langgraph": 300, "parlant": 1200,
+                 REAL: 3600}
+SOURCE = "script"
+"""Every row here is answered by the scripted server, none by a real model."""
+
+
+class LlamaTokenizer:
+    """llama.cpp's ``/tokenize`` of the model it serves, remembering texts seen."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.seen = url, {}
+
+    def __call__(self, text: str) -> list[int]:
+        if text not in self.seen:
+            data = json.dumps({"content": text, "add_special": False}).encode()
+            request = urllib.request.Request(f"{self.url}/tokenize", data=data,
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=60) as response:
+                self.seen[text] = list(json.loads(response.read())["tokens"])
+        return self.seen[text]
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def start_server(port: int, record: Path, log: Path,
+                 upstream: str | None = None) -> subprocess.Popen[bytes]:
+    """The scripted server; with ``upstream``, ``turnflow-real``'s calls go to that server."""
+    extra = ["--upstream", upstream, "--upstream-for", REAL] if upstream else []
+    with log.open("wb") as sink:
+        child = subprocess.Popen(
+            [sys.executable, str(HERE / "scripted_server.py"), "--port", str(port),
+             "--record", str(record), *extra], stdout=sink, stderr=subprocess.STDOUT, cwd=REPO)
+    deadline = time.monotonic() + 20
+    while not _listening(port):
+        if child.poll() is not None or time.monotonic() > deadline:
+            child.kill()
+            raise RuntimeError(f"the scripted server did not start: {log.read_text()[-500:]}")
+        time.sleep(0.05)
+    return child
+
+
+def run_framework(framework: str, python: str, base_url: str, out: Path,
+                  extra: tuple[str, ...] = ()) -> str | None:
+    """Run one framework's runner; None when it finished, else why it did not."""
+    rows, log = out / f"{framework}.rows.jsonl", out / f"{framework}.log"
+    rows.unlink(missing_ok=True)
+    if not Path(python).exists():
+        return f"{python} is missing: `make bench-peers` creates it"
+    with log.open("wb") as sink:
+        try:
+            done = subprocess.run(
+                [python, str(HERE / RUNNERS[framework][0]), *RUNNERS[framework][1:],
+                 "--base-url", base_url, "--out", str(rows), *extra],
+                stdout=sink, stderr=subprocess.STDOUT, cwd=REPO,
+                timeout=RUN_TIMEOUT_S[framework], check=False,
+                env={**os.environ, "PYTHONPATH": str(REPO)})
+        except subprocess.TimeoutExpired:
+            return f"did not finish within {RUN_TIMEOUT_S[framework]} s (log: {log})"
+    if done.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:]
+        return f"exited with {done.returncode}: {' '.join(tail)} (log: {log})"
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--frameworks", default="turnflow,turnflow-cache,langgraph,parlant")
+    parser.add_argument("--peers-python", default=str(HERE / ".venv" / "bin" / "python"))
+    parser.add_argument("--out", type=Path, default=REPO / ".turnflow" / "bench-peers")
+    parser.add_argument("--real", default=None, metavar="MODEL",
+                        help="also run turnflow on this packaged model through llama.cpp "
+                        "(smollm2-135m or qwen2.5-coder-1.5b): the turnflow-real rows")
+    parser.add_argument("--real-conversations", default="c01,c05",
+                        help="the conversations of the real-model rows (a real turn takes "
+                        "seconds to a minute here)")
+    parser.add_argument("--recount", action="store_true",
+                        help="run nothing: count again what a run left in --out")
+    args = parser.parse_args()
+    frameworks = [f for f in args.frameworks.split(",") if f]
+    unknown = [f for f in frameworks if f not in RUNNERS]
+    if unknown or "turnflow" not in frameworks:
+        print(f"bench-peers: --frameworks must include turnflow, of {', '.join(RUNNERS)}",
+              file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}/v1"
+    failed: dict[str, str] = {}
+    from tests.fixtures import llama_server  # the project's test extra: xllamacpp
+
+    if args.real and args.real not in llama_server.MODELS:
+        print(f"bench-peers: --real must be one of {', '.join(llama_server.MODELS)}",
+              file=sys.stderr)
+        return 2
+    if args.recount:
+        return report(args, frameworks + ([REAL] if args.real else []), {}, llama_server)
+    record = args.out / "requests.jsonl"
+    record.unlink(missing_ok=True)
+    real = None
+    if args.real:
+        os.environ["TURNFLOW_LOCAL_MODEL"] = args.real
+        real = llama_server.start(args.out / "llama-real.log", threads=2)
+        os.environ.pop("TURNFLOW_LOCAL_MODEL")
+        frameworks.append(REAL)
+    server = start_server(port, record, args.out / "server.log",
+                          upstream=real.base_url if real else None)
+    try:
+        for framework in frameworks:
+            python = sys.executable if framework in OURS else args.peers_python
+            started = time.perf_counter()
+            extra: tuple[str, ...] = ()
+            if framework == REAL and args.real:
+                extra = ("--conversations", args.real_conversations, "--model", args.real,
+                         "--timeout", "600")
+            why = run_framework(framework, python, base_url, args.out, extra)
+            print(f"{framework}: {'done' if why is None else why} "
+                  f"({time.perf_counter() - started:.1f} s)", flush=True)
+            if why is not None:
+                failed[framework] = why
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        if real is not None:
+            real.stop()
+    return report(args, frameworks, failed, llama_server)
+
+
+def report(args: argparse.Namespace, frameworks: list[str], failed: dict[str, str],
+           llama_server: Any) -> int:
+    """Count the recording in ``args.out`` and print the table, the ratios and the verdict."""
+    record = args.out / "requests.jsonl"
+    requests = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
+    rows: list[dict[str, Any]] = []
+    for framework in frameworks:
+        path = args.out / f"{framework}.rows.jsonl"
+        if framework not in failed and path.exists():
+            rows += [json.loads(line) for line in path.read_text().splitlines() if line]
+    requests = [r for r in requests if r.get("framework") not in failed]
+    print(f"chat requests recorded (set-up included): {grouped(requests)}", flush=True)
+
+    with llama_server.running(args.out / "llama-server.log", threads=1) as tokenizer_server:
+        counts = count(requests, rows, LlamaTokenizer(tokenizer_server.url))
+    summary = summarize(counts)
+    ran = [f for f in frameworks if f not in failed]
+    turns = sum(len(t) for t in CONVERSATIONS.values())
+    print(f"\n{len(CONVERSATIONS)} conversations, {turns} customer turns; every row answered "
+          f"by the scripted server but {REAL}'s; tokens by llama.cpp's tokenizer of "
+          f"{llama_server.MODEL_NAME}\n")
+    sources = {f: SOURCE for f in ran}
+    if args.real:
+        sources[REAL] = f"real model: {llama_server.MODELS[args.real].name}"
+    print(table(summary, ran, sources))
+    for framework, why in failed.items():
+        print(f"| all | {framework} | - | did not run: {why} |")
+    ratios, fewer = verdict(summary, "turnflow", [f for f in ran if f not in OURS])
+    print("\n" + ratios + "\n")
+    for peer, held in fewer.items():
+        print(f"turnflow vs {peer}: fewer model calls per customer turn on every conversation: "
+              f"{'yes' if held['calls'] else 'no'}; fewer prompt tokens per customer turn on "
+              f"every conversation: {'yes' if held['prompt_tokens'] else 'no'}")
+    (args.out / "summary.json").write_text(json.dumps(
+        {"failed": failed, "conversations": [vars(v) for v in summary.values()],
+         "fewer": fewer}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""The harness of ``make bench-peers`` without the peers: the scripted server's decisions, the
+counting of what a framework sent, and turnflow's side end to end against the scripted server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bench.peers.bench_peers import start_server
+from bench.peers.conversations import CONVERSATIONS, booking_ref, tool_for
+from bench.peers.counting import count, prompt_text, schema_text, summarize, verdict
+from bench.peers.run_turnflow import run
+from bench.peers.scripted_server import embedding, reply_for
+from consumer.processes import free_port
+
+
+def chars(text: str) -> list[int]:
+    """A tokenizer of one token per character: counting must not depend on the tokenizer."""
+    return [ord(c) for c in text]
+
+
+def _request(framework: str, turn: int, body: dict[str, Any], reply: str = "ok",
+             path: str = "/v1/chat/completions") -> dict[str, Any]:
+    return {"framework": framework, "conversation": "c01", "turn": turn, "path": path,
+            "body": body, "reply": {"role": "assistant", "content": reply}}
+
+
+def test_counting_sums_calls_tokens_and_the_shared_prefix_per_turn() -> None:
+    """Calls and prompt tokens are summed per turn, the cached part is the prefix shared with
+    the framework's previous request, set-up calls and embeddings are not model calls."""
+    first = {"messages": [{"role": "system", "content": "abc"}, {"role": "user", "content": "x"}]}
+    second = {"messages": [*first["messages"], {"role": "assistant", "content": "y"}]}
+    requests = [
+        _request("fw", -1, {"messages": [{"role": "user", "content": "setup"}]}),
+        _request("fw", 0, first, reply="hello"),
+        _request("fw", 0, second),
+        _request("fw", 0, {"input": ["a"]}, path="/v1/embeddings"),
+        _request("other", 0, first),
+    ]
+    rows = [{"framework": "fw", "conversation": "c01", "turn": 0, "seconds": 0.5,
+             "cpu_seconds": 0.25}]
+    counts = count(requests, rows, chars)
+    mine = counts[("fw", "c01", 0)]
+    assert mine.calls == 2 and mine.embedding_calls == 1
+    assert mine.prompt_tokens == len(prompt_text(first)) + len(prompt_text(second))
+    # the first turn request shares only "<|" with the set-up one; the second extends the first
+    assert mine.cached_tokens == len("<|") + len(prompt_text(first))
+    assert mine.completion_tokens == len("hello") + len("ok")
+    assert (mine.seconds, mine.cpu_seconds) == (0.5, 0.25)
+    assert counts[("other", "c01", 0)].cached_tokens == 0  # another framework's slot
+
+
+def test_tools_and_the_schema_are_part_of_the_prompt() -> None:
+    """What a server turns into model input counts: tool definitions and a response schema,
+    the schema's share also counted apart."""
+    plain = {"messages": [{"role": "user", "content": "hi"}]}
+    tools = {**plain, "tools": [{"type": "function", "function": {"name": "opening_hours"}}]}
+    schema = {**plain, "response_format": {"type": "json_schema",
+                                           "json_schema": {"name": "speak", "schema": {}}}}
+    assert "opening_hours" in prompt_text(tools) and "speak" in prompt_text(schema)
+    assert len(prompt_text(tools)) > len(prompt_text(plain)) < len(prompt_text(schema))
+    counted = count([_request("fw", 0, schema), _request("fw", 0, tools)], [], chars)
+    assert counted[("fw", "c01", 0)].schema_tokens == len(schema_text(schema)) > 0
+    assert schema_text(tools) == ""
+
+
+def test_verdict_says_no_when_one_conversation_is_not_lower() -> None:
+    """The verdict holds only when every conversation is lower, and says which ratio failed."""
+    def turn(framework: str, conversation: str, calls: int, tokens: int) -> dict[str, Any]:
+        return {"framework": framework, "conversation": conversation, "turn": 0,
+                "path": "/v1/chat/completions", "body": {"messages": [
+                    {"role": "user", "content": "z" * tokens}]}, "reply": {}}
+    requests = [turn("us", "c01", 1, 10), turn("peer", "c01", 1, 50),
+                turn("peer", "c01", 1, 50), turn("us", "c02", 1, 90), turn("peer", "c02", 1, 40)]
+    _, fewer = verdict(summarize(count(requests, [], chars)), "us", ["peer"])
+    assert fewer == {"peer": {"calls": False, "prompt_tokens": False}}
+    _, only_first = verdict(summarize(count(requests[:3], [], chars)), "us", ["peer"])
+    assert only_first == {"peer": {"calls": True, "prompt_tokens": True}}
+
+
+def test_a_react_agent_gets_the_turns_tool_then_its_closing_reply() -> None:
+    """On the confirmation, a tool-calling agent is told to book with the known answers; once
+    the tool answered, it gets the closing reply naming the booking's reference."""
+    confirm = next(i for i, t in enumerate(CONVERSATIONS["c01"]) if t.kind == "confirm")
+    tools = [{"type": "function", "function": {"name": name}}
+             for name in ("opening_hours", "book_repair", "check_payment")]
+    body: dict[str, Any] = {"tools": tools, "messages": [{"role": "user", "content": "yes"}]}
+    tag = {"framework": "langgraph", "conversation": "c01", "turn": confirm}
+    call = reply_for(body, tag)["tool_calls"][0]["function"]
+    assert call["name"] == "book_repair"
+    assert json.loads(call["arguments"]) == {"service": "brakes", "day": "friday", "name": "Sam"}
+    body["messages"] += [{"role": "assistant", "tool_calls": []}, {"role": "tool", "content": ""}]
+    closing = reply_for(body, tag)["content"]
+    assert booking_ref("c01", "brakes", "friday") in closing
+    assert tool_for("c01", 0) is None  # a greeting calls no tool
+
+
+def test_embeddings_are_deterministic_unit_vectors() -> None:
+    """Equal texts embed equally; every vector has the asked dimensions and unit length."""
+    a, b = embedding("book a repair", 64), embedding("opening hours", 64)
+    assert a == embedding("book a repair", 64) and a != b and len(a) == 64
+    assert abs(sum(v * v for v in a) - 1) < 1e-9
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(),
+                    lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner)))
+def test_any_recorded_body_renders_without_raising(body: Any) -> None:
+    """A recorded body of any shape renders to a prompt text (possibly empty), never raises."""
+    assert isinstance(prompt_text(body if isinstance(body, dict) else {"messages": body}), str)
+
+
+def test_turnflow_books_and_is_paid_in_every_conversation(tmp_path: Path) -> None:
+    """Through its OpenAI provider against the scripted server, the demo agent books and is
+    paid in every conversation, at most two model calls a customer message, each request
+    recorded under its conversation and turn, conversations never mixed."""
+    port = free_port()
+    record = tmp_path / "requests.jsonl"
+    server = start_server(port, record, tmp_path / "server.log")
+    try:
+        replies = asyncio.run(run(f"http://127.0.0.1:{port}/v1", tmp_path / "rows.jsonl"))
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    for cid, said in replies.items():
+        text = " ".join(said)
+        ref = next(w for w in text.split() if w.startswith("R-")).rstrip(".")
+        assert "Booked:" in text and "Payment received" in text, cid
+        assert all(ref not in " ".join(other) for o, other in replies.items() if o != cid)
+    requests = [json.loads(line) for line in record.read_text().splitlines()]
+    counts = count(requests, [], chars)
+    assert {(c, t) for _, c, t in counts} == {
+        (cid, i) for cid, turns in CONVERSATIONS.items() for i in range(len(turns))}
+    assert all(1 <= counted.calls <= 2 for counted in counts.values())
+    rows = (tmp_path / "rows.jsonl").read_text().splitlines()
+    assert len(rows) == sum(len(t) for t in CONVERSATIONS.values())
+
+
+PARLANT_CHECKS_SCHEMA = {
+    "$defs": {"Check": {"type": "object", "required": ["guideline_id", "condition",
+                                                        "rationale", "applies"],
+                        "properties": {"guideline_id": {"type": "string"},
+                                       "condition": {"type": "string"},
+                                       "rationale": {"type": "string"},
+                                       "applies": {"type": "boolean"}}}},
+    "type": "object", "required": ["checks"],
+    "properties": {"checks": {"type": "array", "items": {"$ref": "#/$defs/Check"}}},
+}
+
+
+def _parlant_prompt(output_format: str) -> dict[str, Any]:
+    return {"messages": [{"role": "developer",
+                          "content": "Example: {\"guideline_id\": \"x\", \"condition\": "
+                          "\"The customer confirms the booking\"}\nOUTPUT FORMAT\n"
+                          + output_format}]}
+
+
+def test_parlant_guideline_checks_follow_the_turn() -> None:
+    """A guideline-matching call gets one check per guideline its output format lists (not its
+    examples'), applying only the guideline the turn is about."""
+    from bench.peers import parlant_script
+
+    parlant_script.SCHEMAS["Checks"] = PARLANT_CHECKS_SCHEMA
+    body = _parlant_prompt(
+        '{"checks": [{"guideline_id": "1", "condition": "The customer confirms the booking",'
+        ' "applies": "<BOOL>"}, {"guideline_id": "2", "condition": "The customer asks about '
+        'the opening hours", "applies": "<BOOL>"}]}')
+    confirm = next(i for i, t in enumerate(CONVERSATIONS["c01"]) if t.kind == "confirm")
+    checks = parlant_script.reply(body, "Checks", "c01", confirm)["checks"]
+    assert [(c["guideline_id"], c["applies"]) for c in checks] == [("1", True), ("2", False)]
+    hours = next(i for i, t in enumerate(CONVERSATIONS["c01"]) if t.kind == "hours")
+    checks = parlant_script.reply(body, "Checks", "c01", hours)["checks"]
+    assert [(c["guideline_id"], c["applies"]) for c in checks] == [("1", False), ("2", True)]
+    assert parlant_script.reply(body, "Unknown", "c01", hours) == {}
+
+
+def test_parlant_tool_batch_calls_only_the_turns_tool() -> None:
+    """A tool-calling call names its candidate tool; it is called, with the known arguments,
+    only when it is the turn's tool."""
+    from bench.peers import parlant_script
+
+    parlant_script.SCHEMAS["Tools"] = {"type": "object", "required": ["name"], "properties": {
+        "name": {"type": "string"}, "tool_calls_for_candidate_tool": {"type": "array"}}}
+    confirm = next(i for i, t in enumerate(CONVERSATIONS["c02"]) if t.kind == "confirm")
+    booking = parlant_script.reply(_parlant_prompt('{"name": "built-in:book_repair"}'),
+                                   "Tools", "c02", confirm)
+    arguments = {a["parameter_name"]: a["value_as_string"]
+                 for a in booking["tool_calls_for_candidate_tool"][0]["argument_evaluations"]}
+    assert arguments == {"service": "flat-tire", "day": "tuesday", "name": "Ada"}
+    hours = parlant_script.reply(_parlant_prompt('{"name": "built-in:opening_hours"}'),
+                                 "Tools", "c02", confirm)
+    assert hours["tool_calls_for_candidate_tool"] == []
+
+
+def _post(url: str, payload: dict[str, Any]) -> dict[str, Any]:
+    import urllib.request
+
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return dict(json.loads(response.read()))
+
+
+def test_a_real_rows_calls_go_upstream_and_its_cache_count_is_kept(tmp_path: Path) -> None:
+    """Calls of a framework sent upstream get the upstream's answer unchanged, recorded with
+    the cached prompt tokens it reported, which counting then uses instead of the prefix;
+    other frameworks' calls stay scripted."""
+    from bench.peers.scripted_server import server_cached
+
+    upstream_port, proxy_port = free_port(), free_port()
+    upstream = start_server(upstream_port, tmp_path / "upstream.jsonl", tmp_path / "u.log")
+    proxy = start_server(proxy_port, tmp_path / "proxy.jsonl", tmp_path / "p.log",
+                         upstream=f"http://127.0.0.1:{upstream_port}/v1")
+    confirm = next(i for i, t in enumerate(CONVERSATIONS["c01"]) if t.kind == "confirm")
+    body = {"tools": [{"type": "function", "function": {"name": "book_repair"}}],
+            "messages": [{"role": "user", "content": "yes, book it"}]}
+    try:
+        for port, framework in ((upstream_port, "peer"), (proxy_port, "turnflow-real")):
+            _post(f"http://127.0.0.1:{port}/bench/turn",
+                  {"framework": framework, "conversation": "c01", "turn": confirm})
+        answered = _post(f"http://127.0.0.1:{proxy_port}/v1/chat/completions", body)
+    finally:
+        for child in (proxy, upstream):
+            child.terminate()
+            child.wait(timeout=10)
+    call = answered["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert call["name"] == "book_repair"
+    recorded = [json.loads(line) for line in (tmp_path / "proxy.jsonl").read_text().splitlines()]
+    assert [(r["source"], r["server_cached"]) for r in recorded] == [("real", 0)]
+    assert len((tmp_path / "upstream.jsonl").read_text().splitlines()) == 1
+    recorded[0]["server_cached"] = 3
+    counted = count(recorded, [], chars)[("turnflow-real", "c01", confirm)]
+    assert counted.cached_tokens == 3
+    assert server_cached({"timings": {"cache_n": 7}, "usage": {}}) == 7
+    assert server_cached({"usage": {"prompt_tokens": 5}}) is None
