@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: install test lint unit run run-local-model test-real-model prometheus chromium \
 	test-browser phoenix phoenix-serve bench-inspect bench bench-engine bench-store \
 	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks bench-pipeline \
-	bench-hosting bench-versions bench-window bench-fairness bench-prefix clean
+	bench-hosting bench-versions bench-window bench-fairness bench-prefix bench-tracing clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -172,6 +172,11 @@ bench-fairness: $(STAMP)
 # The memory and turns/s of holding one to five versions of one agent in a consumer.
 bench-versions: $(STAMP)
 	$(BIN)/python bench/versions_bench.py $(ARGS)
+
+# CPU per turn of the turn path with tracing's hooks stubbed, tracing off, and tracing on
+# exporting over OTLP/HTTP to a local receiver, side by side.
+bench-tracing: $(STAMP)
+	$(BIN)/python bench/tracing_cost.py $(ARGS)
 
 # The inspector's list and conversation page on 100,000 conversations and one of 10,000 turns,
 # against a plain SELECT of the same rows.

@@ -21,6 +21,10 @@ lost offsets, a crash before the commit) looks it up before sending it again. Th
 sends of one partition's refused records run one at a time, in offset order, so the DLQ keeps
 the partition's order; a record past the partition's highest dead-lettered offset (every
 record, unless the partition is being reread) needs no lookup at all.
+
+While tracing is on, a dead letter carries the context (``traceparent``/``tracestate``) of the
+span that sent it, the failed turn's, among the consumer's headers; the producer's own trace
+headers are then kept as ``original-traceparent``/``original-tracestate``.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Protocol
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from consumer import tracing
 from consumer.failures import cannot_succeed, describe
 from store import DeadLetterRecord, SourceRecord
 
@@ -72,9 +77,12 @@ class Producer(Protocol):
 
 
 def dead_letter_headers(
-    record: ConsumerRecord[bytes, bytes], reason: str, detail: str
+    record: ConsumerRecord[bytes, bytes], reason: str, detail: str, trace: Headers | None = None
 ) -> tuple[Headers, Headers]:
-    """The consumer's headers for ``record``, and the producer's with clashing names renamed."""
+    """The consumer's headers for ``record``, and the producer's with clashing names renamed.
+    ``trace`` (the current span's ``traceparent``/``tracestate``, while tracing is on) joins
+    the consumer's: the producer's own trace headers (any case) are then kept as
+    ``original-<name>``."""
     own: Headers = [
         ("error", reason.encode()),
         ("detail", detail.encode("utf-8", "backslashreplace")),
@@ -82,11 +90,20 @@ def dead_letter_headers(
         ("source-partition", str(record.partition).encode()),
         ("source-offset", str(record.offset).encode()),
     ]
+    # With the span's context, every trace header of the producer's is renamed: its
+    # ``tracestate`` must not pass for the state of the span's ``traceparent``.
+    traced = frozenset(tracing.TRACE_HEADERS) if trace else frozenset()
+    own.extend(trace or ())
     theirs: Headers = [
-        (f"original-{name}" if name in _OWN_HEADERS else name, value)
+        (f"original-{name}" if name in _OWN_HEADERS or _lower(name) in traced else name, value)
         for name, value in (record.headers or ())
     ]
     return own, theirs
+
+
+def _lower(name: object) -> object:
+    """A header name as trace headers are matched (case-insensitively, as W3C readers do)."""
+    return name.lower() if isinstance(name, str) else name
 
 
 class DeadLetterPublisher:
@@ -103,7 +120,8 @@ class DeadLetterPublisher:
         """Send ``record``'s dead letter; the ``dead_letters`` row id when it was kept there
         because it cannot travel whole, else None. Broker and database errors propagate (the
         caller retries them: the record is released only once its dead letter is out)."""
-        own, theirs = dead_letter_headers(record, reason, detail)
+        trace = tracing.send_options().get("headers")
+        own, theirs = dead_letter_headers(record, reason, detail, trace)
         try:
             await self._producer.send_and_wait(
                 self._topic, record.value, key=record.key, headers=[*own, *theirs]

@@ -1,15 +1,17 @@
-"""Model-call metrics from the provider's hooks (the engine imports no metrics library).
+"""Model-call metrics and spans from the provider's hooks (the engine imports no metrics or
+tracing library).
 
 When the agent's provider exposes ``hooks`` (an ``engine.ProviderHooks``), each call is counted
-by call kind, timed by call kind and provider, and its tokens and failures counted. Providers
-without hooks (test doubles) are left alone. Hooking twice is harmless: a provider is marked.
+by call kind, timed by call kind and provider, and its tokens and failures counted; while
+tracing is on it is also a span (``tracing.model_call_span``). Providers without hooks (test
+doubles) are left alone. Hooking twice is harmless: a provider is marked.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from consumer import metrics
+from consumer import metrics, tracing
 from engine import ProviderHooks
 from engine.providers.base import CallRecord
 
@@ -39,12 +41,14 @@ def record_model_call(record: CallRecord) -> None:
 
 
 def observe_model_calls(agent: Any) -> bool:
-    """Attach ``record_model_call`` to the agent's provider hooks; True when attached."""
+    """Attach ``record_model_call`` and ``tracing.model_call_span`` to the agent's provider
+    hooks; True when attached."""
     config = getattr(agent, "config", None)
     provider = getattr(config, "provider", None) or getattr(agent, "provider", None)
     hooks = getattr(provider, "hooks", None)
     if not isinstance(hooks, ProviderHooks) or getattr(hooks, _MARK, False):
         return False
     hooks.add(record_model_call)
+    hooks.add(tracing.model_call_span)
     setattr(hooks, _MARK, True)
     return True

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
-from consumer import crash, metrics
+from consumer import crash, metrics, tracing
 from consumer.decisions import VersionConflictsExhausted
 from consumer.groups import LoadGroup, SaveGroup
 from consumer.hosting.routing import BINDING_KEY, AgentRouter, Route, SingleAgent
@@ -316,6 +316,7 @@ class TurnPipeline:
             crash.reached("after_load")
             # Before the turn slot: a refused route (RouteRefused) ran nothing and saved nothing.
             route = await self._router.route(work.parsed, loaded.state)
+            tracing.note_agent(route.agent_id, route.version, route.agent)
             if before_turn is not None and not await before_turn(route):
                 raise TurnFenced(parsed.session_id)
             request = _request_of(work)

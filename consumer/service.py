@@ -681,6 +681,7 @@ class ConsumerService:
                                  "error": type(error).__name__},
                 )
                 metrics.TURN_OUTCOMES.labels(outcome="error").inc()
+                tracing.fail_turn(decision.reason, error)
                 await self._dead_letter_then_done(
                     tp, last.item.record, item.epoch, decision, session_id=work.parsed.session_id
                 )
@@ -734,7 +735,11 @@ class ConsumerService:
             # Stored under the session it names when it names a usable one (a bad ``at``, a
             # wrong key), so its conversation's page and list show it; else under "".
             named = read_refused(record.key, record.value).session_id
-            await self._dead_letter_then_done(tp, record, epoch, why, session_id=named or "")
+            # A span of its own, failed with the reason: the dead letter carries its context.
+            with tracing.process_span([record], group=self._settings.group_id,
+                                      conversation_id=named or ""):
+                tracing.fail_turn(why.reason)
+                await self._dead_letter_then_done(tp, record, epoch, why, session_id=named or "")
             self._refused.sent(tp, record.offset)
 
     async def _dead_letter_then_done(

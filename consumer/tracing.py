@@ -21,6 +21,14 @@ The hooks:
 - ``send_options``: the ``headers=`` of a record published while a span is current
   (``traceparent``/``tracestate``), so a reply or timer continues the turn's trace.
 - ``log_ids``: ``trace_id``/``span_id`` for the JSON log lines written inside a span.
+- ``note_agent``: the agent that answers the turn (``gen_ai.agent.id``/``.version``/``.name``),
+  once routing has chosen it, on the turn span and on every model-call span after it.
+- ``model_call_span``: a provider hook (``engine.ProviderHooks``) turning each model call's
+  ``CallRecord`` into a CLIENT span ``chat <model>``, a child of the turn span, timed by the
+  record's duration, with the GenAI semantic conventions (``genai_attributes``); the prompt
+  and the reply only when the turn records prompts (``MODEL_RECORDING=prompts``).
+- ``fail_turn``: the turn span's status ERROR with ``error.type`` (the reason its input went
+  to the dead-letter topic).
 
 Headers come from producers: each is decoded leniently and the W3C parser refuses what is not a
 trace context, so no header value can make a turn fail.
@@ -30,10 +38,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol
 
 from consumer.errors import TracingSettingsError
+from consumer.genai_attributes import call_attributes, span_name
+from engine.providers.base import CallRecord
+from engine.recording import recording_level
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -44,7 +57,10 @@ __all__ = [
     "InboundRecord",
     "configure",
     "enabled_by",
+    "fail_turn",
     "log_ids",
+    "model_call_span",
+    "note_agent",
     "process_span",
     "send_options",
     "shutdown",
@@ -59,6 +75,12 @@ _NO_OPTIONS: dict[str, Any] = {}
 # Set by ``configure``; None while tracing is off (what every hook checks first).
 _tracer: Tracer | None = None
 _provider: TracerProvider | None = None
+
+# The attributes every span of the current turn carries (the conversation, then the agent once
+# routed), shared by the turn span and the model-call spans made inside it; None outside one.
+_TURN: ContextVar[dict[str, Any] | None] = ContextVar("turnflow_trace_turn", default=None)
+# ``_TURN`` of a turn the sampler left out (compared by identity, never written).
+_UNSAMPLED: dict[str, Any] = {}
 
 
 class InboundRecord(Protocol):
@@ -214,8 +236,14 @@ def _span(
         kind=SpanKind.CONSUMER,
         attributes=attributes,
         links=links,
-    ):
-        yield
+    ) as span:
+        # A turn sampled out records nothing: its model calls make no span either.
+        turn = {"gen_ai.conversation.id": conversation_id} if span.is_recording() else _UNSAMPLED
+        token = _TURN.set(turn)
+        try:
+            yield
+        finally:
+            _TURN.reset(token)
 
 
 def process_span(
@@ -253,3 +281,68 @@ def log_ids() -> dict[str, str] | None:
     if not context.is_valid:
         return None
     return {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
+
+
+def note_agent(agent_id: str | None, version: int | None, agent: Any = None) -> None:
+    """Name the agent answering the current turn on its span and on the model-call spans made
+    after it: ``gen_ai.agent.id`` (a registry agent's id; a configured agent's lifecycle id,
+    else its name), ``gen_ai.agent.version`` (a registry agent's version; a configured agent
+    has none) and ``gen_ai.agent.name`` (the ``agent``'s name), each only when known; nothing
+    while tracing is off or outside a turn."""
+    if _tracer is None:
+        return
+    name = getattr(agent, "name", None)
+    turn = _TURN.get()
+    if turn is None or turn is _UNSAMPLED:
+        return
+    from opentelemetry import trace
+
+    noted: dict[str, Any] = {}
+    if agent_id:
+        noted["gen_ai.agent.id"] = agent_id
+    if version is not None:
+        noted["gen_ai.agent.version"] = str(version)
+    if isinstance(name, str) and name:
+        noted["gen_ai.agent.name"] = name
+    turn.update(noted)
+    trace.get_current_span().set_attributes(noted)
+
+
+def fail_turn(reason: str, error: BaseException | None = None) -> None:
+    """Mark the current turn span failed: status ERROR, ``error.type`` the ``reason`` (a DLQ
+    reason code), and the exception that caused it, when one did, as its event."""
+    if _tracer is None:
+        return
+    from opentelemetry import trace
+    from opentelemetry.trace import Status, StatusCode
+
+    span = trace.get_current_span()
+    span.set_attribute("error.type", reason)
+    if error is not None:
+        span.record_exception(error)
+    span.set_status(Status(StatusCode.ERROR, reason))
+
+
+def model_call_span(record: CallRecord) -> None:
+    """The CLIENT span of one model call just made (a provider hook), ending now and starting
+    ``record.duration_s`` before, under the current span (the turn's); none when the turn was
+    sampled out. Prompt and reply are on it only when the open recording tape keeps
+    prompts."""
+    if _tracer is None:
+        return
+    turn = _TURN.get()
+    if turn is _UNSAMPLED:
+        return
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    end = time.time_ns()
+    start = end - max(0, int(record.duration_s * 1e9))
+    attributes = call_attributes(record, prompts=recording_level() == "prompts")
+    if turn:
+        attributes.update(turn)
+    span = _tracer.start_span(
+        span_name(record), kind=SpanKind.CLIENT, attributes=attributes, start_time=start
+    )
+    if not record.ok:
+        span.set_status(Status(StatusCode.ERROR, record.error_type or record.error_kind))
+    span.end(end_time=end)

@@ -133,6 +133,13 @@ def taping(level: RecordingLevel = "envelopes") -> AbstractContextManager[Tape]:
     return _Taping(level)
 
 
+def recording_level() -> RecordingLevel | None:
+    """The level of the tape open in this task (None outside ``taping()``): what a host may keep
+    of the calls made now, so an observer of the calls (a trace) keeps no more than that."""
+    tape = _CURRENT.get()
+    return None if tape is None else tape.level
+
+
 def reply_json(response: ModelResponse) -> dict[str, Any]:
     """A reply as stored: its JSON envelope, free text and tool calls (empty parts left out)."""
     out: dict[str, Any] = {}
@@ -264,6 +271,7 @@ __all__ = [
     "note_session",
     "prompt_json",
     "recorded_agent",
+    "recording_level",
     "reply_json",
     "state_digest",
     "taping",

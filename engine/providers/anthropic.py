@@ -231,7 +231,9 @@ def parse_message(
     if envelope is None and envelope_tool is not None and not calls:
         raise unusable_reply(PROVIDER_NAME, f"{NOT_JSON} (stop reason {stop!r})")
     usage = _usage(body.get("usage"))
-    return ModelResponse(text=text, json=envelope, tool_calls=calls, usage=usage)
+    answered_by = body.get("model")
+    return ModelResponse(text=text, json=envelope, tool_calls=calls, usage=usage,
+                         model=answered_by if isinstance(answered_by, str) else None)
 
 
 class AnthropicProvider(JsonApiProvider):

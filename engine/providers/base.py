@@ -154,6 +154,9 @@ class ModelResponse(BaseModel):
     json_: dict[str, Any] | None = Field(default=None, alias="json")
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage | None = None
+    model: str | None = None
+    """The model that answered, as the API names it (it may be more exact than the one asked
+    for); None when the API does not say."""
 
     @property
     def json(self) -> dict[str, Any] | None:  # type: ignore[override]  # the spec's field name
@@ -168,7 +171,12 @@ class Provider(Protocol):
 
 
 class CallRecord(BaseModel):
-    """What a provider reports to its hooks after each call."""
+    """What a provider reports to its hooks after each call.
+
+    ``model`` is the model asked for (None for a provider without one: rules, mocks);
+    ``error_type`` the class name of what the call raised. ``request`` and ``response`` are the
+    call's own objects, so a host may record the prompt and the reply where its settings allow
+    it (the engine neither keeps nor sends them anywhere)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -178,6 +186,10 @@ class CallRecord(BaseModel):
     ok: bool
     error_kind: str | None = None
     usage: Usage | None = None
+    model: str | None = None
+    error_type: str | None = None
+    request: ModelRequest | None = None
+    response: ModelResponse | None = None
 
 
 ProviderHook = Callable[[CallRecord], None]

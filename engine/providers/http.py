@@ -361,34 +361,53 @@ async def observed(
     schema_name: str,
     call: Callable[[], Awaitable[ModelResponse]],
     timer: Callable[[], float] = time.perf_counter,
+    model: str | None = None,
+    request: ModelRequest | None = None,
 ) -> ModelResponse:
-    """Run ``call`` and report one ``CallRecord`` to the hooks, whatever the outcome."""
+    """Run ``call`` and report one ``CallRecord`` to the hooks, whatever the outcome: with the
+    ``model`` asked for and the ``request`` sent, the response (or the error's class) after."""
+    asked: dict[str, Any] = {}
+    if model is not None:
+        asked["model"] = model
+    if request is not None:
+        asked["request"] = request
     started = timer()
     try:
         response = await call()
     except ProviderError as exc:
-        hooks.emit(
-            _call_record(provider, schema_name, timer() - started, False, error_kind=exc.kind)
-        )
+        hooks.emit(_call_record(
+            provider, schema_name, timer() - started, False, error_kind=exc.kind,
+            error_type=type(exc).__name__, **asked,
+        ))
         raise
-    except Exception:
+    except Exception as exc:
         # The engine treats any other failure as retryable; report it the same way.
-        hooks.emit(
-            _call_record(provider, schema_name, timer() - started, False, error_kind="retryable")
-        )
+        hooks.emit(_call_record(
+            provider, schema_name, timer() - started, False, error_kind="retryable",
+            error_type=type(exc).__name__, **asked,
+        ))
         raise
-    hooks.emit(_call_record(provider, schema_name, timer() - started, True, usage=response.usage))
+    hooks.emit(_call_record(
+        provider, schema_name, timer() - started, True, usage=response.usage,
+        response=response, **asked,
+    ))
     return response
+
+
+_GIVEN = frozenset({"error_kind", "usage", "model", "error_type", "request", "response"})
 
 
 def _call_record(
     provider: str, schema_name: str, duration_s: float, ok: bool, **given: Any
 ) -> CallRecord:
     """``CallRecord(provider=..., schema_name=..., duration_s=..., ok=..., **given)`` (given:
-    ``error_kind`` or ``usage``), built as ``engine.records`` builds a turn's own records: one
-    per model call. A value validation would convert (a duration not a float, a str subclass,
-    a usage of another type) takes the validated construction."""
+    ``error_kind``, ``usage``, ``model``, ``error_type``, ``request``, ``response``), built as
+    ``engine.records`` builds a turn's own records: one per model call. A value validation
+    would convert (a duration not a float, a str subclass, a usage of another type) takes the
+    validated construction."""
     error_kind, usage = given.get("error_kind"), given.get("usage")
+    model, error_type = given.get("model"), given.get("error_type")
+    request, response = given.get("request"), given.get("response")
     if (
         type(provider) is not str
         or type(schema_name) is not str
@@ -396,7 +415,11 @@ def _call_record(
         or type(ok) is not bool
         or (error_kind is not None and type(error_kind) is not str)
         or (usage is not None and type(usage) is not Usage)
-        or not given.keys() <= {"error_kind", "usage"}
+        or (model is not None and type(model) is not str)
+        or (error_type is not None and type(error_type) is not str)
+        or (request is not None and type(request) is not ModelRequest)
+        or (response is not None and type(response) is not ModelResponse)
+        or not given.keys() <= _GIVEN
     ):
         return CallRecord(
             provider=provider, schema_name=schema_name, duration_s=duration_s, ok=ok, **given
@@ -408,6 +431,10 @@ def _call_record(
         "ok": ok,
         "error_kind": error_kind,
         "usage": usage,
+        "model": model,
+        "error_type": error_type,
+        "request": request,
+        "response": response,
     }
     return record(CallRecord, values, {"provider", "schema_name", "duration_s", "ok", *given})
 
@@ -528,7 +555,7 @@ class JsonApiProvider:
     ) -> ModelResponse:
         return await observed(
             self.hooks, provider=self._api.provider, schema_name=request.schema_name, call=call,
-            timer=self._timer,
+            timer=self._timer, model=self.model, request=request,
         )
 
 

@@ -37,7 +37,8 @@ class MockProvider:
             return self._next(request)
 
         return await observed(
-            self.hooks, provider="mock", schema_name=request.schema_name, call=call
+            self.hooks, provider="mock", schema_name=request.schema_name, call=call,
+            request=request,
         )
 
     def _next(self, request: ModelRequest) -> ModelResponse:

@@ -297,8 +297,10 @@ def parse_chat_completion(
     decoded = decode_json_object(text) if wants_json and text else None
     if wants_json and decoded is None and not tool_calls:
         raise unusable_reply(PROVIDER_NAME, f"{NOT_JSON} (finish reason {finish!r})")
+    answered_by = body.get("model")
     return ModelResponse(
-        text=text, json=decoded, tool_calls=tool_calls, usage=_usage(body.get("usage"))
+        text=text, json=decoded, tool_calls=tool_calls, usage=_usage(body.get("usage")),
+        model=answered_by if isinstance(answered_by, str) else None,
     )
 
 

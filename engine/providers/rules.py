@@ -529,7 +529,8 @@ class RuleProvider:
             return self.compact(request)
 
         return await observed(
-            self.hooks, provider=PROVIDER_NAME, schema_name=request.schema_name, call=call
+            self.hooks, provider=PROVIDER_NAME, schema_name=request.schema_name, call=call,
+            request=request,
         )
 
     def understand(self, request: ModelRequest) -> ModelResponse:

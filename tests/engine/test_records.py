@@ -21,7 +21,14 @@ from engine import request as request_module
 from engine import state as turn_state
 from engine.phases import finish, speak
 from engine.providers import RuleProvider, http
-from engine.providers.base import CallRecord, ChatMessage, ModelRequest, ToolSpec, Usage
+from engine.providers.base import (
+    CallRecord,
+    ChatMessage,
+    ModelRequest,
+    ModelResponse,
+    ToolSpec,
+    Usage,
+)
 from engine.records import copy_record, write
 from engine.request import (
     BurstMessage,
@@ -422,6 +429,15 @@ def test_result_with_an_item_validation_would_convert() -> None:
         st.builds(
             lambda usage: {"usage": usage},
             st.one_of(st.none(), st.builds(Usage, input_tokens=st.integers(0, 9))),
+        ),
+        st.builds(
+            lambda model, error_type: {"model": model, "error_type": error_type},
+            st.one_of(texts, st.none()), st.one_of(texts, st.none()),
+        ),
+        st.builds(
+            lambda text: {"request": ModelRequest(schema_name="speak", system=text),
+                          "response": ModelResponse(text=text, model=text)},
+            texts,
         ),
     ),
 )

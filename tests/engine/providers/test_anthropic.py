@@ -226,7 +226,8 @@ async def test_round_trip_against_local_server(canned_server: CannedServer) -> N
     """The provider POSTs to /v1/messages with x-api-key and version, and returns the envelope."""
     canned_server.queue(Canned(body=reply(
         {"type": "tool_use", "id": "toolu_1", "name": "speak_envelope",
-         "input": {"message": "Olá!"}}, usage={"input_tokens": 11, "output_tokens": 4})))
+         "input": {"message": "Olá!"}}, usage={"input_tokens": 11, "output_tokens": 4})
+        | {"model": "claude-test-20260101"}))
     records: list[CallRecord] = []
     async with AnthropicProvider(KEY, model="claude-test", base_url=canned_server.url,
                                  hooks=ProviderHooks([records.append])) as provider:
@@ -240,6 +241,9 @@ async def test_round_trip_against_local_server(canned_server: CannedServer) -> N
     assert received.body["tool_choice"] == {"type": "tool", "name": "speak_envelope"}
     assert [(r.provider, r.ok, r.usage) for r in records] == [
         ("anthropic", True, Usage(input_tokens=11, output_tokens=4))]
+    # The hooks see the model asked for, the one that answered, the request and the response.
+    assert records[0].model == "claude-test" and records[0].request == request()
+    assert records[0].response is response and response.model == "claude-test-20260101"
 
 
 @pytest.mark.parametrize(

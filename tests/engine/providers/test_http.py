@@ -112,13 +112,16 @@ async def test_observed_reports_success_with_usage_and_duration() -> None:
     records: list[CallRecord] = []
     ticks = iter([10.0, 10.25])
 
+    response = ModelResponse(text="hi", usage=Usage(input_tokens=3, output_tokens=4))
+
     async def call() -> ModelResponse:
-        return ModelResponse(text="hi", usage=Usage(input_tokens=3, output_tokens=4))
+        return response
 
     await observed(ProviderHooks([records.append]), provider="p", schema_name="speak",
                    call=call, timer=lambda: next(ticks))
     assert records == [CallRecord(provider="p", schema_name="speak", duration_s=0.25, ok=True,
-                                  usage=Usage(input_tokens=3, output_tokens=4))]
+                                  usage=Usage(input_tokens=3, output_tokens=4),
+                                  response=response)]
 
 
 async def test_observed_reports_failure_kind_and_reraises() -> None:
@@ -136,7 +139,8 @@ async def test_observed_reports_failure_kind_and_reraises() -> None:
         await observed(hooks, provider="p", schema_name="understand", call=fatal)
     with pytest.raises(RuntimeError):
         await observed(hooks, provider="p", schema_name="understand", call=crash)
-    assert [(r.ok, r.error_kind) for r in records] == [(False, "fatal"), (False, "retryable")]
+    assert [(r.ok, r.error_kind, r.error_type) for r in records] == [
+        (False, "fatal", "ProviderError"), (False, "retryable", "RuntimeError")]
 
 
 async def test_failing_hook_does_not_fail_the_call() -> None:
