@@ -17,13 +17,15 @@ The demo runs once per module (Phoenix too); each test checks one part of it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import re
 import secrets
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,11 +35,13 @@ from aiokafka import AIOKafkaProducer
 
 from consumer import tracing
 from consumer.scheduler.service import FiringOptions
-from engine import Agent, ModelRequest, ModelResponse
+from engine import Agent
+from engine.providers.openai import OpenAIProvider
 from store import Store
 from tests.fixtures.broker import TopicFactory
 from tests.fixtures.phoenix_server import OtlpTap, Phoenix, TappedSpan, running_phoenix
 from tests.fixtures.servers import servers_unavailable
+from tests.fixtures.stand_in_model import last_customer_words, reply_for
 from tests.integration.harness import (
     INBOUND,
     ServiceSetup,
@@ -53,30 +57,65 @@ PROJECT = "turnflow-demo"
 CONVERSATIONS = 5
 SILENCE_MS = 1500
 NUDGE = "Still there?"
+MODEL = "stand-in"
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("TURNFLOW_TEST_ARTIFACTS", ROOT / "test-artifacts")) / "traces"
 
 
 class HeldModel:
-    """Speaks the customer's words back, a burst's messages joined by `` | ``; a turn whose
-    message starts with ``hold`` waits for ``release``, so the next messages queue behind it."""
+    """An OpenAI-compatible chat-completions endpoint in the test's event loop, answering as
+    the stand-in model does (``echo: <the customer's last line>``), so the agent's real
+    OpenAI provider makes real HTTP calls. A request whose customer words start with ``hold``
+    waits for ``release``, so the next messages queue behind its turn."""
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
         self.calls: list[str] = []
+        self.url = ""
 
-    async def generate(self, request: ModelRequest) -> ModelResponse:
-        said = str(request.meta.get("message") or "")
-        self.calls.append(said)
-        if said.startswith("hold"):
-            await self.release.wait()
-        return ModelResponse(json={"message": said.replace("\n", " | ")})
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[HeldModel]:
+        server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+        try:
+            yield self
+        finally:
+            self.release.set()
+            server.close()
+            await server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+            length = next((int(line.split(":", 1)[1]) for line in head.split("\r\n")
+                           if line.lower().startswith("content-length:")), 0)
+            body = json.loads(await reader.readexactly(length)) if length else {}
+            said = last_customer_words(body)
+            self.calls.append(said)
+            if said.startswith("hold"):
+                await self.release.wait()
+            data = json.dumps({
+                "id": "held", "object": "chat.completion", "model": MODEL,
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                    "role": "assistant", "content": reply_for(body, None, None)}}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            }).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+                         % (len(data), data))
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
 
 
 def demo_agent(model: HeldModel) -> Agent:
     """Answers with the model and nudges once the customer has been quiet ``SILENCE_MS``."""
+    provider = OpenAIProvider(api_key="test", model=MODEL, base_url=model.url, timeout=60.0,
+                              env={})
     return Agent(
-        name="Demo", provider=model, idle="Answer the customer.",
+        name="Demo", provider=provider, idle="Answer the customer.",
         flows=[{"id": "nudge", "on": [{"silence": SILENCE_MS}],
                 "steps": [{"id": "n", "say": NUDGE}]}],
     )
@@ -147,11 +186,9 @@ def phoenix_tap() -> Iterator[tuple[Phoenix, OtlpTap]]:
 
 _demo: dict[str, Demo] = {}
 
-# Parts of the traces that are not built yet (docs/operating.md, "Not traced yet"). Their tests
-# are written against the span names and attributes those parts will have; strict, so that the
-# run fails once they pass and the mark is then removed.
-NO_MODEL_SPANS_YET = pytest.mark.xfail(
-    strict=True, reason="model calls have no spans of their own yet")
+# A part of the traces that is not built yet (docs/operating.md, "Not traced yet"). Its test is
+# written against the span names and attributes that part will have; strict, so that the run
+# fails once it passes and the mark is then removed.
 NO_WAKE_SPANS_YET = pytest.mark.xfail(
     strict=True, reason="the scheduler does not carry a timer's context into its wake yet")
 
@@ -202,6 +239,7 @@ async def run_demo(phoenix: Phoenix, tap: OtlpTap, store: Store, setup: ServiceS
     settings = setup.settings(merge_bursts=True)
     try:
         async with (
+            model.serving(),
             running_scheduler(store, setup, group_id=f"{settings.group_id}-scheduler",
                               options=FiringOptions(max_idle=0.5)),
             running_consumer(settings, demo_agent(model)) as service,
@@ -256,9 +294,10 @@ async def demo(phoenix_tap: tuple[Phoenix, OtlpTap], store: Store, kafka_bootstr
 async def test_phoenix_holds_every_span_exported_with_the_conversation_id(demo: Demo) -> None:
     """Every span the services exported is stored in Phoenix, each carries
     ``gen_ai.conversation.id`` of one of the demo's conversations, and the conversations were
-    answered as the demo expects (the held message, the burst together, then the nudge)."""
+    answered as the demo expects (the held message, the burst as one turn answering its last
+    line, then the nudge)."""
     for s in demo.sessions:
-        assert demo.replies[s] == [f"hold {s}", f"hi {s} | fri {s}", NUDGE], s
+        assert demo.replies[s] == [f"echo: hold {s}", f"echo: fri {s}", NUDGE], s
     assert {s["context"]["span_id"] for s in demo.spans} == set(demo.tapped)
     assert len(demo.spans) >= 3 * CONVERSATIONS
     for span in demo.spans:
@@ -328,20 +367,21 @@ def chromium_found() -> bool:
     return Path(CHROMIUM).is_file() and os.access(CHROMIUM, os.X_OK)
 
 
-@NO_MODEL_SPANS_YET
 async def test_model_calls_are_llm_spans_under_their_turn(demo: Demo) -> None:
     """Each model call is a CLIENT span ``chat <model>`` (GenAI conventions:
     ``gen_ai.operation.name`` chat, the provider and requested model) whose parent is the turn
     span it ran in, in that turn's trace and conversation, and which Phoenix reads as an LLM
-    span; one span per call the model answered (the burst's two messages made one); every span
-    carries ``gen_ai.agent.id`` and ``gen_ai.agent.version``."""
+    span; one span per call the model answered; the turn spans and the model-call spans carry
+    the agent (``gen_ai.agent.id`` and ``.name``; a configured agent has no version)."""
     spans = demo.by_id()
     chats = [s for s in demo.spans if s["attributes"].get("gen_ai.operation.name") == "chat"]
     assert len(chats) == demo.model_calls
     for chat in chats:
         attributes = chat["attributes"]
-        assert chat["name"] == f"chat {attributes['gen_ai.request.model']}"
+        assert chat["name"] == f"chat {MODEL}" and attributes["gen_ai.request.model"] == MODEL
         assert attributes["gen_ai.provider.name"]
+        assert (attributes["gen_ai.usage.input_tokens"],
+                attributes["gen_ai.usage.output_tokens"]) == (10, 5)  # as the model answered
         assert demo.tapped[chat["context"]["span_id"]].kind == "CLIENT"
         assert chat["span_kind"] == "LLM"
         turn = spans[chat["parent_id"]]
@@ -353,9 +393,10 @@ async def test_model_calls_are_llm_spans_under_their_turn(demo: Demo) -> None:
         first, burst, _wake = demo.turns(s)
         for turn in (first, burst):
             assert [c["parent_id"] for c in chats].count(turn["context"]["span_id"]) == 1, s
-    for span in demo.spans:
-        assert span["attributes"].get("gen_ai.agent.id"), span["name"]
-        assert span["attributes"].get("gen_ai.agent.version"), span["name"]
+    for span in chats + [t for s in demo.sessions for t in demo.turns(s)]:
+        attributes = span["attributes"]
+        assert (attributes["gen_ai.agent.id"], attributes["gen_ai.agent.name"]) == ("Demo", "Demo")
+        assert "gen_ai.agent.version" not in attributes  # a configured agent has no versions
 
 
 @NO_WAKE_SPANS_YET
@@ -383,10 +424,11 @@ BROWSER_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-backgr
                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
-async def test_phoenix_ui_draws_a_burst_turns_trace(demo: Demo) -> None:
+async def test_phoenix_ui_draws_a_conversation_and_its_turns_traces(demo: Demo) -> None:
     """Phoenix's own UI, in headless Chromium, opens the trace of one conversation's burst
-    turn and shows its turn span with the conversation id; the page is saved as
-    ``test-artifacts/traces/phoenix-trace.png`` (docs/img/phoenix-trace.png is one)."""
+    turn and shows its turn span with the conversation id, then the conversation as a session
+    of three traces, each opened into its tree. The pages are saved in ``test-artifacts/traces/``
+    (``phoenix-trace.png``, ``phoenix-conversation.png``; docs/img has one of each)."""
     if not chromium_found():
         servers_unavailable(f"no Chromium at {CHROMIUM} (make chromium installs Debian's)")
     try:
@@ -407,7 +449,13 @@ async def test_phoenix_ui_draws_a_burst_turns_trace(demo: Demo) -> None:
             await page.get_by_text(session).first.wait_for(timeout=30_000)
             await page.screenshot(path=str(ARTIFACTS / "phoenix-trace.png"))
             await page.get_by_text("View Session").first.click()
-            await page.wait_for_timeout(3000)
+            drawer = page.get_by_test_id("application-drawer-plane")
+            await drawer.get_by_text("Turn 03").first.wait_for(timeout=30_000)
+            await drawer.get_by_role("tab", name=re.compile("Traces")).last.click()
+            for number in ("01", "02", "03"):  # the session's traces, each opened into its tree
+                await drawer.get_by_text(number, exact=True).first.click()
+            await drawer.get_by_text(demo.turn_name).nth(3).wait_for(timeout=30_000)
+            await page.wait_for_timeout(1000)
             await page.screenshot(path=str(ARTIFACTS / "phoenix-conversation.png"))
         finally:
             await browser.close()
