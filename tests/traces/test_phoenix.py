@@ -123,17 +123,21 @@ def demo_agent(model: HeldModel) -> Agent:
 
 @dataclass(frozen=True)
 class Adapter:
-    """The span of the adapter that produced one inbound message."""
+    """The span of the adapter that produced one inbound message; a ``broken`` one sends a
+    ``traceparent`` that is no trace context (its ids are then not on the wire)."""
 
     trace_id: str
     span_id: str
+    broken: bool = False
 
     @classmethod
-    def new(cls) -> Adapter:
-        return cls(secrets.token_hex(16), secrets.token_hex(8))
+    def new(cls, *, broken: bool = False) -> Adapter:
+        return cls(secrets.token_hex(16), secrets.token_hex(8), broken)
 
     @property
     def traceparent(self) -> bytes:
+        if self.broken:
+            return b"00-" + self.trace_id.encode() + b"-\xff\xfe-01"
         return f"00-{self.trace_id}-{self.span_id}-01".encode()
 
 
@@ -226,6 +230,8 @@ async def run_demo(phoenix: Phoenix, tap: OtlpTap, store: Store, setup: ServiceS
     run = uuid.uuid4().hex[:6]
     sessions = [f"demo-{run}-{i}" for i in range(CONVERSATIONS)]
     adapters = {s: [Adapter.new() for _ in range(3)] for s in sessions}
+    # Hostile input next to good: the last conversation's first message has a broken context.
+    adapters[sessions[-1]][0] = Adapter.new(broken=True)
     for name, value in {
         "OTEL_EXPORTER_OTLP_ENDPOINT": tap.url,
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
@@ -306,7 +312,8 @@ async def test_phoenix_holds_every_span_exported_with_the_conversation_id(demo: 
 
 async def test_each_turn_is_its_own_trace_continuing_the_adapters(demo: Demo) -> None:
     """Each conversation has three turn spans, each a CONSUMER span in a trace of its own: the
-    first the child of its message's adapter span, the burst the child of its last message's
+    first the child of its message's adapter span (a root when that message's ``traceparent``
+    is broken), the burst the child of its last message's
     adapter span and linked to both of its messages', the wake's in a trace no adapter
     started; and no span of one conversation is in a trace of another."""
     traces: dict[str, set[str]] = defaultdict(set)
@@ -323,8 +330,12 @@ async def test_each_turn_is_its_own_trace_continuing_the_adapters(demo: Demo) ->
             assert demo.tapped[turn["context"]["span_id"]].kind == "CONSUMER"
             assert turn["attributes"]["messaging.system"] == "kafka"
             assert turn["attributes"]["messaging.kafka.message.key"] == s
-        assert (first["context"]["trace_id"], first["parent_id"]) == (hold.trace_id,
-                                                                       hold.span_id)
+        if hold.broken:  # a context that does not parse: the turn starts a trace of its own
+            assert first["parent_id"] is None
+            assert first["context"]["trace_id"] not in adapter_traces
+        else:
+            assert (first["context"]["trace_id"], first["parent_id"]) == (hold.trace_id,
+                                                                           hold.span_id)
         assert (burst["context"]["trace_id"], burst["parent_id"]) == (fri.trace_id, fri.span_id)
         assert burst["attributes"]["messaging.batch.message_count"] == 2
         assert sorted(demo.tapped[burst["context"]["span_id"]].links) == sorted(
@@ -339,7 +350,8 @@ async def test_every_parent_is_in_its_trace_or_is_the_adapters_span(demo: Demo) 
     the same trace, or (for a turn span) the adapter's span the record's ``traceparent``
     named."""
     spans = demo.by_id()
-    adapter_spans = {(a.trace_id, a.span_id) for s in demo.sessions for a in demo.adapters[s]}
+    adapter_spans = {(a.trace_id, a.span_id) for s in demo.sessions for a in demo.adapters[s]
+                     if not a.broken}
     for span in demo.spans:
         parent, trace_id = span["parent_id"], span["context"]["trace_id"]
         if parent is None:
