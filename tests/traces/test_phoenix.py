@@ -313,9 +313,9 @@ async def test_phoenix_holds_every_span_exported_with_the_conversation_id(demo: 
 async def test_each_turn_is_its_own_trace_continuing_the_adapters(demo: Demo) -> None:
     """Each conversation has three turn spans, each a CONSUMER span in a trace of its own: the
     first the child of its message's adapter span (a root when that message's ``traceparent``
-    is broken), the burst the child of its last message's
-    adapter span and linked to both of its messages', the wake's in a trace no adapter
-    started; and no span of one conversation is in a trace of another."""
+    is broken), the burst the child of its last message's adapter span and linked to both of
+    its messages', the wake's in a trace no adapter started; and no span of one conversation
+    is in a trace of another."""
     traces: dict[str, set[str]] = defaultdict(set)
     for span in demo.spans:
         traces[span["context"]["trace_id"]].add(span["attributes"]["gen_ai.conversation.id"])
