@@ -173,11 +173,36 @@ def _tracing_on(tracer: Any) -> Iterator[None]:
         tracing._tracer = None
 
 
+@contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``values`` set and every other OTEL_* variable unset (the SDK reads
+    the environment as it builds the provider and its exporter), restored after."""
+    saved = {name: value for name, value in os.environ.items() if name.startswith("OTEL_")}
+    for name in saved:
+        del os.environ[name]
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name in values:
+            os.environ.pop(name, None)
+        os.environ.update(saved)
+
+
 def _receiver() -> tuple[subprocess.Popen[str], int]:
+    """The receiver's process, started, and its port."""
     process = subprocess.Popen([sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE,
                                text=True)
     assert process.stdout is not None
     return process, int(process.stdout.readline())
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """Stop the receiver's process and close its pipe."""
+    process.terminate()
+    process.wait(timeout=10)
+    if process.stdout is not None:
+        process.stdout.close()
 
 
 async def _measure(
@@ -186,14 +211,14 @@ async def _measure(
     agent = recorded_agent(bench_agent(0))
     observe_model_calls(agent)
     hooks = agent.config.provider.hooks
-    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{port}"
-    os.environ.setdefault("OTEL_SERVICE_NAME", "turnflow-bench")
-    os.environ["OTEL_TRACES_SAMPLER"] = "traceidratio"
-    os.environ["OTEL_TRACES_SAMPLER_ARG"] = "0.1"
-    assert tracing.configure() is True
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+                "OTEL_SERVICE_NAME": "turnflow-bench"}
+    with _environ(endpoint | {"OTEL_TRACES_SAMPLER": "traceidratio",
+                              "OTEL_TRACES_SAMPLER_ARG": "0.1"}):
+        assert tracing.configure() is True
     sampled_provider, sampled_tracer = tracing._provider, tracing._tracer
-    del os.environ["OTEL_TRACES_SAMPLER"], os.environ["OTEL_TRACES_SAMPLER_ARG"]
-    assert tracing.configure() is True
+    with _environ(endpoint):
+        assert tracing.configure() is True
     provider, tracer = tracing._provider, tracing._tracer
     assert provider is not None and sampled_provider is not None
     tracing._tracer = None  # off until a round of an ``on`` way
@@ -260,8 +285,6 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=50, help="conversations per wave")
     parser.add_argument("--rounds", type=int, default=40)
     args = parser.parse_args()
-    for name in [n for n in os.environ if n.startswith("OTEL_")]:
-        del os.environ[name]  # only what this benchmark sets
     configure_logging("INFO")
     process, port = _receiver()
     started = time.monotonic()
@@ -272,8 +295,7 @@ def main() -> None:
                     handler.setStream(sink)
             taken, exported, sampled = asyncio.run(_measure(args.sessions, args.rounds, port))
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        _stop(process)
     medians = {name: statistics.median(values) for name, values in taken.items()}
     turns = 2 * args.sessions * args.rounds
     print(f"the turn path (turn span + TurnPipeline.apply) on the test doubles, "

@@ -1,8 +1,10 @@
 """The attributes of a model-call span, per the OpenTelemetry GenAI semantic conventions.
 
-Pinned to the GenAI conventions of OpenTelemetry semantic conventions v1.40.0 (status
-Development: the names may still change upstream), with the attribute names as the
-``opentelemetry-semantic-conventions`` package (0.66b2) defines them. Kept apart from
+Pinned to the GenAI conventions (status Development) as the main OpenTelemetry semantic
+conventions defined them before they moved to their own repository: the attribute names of the
+``opentelemetry-semantic-conventions`` 0.66b2 package (``gen_ai_attributes``). The newer GenAI
+repository renames some (``gen_ai.usage.cache_creation.input_tokens`` became
+``...cache_write...``); moving to it is a change of this module alone. Kept apart from
 ``tracing`` and free of OpenTelemetry imports: a ``CallRecord`` in, plain values out, so it is
 tested alone and costs nothing while tracing is off.
 

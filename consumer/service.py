@@ -640,6 +640,8 @@ class ConsumerService:
                     "last_error": describe(error),
                     "waited_ms": int((loop.time() - failing_since) * 1000),
                 })
+            if isinstance(decision, Fallback | Retry):
+                tracing.note_failed_attempt(decision.reason, error)
             if isinstance(decision, Fallback):
                 # The model could not answer in time: the message is answered without it.
                 metrics.MODEL_FALLBACKS.labels(reason=decision.reason).inc()

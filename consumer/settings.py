@@ -195,7 +195,9 @@ class Settings(BaseSettings):
     model_recording: Literal["off", "envelopes", "prompts"] = Field(
         "envelopes", description="What the turn log keeps of each model call, for replays: "
         "`off`, `envelopes` (kind, parsed reply, tokens, latency, fields written) or "
-        "`prompts` (also the prompt sent). See docs/replay.md for what it holds of personal data."
+        "`prompts` (also the prompt sent; with tracing on, also the only level that puts "
+        "prompts and replies on the model-call spans). See docs/replay.md for what it holds of "
+        "personal data."
     )
     model_recording_retention_days: float = Field(
         30, ge=0, le=MAX_RETENTION_DAYS, allow_inf_nan=False,

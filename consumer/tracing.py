@@ -28,7 +28,8 @@ The hooks:
   record's duration, with the GenAI semantic conventions (``genai_attributes``); the prompt
   and the reply only when the turn records prompts (``MODEL_RECORDING=prompts``).
 - ``fail_turn``: the turn span's status ERROR with ``error.type`` (the reason its input went
-  to the dead-letter topic).
+  to the dead-letter topic); ``note_failed_attempt``: an attempt that failed before a retry or
+  the fallback message, as an ``exception`` event.
 
 Headers come from producers: each is decoded leniently and the W3C parser refuses what is not a
 trace context, so no header value can make a turn fail.
@@ -61,6 +62,7 @@ __all__ = [
     "log_ids",
     "model_call_span",
     "note_agent",
+    "note_failed_attempt",
     "process_span",
     "send_options",
     "shutdown",
@@ -222,8 +224,9 @@ def _span(
         "messaging.destination.name": last.topic,
         "messaging.destination.partition.id": str(last.partition),
         "messaging.kafka.offset": last.offset,
-        "gen_ai.conversation.id": conversation_id,
     }
+    if conversation_id:  # a refused record may name none
+        attributes["gen_ai.conversation.id"] = conversation_id
     if group:
         attributes["messaging.consumer.group.name"] = group
     if last.key is not None:
@@ -238,7 +241,9 @@ def _span(
         links=links,
     ) as span:
         # A turn sampled out records nothing: its model calls make no span either.
-        turn = {"gen_ai.conversation.id": conversation_id} if span.is_recording() else _UNSAMPLED
+        turn = _UNSAMPLED
+        if span.is_recording():
+            turn = {"gen_ai.conversation.id": conversation_id} if conversation_id else {}
         token = _TURN.set(turn)
         try:
             yield
@@ -321,6 +326,19 @@ def fail_turn(reason: str, error: BaseException | None = None) -> None:
     if error is not None:
         span.record_exception(error)
     span.set_status(Status(StatusCode.ERROR, reason))
+
+
+def note_failed_attempt(reason: str, error: BaseException | None) -> None:
+    """An attempt of the current turn failed and the turn goes on (a retry, or the fallback
+    message): the error as an ``exception`` event on its span, with
+    ``turnflow.attempt.decision`` the decision's reason; the span's status is left alone."""
+    if _tracer is None or error is None:
+        return
+    from opentelemetry import trace
+
+    trace.get_current_span().record_exception(
+        error, attributes={"turnflow.attempt.decision": reason}
+    )
 
 
 def model_call_span(record: CallRecord) -> None:

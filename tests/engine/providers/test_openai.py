@@ -268,7 +268,8 @@ async def test_round_trip_against_local_server(canned_server: CannedServer) -> N
     """The provider POSTs to base_url/chat/completions with the key and returns the envelope."""
     canned_server.queue(Canned(body=completion('{"message": "Oi!", "nome": "Ana"}',
                                                usage={"prompt_tokens": 9,
-                                                      "completion_tokens": 3})))
+                                                      "completion_tokens": 3})
+                               | {"model": "local-model-0613"}))
     records: list[CallRecord] = []
     async with OpenAIProvider(KEY, model="local-model", base_url=canned_server.url + "/v1",
                               hooks=ProviderHooks([records.append])) as provider:
@@ -283,6 +284,9 @@ async def test_round_trip_against_local_server(canned_server: CannedServer) -> N
     [record] = records
     assert (record.provider, record.schema_name, record.ok) == ("openai", "speak", True)
     assert record.usage == Usage(input_tokens=9, output_tokens=3)
+    # The hooks see the model asked for and, on the response, the one that answered.
+    assert record.model == "local-model" and record.response is response
+    assert response.model == "local-model-0613" and record.request is not None
 
 
 async def test_tool_call_reply_from_local_server(canned_server: CannedServer) -> None:
@@ -328,7 +332,8 @@ async def test_error_statuses_from_local_server(
     else:
         assert error.retry_after == retry_after
     assert f"HTTP {canned.status}" in str(error)
-    assert [(r.ok, r.error_kind) for r in records] == [(False, kind)]
+    assert [(r.ok, r.error_kind, r.error_type) for r in records] == [
+        (False, kind, "ProviderError")]
 
 
 async def test_malformed_200_body_is_retryable(canned_server: CannedServer) -> None:
