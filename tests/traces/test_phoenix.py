@@ -444,7 +444,7 @@ async def test_phoenix_ui_draws_a_conversation_and_its_turns_traces(demo: Demo) 
     if not chromium_found():
         servers_unavailable(f"no Chromium at {CHROMIUM} (make chromium installs Debian's)")
     try:
-        from playwright.async_api import async_playwright
+        from playwright.async_api import async_playwright, expect
     except ImportError:
         servers_unavailable("playwright is not installed (pip install -e '.[test]')")
     session = demo.sessions[0]
@@ -455,19 +455,26 @@ async def test_phoenix_ui_draws_a_conversation_and_its_turns_traces(demo: Demo) 
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
         try:
             page = await browser.new_page(viewport={"width": 1440, "height": 900})
-            await page.goto(f"{demo.phoenix.url}/projects/{project['id']}/traces/"
-                            f"{burst['context']['trace_id']}")
-            await page.get_by_text(demo.turn_name).first.wait_for(timeout=30_000)
-            await page.get_by_text(session).first.wait_for(timeout=30_000)
-            await page.screenshot(path=str(ARTIFACTS / "phoenix-trace.png"))
-            await page.get_by_text("View Session").first.click()
-            drawer = page.get_by_test_id("application-drawer-plane")
-            await drawer.get_by_text("Turn 03").first.wait_for(timeout=30_000)
-            await drawer.get_by_role("tab", name=re.compile("Traces")).last.click()
-            for number in ("01", "02", "03"):  # the session's traces, each opened into its tree
-                await drawer.get_by_text(number, exact=True).first.click()
-            await drawer.get_by_text(demo.turn_name).nth(3).wait_for(timeout=30_000)
-            await page.wait_for_timeout(1000)
-            await page.screenshot(path=str(ARTIFACTS / "phoenix-conversation.png"))
+            page.set_default_timeout(60_000)  # two busy cores: Phoenix's pages can be slow
+            try:
+                await page.goto(f"{demo.phoenix.url}/projects/{project['id']}/traces/"
+                                f"{burst['context']['trace_id']}")
+                await page.get_by_text(demo.turn_name).first.wait_for()
+                await page.get_by_text(session).first.wait_for()
+                await page.screenshot(path=str(ARTIFACTS / "phoenix-trace.png"))
+                await page.get_by_text("View Session").first.click()
+                drawer = page.get_by_test_id("application-drawer-plane")
+                await drawer.get_by_text("Turn 03").first.wait_for()
+                tab = drawer.get_by_role("tab", name=re.compile("Traces")).last
+                await tab.click()
+                await expect(tab).to_have_attribute("aria-selected", "true", timeout=60_000)
+                for number in ("01", "02", "03"):  # the session's traces, each opened
+                    await drawer.get_by_text(number, exact=True).first.click()
+                await drawer.get_by_text(demo.turn_name).nth(3).wait_for()
+                await page.wait_for_timeout(1000)
+                await page.screenshot(path=str(ARTIFACTS / "phoenix-conversation.png"))
+            except Exception:
+                await page.screenshot(path=str(ARTIFACTS / "phoenix-failed.png"))
+                raise
         finally:
             await browser.close()
