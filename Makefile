@@ -56,9 +56,9 @@ $(PHOENIX_STAMP): tests/fixtures/phoenix-requirements.txt
 
 phoenix: $(PHOENIX_STAMP)
 
-# Phoenix on this machine for `make run` to send traces to: UI and OTLP/HTTP on
-# http://127.0.0.1:6006 (PHOENIX_PORT), its data in .turnflow/phoenix, nothing fetched from the
-# internet. See docs/operating.md, "Seeing traces in Phoenix".
+# Phoenix on this machine for `turnflow consume` and `schedule` to send traces to: UI and
+# OTLP/HTTP on http://127.0.0.1:6006 (PHOENIX_PORT), its data in .turnflow/phoenix, nothing
+# fetched from the internet. See docs/operating.md, "Seeing traces in Phoenix".
 phoenix-serve: $(PHOENIX_STAMP)
 	mkdir -p .turnflow/phoenix
 	PHOENIX_WORKING_DIR=.turnflow/phoenix PHOENIX_HOST=127.0.0.1 \
