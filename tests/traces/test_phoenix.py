@@ -151,6 +151,7 @@ class Demo:
     adapters: dict[str, list[Adapter]]  # per session: hold, then the burst's two
     replies: dict[str, list[str]]
     model_calls: int  # how many calls the model answered
+    reply_parents: dict[str, list[str]]  # per session, each reply's traceparent, in order
     spans: list[dict[str, Any]]  # Phoenix's, attributes flattened
     tapped: dict[str, TappedSpan] = field(default_factory=dict)  # by span id
 
@@ -222,6 +223,19 @@ def said(values: list[dict[str, Any]]) -> dict[str, list[str]]:
     return dict(out)
 
 
+def parents_of(records: list[Any]) -> dict[str, list[str]]:
+    """Each session's replies' ``traceparent`` headers, deduplicated by key, in topic order."""
+    out: dict[str, list[str]] = defaultdict(list)
+    seen: set[tuple[str, str]] = set()
+    for record in records:
+        value = json.loads(record.value)
+        if (value["session_id"], value["key"]) not in seen:
+            seen.add((value["session_id"], value["key"]))
+            headers = {name: bytes(v).decode() for name, v in record.headers or ()}
+            out[value["session_id"]].append(headers.get("traceparent", ""))
+    return dict(out)
+
+
 async def run_demo(phoenix: Phoenix, tap: OtlpTap, store: Store, setup: ServiceSetup,
                    monkeypatch: pytest.MonkeyPatch) -> Demo:
     """The demo conversations, traced into Phoenix through the tap; once per module."""
@@ -265,6 +279,7 @@ async def run_demo(phoenix: Phoenix, tap: OtlpTap, store: Store, setup: ServiceS
                 await reader.until(
                     lambda v: all(len(said(v).get(s, [])) >= 3 for s in sessions), within=60)
                 values = await reader.settle(1.0)
+                reply_parents = parents_of(reader.records)
     finally:
         tracing.shutdown()  # flushes every queued span to the tap, and so to Phoenix
     # Phoenix answers an export before its rows are written: wait until it holds them all.
@@ -277,7 +292,7 @@ async def run_demo(phoenix: Phoenix, tap: OtlpTap, store: Store, setup: ServiceS
     for span in stored:
         span["attributes"] = flatten(span["attributes"])
     demo = Demo(phoenix, setup.topics[INBOUND], sessions, adapters, said(values),
-                len(model.calls), stored,
+                len(model.calls), reply_parents, stored,
                 {t.span_id: t for t in tap.spans})
     _demo["demo"] = demo
     return demo
@@ -343,6 +358,19 @@ async def test_each_turn_is_its_own_trace_continuing_the_adapters(demo: Demo) ->
         assert demo.tapped[first["context"]["span_id"]].links == ()
         assert wake["context"]["trace_id"] not in adapter_traces
         assert len({t["context"]["trace_id"] for t in turns}) == 3, s
+
+
+async def test_each_reply_carries_the_context_of_the_turn_that_sent_it(demo: Demo) -> None:
+    """Each reply on the outbound topic carries in its ``traceparent`` the trace and span id
+    of the turn span (as Phoenix holds it) that sent it: the first reply the first turn's, the
+    burst's reply the burst turn's, the nudge the wake turn's."""
+    for s in demo.sessions:
+        expected = [f"00-{t['context']['trace_id']}-{t['context']['span_id']}-"
+                    for t in demo.turns(s)]
+        got = demo.reply_parents[s]
+        assert len(got) == len(expected) == 3, s
+        for parent, prefix in zip(got, expected, strict=True):
+            assert parent.startswith(prefix), (s, parent, prefix)
 
 
 async def test_every_parent_is_in_its_trace_or_is_the_adapters_span(demo: Demo) -> None:
