@@ -35,6 +35,11 @@ rows older than its grace period, which normally were left by a crash. Their age
 the fetch, by the database clock that stamped them, so the relay never locks a young row (whose
 writer is about to mark it, and would wait for the relay's sends) and a host clock running
 ahead or behind the database's cannot make it take rows early or late.
+
+With tracing on, each row is stored with the trace context of the turn that wrote it
+(``outbox.traceparent``/``tracestate``) and a fetched row is sent with that context, whoever
+sends it: the relay after a crash, or a later turn of the session flushing its elders. A turn's
+own just-saved rows carry the context of the turn in progress, which is the same one.
 """
 
 from __future__ import annotations
@@ -113,6 +118,10 @@ def encode_payload(payload: dict[str, Any]) -> bytes:
 
 def _always() -> bool:
     return True
+
+
+_UNSTORED = object()
+"""What a just-saved ``OutboxEntry`` has for a stored trace context: the current one applies."""
 
 
 class OutboundRecord(Protocol):
@@ -226,7 +235,7 @@ class OutboxPublisher:
         ) as batch:
             if not batch.rows:
                 return 0
-            done, failed = await self._send_prefixes(batch.rows)
+            done, failed = await self._send_prefixes(batch.rows, resend=True)
             await batch.mark_published(done)
         if failed is not None:
             raise failed
@@ -246,15 +255,16 @@ class OutboxPublisher:
                 await self._set_aside(row_id, row, outcome)
 
     async def _send_prefixes(
-        self, rows: Sequence[OutboxRow]
+        self, rows: Sequence[OutboxRow], *, resend: bool = False
     ) -> tuple[list[int], PublishError | None]:
         """Send fetched rows (in id order, any sessions) and wait for every ack; return the ids
         to mark published and the first failure a retry may fix, if any.
 
         The ids are, per session, the rows before its first failed one, acknowledged or set
         aside: a session's later rows are sent again after the failed one, never marked
-        ahead of it. A row after the failure is not set aside either, so it is kept once."""
-        outcomes = await self._attempt(rows)
+        ahead of it. A row after the failure is not set aside either, so it is kept once.
+        ``resend`` (the relay's pass): each row is sent in a span of its own (tracing on)."""
+        outcomes = await self._attempt(rows, resend=resend)
         done: list[int] = []
         failed: BaseException | None = None
         stopped: set[str] = set()
@@ -271,14 +281,31 @@ class OutboxPublisher:
             done.append(row.id)
         return done, None if failed is None else _publish_error(failed)
 
-    async def _attempt(self, rows: Sequence[OutboundRecord]) -> list[BaseException | None]:
+    async def _attempt(
+        self, rows: Sequence[OutboundRecord], *, resend: bool = False
+    ) -> list[BaseException | None]:
         """Send rows in order and await every ack: per row, None once acknowledged, else the
         error that refused it. A send the producer refuses for a reason a retry may fix stops
         the sending: that row and every later one get its error, so none goes out ahead of
         it; the acks of the rows sent before it are still awaited, so those can be marked."""
         sends: list[asyncio.Future[Any] | BaseException] = []
-        options = tracing.send_options()  # the current turn's trace context, if any
+        spans: list[tracing.SendSpan] = []
+        current = tracing.send_options()  # the current turn's trace context, if any
         for row in rows:
+            # A fetched row goes out in the trace of the turn that wrote it (stored with it),
+            # whoever sends it; a just-saved entry in the current turn's. The relay sends each
+            # of its rows in a span of its own, a child of that stored context.
+            stored = getattr(row, "traceparent", _UNSTORED)
+            if stored is _UNSTORED:
+                options = current
+            elif resend and (span := tracing.resend_span(
+                topic=row.topic, session_id=getattr(row, "session_id", row.key or ""),
+                traceparent=stored, tracestate=getattr(row, "tracestate", None),
+            )) is not None:
+                spans.append(span)
+                options = {"headers": span.headers}
+            else:
+                options = tracing.stored_options(stored, getattr(row, "tracestate", None))
             try:
                 sends.append(
                     await self._producer.send(
@@ -291,6 +318,8 @@ class OutboxPublisher:
             except Exception as exc:
                 retryable = cannot_succeed(exc) is None
                 if retryable and not isinstance(exc, KafkaError):
+                    for span in spans:
+                        span.end(exc)
                     raise
                 sends.append(exc)
                 if retryable:
@@ -307,6 +336,8 @@ class OutboxPublisher:
             else:
                 metrics.child(metrics.OUTBOX_PUBLISHED, row.topic).inc()
                 outcomes.append(None)
+        for span, outcome in zip(spans, outcomes, strict=False):  # spans: the rows sent first
+            span.end(outcome)
         return outcomes
 
     async def _set_aside(self, row_id: int, row: OutboundRecord, error: BaseException) -> None:

@@ -495,12 +495,15 @@ class TurnPipeline:
             workspace=route.workspace if route is not None else None,
             credits=credits if isinstance(credits, int) and not isinstance(credits, bool) else None,
         )
+        trace = tracing.current_context()  # stored with the rows: see consumer.outbox
         return SaveRequest(
             session_id=parsed.session_id,
             expected_version=expected_version,
             state=state,
             turn=turn,
             outbox=outbox,
+            traceparent=trace[0] if trace is not None else None,
+            tracestate=trace[1] if trace is not None else None,
         )
 
     async def _publish(

@@ -30,6 +30,16 @@ The hooks:
 - ``fail_turn``: the turn span's status ERROR with ``error.type`` (the reason its input went
   to the dead-letter topic); ``note_failed_attempt``: an attempt that failed before a retry or
   the fallback message, as an ``exception`` event.
+- ``current_context``: the current span's context as text, stored with what a turn writes for
+  later (its outbox rows, its turn-log row), so a row sent after a crash or behind an older
+  one still carries the context of the turn that wrote it.
+- ``record_context``: the well-formed context on a consumed record's headers, normalised (the
+  scheduler stores it with the timer the record sets).
+- ``stored_options``: the ``headers=`` for a row sent with its stored context (a later turn).
+- ``resend_span``: the relay's PRODUCER span of one re-sent row, a child of the stored context
+  of the turn that wrote it, whose context the record carries.
+- ``wake_span``: the scheduler's PRODUCER span of one wake: a new trace linked to the turn
+  that set the timer, whose context the wake record carries, so the wake's turn is its child.
 
 Headers come from producers: each is decoded leniently and the W3C parser refuses what is not a
 trace context, so no header value can make a turn fail.
@@ -56,7 +66,9 @@ if TYPE_CHECKING:
 __all__ = [
     "TRACE_HEADERS",
     "InboundRecord",
+    "SendSpan",
     "configure",
+    "current_context",
     "enabled_by",
     "fail_turn",
     "log_ids",
@@ -64,9 +76,13 @@ __all__ = [
     "note_agent",
     "note_failed_attempt",
     "process_span",
+    "record_context",
+    "resend_span",
     "send_options",
     "shutdown",
     "start",
+    "stored_options",
+    "wake_span",
 ]
 
 TRACE_HEADERS = ("traceparent", "tracestate")
@@ -364,3 +380,177 @@ def model_call_span(record: CallRecord) -> None:
     if not record.ok:
         span.set_status(Status(StatusCode.ERROR, record.error_type or record.error_kind))
     span.end(end_time=end)
+TraceContext = tuple[str, str | None]
+"""A W3C context as text: (``traceparent``, ``tracestate`` or None)."""
+
+
+def current_context() -> TraceContext | None:
+    """The current span's ``traceparent`` and ``tracestate``, to store with what a turn writes;
+    None while tracing is off or no span is current."""
+    if _tracer is None:
+        return None
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier)
+    return _pair(carrier)
+
+
+def _pair(carrier: Mapping[str, str]) -> TraceContext | None:
+    parent = carrier.get("traceparent")
+    return None if parent is None else (parent, carrier.get("tracestate") or None)
+
+
+def _normalised(carrier: Mapping[str, str]) -> TraceContext | None:
+    """The context ``carrier`` holds, as the W3C propagator writes it back; None when it holds
+    none that parses (whatever text it was: the parser refuses, never raises)."""
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    propagator = TraceContextTextMapPropagator()
+    try:
+        context = propagator.extract(carrier)
+        if not trace.get_current_span(context).get_span_context().is_valid:
+            return None
+        out: dict[str, str] = {}
+        propagator.inject(out, context)
+    except (ValueError, TypeError, UnicodeError):
+        return None
+    if not out.get("traceparent", "").isascii() or not out.get("tracestate", "").isascii():
+        return None
+    return _pair(out)
+
+
+def record_context(record: Any) -> TraceContext | None:
+    """The well-formed trace context on a consumed record's headers, normalised; None while
+    tracing is off (the record is not even looked at), or when its headers hold none (any
+    bytes: refused, never raised)."""
+    if _tracer is None:
+        return None
+    carrier = _carrier(getattr(record, "headers", None))
+    if "traceparent" not in carrier:
+        return None
+    return _normalised(carrier)
+
+
+def _stored_carrier(traceparent: Any, tracestate: Any) -> dict[str, str]:
+    carrier: dict[str, str] = {}
+    parent, state = _text(traceparent), _text(tracestate)
+    if parent is not None:
+        carrier["traceparent"] = parent
+        if state is not None:
+            carrier["tracestate"] = state
+    return carrier
+
+
+def stored_options(traceparent: Any, tracestate: Any) -> dict[str, Any]:
+    """``headers=`` for a row sent with the context stored with it (the turn that wrote it);
+    empty while tracing is off or when what is stored is not a well-formed context."""
+    if _tracer is None or traceparent is None:
+        return _NO_OPTIONS
+    pair = _normalised(_stored_carrier(traceparent, tracestate))
+    if pair is None:
+        return _NO_OPTIONS
+    return {"headers": _headers(pair)}
+
+
+def _headers(pair: TraceContext) -> list[tuple[str, bytes]]:
+    parent, state = pair
+    headers = [("traceparent", parent.encode("ascii"))]
+    if state:
+        headers.append(("tracestate", state.encode("ascii")))
+    return headers
+
+
+class SendSpan:
+    """One PRODUCER span of a send: ``headers`` go on the record (its context), ``end``
+    closes the span once the broker answered (with the error, if it refused)."""
+
+    __slots__ = ("_span", "headers")
+
+    def __init__(self, span: Any, headers: list[tuple[str, bytes]]) -> None:
+        self._span = span
+        self.headers = headers
+
+    def end(self, error: BaseException | None = None) -> None:
+        """Close the span; a refused send marks it an error with the exception's type."""
+        if error is not None:
+            from opentelemetry.trace import Status, StatusCode
+
+            self._span.set_attribute("error.type", type(error).__name__)
+            self._span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+        self._span.end()
+
+
+def _stored_context(traceparent: Any, tracestate: Any) -> Any:
+    """The stored context as an OpenTelemetry ``Context`` holding it (an empty one when what is
+    stored is not a well-formed W3C context: the parser refuses it, never raises)."""
+    from opentelemetry.context import Context
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    if traceparent is None:
+        return Context()
+    try:
+        return TraceContextTextMapPropagator().extract(_stored_carrier(traceparent, tracestate))
+    except (ValueError, TypeError, UnicodeError):
+        return Context()
+
+
+def _send_span(name: str, context: Any, links: list[Any], attributes: dict[str, Any]) -> SendSpan:
+    from opentelemetry import trace
+    from opentelemetry.trace import SpanKind
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    assert _tracer is not None
+    span = _tracer.start_span(
+        name, context=context, kind=SpanKind.PRODUCER, links=links, attributes=attributes
+    )
+    out: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(out, trace.set_span_in_context(span))
+    pair = _pair(out)
+    return SendSpan(span, _headers(pair) if pair is not None else [])
+
+
+def _send_attributes(topic: str, session_id: str) -> dict[str, Any]:
+    return {
+        "messaging.system": "kafka",
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "send",
+        "messaging.destination.name": topic,
+        "messaging.kafka.message.key": session_id,
+        "gen_ai.conversation.id": session_id,
+    }
+
+
+def resend_span(
+    *, topic: str, session_id: str, traceparent: Any, tracestate: Any
+) -> SendSpan | None:
+    """The PRODUCER span ``send <topic>`` of a row the relay sends: a child of the context
+    stored with it (the turn that wrote it), or a new trace when none is stored (written while
+    tracing was off); None while tracing is off."""
+    if _tracer is None:
+        return None
+    return _send_span(
+        f"send {topic}", _stored_context(traceparent, tracestate), [],
+        {**_send_attributes(topic, session_id), "turnflow.outbox.resend": True},
+    )
+
+
+def wake_span(
+    *, topic: str, session_id: str, timer_key: str, traceparent: Any, tracestate: Any
+) -> SendSpan | None:
+    """The PRODUCER span ``send <topic>`` of a timer's wake: a new trace (the wake's turn is a
+    turn of its own), linked to the stored context of the turn that set the timer when it is a
+    well-formed one; None while tracing is off."""
+    if _tracer is None:
+        return None
+    from opentelemetry import trace
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Link
+
+    setter = trace.get_current_span(_stored_context(traceparent, tracestate)).get_span_context()
+    links = [Link(setter)] if setter.is_valid else []
+    return _send_span(
+        f"send {topic}", Context(),  # a root: never the current span's child
+        links, {**_send_attributes(topic, session_id), "turnflow.timer.key": timer_key},
+    )

@@ -16,6 +16,10 @@ What a real worker must do, and this one does:
   is left of it since that previous message went out.
 - **Commit after delivery.** Offsets are committed only once the message is printed or POSTed,
   so a crash re-delivers (and the dedupe table drops what already went out) instead of losing.
+- **Continue the trace.** With the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` set (OTLP/HTTP),
+  each delivery is a CONSUMER span ``deliver outbound.messages`` whose parent is the turn that
+  wrote the reply (the record's ``traceparent``/``tracestate`` headers), and a POST carries
+  that span's context on to the channel. A record without a usable context gets a new trace.
 
 It reads one partition's records in order, which keeps each conversation's replies in order
 (the service keys every record by session id).
@@ -33,8 +37,24 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
+from opentelemetry.trace import SpanKind, Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 Deliver = Callable[[dict[str, Any]], Awaitable[None]]
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def trace_carrier(headers: Any) -> dict[str, str]:
+    """The W3C trace-context headers of a record (``traceparent``, ``tracestate``) as text;
+    any other header, or a value that is not text, is left out."""
+    carrier: dict[str, str] = {}
+    for name, value in headers or ():
+        if isinstance(name, str) and name.lower() in ("traceparent", "tracestate"):
+            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            if isinstance(text, str):
+                carrier.setdefault(name.lower(), text)
+    return carrier
 
 
 class DeliveredKeys:
@@ -63,16 +83,42 @@ class DeliveryWorker:
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         monotonic: Callable[[], float] = time.monotonic,
+        tracer: Tracer | None = None,
+        topic: str = "outbound.messages",
     ) -> None:
         self.deliver = deliver
         self.keys = keys
+        self._tracer = tracer
+        self._topic = topic
         self._sleep = sleep
         self._monotonic = monotonic
         # session id -> (input id of the last delivered message, when it went out)
         self._last: dict[str, tuple[str | None, float]] = {}
 
-    async def handle(self, value: dict[str, Any]) -> bool:
-        """Deliver one outbound message unless its key was delivered; True when delivered."""
+    async def handle(self, value: dict[str, Any], headers: Any = None) -> bool:
+        """Deliver one outbound message unless its key was delivered; True when delivered.
+
+        With a tracer, inside a CONSUMER span continuing the trace in ``headers`` (the
+        record's), current while ``deliver`` runs."""
+        if self._tracer is None:
+            return await self._handle(value)
+        with self._tracer.start_as_current_span(
+            f"deliver {self._topic}",
+            context=_PROPAGATOR.extract(trace_carrier(headers)),
+            kind=SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": "kafka",
+                "messaging.operation.type": "process",
+                "messaging.operation.name": "deliver",
+                "messaging.destination.name": self._topic,
+                "gen_ai.conversation.id": str(value.get("session_id")),
+            },
+        ) as span:
+            delivered = await self._handle(value)
+            span.set_attribute("turnflow.delivered", delivered)
+            return delivered
+
+    async def _handle(self, value: dict[str, Any]) -> bool:
         key = value.get("key")
         if not isinstance(key, str) or self.keys.seen(key):
             return False
@@ -101,7 +147,9 @@ def post_to(url: str) -> Deliver:
     client = httpx.AsyncClient(timeout=10)
 
     async def post(value: dict[str, Any]) -> None:
-        response = await client.post(url, json=value)
+        headers: dict[str, str] = {}
+        _PROPAGATOR.inject(headers)  # the delivery span's context, for the channel to continue
+        response = await client.post(url, json=value, headers=headers)
         response.raise_for_status()  # not delivered: no commit, the record comes back
 
     return post
@@ -124,10 +172,25 @@ async def run(bootstrap: str, topic: str, group: str, worker: DeliveryWorker) ->
             except (TypeError, ValueError):
                 value = None  # not ours to fix here; the service never writes such a record
             if isinstance(value, dict):
-                await worker.handle(value)
+                await worker.handle(value, record.headers)
             await consumer.commit()
     finally:
         await consumer.stop()
+
+
+def tracer_from_environment() -> Tracer | None:
+    """A tracer exporting over OTLP/HTTP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) is set; None, and no tracing, otherwise."""
+    if not (os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):
+        return None
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider()  # OTEL_SERVICE_NAME and OTEL_TRACES_SAMPLER apply
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    return provider.get_tracer("turnflow-delivery-example")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -143,7 +206,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dedupe-db", default=":memory:", help="SQLite file of delivered keys")
     args = parser.parse_args(argv)
     deliver = post_to(args.post) if args.post else print_message
-    worker = DeliveryWorker(deliver, DeliveredKeys(args.dedupe_db))
+    worker = DeliveryWorker(deliver, DeliveredKeys(args.dedupe_db),
+                            tracer=tracer_from_environment(), topic=args.topic)
     try:
         asyncio.run(run(args.bootstrap, args.topic, args.group, worker))
     except KeyboardInterrupt:

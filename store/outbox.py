@@ -28,14 +28,15 @@ from store.records import OutboxRow
 
 _FETCH = """
 WITH locked AS (
-    SELECT id, session_id, topic, key, payload, created_at
+    SELECT id, session_id, topic, key, payload, created_at, traceparent, tracestate
     FROM outbox
     WHERE published_at IS NULL {row_filter}
     ORDER BY id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 )
-SELECT l.id, l.session_id, l.topic, l.key, l.payload, l.created_at
+SELECT l.id, l.session_id, l.topic, l.key, l.payload, l.created_at, l.traceparent,
+       l.tracestate
 FROM locked AS l
 WHERE NOT EXISTS (
     SELECT 1 FROM outbox AS o
@@ -87,6 +88,8 @@ def outbox_rows(rows: Sequence[Any]) -> list[OutboxRow]:
             key=row.key,
             payload=jsoncodec.loads(row.payload),
             created_at=row.created_at,
+            traceparent=row.traceparent,
+            tracestate=row.tracestate,
         )
         for row in rows
     ]

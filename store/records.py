@@ -88,6 +88,11 @@ class SaveRequest:
     state: dict[str, Any]
     turn: TurnRecord
     outbox: list[OutboxEntry] = field(default_factory=list)
+    # The W3C trace context of the turn (None when tracing is off): stored on each of its
+    # outbox rows, so whoever sends them later sends them in this turn's trace, and its trace
+    # id on the turn-log row.
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +160,9 @@ class OutboxRow:
     key: str | None
     payload: dict[str, Any]
     created_at: datetime
+    # The trace context of the turn that wrote the row (None: it was written untraced).
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,15 +173,20 @@ class TimerEntry:
     session_id: str
     at: datetime
     replaces: str | None = None
+    # The trace context of the turn that set it (from its schedule record's headers).
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Timer:
-    """A stored timer."""
+    """A stored timer; `traceparent`/`tracestate` are the context of the turn that set it."""
 
     key: str
     session_id: str
     at: datetime
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,7 +49,7 @@ _APPEND_TURN_AND_OUTBOX = """
     INSERT INTO turns (
         session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
         llm_calls, created_at, source_topic, source_partition, source_offset, clock_at,
-        model_calls, input_id, history, agent_id, agent_version
+        model_calls, input_id, history, agent_id, agent_version, trace_id
     )
     SELECT :session_id, s.version, v.input, v.messages,
            CAST(:schedule AS jsonb), CAST(:outcomes AS jsonb), CAST(:started AS jsonb),
@@ -58,7 +58,7 @@ _APPEND_TURN_AND_OUTBOX = """
            CAST(:source_offset AS bigint), CAST(:clock_at AS timestamptz),
            CAST(:model_calls AS jsonb), CAST(:input_id AS text),
            """ + turn_entries("v.input", "v.messages", "v.created_at") + """,
-           CAST(:agent_id AS text), CAST(:agent_version AS integer)
+           CAST(:agent_id AS text), CAST(:agent_version AS integer), CAST(:trace_id AS text)
     FROM s, v
     RETURNING id, history
 ), charge AS (
@@ -83,8 +83,9 @@ _APPEND_TURN_AND_OUTBOX = """
     ) AS e
     RETURNING id
 ), out AS (
-    INSERT INTO outbox (session_id, topic, key, payload)
-    SELECT :session_id, e.topic, e.key, e.payload
+    INSERT INTO outbox (session_id, topic, key, payload, traceparent, tracestate)
+    SELECT :session_id, e.topic, e.key, e.payload, CAST(:traceparent AS text),
+           CAST(:tracestate AS text)
     FROM s, ROWS FROM (
         jsonb_to_recordset(CAST(:outbox AS jsonb)) AS (topic text, key text, payload jsonb)
     ) WITH ORDINALITY AS e(topic, key, payload, n)
@@ -168,10 +169,29 @@ def save_parameters(request: SaveRequest) -> dict[str, Any]:
         "workspace": turn.workspace,
         "credits": turn.credits,
         "charge_key": charge_key(request),
+        "traceparent": request.traceparent,
+        "tracestate": request.tracestate,
+        "trace_id": trace_id_of(request.traceparent),
     }
     if request.expected_version > 0:
         parameters["expected_version"] = request.expected_version
     return parameters
+
+
+def trace_id_of(traceparent: str | None) -> str | None:
+    """The trace id (32 hex digits) of a W3C ``traceparent``, for the turn log: None without
+    one, when it is not of that form, or when the trace was not sampled (its spans were never
+    exported, so there is nothing to link to)."""
+    if traceparent is None:
+        return None
+    parts = traceparent.split("-")
+    if len(parts) < 4 or len(parts[1]) != 32 or len(parts[3]) < 2:
+        return None
+    try:
+        sampled = int(parts[3][:2], 16) & 1
+    except ValueError:
+        return None
+    return parts[1] if sampled else None
 
 
 def charge_key(request: SaveRequest) -> str:
@@ -208,12 +228,13 @@ WITH r AS (
         CAST(:source_partitions AS integer[]), CAST(:source_offsets AS bigint[]),
         CAST(:input_ids AS text[]), CAST(:earliers AS text[]), CAST(:outboxes AS text[]),
         CAST(:agent_ids AS text[]), CAST(:agent_versions AS integer[]),
-        CAST(:workspaces AS text[]), CAST(:credits AS integer[]), CAST(:charge_keys AS text[])
+        CAST(:workspaces AS text[]), CAST(:credits AS integer[]), CAST(:charge_keys AS text[]),
+        CAST(:traceparents AS text[]), CAST(:tracestates AS text[]), CAST(:trace_ids AS text[])
     ) WITH ORDINALITY AS r(
         session_id, expected_version, state, input, messages, schedule, outcomes, started,
         ended, skipped, llm_calls, created_at, clock_at, model_calls, source_topic,
         source_partition, source_offset, input_id, earlier, outbox, agent_id, agent_version,
-        workspace, credits, charge_key, n
+        workspace, credits, charge_key, traceparent, tracestate, trace_id, n
     )
 ), updated AS (
     UPDATE sessions AS s
@@ -241,7 +262,7 @@ WITH r AS (
     INSERT INTO turns (
         session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
         llm_calls, created_at, source_topic, source_partition, source_offset, clock_at,
-        model_calls, input_id, history, agent_id, agent_version
+        model_calls, input_id, history, agent_id, agent_version, trace_id
     )
     SELECT saved.session_id, saved.new_version, saved.input_json, saved.messages_json,
            CAST(saved.schedule AS jsonb), CAST(saved.outcomes AS jsonb),
@@ -250,7 +271,7 @@ WITH r AS (
            saved.source_partition, saved.source_offset, saved.clock_at,
            CAST(saved.model_calls AS jsonb), saved.input_id,
            """ + turn_entries("saved.input_json", "saved.messages_json", "saved.logged_at") + """,
-           saved.agent_id, saved.agent_version
+           saved.agent_id, saved.agent_version, saved.trace_id
     FROM saved
     ORDER BY saved.n
     RETURNING id, session_id, history
@@ -276,8 +297,8 @@ WITH r AS (
     ) AS e
     RETURNING id
 ), out AS (
-    INSERT INTO outbox (session_id, topic, key, payload)
-    SELECT saved.session_id, e.topic, e.key, e.payload
+    INSERT INTO outbox (session_id, topic, key, payload, traceparent, tracestate)
+    SELECT saved.session_id, e.topic, e.key, e.payload, saved.traceparent, saved.tracestate
     FROM saved, ROWS FROM (
         jsonb_to_recordset(CAST(saved.outbox AS jsonb)) AS (topic text, key text, payload jsonb)
     ) WITH ORDINALITY AS e(topic, key, payload, m)
@@ -320,6 +341,9 @@ _MANY_COLUMNS = {
     "workspace": "workspaces",
     "credits": "credits",
     "charge_key": "charge_keys",
+    "traceparent": "traceparents",
+    "tracestate": "tracestates",
+    "trace_id": "trace_ids",
 }
 
 

@@ -98,6 +98,8 @@ turns = Table(
     # that has no registry version, and on rows saved before migration 0013).
     Column("agent_id", Text),
     Column("agent_version", Integer),
+    # The turn's trace (32 hex digits) when tracing was on; NULL otherwise (migration 0018).
+    Column("trace_id", Text),
     UniqueConstraint("session_id", "version", name="uq_turns_session_version"),
 )
 Index("ix_turns_created_at", turns.c.created_at)
@@ -183,6 +185,10 @@ outbox = Table(
     Column("payload", JSONB, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("published_at", DateTime(timezone=True)),
+    # The W3C trace context of the turn that wrote the row, sent with it whoever sends it;
+    # NULL when tracing was off (migration 0018).
+    Column("traceparent", Text),
+    Column("tracestate", Text),
 )
 Index(
     "ix_outbox_unpublished",
@@ -205,6 +211,10 @@ timers = Table(
     Column("session_id", Text, nullable=False),
     Column("at", DateTime(timezone=True), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # The trace context of the turn that set the timer (its schedule record's headers), which
+    # the wake links to; NULL when that record carried none (migration 0018).
+    Column("traceparent", Text),
+    Column("tracestate", Text),
     # A timer belongs to the conversation that set it: equal keys of two sessions are two rows.
     PrimaryKeyConstraint("session_id", "key", name="timers_pkey"),
 )

@@ -39,10 +39,12 @@ WITH gone AS (
         AS d(session_id, key)
     WHERE t.session_id = d.session_id AND t.key = d.key
 )
-INSERT INTO timers (session_id, key, at)
-SELECT e.session_id, e.key, e.at
-FROM jsonb_to_recordset(CAST(:entries AS jsonb)) AS e(key text, session_id text, at timestamptz)
-ON CONFLICT (session_id, key) DO UPDATE SET at = EXCLUDED.at
+INSERT INTO timers (session_id, key, at, traceparent, tracestate)
+SELECT e.session_id, e.key, e.at, e.traceparent, e.tracestate
+FROM jsonb_to_recordset(CAST(:entries AS jsonb))
+    AS e(key text, session_id text, at timestamptz, traceparent text, tracestate text)
+ON CONFLICT (session_id, key) DO UPDATE
+    SET at = EXCLUDED.at, traceparent = EXCLUDED.traceparent, tracestate = EXCLUDED.tracestate
 """)
 
 DELETE = text("""
@@ -53,13 +55,13 @@ WHERE t.session_id = d.session_id AND t.key = d.key
 
 CLAIM_DUE = text("""
 WITH due AS (
-    SELECT key, session_id, at FROM timers
+    SELECT key, session_id, at, traceparent, tracestate FROM timers
     WHERE at <= now()
     ORDER BY at, session_id, key
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 )
-SELECT now() AS db_now, due.key, due.session_id, due.at
+SELECT now() AS db_now, due.key, due.session_id, due.at, due.traceparent, due.tracestate
 FROM (SELECT 1) AS one LEFT JOIN due ON true
 ORDER BY due.at, due.session_id, due.key
 """)
@@ -97,6 +99,18 @@ def _text(value: str) -> str:
     return value.replace("\x00", "\ufffd") if "\x00" in value else value
 
 
+def _context_text(value: str | None) -> str | None:
+    """A stored trace-context header: text PostgreSQL can hold, else None (the callers store
+    only well-formed contexts; this keeps a look-alike entry from failing the batch)."""
+    if not isinstance(value, str) or "\x00" in value:
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return value
+
+
 def pairs_parameters(ids: Iterable[TimerId]) -> dict[str, list[str]]:
     """(session id, key) pairs as the two arrays `DELETE` reads."""
     pairs = list(ids)
@@ -110,7 +124,12 @@ def upsert_parameters(deleted: list[TimerId], upserts: list[TimerLike]) -> dict[
         "deleted_session_ids": gone["session_ids"],
         "deleted_keys": gone["keys"],
         "entries": jsoncodec.dumps(
-            [{"key": e.key, "session_id": e.session_id, "at": e.at} for e in upserts]
+            [
+                {"key": e.key, "session_id": e.session_id, "at": e.at,
+                 "traceparent": _context_text(getattr(e, "traceparent", None)),
+                 "tracestate": _context_text(getattr(e, "tracestate", None))}
+                for e in upserts
+            ]
         ),
     }
 
@@ -132,7 +151,10 @@ def claimed(rows: Sequence[Any]) -> tuple[datetime, list[Timer]]:
     """Decode `CLAIM_DUE` rows: the database's `now()` and the claimed timers."""
     db_now: datetime = rows[0].db_now
     return db_now, [
-        Timer(key=r.key, session_id=r.session_id, at=r.at) for r in rows if r.key is not None
+        Timer(key=r.key, session_id=r.session_id, at=r.at, traceparent=r.traceparent,
+              tracestate=r.tracestate)
+        for r in rows
+        if r.key is not None
     ]
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from consumer.cli.arguments import whole_number
 from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
-from consumer.inspect.options import database_url, parse_time
+from consumer.inspect.options import database_url, parse_time, trace_url
 from consumer.inspect.reading import MAX_PAGE, OUTCOME_FILTERS, Cursor, ListFilter, Reader
 
 __all__ = ["add_arguments", "run"]
@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         return fail(f"--turns and --limit are at most {MAX_PAGE}", EXIT_CONFIG)
     colour = _colour(args.colour) and not args.json
     try:
+        traces = trace_url()
         where = ListFilter(outcome=args.outcome, flow=args.flow, agent=args.agent,
                            since=args.since, until=args.until)
     except ValueError as exc:
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
                 )
                 if rows is None:
                     return f"turnflow: no conversation {args.session!r}\n", EXIT_NOT_FOUND
-                model = view.conversation_view(rows)
+                model = view.conversation_view(rows, trace_url=traces)
                 if args.json:
                     return json.dumps(view.to_jsonable(model), ensure_ascii=False) + "\n", 0
                 return terminal.conversation_text(model, colour=colour), 0

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import logging
 
-from consumer import heap, metrics
+from consumer import heap, metrics, tracing
 from consumer.cli.running import EXIT_CONFIG, fail, run_service
 from consumer.closing import close_quietly
 from consumer.health import start_health_server
@@ -35,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
     if not settings.kafka_bootstrap_servers or not settings.database_url:
         return fail("DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS must be set", EXIT_CONFIG)
     grace_ms = args.grace_ms if args.grace_ms is not None else settings.relay_grace_ms
+    # On, the rows go out with the trace context stored with them (consumer.outbox).
+    if (tracing_problem := tracing.start()) is not None:
+        return fail(tracing_problem, EXIT_CONFIG)
     stopping = asyncio.Event()
 
     async def serve() -> None:

@@ -70,7 +70,7 @@ def ui_token() -> str | None:
 def run(args: argparse.Namespace) -> int:
     from consumer.agents import load_agent
     from consumer.errors import AgentImportError
-    from consumer.inspect.options import database_url
+    from consumer.inspect.options import database_url, trace_url
     from consumer.inspect.reading import Reader
     from consumer.inspect.serving import CONSOLE_LIMITS, UI_LIMITS, asgi_handler
     from consumer.inspect.web import build_app
@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         return fail("INSPECT_DATABASE_URL or DATABASE_URL must be set", EXIT_CONFIG)
     try:
         token = ui_token()
+        traces = trace_url()
     except ValueError as exc:
         return fail(str(exc), EXIT_CONFIG)
     if token is None and not is_loopback(args.host):
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
             stack.push_async_callback(reader.close)
             server = BoundedHttpServer(
                 asgi_handler(build_app(reader, agent=agent, token=token, console=console,
-                                    agent_spec=agent_path),
+                                    agent_spec=agent_path, trace_url=traces),
                              posts=console is not None),
                 host=args.host, port=args.port,
                 limits=CONSOLE_LIMITS if console is not None else UI_LIMITS,

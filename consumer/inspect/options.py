@@ -7,7 +7,12 @@ import os
 import re
 from datetime import UTC, datetime, timedelta
 
-__all__ = ["database_url", "parse_time"]
+__all__ = ["TRACE_URL_VARIABLE", "database_url", "parse_time", "trace_link", "trace_url"]
+
+TRACE_URL_VARIABLE = "TURNFLOW_TRACE_URL"
+"""Names a trace UI's page for one trace, ``{trace_id}`` marking where its id goes."""
+
+_TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 
 _RELATIVE = re.compile(r"^\s*(\d{1,6})\s*([smhd])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -21,6 +26,29 @@ def database_url() -> str | None:
         if value:
             return value
     return None
+
+
+def trace_url() -> str | None:
+    """``TURNFLOW_TRACE_URL``: an http(s) URL holding ``{trace_id}`` (say
+    ``http://localhost:6006/projects/default/traces/{trace_id}``), the page of one trace in
+    the trace UI the turns are exported to; None when unset. A ValueError says what is wrong
+    with a value that cannot be used."""
+    value = os.environ.get(TRACE_URL_VARIABLE, "").strip()
+    if not value:
+        return None
+    if "{trace_id}" not in value:
+        raise ValueError(f"{TRACE_URL_VARIABLE} must hold {{trace_id}} where a trace's id goes")
+    if not value.lower().startswith(("http://", "https://")):
+        raise ValueError(f"{TRACE_URL_VARIABLE} must be an http:// or https:// URL")
+    return value
+
+
+def trace_link(template: str | None, trace_id: str | None) -> str | None:
+    """The trace UI's page for ``trace_id`` (``template`` from ``trace_url``); None without a
+    template or without a well-formed trace id (32 lowercase hex digits, as stored)."""
+    if template is None or trace_id is None or not _TRACE_ID.match(trace_id):
+        return None
+    return template.replace("{trace_id}", trace_id)
 
 
 def parse_time(value: str, *, now: datetime | None = None) -> datetime:

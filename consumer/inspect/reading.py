@@ -55,7 +55,7 @@ MAX_PAGE = 500
 _TURN_COLUMNS = """
     id, session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
     llm_calls, created_at, clock_at, model_calls, input_id, source_topic, source_partition,
-    source_offset, agent_id, agent_version
+    source_offset, agent_id, agent_version, trace_id
 """
 
 

@@ -200,6 +200,9 @@ def _turn_lines(turn: TurnView, paint: _Paint) -> list[str]:
     if turn.credits is not None:
         cost += f", {turn.credits} credit(s)"
     block("cost", [paint("dim", cost)])
+    if turn.trace_id:
+        block("trace", [paint("dim", turn.trace_id + (f" {safe(turn.trace_url)}"
+                                                       if turn.trace_url else ""))])
     return lines
 
 

@@ -12,10 +12,12 @@ Nothing here touches the database or formats for a medium: plain data in, plain 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import re
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from consumer.inspect.options import trace_link
 from consumer.inspect.reading import ConversationRows, ListRow
 
 __all__ = [
@@ -33,6 +35,8 @@ __all__ = [
 ]
 
 PREVIEW_CHARS = 120
+
+_TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,9 @@ class TurnView:
     queued: dict[str, Any] | None = None
     # a fallback: the host answered without the model after it could not be reached
     fallback_reason: str | None = None
+    # the turn's trace id (tracing on) and its page in the trace UI (TURNFLOW_TRACE_URL)
+    trace_id: str | None = None
+    trace_url: str | None = None
 
     @property
     def waited(self) -> str | None:
@@ -193,7 +200,11 @@ def list_item(row: ListRow) -> ListItem:
     )
 
 
-def conversation_view(rows: ConversationRows) -> ConversationView:
+def conversation_view(
+    rows: ConversationRows, *, trace_url: str | None = None
+) -> ConversationView:
+    """The page's model of ``rows``; ``trace_url`` (``options.trace_url``) links each traced
+    turn to its trace."""
     unpublished_keys = {
         (r["payload"] or {}).get("key") for r in rows.unpublished if isinstance(r["payload"], dict)
     }
@@ -213,8 +224,11 @@ def conversation_view(rows: ConversationRows) -> ConversationView:
     }
     turns = []
     for t in rows.turns:
-        turns.append(_turn_view(t, unpublished_keys, pending_timer_keys, woken - stale, stale,
-                                replaced))
+        turn = _turn_view(t, unpublished_keys, pending_timer_keys, woken - stale, stale,
+                          replaced)
+        if turn.trace_id is not None and trace_url is not None:
+            turn = replace(turn, trace_url=trace_link(trace_url, turn.trace_id))
+        turns.append(turn)
     dead = [dead_letter(d) for d in rows.dead_lettered]
     dead_after = _place(dead, turns, whole_start=rows.first_version <= 1,
                         whole_end=rows.last_version >= rows.session["version"])
@@ -345,7 +359,13 @@ def _turn_view(
         queued=delivery.get("queued") or None,
         fallback_reason=next((line.detail or "" for line in lines if line.code == "fallback"),
                              None),
+        trace_id=_trace_id(t.get("trace_id")),
     )
+
+
+def _trace_id(value: Any) -> str | None:
+    """A stored trace id, shown only when it is one (32 lowercase hex digits)."""
+    return value if isinstance(value, str) and _TRACE_ID.match(value) else None
 
 
 def _agent(t: dict[str, Any]) -> str | None:

@@ -162,8 +162,10 @@ class _Guard:
 
 
 def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
-              console: Console | None = None, agent_spec: str | None = None) -> ASGIApp:
+              console: Console | None = None, agent_spec: str | None = None,
+              trace_url: str | None = None) -> ASGIApp:
     """The inspector's ASGI app over ``reader``; ``agent`` (optional) for the flow diagram;
+    ``trace_url`` (``options.trace_url``) links each traced turn to its page in a trace UI;
     ``console`` (optional, ``turnflow ui --console``) adds the test console at ``/console``,
     the one page that writes anything, and only what a channel adapter would; ``agent_spec``
     (its ``module:attribute``) is written into each turn's ``turnflow replay`` command."""
@@ -223,7 +225,7 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
         )
         if rows is None:
             return page("error.html", status=404, message="no such conversation")
-        model = view.conversation_view(rows)
+        model = view.conversation_view(rows, trace_url=trace_url)
         if q.get("format") == "json":
             # The document ``turnflow inspect SESSION --json`` prints for the same range.
             return JSONResponse(view.to_jsonable(model), headers={

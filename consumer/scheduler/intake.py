@@ -16,6 +16,8 @@ Invariants:
   batch is written again one entry at a time, in offset order, and only the entries that fail
   that way are refused; any other failure rewinds the batch as before. Entry by entry is as
   safe to replay as the batch, for the same reasons.
+- With tracing on, the well-formed trace context on a record's headers (the turn that set the
+  timer) is stored with its timer, for the wake to link to; any other header value is ignored.
 - Each stored batch pokes the firing loop, so a timer due sooner than the one it was sleeping
   towards is fired on time rather than at the end of a long sleep.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -33,7 +36,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
-from consumer import metrics
+from consumer import metrics, tracing
 from consumer.errors import ScheduleRecordError
 from consumer.failures import cannot_succeed, describe
 from consumer.stopping import stopped_within
@@ -188,7 +191,13 @@ class ScheduleIntake:
         for partition, records in fetched.items():
             for record in records:
                 try:
-                    entries.append((partition, record.offset, parse_schedule_record(record.value)))
+                    entry = parse_schedule_record(record.value)
+                    context = tracing.record_context(record)
+                    if context is not None:
+                        entry = dataclasses.replace(
+                            entry, traceparent=context[0], tracestate=context[1]
+                        )
+                    entries.append((partition, record.offset, entry))
                 except ScheduleRecordError as exc:
                     _refused(partition, record.offset, exc.reason, str(exc))
                 offsets[partition] = record.offset + 1

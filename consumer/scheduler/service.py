@@ -26,6 +26,12 @@ kept in the ``dead_letters`` table (source ``timer:<sha256 of its session and ke
 and counted in ``turnflow_schedule_refused_total``, and deleted with its batch while the
 others fire.
 
+With tracing on, each wake is sent inside a PRODUCER span ``send inbound.turns`` that starts a
+trace of its own, linked to the context stored with the timer (the turn that set it), and the
+wake record carries that span's context, so the wake's turn is its child: one trace per turn,
+and a follow-up's trace leads back to the turn that scheduled it. Tracing off, a wake costs
+one check more.
+
 Replicas skip each other's locked rows, so in the normal path a timer fires once. A crash
 between the ack and the commit fires it again on restart; the engine answers that second wake
 with ``stale-wake``. Nothing ever deletes a row whose wake was not acknowledged, so a timer is
@@ -51,7 +57,7 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from consumer import metrics
+from consumer import metrics, tracing
 from consumer.closing import close_quietly
 from consumer.dead_letters import keep_unsendable
 from consumer.failures import cannot_succeed
@@ -250,17 +256,28 @@ class TimerFiring:
                 if after is not None:
                     await after
                 acks: list[tuple[Timer, asyncio.Future[Any]]] = []
+                spans: list[tracing.SendSpan | None] = []
                 refused: list[tuple[Timer, BaseException]] = []
                 for timer in timers:
                     key, value = wake_record(timer)
+                    span = self._wake_span(timer)
                     try:
-                        acks.append(
-                            (timer, await self._producer.send(self._topic, value, key=key))
-                        )
+                        if span is None:
+                            ack = await self._producer.send(self._topic, value, key=key)
+                        else:
+                            ack = await self._producer.send(
+                                self._topic, value, key=key, headers=span.headers
+                            )
                     except Exception as exc:
+                        if span is not None:
+                            span.end(exc)
                         if cannot_succeed(exc) is None:
+                            _end_all(spans, exc)
                             raise
                         refused.append((timer, exc))
+                        continue
+                    acks.append((timer, ack))
+                    spans.append(span)
                 if sent is not None:
                     sent.set_result(None)
                 # Every ack before any delete: a row is gone only once its wake is durable.
@@ -268,7 +285,9 @@ class TimerFiring:
                 outcomes = await asyncio.gather(*(a for _, a in acks), return_exceptions=True)
                 fired: list[Timer] = []
                 failed: BaseException | None = None
-                for (timer, _), outcome in zip(acks, outcomes, strict=True):
+                for (timer, _), span, outcome in zip(acks, spans, outcomes, strict=True):
+                    if span is not None:
+                        span.end(outcome if isinstance(outcome, BaseException) else None)
                     if not isinstance(outcome, BaseException):
                         fired.append(timer)
                     elif cannot_succeed(outcome) is not None:
@@ -298,6 +317,14 @@ class TimerFiring:
             raise failed
         return len(timers)
 
+    def _wake_span(self, timer: Timer) -> tracing.SendSpan | None:
+        """The wake's PRODUCER span, linked to the turn that set the timer; None (one check)
+        while tracing is off."""
+        return tracing.wake_span(
+            topic=self._topic, session_id=timer.session_id, timer_key=timer.key,
+            traceparent=timer.traceparent, tracestate=timer.tracestate,
+        )
+
     async def _set_aside(self, timer: Timer, error: BaseException) -> None:
         """Keep a timer whose wake can never be produced; its row is deleted with the batch."""
         # Keyed by session and key: the same key may be set for two sessions.
@@ -326,6 +353,13 @@ class TimerFiring:
         finally:
             for waiter in waiters:
                 waiter.cancel()
+
+
+def _end_all(spans: Sequence[tracing.SendSpan | None], error: BaseException) -> None:
+    """Close the spans of a batch that gave up before its acks were awaited."""
+    for span in spans:
+        if span is not None:
+            span.end(error)
 
 
 class Scheduler:

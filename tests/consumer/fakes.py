@@ -164,16 +164,19 @@ class FakeStore:
             if earlier.input_id:
                 self.input_ids.add((request.session_id, earlier.input_id))
         self.sessions[request.session_id] = (request.state, version + 1)
-        ids = [self.add_row(request.session_id, e.topic, e.payload) for e in request.outbox]
+        ids = [self.add_row(request.session_id, e.topic, e.payload,
+                            traceparent=request.traceparent, tracestate=request.tracestate)
+               for e in request.outbox]
         return SavedTurn(version=version + 1, outbox_ids=ids)
 
     def add_row(
         self, session_id: str, topic: str, payload: dict[str, Any],
-        created_at: datetime | None = None,
+        created_at: datetime | None = None, traceparent: str | None = None,
+        tracestate: str | None = None,
     ) -> int:
         row_id = len(self.rows) + 1
         self.rows.append(OutboxRow(row_id, session_id, topic, session_id, payload,
-                                   created_at or datetime.now(UTC)))
+                                   created_at or datetime.now(UTC), traceparent, tracestate))
         return row_id
 
     @asynccontextmanager

@@ -79,7 +79,8 @@ class FakeTimerStore:
         )[:limit]
         ids = [(t.session_id, t.key) for t in due]
         claim = FakeClaim(
-            timers=[Timer(key=t.key, session_id=t.session_id, at=t.at) for t in due],
+            timers=[Timer(key=t.key, session_id=t.session_id, at=t.at,
+                          traceparent=t.traceparent, tracestate=t.tracestate) for t in due],
             db_now=self.now,
         )
         self.locked.update(ids)

@@ -279,12 +279,13 @@ def test_an_otlp_environment_builds_a_batch_exporting_provider() -> None:
     assert tracing._tracer is None
 
 
-@pytest.mark.parametrize("command", [["schedule"], ["consume", "--agent", "x:y", "--workers", "1"]])
+@pytest.mark.parametrize("command", [["schedule"], ["relay"],
+                                     ["consume", "--agent", "x:y", "--workers", "1"]])
 def test_the_services_refuse_an_unusable_exporter_with_one_line(
     command: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``turnflow schedule`` and ``consume`` with OTEL_* variables asking for gRPC exit 2 with
-    one line naming the variable, before connecting to anything."""
+    """``turnflow schedule``, ``relay`` and ``consume`` with OTEL_* variables asking for gRPC
+    exit 2 with one line naming the variable, before connecting to anything."""
     from consumer import cli
 
     monkeypatch.setenv("DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")

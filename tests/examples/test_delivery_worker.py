@@ -10,8 +10,40 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
-from examples.delivery_worker import DeliveredKeys, DeliveryWorker, run
+from examples.delivery_worker import (
+    DeliveredKeys,
+    DeliveryWorker,
+    run,
+    tracer_from_environment,
+)
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+TURN_SPAN = "00f067aa0ba902b7"
+
+
+def _traced_worker() -> tuple[DeliveryWorker, InMemorySpanExporter, list[str]]:
+    """A worker tracing into memory; each delivery records the traceparent current in it."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    seen: list[str] = []
+
+    async def deliver(value: dict[str, Any]) -> None:
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        carrier: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(carrier)
+        seen.append(carrier.get("traceparent", ""))
+
+    worker = DeliveryWorker(deliver, DeliveredKeys(), tracer=provider.get_tracer("test"))
+    return worker, exporter, seen
 
 
 class _Clock:
@@ -109,6 +141,49 @@ async def test_a_failed_delivery_is_not_remembered() -> None:
         pass
     assert await worker.handle(_message("k1", "Hi!")) is True
     assert calls == ["k1", "k1"]
+
+
+async def test_a_delivery_continues_the_trace_of_the_turn_that_wrote_the_reply() -> None:
+    """A reply record carrying the turn's ``traceparent`` is delivered inside a CONSUMER span
+    ``deliver outbound.messages`` whose parent is that turn's span, current while delivering
+    (so a POST carries it on); a record without one gets a trace of its own."""
+    worker, exporter, seen = _traced_worker()
+    headers = [("traceparent", f"00-{TRACE}-{TURN_SPAN}-01".encode()),
+               ("tracestate", b"vendor=1")]
+    assert await worker.handle(_message("k1", "Hi!"), headers) is True
+    assert await worker.handle(_message("k2", "Bye."), []) is True
+    continued, alone = exporter.get_finished_spans()
+    assert continued.name == "deliver outbound.messages" and continued.kind is SpanKind.CONSUMER
+    assert continued.parent is not None
+    assert (f"{continued.context.trace_id:032x}", f"{continued.parent.span_id:016x}") == (
+        TRACE, TURN_SPAN)
+    assert (continued.attributes or {})["gen_ai.conversation.id"] == "s1"
+    assert seen[0].split("-")[1:3] == [TRACE, f"{continued.context.span_id:016x}"]
+    assert alone.parent is None and f"{alone.context.trace_id:032x}" != TRACE
+
+
+def test_the_worker_traces_only_with_an_otlp_endpoint_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without an OTLP endpoint in the environment the worker has no tracer (no tracing work);
+    with ``OTEL_EXPORTER_OTLP_ENDPOINT`` set it has one."""
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    assert tracer_from_environment() is None
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+    assert tracer_from_environment() is not None
+
+
+@settings(max_examples=100, deadline=None)
+@given(headers=st.lists(st.tuples(
+    st.sampled_from(["traceparent", "tracestate", "other"]),
+    st.one_of(st.binary(max_size=60), st.text(max_size=60)),
+), max_size=3))
+async def test_any_trace_headers_still_deliver(headers: list[tuple[str, Any]]) -> None:
+    """Whatever bytes a reply's trace headers hold, the message is delivered in a span."""
+    worker, exporter, seen = _traced_worker()
+    assert await worker.handle(_message("k1", "Hi!"), headers) is True
+    assert len(exporter.get_finished_spans()) == 1 and len(seen) == 1
 
 
 @pytest.mark.integration

@@ -6,6 +6,7 @@ import json
 import re
 from typing import Any
 
+import helm_python as helm
 import pytest
 
 from consumer.cli import COMMANDS
@@ -444,6 +445,21 @@ def test_the_inspector_is_off_by_default_and_reads_with_its_own_credentials() ->
     assert _matches(service["spec"]["selector"], pod.get("labels") or chart.one(
         "Deployment", "-inspector")["spec"]["template"]["metadata"]["labels"])
     assert pod["nodeSelector"] == {"pool": "tools"}
+
+
+def test_the_inspectors_trace_url_is_set_only_when_given() -> None:
+    """``inspector.traceUrl`` becomes the pod's TURNFLOW_TRACE_URL; empty, the variable is not
+    set; a value the inspector would refuse (no ``{trace_id}``, not http) the schema refuses."""
+    url = "http://localhost:16686/trace/{trace_id}"
+    on = render_chart({"inspector": {"enabled": True, "traceUrl": url}})
+    container = on.one("Deployment", "-inspector")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "TURNFLOW_TRACE_URL", "value": url} in container["env"]
+    off = render_chart({"inspector": {"enabled": True}})
+    container = off.one("Deployment", "-inspector")["spec"]["template"]["spec"]["containers"][0]
+    assert "TURNFLOW_TRACE_URL" not in {e["name"] for e in container["env"]}
+    for bad in ("http://localhost:16686/trace/", "javascript:{trace_id}"):
+        with pytest.raises(helm.HelmValuesError):
+            render_chart({"inspector": {"enabled": True, "traceUrl": bad}})
 
 
 _REGISTRY_KEYS = {"AGENT_REGISTRY", "PACKS", "AGENT_CACHE_SIZE", "AGENT_REFRESH_MS"}

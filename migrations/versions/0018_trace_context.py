@@ -1,0 +1,42 @@
+"""The trace context that travels with outbox rows and timers, and each turn's trace id.
+
+`outbox.traceparent` / `outbox.tracestate`: the W3C trace context of the turn that wrote the
+row, so a row sent later (by the relay after a crash, or by the next turn of its session)
+carries its own turn's context, not the sender's. `timers.traceparent` / `timers.tracestate`:
+the context on the `outbound.schedule` record the timer came from (the turn that set it), which
+the scheduler links its wake to. `turns.trace_id`: the trace of the turn, for the inspector.
+
+All NULL when tracing is off and on rows written before this migration.
+
+Revision ID: 0018
+Revises: 0017
+Create Date: 2026-12-04
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0018"
+down_revision: str | None = "0017"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.add_column("outbox", sa.Column("traceparent", sa.Text(), nullable=True))
+    op.add_column("outbox", sa.Column("tracestate", sa.Text(), nullable=True))
+    op.add_column("timers", sa.Column("traceparent", sa.Text(), nullable=True))
+    op.add_column("timers", sa.Column("tracestate", sa.Text(), nullable=True))
+    op.add_column("turns", sa.Column("trace_id", sa.Text(), nullable=True))
+
+
+def downgrade() -> None:
+    op.drop_column("turns", "trace_id")
+    op.drop_column("timers", "tracestate")
+    op.drop_column("timers", "traceparent")
+    op.drop_column("outbox", "tracestate")
+    op.drop_column("outbox", "traceparent")
