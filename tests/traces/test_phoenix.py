@@ -191,12 +191,6 @@ def phoenix_tap() -> Iterator[tuple[Phoenix, OtlpTap]]:
 
 _demo: dict[str, Demo] = {}
 
-# A part of the traces that is not built yet (docs/operating.md, "Not traced yet"). Its test is
-# written against the span names and attributes that part will have; strict, so that the run
-# fails once it passes and the mark is then removed.
-NO_WAKE_SPANS_YET = pytest.mark.xfail(
-    strict=True, reason="the scheduler does not carry a timer's context into its wake yet")
-
 
 async def produce(bootstrap: str, topic: str,
                   records: list[tuple[dict[str, Any], Adapter]]) -> None:
@@ -439,7 +433,6 @@ async def test_model_calls_are_llm_spans_under_their_turn(demo: Demo) -> None:
         assert "gen_ai.agent.version" not in attributes  # a configured agent has no versions
 
 
-@NO_WAKE_SPANS_YET
 async def test_the_wake_links_to_the_turn_that_set_its_timer(demo: Demo) -> None:
     """The scheduler's wake is a PRODUCER span ``send <inbound topic>`` that starts a trace of
     its own, linked to the span of the turn that set the silence timer (the burst's, the last
