@@ -6,7 +6,7 @@ RUN_STAMP := $(VENV)/.installed-run
 STAMP  := $(VENV)/.installed
 
 .PHONY: install test lint unit run run-local-model test-real-model prometheus chromium \
-	test-browser bench-inspect bench bench-engine bench-store \
+	test-browser phoenix phoenix-serve bench-inspect bench bench-engine bench-store \
 	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks bench-pipeline \
 	bench-hosting bench-versions bench-window bench-fairness bench-prefix bench-tracing bench-peers clean
 
@@ -41,6 +41,30 @@ chromium:
 	  sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 	  $$sudo apt-get install -y --no-install-recommends chromium \
 	  || { $$sudo apt-get update -qq && $$sudo apt-get install -y --no-install-recommends chromium; }; }
+
+# Arize Phoenix, the OTLP trace store that tests/traces/ export a demo conversation to and read
+# back, in its own virtualenv (never a dependency of turnflow): every package pinned by
+# tests/fixtures/phoenix-requirements.txt. Without it those tests skip, or fail under
+# TURNFLOW_REQUIRE_SERVERS=1 (CI).
+PHOENIX_VENV := .phoenix-venv
+PHOENIX_STAMP := $(PHOENIX_VENV)/.installed
+$(PHOENIX_STAMP): tests/fixtures/phoenix-requirements.txt
+	$(PYTHON) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/pip install -q --upgrade pip
+	$(PHOENIX_VENV)/bin/pip install -q -r tests/fixtures/phoenix-requirements.txt
+	touch $(PHOENIX_STAMP)
+
+phoenix: $(PHOENIX_STAMP)
+
+# Phoenix on this machine for `turnflow consume` and `schedule` to send traces to: UI and
+# OTLP/HTTP on http://127.0.0.1:6006 (PHOENIX_PORT), its data in .turnflow/phoenix, nothing
+# fetched from the internet. See docs/operating.md, "Seeing traces in Phoenix".
+phoenix-serve: $(PHOENIX_STAMP)
+	mkdir -p .turnflow/phoenix
+	PHOENIX_WORKING_DIR=.turnflow/phoenix PHOENIX_HOST=127.0.0.1 \
+	PHOENIX_PORT=$${PHOENIX_PORT:-6006} PHOENIX_GRPC_PORT=$${PHOENIX_GRPC_PORT:-4317} \
+	PHOENIX_TELEMETRY_ENABLED=false PHOENIX_ALLOW_EXTERNAL_RESOURCES=false \
+	PHOENIX_DISABLE_AGENT_ASSISTANT=true $(PHOENIX_VENV)/bin/phoenix serve
 
 # The inspector in a real browser; screenshots in test-artifacts/browser/.
 test-browser: $(STAMP) chromium
@@ -173,4 +197,4 @@ bench-inspect: $(STAMP)
 	$(BIN)/python bench/inspect_bench.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage
+	rm -rf $(VENV) $(PHOENIX_VENV) .pytest_cache .mypy_cache .ruff_cache .coverage
