@@ -34,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import FakeClock, ModelRequest, ModelResponse
-from engine.providers.base import laid_out
+from engine.providers.openai import chat_completion_body
 from engine.providers.rules import RuleProvider
 from examples.demo_agent import build_agent
 
@@ -59,20 +59,18 @@ class Capturing:
 
 
 def rendered(request: ModelRequest) -> str:
-    """The prompt in the order the providers sent it before the cache layout: the whole system
-    text (this turn's sections included) first, then the history."""
-    lines = [f"system: {request.system}"]
-    lines += [f"{m.role}: {m.text}" for m in request.messages]
-    return "\n".join(lines)
+    """The prompt in the order the providers sent it before the cache layout
+    (``TURNFLOW_MODEL_PROMPT_LAYOUT=built``): the whole system text first, then the history."""
+    body = chat_completion_body(request, model="m", layout="built")
+    return "\n".join(f"{m['role']}: {m['content']}" for m in body["messages"])
 
 
 def rendered_for_caches(request: ModelRequest) -> str:
     """The prompt as the providers send it now (``laid_out``): the sections fixed for the
-    agent as the system prompt, then the history, then this turn's sections."""
-    system, messages = laid_out(request)
-    lines = [f"system: {system}"]
-    lines += [f"{m.role}: {m.text}" for m in messages]
-    return "\n".join(lines)
+    agent as the system prompt, then the history, then this turn's sections as a system entry
+    before the customer's words."""
+    body = chat_completion_body(request, model="m")
+    return "\n".join(f"{m['role']}: {m['content']}" for m in body["messages"])
 
 
 def common_prefix(a: str, b: str) -> int:
