@@ -8,12 +8,12 @@ the same ten-turn demo conversation (book a repair, ask the hours, a second book
 through the demo agent on both, one turn on one side then the same turn on the other, so the
 load of a shared machine falls on both alike:
 
-- **before**: the prompt as the providers sent it before the cache layout (``layout="built"``:
-  the whole system text, this turn's sections included, first; then the history), no
-  ``cache_prompt`` field, no slot affinity: the server's defaults;
-- **after**: the default layout (``laid_out``: the agent's fixed sections, the history, this
-  turn's sections before the customer's words), ``cache_prompt: true`` and ``id_slot`` per call
-  kind (``TURNFLOW_MODEL_PROMPT_CACHE=llama.cpp``, ``TURNFLOW_MODEL_SLOTS=2``).
+- **before**: the prompt as built, as the providers send it without a cache asked for
+  (``layout="built"``: the whole system text, this turn's sections included, first; then the
+  history), no ``cache_prompt`` field, no slot affinity: the server's defaults;
+- **after**: the layout for caches (``laid_out``: the agent's fixed sections, the history,
+  this turn's sections before the customer's words), ``cache_prompt: true`` and ``id_slot`` per
+  call kind (``TURNFLOW_MODEL_PROMPT_CACHE=llama.cpp``, ``TURNFLOW_MODEL_SLOTS=2``).
 
 Each side has a server of its own, so neither evicts the other's cache. Per model call the
 server's ``timings`` say how many prompt tokens it took from the slot's cache (``cache_n``) and

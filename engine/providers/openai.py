@@ -38,12 +38,12 @@ that takes a trailing assistant message as the start of its own reply would cont
                 (``turn_sections_at``), so OpenAI routes every call sharing that prefix to
                 the same cache; requests without such a prompt carry none
 
-Whatever ``prompt_cache`` says, the prompt is sent in prefix-cache order (``layout="cache"``,
+With a prompt cache asked for, the prompt is sent in prefix-cache order (``layout="cache"``,
 ``engine.providers.base.laid_out``): the system prompt is the part fixed for the agent, the
 history follows, and this turn's sections come as a second system entry right before the
 customer's words they are about, so the model reads the same instructions in the same role as
-in the prompt as built. ``layout="built"`` sends the whole system text first instead, for a
-server whose chat template refuses a system entry after the first.
+in the prompt as built. Without, it is sent as built (``layout="built"``: the whole system text
+first, then the history); ``layout`` set either way overrides that.
 
 ``slots`` (llama.cpp): with two or more, understand and speak calls carry ``id_slot`` so each
 kind of one conversation keeps a slot of its own (``engine.providers.slots``).
@@ -211,13 +211,16 @@ def chat_completion_body(
     temperature: float | None = None,
     json_mode: JsonMode = "json_schema",
     prompt_cache: PromptCache = "off",
-    layout: PromptLayout = "cache",
+    layout: PromptLayout | None = None,
     slots: int = 0,
 ) -> dict[str, Any]:
     """The JSON body of ``POST /chat/completions`` for one request. ``layout``: ``cache`` sends
     the prompt in prefix-cache order (``laid_out``), ``built`` as the engine built it (the whole
-    system text first). ``slots``: the llama.cpp server's slot count, for slot affinity
-    (``engine.providers.slots``; 0: the server picks)."""
+    system text first); None: ``cache`` when ``prompt_cache`` asks for a cache, else ``built``.
+    ``slots``: the llama.cpp server's slot count, for slot affinity (``engine.providers.slots``;
+    0: the server picks)."""
+    if layout is None:
+        layout = "built" if prompt_cache == "off" else "cache"
     if layout == "cache":
         system, messages, turn, turn_at = laid_out(request)
     else:
@@ -364,7 +367,7 @@ class OpenAIProvider(JsonApiProvider):
         temperature: float | None = None,
         json_mode: JsonMode = "json_schema",
         prompt_cache: PromptCache = "off",
-        layout: PromptLayout = "cache",
+        layout: PromptLayout | None = None,
         slots: int = 0,
         **options: Unpack[HttpOptions],
     ) -> None:
@@ -374,7 +377,7 @@ class OpenAIProvider(JsonApiProvider):
         self.temperature = temperature
         self.json_mode: JsonMode = json_mode
         self.prompt_cache: PromptCache = prompt_cache
-        self.layout: PromptLayout = layout
+        self.layout: PromptLayout | None = layout
         self.slots = slots
 
     async def generate(self, request: ModelRequest) -> ModelResponse:

@@ -62,12 +62,12 @@ MODEL_SETTINGS: tuple[ModelSetting, ...] = (
                  "(`cache_prompt: true`) or `key` (OpenAI's `prompt_cache_key`, one per agent "
                  "version); on Anthropic any value but `off` marks a cache breakpoint after "
                  "a long enough fixed part of the system prompt."),
-    ModelSetting("TURNFLOW_MODEL_PROMPT_LAYOUT", "cache", "How an OpenAI-compatible server "
+    ModelSetting("TURNFLOW_MODEL_PROMPT_LAYOUT", "", "How an OpenAI-compatible server "
                  "gets the prompt: `cache` (the agent's fixed sections as the system prompt, "
                  "the history, then this turn's sections as a system entry before the "
                  "customer's words, so each prompt's start repeats for a prefix cache) or "
-                 "`built` (every section in one system prompt first, for a chat template that "
-                 "refuses a system entry after the first)."),
+                 "`built` (every section in one system prompt first, then the history); unset: "
+                 "`cache` when `TURNFLOW_MODEL_PROMPT_CACHE` asks for a cache, else `built`."),
     ModelSetting("TURNFLOW_MODEL_SLOTS", "0", "llama.cpp only: the server's slot count "
                  "(`--parallel`). With 2 or more each conversation's understand and speak "
                  "calls carry `id_slot`, a pair of slots picked by the conversation, so "
@@ -127,10 +127,10 @@ def _prompt_cache(environ: Mapping[str, str]) -> openai.PromptCache:
     )
 
 
-def _layout(environ: Mapping[str, str]) -> openai.PromptLayout:
+def _layout(environ: Mapping[str, str]) -> openai.PromptLayout | None:
     raw = environ.get("TURNFLOW_MODEL_PROMPT_LAYOUT", "").strip().lower()
     if not raw:
-        return "cache"
+        return None
     for layout in openai.PROMPT_LAYOUTS:
         if raw == layout:
             return layout

@@ -73,8 +73,8 @@ def _run_conversations() -> dict[str, list[ModelRequest]]:
 
 
 def _openai(request: ModelRequest) -> dict[str, Any]:
-    """The chat-completions body as the provider sends it by default (the laid-out order)."""
-    return chat_completion_body(request, model="m")
+    """The chat-completions body with llama.cpp's prompt cache asked for (the laid-out order)."""
+    return chat_completion_body(request, model="m", prompt_cache="llama.cpp")
 
 
 def _anthropic(request: ModelRequest) -> dict[str, Any]:
@@ -97,16 +97,18 @@ def _cached_part(request: ModelRequest) -> str:
 
 def test_every_conversation_of_an_agent_sends_the_same_system_prompt() -> None:
     """Six conversations of the demo agent run at once: every understand call sends one
-    system text and every speak call another, byte for byte, by default and with the cache
-    asked for; the Messages API's system text starts with it."""
+    system text and every speak call another, byte for byte, with either cache asked for or
+    the layout set alone; the Messages API's system text starts with it."""
     runs = _run_conversations()
     assert set(runs) == set(SCRIPTS)
     for kind in ("understand", "speak"):
         calls = [r for requests in runs.values() for r in requests if r.schema_name == kind]
         assert len(calls) >= len(SCRIPTS)
         heads = {json.dumps(_openai(r)["messages"][0]) for r in calls}
-        cached = {json.dumps(chat_completion_body(r, model="m", prompt_cache="llama.cpp")
-                             ["messages"][0]) for r in calls}
+        cached = {json.dumps(chat_completion_body(r, model="m", prompt_cache=cache,
+                                                  layout=layout)["messages"][0])
+                  for r in calls
+                  for cache, layout in (("key", None), ("off", "cache"))}
         assert len(heads) == 1 and cached == heads
         # The fixed head carries the agent and none of a turn's own sections.
         head = json.loads(next(iter(heads)))["content"]
@@ -186,16 +188,26 @@ def test_a_turn_without_new_words_ends_on_a_user_placeholder_after_its_sections(
         ("user", "hi")]
 
 
-def test_the_built_layout_sends_the_whole_system_text_first() -> None:
-    """``layout="built"`` (``TURNFLOW_MODEL_PROMPT_LAYOUT=built``) sends the request as the
-    engine built it: one system entry with every section, then the messages."""
+def test_the_layout_follows_the_cache_unless_set() -> None:
+    """Without a prompt cache asked for (the default) the request goes as the engine built it:
+    one system entry with every section, then the messages; with one, laid out;
+    ``layout`` (``TURNFLOW_MODEL_PROMPT_LAYOUT``) overrides either way."""
     request = ModelRequest(
         schema_name="speak", system="## Identity\nAna\n\n## Guideline\nGo.",
         turn_sections_at=len("## Identity\nAna") + 2,
         messages=[ChatMessage(role="user", text="hi")])
-    body = chat_completion_body(request, model="m", layout="built", prompt_cache="llama.cpp")
-    assert body["messages"] == [{"role": "system", "content": request.system},
-                                {"role": "user", "content": "hi"}]
+    built = [{"role": "system", "content": request.system}, {"role": "user", "content": "hi"}]
+    laid = [{"role": "system", "content": "## Identity\nAna"},
+            {"role": "system", "content": "## Guideline\nGo."},
+            {"role": "user", "content": "hi"}]
+
+    def sent(**options: Any) -> Any:
+        return chat_completion_body(request, model="m", **options)["messages"]
+
+    assert sent() == built and sent(prompt_cache="off") == built
+    assert sent(prompt_cache="llama.cpp") == laid and sent(prompt_cache="key") == laid
+    assert sent(prompt_cache="llama.cpp", layout="built") == built
+    assert sent(layout="cache") == laid
 
 
 def test_without_a_split_the_request_is_sent_as_it_is() -> None:
