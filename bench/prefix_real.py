@@ -19,7 +19,10 @@ Each side has a server of its own, so neither evicts the other's cache. Per mode
 server's ``timings`` say how many prompt tokens it took from the slot's cache (``cache_n``) and
 how many it evaluated (``prompt_n``); the share from cache is ``cache_n / (cache_n +
 prompt_n)`` over all calls. Seconds per turn are the wall time of ``agent.turn``.
-``--turns N`` runs the first N turns only; ``--budget S`` stops starting turns after S seconds.
+``--turns N`` runs the first N turns only; ``--budget S`` stops starting turns after S seconds;
+``--no-slots-side`` adds a third side (and server): the layout and ``cache_prompt`` without
+``id_slot``, to tell the layout's share from the slots'; ``--uncached-side`` one with the
+layout and ``cache_prompt: false``, whose replies tell what the order alone changes.
 
 Then the service's own CPU per turn with each layout, side by side (``cpu``): the demo agent
 with the offline rule provider behind a provider that also builds and serializes the
@@ -78,6 +81,8 @@ class Side:
     layout: PromptLayout
     prompt_cache: str
     slots: int
+    no_cache: bool = False
+    """Send ``cache_prompt: false``: the server evaluates every prompt whole."""
     cached: int = 0
     evaluated: int = 0
     calls: int = 0
@@ -89,6 +94,22 @@ class Side:
 
     def share(self) -> float:
         return self.cached / max(1, self.cached + self.evaluated)
+
+
+class _NoCache(httpx.AsyncBaseTransport):
+    """Adds ``cache_prompt: false`` to every request body (llama.cpp caches by default)."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = {**json.loads(request.content), "cache_prompt": False}
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() != "content-length"]
+        sent = httpx.Request(request.method, request.url, headers=headers, json=body)
+        return await self.inner.handle_async_request(sent)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 def _host() -> Any:
@@ -109,7 +130,8 @@ async def _side(side: Side, base_url: str) -> Any:
         except ValueError:
             timings.append({})
 
-    client = httpx.AsyncClient(timeout=CALL_TIMEOUT_S, event_hooks={"response": [keep]})
+    client = httpx.AsyncClient(timeout=CALL_TIMEOUT_S, event_hooks={"response": [keep]},
+                               transport=_NoCache() if side.no_cache else None)
     from tests.fixtures.llama_server import MODEL_NAME
 
     provider = OpenAIProvider(client=client, model=MODEL_NAME, base_url=base_url,
@@ -125,6 +147,10 @@ async def measure(args: argparse.Namespace) -> None:
     from tests.fixtures.llama_server import MODEL_NAME, start
 
     sides = [Side("before", "built", "off", 0), Side("after", "cache", "llama.cpp", 2)]
+    if args.no_slots_side:  # the layout and cache_prompt alone, the slot left to the server
+        sides.append(Side("noslot", "cache", "llama.cpp", 0))
+    if args.uncached_side:  # the layout with nothing cached: what the order alone does
+        sides.append(Side("uncached", "cache", "off", 0, no_cache=True))
     logs = Path(tempfile.mkdtemp(prefix="prefix-real-"))
     print(f"model {MODEL_NAME}; starting two llama.cpp servers (logs in {logs}) ...",
           flush=True)
@@ -163,7 +189,7 @@ async def measure(args: argparse.Namespace) -> None:
     finally:
         for server in servers:
             server.stop()
-    before, after = sides
+    before, after = sides[:2]
     print()
     print("| layout | turns | model calls | prompt tokens from cache | evaluated | "
           "seconds per turn (mean) | median | of which prompt evaluation | generation |")
@@ -183,6 +209,12 @@ async def measure(args: argparse.Namespace) -> None:
         print(f"after / before, prompt evaluation seconds: "
               f"{after.prompt_ms / before.prompt_ms:.2f}")
     same = sum(a == b for a, b in zip(before.replies, after.replies, strict=False))
+    for other in sides[2:]:
+        print(f"{other.name}: replies as before on "
+              f"{sum(a == b for a, b in zip(before.replies, other.replies, strict=False))}, "
+              f"as after on "
+              f"{sum(a == b for a, b in zip(after.replies, other.replies, strict=False))} "
+              f"of {len(other.replies)} turns")
     print(f"replies identical on both sides: {same} of {len(after.replies)} turns")
 
 
@@ -241,6 +273,10 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=1200.0,
                         help="stop starting turns after this many seconds")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-slots-side", action="store_true",
+                        help="a third side: the layout and cache_prompt without id_slot")
+    parser.add_argument("--uncached-side", action="store_true",
+                        help="a side with the layout and cache_prompt: false (the order alone)")
     parser.add_argument("--cpu-only", action="store_true")
     parser.add_argument("--cpu-batches", type=int, default=10)
     parser.add_argument("--cpu-conversations", type=int, default=20)
