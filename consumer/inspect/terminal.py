@@ -218,6 +218,8 @@ def _call(call: dict[str, Any]) -> str:
         cost += f" [{call['latency_ms']:.1f} ms"
         if call.get("input_tokens") is not None:
             cost += f", {call['input_tokens']} in / {call.get('output_tokens')} out tokens"
+            if call.get("cache_read_tokens") is not None:
+                cost += f", {call['cache_read_tokens']} cached"
         cost += "]"
     if not call["ok"]:
         return f"{call['kind']}: failed {safe(call.get('error') or '')}{cost}"

@@ -379,7 +379,8 @@ def _agent(t: dict[str, Any]) -> str | None:
 
 def _understood(recording: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The recorded model calls as the page shows them: the call's kind, whether it worked,
-    and what it returned (the JSON it gave, else its text)."""
+    what it returned (the JSON it gave, else its text), its time and tokens, and how many of
+    its prompt tokens came from the server's prompt cache."""
     if not recording:
         return []
     out = []
@@ -394,6 +395,9 @@ def _understood(recording: dict[str, Any] | None) -> list[dict[str, Any]]:
             "latency_ms": call.get("latency_ms"),
             "input_tokens": call.get("input_tokens"),
             "output_tokens": call.get("output_tokens"),
+            # Of the prompt's tokens, those the server read from its prompt cache (recorded
+            # only when the server reports them).
+            "cache_read_tokens": call.get("cache_read_tokens"),
         })
     return out
 

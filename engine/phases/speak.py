@@ -124,6 +124,7 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
             [spec for _, _, spec in offer],
             {**built.meta, "round": rounds + 1, "tools": [s.name for _, _, s in offer]},
             built.turn_sections_at,
+            state.session.id,
         )
         reply.calls += 1
         state.llm_calls += 1
@@ -177,6 +178,7 @@ def _speak_request(
     tools: list[ToolSpec],
     meta: dict[str, Any],
     turn_sections_at: int | None = None,
+    conversation: str | None = None,
 ) -> ModelRequest:
     """``ModelRequest(schema_name="speak", system=..., messages=..., json_schema=...,
     tools=..., meta=...)``, built as ``engine.records`` builds a turn's own records: one per
@@ -192,6 +194,7 @@ def _speak_request(
         "tools": list(tools),
         "meta": dict(meta),
         "turn_sections_at": turn_sections_at,
+        "conversation": conversation,
     }
     return built(ModelRequest, values, _SPEAK_GIVEN, validate=(
         type(system) is not str
@@ -199,6 +202,7 @@ def _speak_request(
         or not _TOOL_ONLY.issuperset(map(type, tools))
         or not _STR_ONLY.issuperset(map(type, json_schema))
         or not _STR_ONLY.issuperset(map(type, meta))
+        or not (conversation is None or type(conversation) is str)
     ))
 
 

@@ -126,12 +126,11 @@ def _cacheable(system: str, model: str) -> bool:
 def messages_body(
     request: ModelRequest, *, model: str, max_tokens: int, prompt_cache: bool = False
 ) -> dict[str, Any]:
-    """The JSON body of ``POST /v1/messages`` for one request. ``prompt_cache``: laid out for
-    the prompt cache (``laid_out``), with a breakpoint after a long enough fixed system prompt;
-    otherwise the request's system prompt and messages as they are."""
-    system, messages = (
-        laid_out(request) if prompt_cache else (request.system, request.messages)
-    )
+    """The JSON body of ``POST /v1/messages`` for one request: the system prompt and messages
+    as built. ``prompt_cache``: when the part of the system prompt fixed for the agent is long
+    enough to cache, the system prompt is sent as two blocks, that part with a cache breakpoint
+    and this turn's sections after it (the same text the model reads either way)."""
+    system, messages = request.system, request.messages
     system_parts = [system] if system else []
     system_parts += [m.text for m in messages if m.role == "system" and m.text]
     body: dict[str, Any] = {
@@ -141,11 +140,15 @@ def messages_body(
     }
     if system_parts:
         text = "\n\n".join(system_parts)
-        if prompt_cache and request.turn_sections_at is not None and _cacheable(text, model):
-            # The system prompt is the part fixed for the agent: a cache breakpoint after it
-            # lets every conversation's calls read it from the prompt cache.
-            body["system"] = [{"type": "text", "text": text,
+        fixed, _, turn, _ = laid_out(request)
+        if prompt_cache and request.turn_sections_at is not None and _cacheable(fixed, model):
+            # The part fixed for the agent: a cache breakpoint after it lets every
+            # conversation's calls read it from the prompt cache.
+            rest = "\n\n".join(part for part in (turn, *system_parts[1:]) if part)
+            body["system"] = [{"type": "text", "text": fixed,
                                "cache_control": {"type": "ephemeral"}}]
+            if rest:
+                body["system"].append({"type": "text", "text": rest})
         else:
             body["system"] = text
     tools = [

@@ -16,7 +16,7 @@ metrics library.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -105,25 +105,50 @@ class ModelRequest(BaseModel):
     fixed for the agent version and is sent as the system prompt; the rest is sent after the
     conversation's messages (``laid_out``), so the start of every prompt of one agent, and of
     one conversation from call to call, repeats byte for byte for a server's prefix cache."""
+    conversation: str | None = None
+    """The session the call is for (None: not said). Never sent as is: a llama.cpp provider
+    with slot affinity picks the server slot from its digest (``engine.providers.slots``)."""
 
 
-def laid_out(request: ModelRequest) -> tuple[str, list[ChatMessage]]:
-    """The system prompt and messages to send for ``request``, in prefix-cache order: the fixed
-    part of ``system``; the history; this turn's sections as a user entry; then the tool rounds
-    of this call (assistant tool calls and tool results at the end of ``messages``), which the
-    model made after reading the turn's sections. Without ``turn_sections_at``, ``system`` and
-    ``messages`` as they are."""
+class LaidOut(NamedTuple):
+    """A request in prefix-cache order (``laid_out``): ``system`` is the part fixed for the
+    agent; ``turn`` (this turn's own sections, "" when none) goes, as a system entry, before
+    ``messages[turn_at:]`` (the customer's words not yet answered and this call's tool rounds),
+    after the rest of the history ``messages[:turn_at]``."""
+
+    system: str
+    messages: list[ChatMessage]
+    turn: str
+    turn_at: int
+
+
+def _turn_messages_start(messages: list[ChatMessage]) -> int:
+    """Where the entries the turn's sections are about start in ``messages``: before the tool
+    rounds of this call (assistant tool calls and tool results at the end) and before the
+    customer's words not yet answered (the user entries right before them: this turn's
+    messages, or on a retry the message an earlier attempt failed to answer)."""
+    at = len(messages)
+    while at and (messages[at - 1].role == "tool" or messages[at - 1].tool_calls):
+        at -= 1
+    while at and messages[at - 1].role == "user":
+        at -= 1
+    return at
+
+
+def laid_out(request: ModelRequest) -> LaidOut:
+    """``request`` in prefix-cache order: the fixed part of ``system`` (the system prompt);
+    the history; this turn's sections, still as system text, right before the customer's words
+    not yet answered; then those words and this call's tool rounds. The model reads the same
+    instructions in the same role as in the prompt as built, and the customer's words stay the
+    last user entry, while everything before the turn's sections repeats from call to call of
+    one conversation (and the system prompt across conversations). Without
+    ``turn_sections_at``: ``system`` and ``messages`` as they are, no turn part."""
     at = request.turn_sections_at
-    if at is None or not 0 <= at <= len(request.system):
-        return request.system, request.messages
-    head, turn = request.system[:at].rstrip(), request.system[at:].strip()
     messages = request.messages
-    end = len(messages)
-    while end and (messages[end - 1].role == "tool" or messages[end - 1].tool_calls):
-        end -= 1
-    if not turn:
-        return head, messages
-    return head, [*messages[:end], ChatMessage(role="user", text=turn), *messages[end:]]
+    if at is None or not 0 <= at <= len(request.system):
+        return LaidOut(request.system, messages, "", len(messages))
+    head, turn = request.system[:at].rstrip(), request.system[at:].strip()
+    return LaidOut(head, messages, turn, _turn_messages_start(messages))
 
 
 class Usage(BaseModel):
@@ -217,6 +242,7 @@ ChatMessage.model_rebuild()
 __all__ = [
     "CallRecord",
     "ChatMessage",
+    "LaidOut",
     "ModelRequest",
     "ModelResponse",
     "Provider",

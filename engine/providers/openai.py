@@ -38,6 +38,16 @@ that takes a trailing assistant message as the start of its own reply would cont
                 (``turn_sections_at``), so OpenAI routes every call sharing that prefix to
                 the same cache; requests without such a prompt carry none
 
+With a prompt cache asked for, the prompt is sent in prefix-cache order (``layout="cache"``,
+``engine.providers.base.laid_out``): the system prompt is the part fixed for the agent, the
+history follows, and this turn's sections come as a second system entry right before the
+customer's words they are about, so the model reads the same instructions in the same role as
+in the prompt as built. Without, it is sent as built (``layout="built"``: the whole system text
+first, then the history); ``layout`` set either way overrides that.
+
+``slots`` (llama.cpp): with two or more, understand and speak calls carry ``id_slot`` so each
+kind of one conversation keeps a slot of its own (``engine.providers.slots``).
+
 Building the body and parsing the reply are plain functions, tested without a server.
 """
 
@@ -70,6 +80,7 @@ from engine.providers.http import (
     unusable_reply,
     usage_from,
 )
+from engine.providers.slots import slot_for
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +97,8 @@ PromptCache = Literal["off", "llama.cpp", "key"]
 """How the server is asked to cache the prompt's prefix (see the module docstring)."""
 
 PROMPT_CACHES: tuple[PromptCache, ...] = ("off", "llama.cpp", "key")
+PromptLayout = Literal["cache", "built"]
+PROMPT_LAYOUTS: tuple[PromptLayout, ...] = ("cache", "built")
 DEFAULT_MAX_TOKENS = 1024
 """The reply cap sent when none is set: far above any envelope the engine asks for, far below a
 runaway reply that would hold the server until the timeout."""
@@ -136,13 +149,34 @@ def _merged(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def chat_messages(system: str, messages: list[ChatMessage]) -> list[dict[str, Any]]:
+def chat_messages(
+    system: str, messages: list[ChatMessage], *, turn: str = "", turn_at: int | None = None
+) -> list[dict[str, Any]]:
     """The ``messages`` of a chat-completions body: one system entry first, no two consecutive
     entries of one role (tool results aside; tool calls of merged turns are kept in order),
-    never opening or ending on the assistant."""
+    never opening or ending on the assistant. ``turn``: this turn's sections, a second system
+    entry placed before ``messages[turn_at:]`` (``laid_out``), never the last entry."""
     system_parts = [system] if system else []
     system_parts += [m.text for m in messages if m.role == "system" and m.text]
+    cut = len(messages) if turn_at is None else max(0, min(turn_at, len(messages)))
     out: list[dict[str, Any]] = []
+    _add_entries(out, messages[:cut])
+    if out and out[0]["role"] != "user":
+        out.insert(0, {"role": "user", "content": NO_NEW_MESSAGE})
+    if turn:
+        out.append({"role": "system", "content": turn})
+    _add_entries(out, messages[cut:])
+    if not out or out[0]["role"] == "assistant":
+        out.insert(0, {"role": "user", "content": NO_NEW_MESSAGE})
+    if out[-1]["role"] in ("assistant", "system"):
+        out.append({"role": "user", "content": NO_NEW_MESSAGE})
+    head = [{"role": "system", "content": "\n\n".join(system_parts)}] if system_parts else []
+    return head + out
+
+
+def _add_entries(out: list[dict[str, Any]], messages: list[ChatMessage]) -> None:
+    """Append ``messages`` (system ones aside: they join the system prompt) to ``out``,
+    merging an entry into the one before it when both are user or both assistant."""
     for message in messages:
         if message.role == "system":
             continue
@@ -153,12 +187,6 @@ def chat_messages(system: str, messages: list[ChatMessage]) -> list[dict[str, An
             out[-1] = _merged(out[-1], entry)
             continue
         out.append(entry)
-    if not out or out[0]["role"] not in ("user",):
-        out.insert(0, {"role": "user", "content": NO_NEW_MESSAGE})
-    if out[-1]["role"] == "assistant":
-        out.append({"role": "user", "content": NO_NEW_MESSAGE})
-    head = [{"role": "system", "content": "\n\n".join(system_parts)}] if system_parts else []
-    return head + out
 
 
 def response_format(request: ModelRequest, json_mode: JsonMode) -> dict[str, Any] | None:
@@ -183,14 +211,23 @@ def chat_completion_body(
     temperature: float | None = None,
     json_mode: JsonMode = "json_schema",
     prompt_cache: PromptCache = "off",
+    layout: PromptLayout | None = None,
+    slots: int = 0,
 ) -> dict[str, Any]:
-    """The JSON body of ``POST /chat/completions`` for one request."""
-    # Laid out for the server's prefix cache only when the cache is asked for: the order is
-    # another prompt to the model, and a server that caches nothing gains nothing from it.
-    system, messages = (
-        laid_out(request) if prompt_cache != "off" else (request.system, request.messages)
-    )
-    body: dict[str, Any] = {"model": model, "messages": chat_messages(system, messages)}
+    """The JSON body of ``POST /chat/completions`` for one request. ``layout``: ``cache`` sends
+    the prompt in prefix-cache order (``laid_out``), ``built`` as the engine built it (the whole
+    system text first); None: ``cache`` when ``prompt_cache`` asks for a cache, else ``built``.
+    ``slots``: the llama.cpp server's slot count, for slot affinity (``engine.providers.slots``;
+    0: the server picks)."""
+    if layout is None:
+        layout = "built" if prompt_cache == "off" else "cache"
+    if layout == "cache":
+        system, messages, turn, turn_at = laid_out(request)
+    else:
+        system, messages, turn, turn_at = request.system, request.messages, "", None
+    body: dict[str, Any] = {
+        "model": model, "messages": chat_messages(system, messages, turn=turn, turn_at=turn_at),
+    }
     wanted = response_format(request, json_mode)
     if wanted is not None:
         body["response_format"] = wanted
@@ -214,7 +251,11 @@ def chat_completion_body(
     if prompt_cache == "llama.cpp":
         body["cache_prompt"] = True
     elif prompt_cache == "key" and request.turn_sections_at is not None and system:
-        body["prompt_cache_key"] = prompt_cache_key(model, system)
+        body["prompt_cache_key"] = prompt_cache_key(model, request.system[
+            : request.turn_sections_at].rstrip())
+    slot = slot_for(request.schema_name, request.conversation, slots)
+    if slot is not None:
+        body["id_slot"] = slot
     return body
 
 
@@ -328,6 +369,8 @@ class OpenAIProvider(JsonApiProvider):
         temperature: float | None = None,
         json_mode: JsonMode = "json_schema",
         prompt_cache: PromptCache = "off",
+        layout: PromptLayout | None = None,
+        slots: int = 0,
         **options: Unpack[HttpOptions],
     ) -> None:
         super().__init__(api_key, **options)
@@ -336,13 +379,15 @@ class OpenAIProvider(JsonApiProvider):
         self.temperature = temperature
         self.json_mode: JsonMode = json_mode
         self.prompt_cache: PromptCache = prompt_cache
+        self.layout: PromptLayout | None = layout
+        self.slots = slots
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         async def call() -> ModelResponse:
             body = chat_completion_body(
                 request, model=self.model, max_tokens=self.max_tokens,
                 temperature=self.temperature, json_mode=self.json_mode,
-                prompt_cache=self.prompt_cache,
+                prompt_cache=self.prompt_cache, layout=self.layout, slots=self.slots,
             )
             reply = await self._api.post(
                 "chat/completions", body, max_reply_bytes=reply_byte_limit(self.max_tokens)
@@ -358,9 +403,11 @@ __all__ = [
     "DEFAULT_MAX_TOKENS",
     "JSON_MODES",
     "PROMPT_CACHES",
+    "PROMPT_LAYOUTS",
     "JsonMode",
     "OpenAIProvider",
     "PromptCache",
+    "PromptLayout",
     "chat_completion_body",
     "chat_messages",
     "parse_chat_completion",

@@ -57,12 +57,21 @@ MODEL_SETTINGS: tuple[ModelSetting, ...] = (
                  "`json_object` carrying the schema, for llama-cpp-python), `json_object` "
                  "or `none` (the prompt alone)."),
     ModelSetting("TURNFLOW_MODEL_PROMPT_CACHE", "off", "How the model server is asked to keep "
-                 "the prompt's processed prefix: `off` (nothing added, the prompt sent as "
-                 "built; servers that refuse unknown fields take it), `llama.cpp` "
+                 "the prompt's processed prefix: `off` (nothing added: servers that refuse "
+                 "unknown fields take it), `llama.cpp` "
                  "(`cache_prompt: true`) or `key` (OpenAI's `prompt_cache_key`, one per agent "
-                 "version). Any value but `off` also lays the prompt out for the cache (the "
-                 "agent's fixed sections, the history, then this turn's) and, on Anthropic, "
-                 "marks a cache breakpoint after a long enough fixed part."),
+                 "version); on Anthropic any value but `off` marks a cache breakpoint after "
+                 "a long enough fixed part of the system prompt."),
+    ModelSetting("TURNFLOW_MODEL_PROMPT_LAYOUT", "", "How an OpenAI-compatible server "
+                 "gets the prompt: `cache` (the agent's fixed sections as the system prompt, "
+                 "the history, then this turn's sections as a system entry before the "
+                 "customer's words, so each prompt's start repeats for a prefix cache) or "
+                 "`built` (every section in one system prompt first, then the history); unset: "
+                 "`cache` when `TURNFLOW_MODEL_PROMPT_CACHE` asks for a cache, else `built`."),
+    ModelSetting("TURNFLOW_MODEL_SLOTS", "0", "llama.cpp only: the server's slot count "
+                 "(`--parallel`). With 2 or more each conversation's understand and speak "
+                 "calls carry `id_slot`, a pair of slots picked by the conversation, so "
+                 "neither kind evicts the other's cached prefix; 0 lets the server pick."),
 )
 
 
@@ -118,6 +127,39 @@ def _prompt_cache(environ: Mapping[str, str]) -> openai.PromptCache:
     )
 
 
+def _layout(environ: Mapping[str, str]) -> openai.PromptLayout | None:
+    raw = environ.get("TURNFLOW_MODEL_PROMPT_LAYOUT", "").strip().lower()
+    if not raw:
+        return None
+    for layout in openai.PROMPT_LAYOUTS:
+        if raw == layout:
+            return layout
+    raise ValueError(
+        f"TURNFLOW_MODEL_PROMPT_LAYOUT must be one of {', '.join(openai.PROMPT_LAYOUTS)}; "
+        f"got {raw[:40]!r}"
+    )
+
+
+MAX_SLOTS = 4096
+"""More slots than any llama.cpp server runs: a larger number is a typo."""
+
+
+def _slots(environ: Mapping[str, str]) -> int:
+    raw = environ.get("TURNFLOW_MODEL_SLOTS", "").strip()
+    if not raw:
+        return 0
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_SLOTS:
+        raise ValueError(
+            f"TURNFLOW_MODEL_SLOTS must be a whole number of slots from 0 to {MAX_SLOTS}; "
+            f"got {raw[:40]!r}"
+        )
+    return value
+
+
 def _max_tokens(environ: Mapping[str, str]) -> int:
     raw = environ.get("TURNFLOW_MODEL_MAX_TOKENS", "").strip()
     if not raw:
@@ -151,6 +193,8 @@ def provider_from_env(
             max_tokens=_max_tokens(environ),
             json_mode=_json_mode(environ),
             prompt_cache=_prompt_cache(environ),
+            layout=_layout(environ),
+            slots=_slots(environ),
             hooks=hooks,
         )
     anthropic_key = environ.get(anthropic.API_KEY_ENV) or None

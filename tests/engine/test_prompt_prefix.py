@@ -73,45 +73,58 @@ def _run_conversations() -> dict[str, list[ModelRequest]]:
 
 
 def _openai(request: ModelRequest) -> dict[str, Any]:
-    """The chat-completions body with the prompt cache asked for (the laid-out order)."""
+    """The chat-completions body with llama.cpp's prompt cache asked for (the laid-out order)."""
     return chat_completion_body(request, model="m", prompt_cache="llama.cpp")
 
 
 def _anthropic(request: ModelRequest) -> dict[str, Any]:
-    """The Messages API body with the prompt cache asked for (the laid-out order)."""
+    """The Messages API body with the prompt cache asked for."""
     return messages_body(request, model="m", max_tokens=9, prompt_cache=True)
+
+
+def _turn_entry(request: ModelRequest) -> str:
+    """This call's turn sections as the serialized system entry the provider sends."""
+    turn = request.system[request.turn_sections_at or 0:].strip()
+    return json.dumps({"role": "system", "content": turn})
 
 
 def _cached_part(request: ModelRequest) -> str:
     """The serialized OpenAI messages up to where this call's turn sections start: what the
     next call of the conversation can find in a server's prefix cache."""
     text = json.dumps(_openai(request)["messages"])
-    turn = json.dumps(request.system[request.turn_sections_at or 0:].strip())[1:-1]
-    return text[: text.index(turn)].removesuffix("\\n\\n")
+    return text[: text.index(_turn_entry(request))]
 
 
 def test_every_conversation_of_an_agent_sends_the_same_system_prompt() -> None:
     """Six conversations of the demo agent run at once: every understand call sends one
-    system text and every speak call another, byte for byte, to both HTTP APIs."""
+    system text and every speak call another, byte for byte, with either cache asked for or
+    the layout set alone; the Messages API's system text starts with it."""
     runs = _run_conversations()
     assert set(runs) == set(SCRIPTS)
     for kind in ("understand", "speak"):
         calls = [r for requests in runs.values() for r in requests if r.schema_name == kind]
         assert len(calls) >= len(SCRIPTS)
-        openai_heads = {json.dumps(_openai(r)["messages"][0])
-                        for r in calls}
-        anthropic_heads = {_anthropic(r)["system"] for r in calls}
-        assert len(openai_heads) == 1 and len(anthropic_heads) == 1
+        heads = {json.dumps(_openai(r)["messages"][0]) for r in calls}
+        cached = {json.dumps(chat_completion_body(r, model="m", prompt_cache=cache,
+                                                  layout=layout)["messages"][0])
+                  for r in calls
+                  for cache, layout in (("key", None), ("off", "cache"))}
+        assert len(heads) == 1 and cached == heads
         # The fixed head carries the agent and none of a turn's own sections.
-        [head] = anthropic_heads
+        head = json.loads(next(iter(heads)))["content"]
         assert "Spoke & Chain" in head or "Ana" in head
         assert "## Customer message" not in head and "## Response format" not in head
+        for r in calls:
+            system = _anthropic(r)["system"]
+            text = system if isinstance(system, str) else system[0]["text"]
+            assert text.startswith(head)
 
 
 def test_each_call_starts_with_everything_the_previous_one_sent_before_its_turn() -> None:
     """Within each conversation (six at once), each call of a kind starts with the previous
     call's system prompt and history byte for byte, and that shared start grows turn by turn;
-    no conversation's history appears in another's prompts."""
+    the customer's words are the last entry, after this turn's sections; no conversation's
+    history appears in another's prompts."""
     runs = _run_conversations()
     for session_id, requests in runs.items():
         others = [f"my name is {t[1].split()[-1]}" for s, t in SCRIPTS.items() if s != session_id]
@@ -123,13 +136,22 @@ def test_each_call_starts_with_everything_the_previous_one_sent_before_its_turn(
                 assert sent.startswith(earlier)
                 assert len(later) >= len(earlier)
             assert len(shared[-1]) > len(shared[0])
+            for r in calls:
+                sent_messages = _openai(r)["messages"]
+                turn_at = [json.dumps(m) for m in sent_messages].index(_turn_entry(r))
+                after = sent_messages[turn_at + 1:]
+                assert after and after[-1]["role"] == "user"
+                if r.meta.get("message"):
+                    assert after[-1]["content"].endswith(r.meta["messages"][-1])
             everything = " ".join(json.dumps(_openai(r)) for r in calls)
             assert not any(other in everything for other in others)
 
 
-def test_turn_sections_go_after_the_history_and_before_this_calls_tool_rounds() -> None:
-    """``laid_out`` sends the fixed part as the system prompt and this turn's sections as a
-    user entry after the history, ahead of the tool calls and results of this call."""
+def test_turn_sections_go_after_the_history_before_the_unanswered_words_and_tool_rounds(
+) -> None:
+    """``laid_out`` sends the fixed part as the system prompt, then the history, then this
+    turn's sections as a system entry right before the customer's words not yet answered,
+    which stay the last user entry, ahead of the tool calls and results of this call."""
     call = ToolCall(id="t1", name="hours", arguments={})
     request = ModelRequest(
         schema_name="speak",
@@ -140,14 +162,52 @@ def test_turn_sections_go_after_the_history_and_before_this_calls_tool_rounds() 
                   ChatMessage(role="assistant", text="", tool_calls=[call]),
                   ChatMessage(role="tool", text="9-18", tool_call_id="t1")],
     )
-    system, messages = laid_out(request)
-    assert system == "## Identity\nYou are Ana."
-    assert [(m.role, m.text) for m in messages] == [
-        ("user", "hi"), ("assistant", "Hey"), ("user", "hours?"),
-        ("user", "## Guideline\nBook it."), ("assistant", ""), ("tool", "9-18")]
+    system, messages, turn, turn_at = laid_out(request)
+    assert (system, turn, turn_at) == ("## Identity\nYou are Ana.", "## Guideline\nBook it.", 2)
+    assert messages == request.messages
     body = _openai(request)
-    assert body["messages"][0] == {"role": "system", "content": "## Identity\nYou are Ana."}
-    assert body["messages"][3]["content"] == "hours?\n\n## Guideline\nBook it."
+    assert [(m["role"], m["content"]) for m in body["messages"]] == [
+        ("system", "## Identity\nYou are Ana."), ("user", "hi"), ("assistant", "Hey"),
+        ("system", "## Guideline\nBook it."), ("user", "hours?"), ("assistant", ""),
+        ("tool", "9-18")]
+
+
+def test_a_turn_without_new_words_ends_on_a_user_placeholder_after_its_sections() -> None:
+    """A turn with no customer message (a timer) whose history ends on the assistant sends the
+    turn's sections after the whole history and a user placeholder last; a first turn sends
+    its sections right after the fixed system prompt, before the customer's words."""
+    request = ModelRequest(
+        schema_name="speak", system="## Identity\nAna\n\n## Customer message\nnone",
+        turn_sections_at=len("## Identity\nAna") + 2,
+        messages=[ChatMessage(role="user", text="hi"), ChatMessage(role="assistant", text="Hey")])
+    roles = [m["role"] for m in _openai(request)["messages"]]
+    assert roles == ["system", "user", "assistant", "system", "user"]
+    first = request.model_copy(update={"messages": [ChatMessage(role="user", text="hi")]})
+    assert [(m["role"], m["content"]) for m in _openai(first)["messages"]] == [
+        ("system", "## Identity\nAna"), ("system", "## Customer message\nnone"),
+        ("user", "hi")]
+
+
+def test_the_layout_follows_the_cache_unless_set() -> None:
+    """Without a prompt cache asked for (the default) the request goes as the engine built it:
+    one system entry with every section, then the messages; with one, laid out;
+    ``layout`` (``TURNFLOW_MODEL_PROMPT_LAYOUT``) overrides either way."""
+    request = ModelRequest(
+        schema_name="speak", system="## Identity\nAna\n\n## Guideline\nGo.",
+        turn_sections_at=len("## Identity\nAna") + 2,
+        messages=[ChatMessage(role="user", text="hi")])
+    built = [{"role": "system", "content": request.system}, {"role": "user", "content": "hi"}]
+    laid = [{"role": "system", "content": "## Identity\nAna"},
+            {"role": "system", "content": "## Guideline\nGo."},
+            {"role": "user", "content": "hi"}]
+
+    def sent(**options: Any) -> Any:
+        return chat_completion_body(request, model="m", **options)["messages"]
+
+    assert sent() == built and sent(prompt_cache="off") == built
+    assert sent(prompt_cache="llama.cpp") == laid and sent(prompt_cache="key") == laid
+    assert sent(prompt_cache="llama.cpp", layout="built") == built
+    assert sent(layout="cache") == laid
 
 
 def test_without_a_split_the_request_is_sent_as_it_is() -> None:
@@ -156,5 +216,7 @@ def test_without_a_split_the_request_is_sent_as_it_is() -> None:
     messages = [ChatMessage(role="user", text="hi")]
     plain = ModelRequest(schema_name="compact", system="Summarize.", messages=messages)
     outside = plain.model_copy(update={"turn_sections_at": 99})
-    assert laid_out(plain) == ("Summarize.", messages)
-    assert laid_out(outside) == ("Summarize.", messages)
+    assert laid_out(plain) == ("Summarize.", messages, "", 1)
+    assert laid_out(outside) == ("Summarize.", messages, "", 1)
+    assert _openai(plain)["messages"] == [{"role": "system", "content": "Summarize."},
+                                          {"role": "user", "content": "hi"}]

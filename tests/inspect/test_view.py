@@ -96,3 +96,50 @@ def test_a_turns_wait_for_its_slot_is_shown_with_its_plan_and_reasons() -> None:
     text = terminal.conversation_text(model)
     assert "waited 1250 ms for a turn slot (plan free)" in text
     assert view.to_jsonable(model)["turns"][0]["queued"] == waited
+
+
+def test_cached_prompt_tokens_are_shown_where_the_turn_log_has_them() -> None:
+    """A recorded call with ``cache_read_tokens`` shows them beside its tokens in the view,
+    the terminal text, the JSON and the web page; a call without them (a server that does not
+    say) shows no cache figure anywhere."""
+    import asyncio
+
+    import httpx
+
+    from consumer.inspect import terminal
+    from consumer.inspect.web import build_app
+
+    def call(kind: str, **tokens: int) -> dict[str, Any]:
+        return {"kind": kind, "ok": True, "reply": {"json": {"message": "oi"}},
+                "latency_ms": 812.5, "input_tokens": 900, "output_tokens": 21, **tokens}
+
+    turns = [
+        _turn(1, {"message": "hi"}, model_calls={"calls": [
+            call("understand", cache_read_tokens=870), call("speak")]}),
+    ]
+    rows = ConversationRows(
+        session={"id": "s", "version": 1, "state": {"runs": [], "data": {}},
+                 "created_at": AT, "updated_at": AT},
+        turns=turns, unpublished=[], timers=[], dead_lettered=[], first_version=1,
+        last_version=1,
+    )
+    model = view.conversation_view(rows)
+    understood, spoken = model.turns[0].understood
+    assert understood["cache_read_tokens"] == 870 and spoken["cache_read_tokens"] is None
+    text = terminal.conversation_text(model)
+    assert "understand: " in text and "900 in / 21 out tokens, 870 cached]" in text
+    assert text.count("cached") == 1
+    assert view.to_jsonable(model)["turns"][0]["understood"][0]["cache_read_tokens"] == 870
+
+    class OneConversation:
+        async def conversation(self, session_id: str, **_: object) -> ConversationRows:
+            return rows
+
+    async def page() -> str:
+        transport = httpx.ASGITransport(app=build_app(OneConversation()))  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=transport, base_url="http://i") as client:
+            return (await client.get("/conversations/s")).text
+
+    html = asyncio.run(page())
+    assert "900 in / 21 out tokens · <span class=\"cached\"" in html
+    assert html.count("870 cached") == 1 and html.count(" cached</span>") == 1

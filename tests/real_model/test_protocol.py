@@ -69,6 +69,21 @@ async def test_understand_and_speak_replies_fit_their_schemas(recorder: Recorder
     to the retry ladder. The customer is answered all the same (the welcome's lines need no
     model) and never sees a broken reply. The speak schema's own round trip is checked by
     the structured-output test below, whose short reply always fits."""
+    await _a_demo_turn_fits(recorder)
+
+
+async def test_the_laid_out_prompt_gets_the_same_kind_of_turn(llama_server: LlamaServer) -> None:
+    """The same demo turn with llama.cpp's prompt cache and slots asked for, so the prompt is
+    laid out for the cache (this turn's sections as a system entry before the customer's
+    words): the model still reads the booking message as one that needs a reply, and every
+    reply fits or fails as an unusable reply."""
+    async for recorder in recording(llama_server, prompt_cache="llama.cpp", slots=2):
+        await _a_demo_turn_fits(recorder)
+        for body in recorder.bodies:  # the fixed sections, this turn's, the customer's words
+            assert [m["role"] for m in body["messages"]] == ["system", "system", "user"]
+
+
+async def _a_demo_turn_fits(recorder: Recorder) -> None:
     clock = FakeClock(START)
     chat = Conversation(build_agent(recorder, clock), clock)
     results = [await chat.say("I want to book a repair for my brakes on saturday")]
@@ -200,3 +215,28 @@ async def test_a_refused_request_shape_fails_once_as_fatal(recorder: Recorder) -
     assert caught.value.kind == "fatal" and caught.value.status == 400
     assert "bogus" in str(caught.value)
     assert len(recorder.bodies) == 1
+
+
+async def test_each_call_kind_keeps_its_slot_and_reads_its_prefix_from_the_cache(
+    llama_server: LlamaServer,
+) -> None:
+    """With ``cache_prompt`` and two slots, a conversation's understand calls go to slot 0 and
+    its speak calls to slot 1, a server takes both, and a later turn's calls read the earlier
+    prompt's start from their slot's cache, reported as cached prompt tokens."""
+    async for recorder in recording(llama_server, prompt_cache="llama.cpp", slots=2):
+        clock = FakeClock(START)
+        chat = Conversation(build_agent(recorder, clock), clock, session_id="s-slots")
+        for text in ("hi, my name is Sam", "I want my brakes fixed on saturday"):
+            try:
+                await chat.say(text)
+            except ProviderError as exc:  # an understand reply cut off: the host retries
+                assert exc.kind == "retryable" and "unusable reply" in str(exc)
+        slots = {call.request.schema_name: set() for call in recorder.calls}
+        for call, body in zip(recorder.calls, recorder.bodies, strict=True):
+            assert body["cache_prompt"] is True
+            slots[call.request.schema_name].add(body.get("id_slot"))
+        assert slots["understand"] == {0} and slots.get("speak", {1}) == {1}
+        later = [c for c in recorder.of("understand")[1:] if c.response is not None]
+        assert later, [c.error for c in recorder.of("understand")]
+        usage = later[0].response.usage if later[0].response else None
+        assert usage is not None and (usage.cache_read_tokens or 0) > 0, usage

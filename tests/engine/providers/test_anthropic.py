@@ -335,26 +335,28 @@ async def test_tool_round_through_mock_transport() -> None:
 
 def test_a_long_fixed_system_prompt_gets_a_cache_breakpoint() -> None:
     """A system prompt fixed for the agent (``turn_sections_at`` set) long enough for the
-    Messages API's cache is sent as one text block with an ephemeral cache_control; a short
-    one, or a request without the split, stays a plain string."""
+    Messages API's cache is sent as a text block with an ephemeral cache_control, followed by
+    this turn's sections as a second block (the same text as built, the messages unchanged); a
+    short one, or a request without the split, stays a plain string."""
     fixed = "## Identity\nYou are Ana.\n\n## Knowledge base\n" + "Opening hours. " * 400
     laid = ModelRequest(schema_name="speak", system=fixed + "\n\n## Guideline\nBook it.",
                         turn_sections_at=len(fixed) + 2,
                         messages=[ChatMessage(role="user", text="oi")])
     body = messages_body(laid, model="claude-sonnet", max_tokens=10, prompt_cache=True)
     assert body["system"] == [{"type": "text", "text": fixed.rstrip(),
-                               "cache_control": {"type": "ephemeral"}}]
-    assert body["messages"][-1]["content"][-1]["text"] == "## Guideline\nBook it."
+                               "cache_control": {"type": "ephemeral"}},
+                              {"type": "text", "text": "## Guideline\nBook it."}]
+    assert body["messages"][-1]["content"][-1]["text"] == "oi"
     haiku = messages_body(laid, model="claude-3-5-haiku-latest", max_tokens=10,
                           prompt_cache=True)
-    assert isinstance(haiku["system"], str)  # 6,000 chars: under Haiku's 2,048-token minimum
+    assert haiku["system"] == laid.system  # 6,000 chars: under Haiku's 2,048-token minimum
     unsplit = laid.model_copy(update={"turn_sections_at": None})
     assert isinstance(messages_body(unsplit, model="claude-sonnet", max_tokens=10,
                                     prompt_cache=True)["system"], str)
     short = ModelRequest(schema_name="speak", system="## Identity\nAna\n\n## Guideline\nGo.",
                          turn_sections_at=len("## Identity\nAna") + 2)
     short_body = messages_body(short, model="claude-sonnet", max_tokens=10, prompt_cache=True)
-    assert short_body["system"] == "## Identity\nAna"
+    assert short_body["system"] == short.system
 
 
 def test_without_the_prompt_cache_the_prompt_is_sent_as_built() -> None:

@@ -136,3 +136,34 @@ def test_any_prompt_cache_value_is_taken_or_refused_naming_the_variable(raw: str
     else:
         assert isinstance(provider, OpenAIProvider)
         assert provider.prompt_cache == (raw.strip().lower() or "off")
+
+
+def test_prompt_layout_and_slots_from_environment() -> None:
+    """TURNFLOW_MODEL_PROMPT_LAYOUT picks the cache order or the prompt as built (unset: None,
+    the provider follows the prompt cache setting); TURNFLOW_MODEL_SLOTS the llama.cpp slot
+    count (default 0: the server picks)."""
+    url = {"OPENAI_BASE_URL": "http://127.0.0.1:1/v1"}
+    made = [provider_from_env({**url, "TURNFLOW_MODEL_PROMPT_LAYOUT": raw,
+                               "TURNFLOW_MODEL_SLOTS": slots})
+            for raw, slots in (("", ""), (" BUILT ", "4"), ("cache", " 2 "))]
+    assert [(p.layout, p.slots) for p in made if isinstance(p, OpenAIProvider)] == [
+        (None, 0), ("built", 4), ("cache", 2)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(layout=st.text(), slots=st.text())
+def test_any_layout_or_slot_count_is_taken_or_refused_naming_the_variable(
+    layout: str, slots: str,
+) -> None:
+    """Arbitrary text for TURNFLOW_MODEL_PROMPT_LAYOUT and TURNFLOW_MODEL_SLOTS is taken or
+    refused with a ValueError naming the variable, never another exception."""
+    try:
+        provider = provider_from_env({"OPENAI_BASE_URL": "http://127.0.0.1:1/v1",
+                                      "TURNFLOW_MODEL_PROMPT_LAYOUT": layout,
+                                      "TURNFLOW_MODEL_SLOTS": slots})
+    except ValueError as exc:
+        assert "TURNFLOW_MODEL_PROMPT_LAYOUT" in str(exc) or "TURNFLOW_MODEL_SLOTS" in str(exc)
+    else:
+        assert isinstance(provider, OpenAIProvider)
+        assert provider.layout == (layout.strip().lower() or None)
+        assert 0 <= provider.slots <= 4096
