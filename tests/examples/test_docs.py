@@ -33,6 +33,7 @@ OTHER_ENV = {
     "TURNFLOW_CACHE_DIR", "INSPECT_DATABASE_URL", "TURNFLOW_UI_TOKEN", "TURNFLOW_UI_TOKEN_FILE",
     "NO_COLOR", "TURNFLOW_LOCAL_MODEL", "TURNFLOW_MODEL_PROMPT_CACHE",
     "TURNFLOW_MODEL_PROMPT_LAYOUT", "TURNFLOW_MODEL_SLOTS", "TURNFLOW_TRACE_URL",
+    "PHOENIX_PORT",  # the port `make phoenix-serve` gives the local trace store
     # OpenTelemetry's standard variables, read by consumer/tracing.py and the SDK.
     "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER",
     "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
@@ -40,7 +41,7 @@ OTHER_ENV = {
     "OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_SDK_DISABLED",
 }
 # Upper-case words the pages quote as a command prints them, not variables.
-PRINTED_WORDS = {"CHANGED", "UNDECIDABLE", "UTC"}
+PRINTED_WORDS = {"CHANGED", "UNDECIDABLE", "UTC", "LLM"}  # LLM: a span kind Phoenix shows
 
 
 def _text(path: Path) -> str:
