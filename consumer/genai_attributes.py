@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine.providers.base import CallRecord, ChatMessage, ModelResponse, laid_out
+from engine.providers.base import CallRecord, ChatMessage, ModelResponse
 
 __all__ = ["OPERATION", "call_attributes", "input_messages", "output_messages", "span_name"]
 
@@ -67,7 +67,9 @@ def call_attributes(record: CallRecord, *, prompts: bool) -> dict[str, Any]:
             attributes["turnflow.model.error_kind"] = record.error_kind
     if prompts:
         if record.request is not None:
-            system, messages = laid_out(record.request)
+            # As the engine built the request: whether a provider sends this turn's sections
+            # after the history (a prompt-cache layout) changes the order, not the content.
+            system, messages = record.request.system, record.request.messages
             if system:
                 attributes["gen_ai.system_instructions"] = _json(
                     [{"type": "text", "content": system}]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
@@ -11,6 +12,9 @@ from hypothesis import settings
 from consumer import heap
 from engine.session import Run
 from engine.state import TurnState
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.broker"]
 
@@ -48,3 +52,24 @@ def _status_index_checked(request: pytest.FixtureRequest, monkeypatch: pytest.Mo
         return found
 
     monkeypatch.setattr(TurnState, "_having", checked_having)
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Tracing on, into memory, for the tracing tests; off again after the test. The SDK is
+    imported here, not at the top, so the tests that check tracing off imports none of it see a
+    clean process."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from consumer import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.configure(provider=provider)
+    try:
+        yield exporter
+    finally:
+        tracing.shutdown()

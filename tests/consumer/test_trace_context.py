@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,12 +16,10 @@ import pytest
 from aiokafka import TopicPartition
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from consumer import tracing
 from consumer.outbox import OutboxPublisher
 from tests.consumer.fakes import FakeKafkaConsumer, FakeStore
 from tests.consumer.fakes import FakeProducer as HeaderProducer
@@ -42,19 +39,6 @@ SCHEDULE = TopicPartition("outbound.schedule", 0)
 INBOUND = TopicPartition("inbound.turns", 0)
 
 TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """Tracing on, into memory; off again after the test."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider(shutdown_on_exit=False)
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.configure(provider=provider)
-    try:
-        yield exporter
-    finally:
-        tracing.shutdown()
 
 
 def context_of(n: int) -> tuple[str, str, str]:

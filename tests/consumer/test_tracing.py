@@ -8,15 +8,13 @@ import dataclasses
 import json
 import logging
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from aiokafka.structs import TopicPartition
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
@@ -32,19 +30,6 @@ OTHER = TopicPartition("inbound.turns", 1)
 PARENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_SPAN = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{PARENT_TRACE}-{PARENT_SPAN}-01".encode()
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """Tracing on, into memory; off again after the test."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider(shutdown_on_exit=False)
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.configure(provider=provider)
-    try:
-        yield exporter
-    finally:
-        tracing.shutdown()
 
 
 def put(consumer: FakeKafkaConsumer, tp: TopicPartition, record: tuple[bytes, bytes],

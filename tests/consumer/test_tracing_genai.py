@@ -9,7 +9,7 @@ import copy
 import dataclasses
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import pytest
 from aiokafka.structs import TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
@@ -130,19 +130,6 @@ def traced_service(consumer: FakeKafkaConsumer, agent: Any, producer: FakeProduc
         topics=OutboundTopics(messages="out.m", schedule="out.s"), recording=recording,
     )
     return service
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """Tracing on, into memory; off again after the test."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider(shutdown_on_exit=False)
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.configure(provider=provider)
-    try:
-        yield exporter
-    finally:
-        tracing.shutdown()
 
 
 def named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:

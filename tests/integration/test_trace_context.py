@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
@@ -20,7 +19,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from consumer import tracing
 from consumer.scheduler.service import FiringOptions
 from examples.delivery_worker import DeliveredKeys, DeliveryWorker, run
 from store import Store
@@ -35,19 +33,6 @@ from tests.integration.harness import (
 from tests.integration.test_scheduler_e2e import nudging_agent, running_scheduler
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """Tracing on, into memory; off again after the test."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider(shutdown_on_exit=False)
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.configure(provider=provider)
-    try:
-        yield exporter
-    finally:
-        tracing.shutdown()
 
 
 def _conversation(span: ReadableSpan) -> str | None:
