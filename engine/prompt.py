@@ -6,17 +6,19 @@ guideline); pending fields with their ask; known fields as settled facts; instru
 turn already sent; the response format. Each section is a titled block so tests (and people)
 can find it.
 
-Identity and knowledge (speak) and the task (understand) are fixed for an agent version; every
-later section belongs to the turn. ``turn_sections_at`` marks where those start, and the
-providers send the fixed part as the system prompt, then the history, then the turn's sections,
-so the start of each prompt repeats byte for byte for a server's prefix cache.
+Identity and knowledge (speak) and the task (understand) are fixed for an agent version; so is
+understand's "Topics" block (every message-triggered flow's description and example phrases, in
+config order), sent whenever the call scores flows, whose turn section then only names the flows
+to score. Every later section belongs to the turn. ``turn_sections_at`` marks where those start,
+and the providers send the fixed part as the system prompt, then the history, then the turn's
+sections, so the start of each prompt repeats byte for byte for a server's prefix cache.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.config import FieldSpec, Flow, Instruction, TalkStep
 from engine.envelopes import UnderstandPlan
@@ -25,6 +27,9 @@ from engine.providers.base import ChatMessage
 from engine.request import message_texts
 from engine.session import Run
 from engine.state import TurnState
+
+if TYPE_CHECKING:
+    from engine.agent_config import AgentConfig
 
 DEFAULT_GUIDELINE = (
     "Continue the conversation naturally and help the customer with what this step is about."
@@ -180,6 +185,18 @@ def _known_note(state: TurnState, name: str, plan: UnderstandPlan) -> str:
     )
 
 
+def topic_catalogue(config: AgentConfig) -> dict[str, str]:
+    """Each flow a message can start (its first message trigger has phrases), in config order:
+    its line for the understand prompt's fixed "Topics" block, by flow id."""
+    out: dict[str, str] = {}
+    for flow, _, trigger in config.message_triggers:
+        if trigger.message:
+            about = f" — {flow.description}" if flow.description else ""
+            examples = f" (e.g. {'; '.join(trigger.message)})"
+            out[flow.id] = f"- {flow.id}: {flow.name or flow.id}{about}{examples}"
+    return out
+
+
 def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
     """The understand prompt: what to score, detect, answer and extract."""
     config = state.config
@@ -192,9 +209,20 @@ def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
     ]
     turn_sections_at = len(blocks[0]) + 2  # the task is fixed for the agent; the rest per turn
     if plan.flows:
+        topics = topic_catalogue(config)
+        if topics:
+            # Every message-triggered flow's description, in config order: the same text on
+            # every call of this agent version, so it joins the fixed part; the turn's own
+            # section below only names the flows to score.
+            title = "Topics (score only those listed under flows)"
+            blocks.append(_block(title, "\n".join(topics.values())))
+            turn_sections_at = len("\n\n".join(blocks)) + 2
         lines = []
         for flow_id, phrases in plan.flows.items():
             flow = config.flow_map[flow_id]
+            if flow_id in topics:
+                lines.append(f"- {flow_id}: {flow.name or flow_id}")
+                continue
             about = f" — {flow.description}" if flow.description else ""
             examples = f" (e.g. {'; '.join(phrases)})" if phrases else ""
             lines.append(f"- {flow_id}: {flow.name or flow_id}{about}{examples}")

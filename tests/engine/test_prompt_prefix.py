@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from engine import FakeClock, ModelRequest, ModelResponse
+from engine import Agent, FakeClock, ModelRequest, ModelResponse
+from engine.prompt import topic_catalogue
 from engine.providers.anthropic import messages_body
 from engine.providers.base import ChatMessage, ToolCall, laid_out
 from engine.providers.openai import chat_completion_body
@@ -220,3 +222,77 @@ def test_without_a_split_the_request_is_sent_as_it_is() -> None:
     assert laid_out(outside) == ("Summarize.", messages, "", 1)
     assert _openai(plain)["messages"] == [{"role": "system", "content": "Summarize."},
                                           {"role": "user", "content": "hi"}]
+
+
+def _understand_calls(runs: dict[str, list[ModelRequest]]) -> list[ModelRequest]:
+    return [r for requests in runs.values() for r in requests if r.schema_name == "understand"]
+
+
+def test_the_flow_catalogue_is_part_of_every_understand_calls_fixed_prefix() -> None:
+    """Six conversations at once: every understand call that scores flows sends one fixed part,
+    byte for byte, holding the task and every message-triggered flow's description and
+    phrases in config order; its turn section only names the flows to score (a flow without
+    phrases, like the welcome floor, keeps its description there); no conversation's words
+    are in the fixed part."""
+    runs = _run_conversations()
+    calls = [r for r in _understand_calls(runs) if r.meta["flows"]]
+    assert len(calls) >= 2 * len(SCRIPTS)
+    fixed = {r.system[: r.turn_sections_at] for r in calls}
+    assert len(fixed) == 1
+    head = next(iter(fixed))
+    catalogue = topic_catalogue(build_agent(provider=RuleProvider()).config)
+    assert list(catalogue) == ["booking", "one_at_a_time", "hours"]
+    assert head.endswith("\n".join(catalogue.values()) + "\n\n")
+    assert "The customer wants a repair or service booked." in head
+    assert "when are you open" in head
+    assert json.dumps(_openai(calls[0])["messages"][0]) == json.dumps(
+        {"role": "system", "content": head.rstrip()})
+    own_words = [t[1].split()[-1] for t in SCRIPTS.values()] + [
+        t[2].split()[-1] for t in SCRIPTS.values()]
+    assert not any(re.search(rf"\b{word}\b", head) for word in own_words)
+    for r in calls:
+        turn = r.system[r.turn_sections_at or 0:]
+        scored = turn.split("\n\n")[0].splitlines()
+        assert scored[0] == "## flows: score 0-100 how well the message fits each topic"
+        for line, flow_id in zip(scored[1:], r.meta["flows"], strict=True):
+            if flow_id in catalogue:
+                assert line == catalogue[flow_id].split(" — ")[0].split(" (e.g.")[0]
+            else:
+                assert line.startswith(f"- {flow_id}: ") and " — " in line
+    assert any("- welcome: Welcome — " in r.system[r.turn_sections_at or 0:] for r in calls)
+
+
+def test_understand_without_flows_to_score_splits_after_the_task() -> None:
+    """The split rule: the catalogue joins the fixed part only on calls that score flows; a call
+    that scores none (only fields or branches to read) keeps the task alone as its fixed part,
+    with no catalogue in its text at all; a flow whose trigger has no phrases is not in it."""
+    provider = Capturing()
+    agent = Agent(
+        name="Ana", provider=provider, clock=FakeClock(datetime(2026, 1, 5, 9, tzinfo=UTC)),
+        fields={"name": {"type": "string", "ask": "Their first name."}},
+        flows=[
+            {"id": "greet", "on": [{"message": []}],
+             "steps": [{"id": "ask", "collect": ["name"], "question": "What's your name?"},
+                       {"id": "done", "say": "Thanks {{name}}."}]},
+            {"id": "hours", "description": "Opening hours",
+             "on": [{"message": ["hours"], "if": {"known": "name"}}],
+             "steps": [{"id": "h", "say": "9-18."}]},
+            {"id": "prices", "on": [{"message": ["prices"], "if": {"known": "name"}}],
+             "steps": [{"id": "p", "say": "From 20."}]},
+        ],
+    )
+
+    asyncio.run(_converse(agent, "solo", ["hello", "my name is Sam", "what are your hours?"]))
+    calls = _understand_calls(provider.requests)
+    assert calls
+    task_only = [r for r in calls if not r.meta["flows"]]
+    assert task_only, [r.meta for r in calls]
+    for r in task_only:
+        head = r.system[: r.turn_sections_at]
+        assert head.startswith("## Task\n") and head.count("## ") == 1
+        assert "## Topics" not in r.system
+    assert any(r.meta["flows"] for r in calls), [r.meta for r in calls]
+    for r in calls:
+        if r.meta["flows"]:
+            assert r.system[: r.turn_sections_at].rstrip().endswith(
+                "- hours: hours — Opening hours (e.g. hours)\n- prices: prices (e.g. prices)")
