@@ -143,7 +143,7 @@ async def _conversation(producer: Any, variant: Variant, session_id: str, bursts
 async def _run(servers: Servers, args: argparse.Namespace) -> list[Variant]:
     from aiokafka import AIOKafkaProducer
 
-    from consumer.service import ConsumerService
+    from consumer.turns.service import ConsumerService
     from examples.demo_agent import build_agent
 
     variants = [

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from consumer.hosting.routing import RegistryRouter  # noqa: E402
-from consumer.parser import ParsedInput  # noqa: E402
+from consumer.turns.parser import ParsedInput  # noqa: E402
 from engine.definition import definition_digest  # noqa: E402
 from engine.packs import PackSet  # noqa: E402
 from engine.providers import RuleProvider  # noqa: E402

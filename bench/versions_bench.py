@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from consumer.hosting.routing import BINDING_KEY, RegistryRouter  # noqa: E402
-from consumer.parser import ParsedInput  # noqa: E402
+from consumer.turns.parser import ParsedInput  # noqa: E402
 from engine.packs import PackSet  # noqa: E402
 from engine.providers import RuleProvider  # noqa: E402
 from examples.demo_pack import pack  # noqa: E402

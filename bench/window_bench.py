@@ -55,7 +55,7 @@ from pipeline_bench import TOPICS, _work  # noqa: E402
 
 from consumer import heap  # noqa: E402
 from consumer.outbox import OutboxPublisher  # noqa: E402
-from consumer.pipeline import TurnPipeline, TurnWork  # noqa: E402
+from consumer.turns.pipeline import TurnPipeline, TurnWork  # noqa: E402
 from engine import history as history_cache  # noqa: E402
 from store import Store  # noqa: E402
 from tests.consumer.fakes import FakeProducer  # noqa: E402

@@ -1,11 +1,9 @@
 """The Kafka services and what they share.
 
-The modules at this level are the consume service (``service``: the input loop; ``pipeline``:
-one input's load, turn, save and publish; ``partitions``, ``parser``, ``decisions``, ``groups``,
-``supervisor``, ...) and the plumbing every service process shares (``settings``, ``metrics``,
-``logs``, ``health``, ``topics``, ``outbox``, ``dead_letters``, ``failures``). Each other service
-and product part has a package of its own:
+Each service has a package of its own:
 
+- ``turns/``: the consume service, ``inbound.turns`` in, one engine turn per input, replies and
+  timers out after the save;
 - ``scheduler/``: the scheduler service, timers in and wakes out;
 - ``relay/``: the outbox relay;
 - ``hosting/``: many workspaces' agents: routing a record to its stored agent, plans, packs;
@@ -14,9 +12,15 @@ and product part has a package of its own:
 - ``webserver/``: the bounded HTTP server of health and the inspector;
 - ``cli/``: the ``turnflow`` command, one module per subcommand.
 
+The modules at this level are only what every service process shares: ``settings``,
+``metrics``, ``logs``, ``tracing``, ``health``, ``round_trips``, ``topics``, ``inputs`` (the
+vocabulary of an inbound record), ``outbox`` and ``groups`` (the save-then-send path the consume
+service and the scheduler both write through), ``dead_letters``, ``failures``, ``errors``,
+``agents``, ``heap``, ``processes``, ``closing``, ``stopping``, ``partitioner``.
+
 Imports go one way: the services use ``engine``, ``store``, ``hosting``, ``webserver`` and the
-shared modules here; only ``cli``, ``devchat`` and the inspector's console, which run services,
-import a service.
+shared modules here; no shared module imports a service; only ``cli``, ``devchat`` and the
+inspector's console, which run services, import a service.
 
 The public API is below. Names are imported on first use (PEP 562), so ``turnflow migrate`` or
 a look at ``consumer.settings`` does not load aiokafka, the engine and the store.
@@ -28,15 +32,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from consumer.decisions import (
-        Abandon,
-        Commit,
-        DeadLetter,
-        Decision,
-        Retry,
-        RetryPolicy,
-        decide,
-    )
     from consumer.devchat.embedded_broker import EmbeddedBroker
     from consumer.errors import (
         AgentImportError,
@@ -48,22 +43,31 @@ if TYPE_CHECKING:
         TopicSetupError,
     )
     from consumer.outbox import OutboxPublisher
-    from consumer.parser import ParsedInput, Rejected, parse_record
-    from consumer.partitions import OffsetWatermarks, SessionQueues
-    from consumer.pipeline import OutboundTopics, TurnPipeline, TurnWork
     from consumer.relay import OutboxRelay
-    from consumer.service import ConsumerService
     from consumer.settings import Settings
     from consumer.topics import TopicSpec, ensure_topics
+    from consumer.turns.decisions import (
+        Abandon,
+        Commit,
+        DeadLetter,
+        Decision,
+        Retry,
+        RetryPolicy,
+        decide,
+    )
+    from consumer.turns.parser import ParsedInput, Rejected, parse_record
+    from consumer.turns.partitions import OffsetWatermarks, SessionQueues
+    from consumer.turns.pipeline import OutboundTopics, TurnPipeline, TurnWork
+    from consumer.turns.service import ConsumerService
 
 _EXPORTS = {
-    "Abandon": "consumer.decisions",
-    "Commit": "consumer.decisions",
-    "DeadLetter": "consumer.decisions",
-    "Decision": "consumer.decisions",
-    "Retry": "consumer.decisions",
-    "RetryPolicy": "consumer.decisions",
-    "decide": "consumer.decisions",
+    "Abandon": "consumer.turns.decisions",
+    "Commit": "consumer.turns.decisions",
+    "DeadLetter": "consumer.turns.decisions",
+    "Decision": "consumer.turns.decisions",
+    "Retry": "consumer.turns.decisions",
+    "RetryPolicy": "consumer.turns.decisions",
+    "decide": "consumer.turns.decisions",
     "EmbeddedBroker": "consumer.devchat.embedded_broker",
     "AgentImportError": "consumer.errors",
     "ConsumerError": "consumer.errors",
@@ -74,15 +78,15 @@ _EXPORTS = {
     "TopicSetupError": "consumer.errors",
     "OutboxPublisher": "consumer.outbox",
     "OutboxRelay": "consumer.relay",
-    "ParsedInput": "consumer.parser",
-    "Rejected": "consumer.parser",
-    "parse_record": "consumer.parser",
-    "OffsetWatermarks": "consumer.partitions",
-    "SessionQueues": "consumer.partitions",
-    "OutboundTopics": "consumer.pipeline",
-    "TurnPipeline": "consumer.pipeline",
-    "TurnWork": "consumer.pipeline",
-    "ConsumerService": "consumer.service",
+    "ParsedInput": "consumer.turns.parser",
+    "Rejected": "consumer.turns.parser",
+    "parse_record": "consumer.turns.parser",
+    "OffsetWatermarks": "consumer.turns.partitions",
+    "SessionQueues": "consumer.turns.partitions",
+    "OutboundTopics": "consumer.turns.pipeline",
+    "TurnPipeline": "consumer.turns.pipeline",
+    "TurnWork": "consumer.turns.pipeline",
+    "ConsumerService": "consumer.turns.service",
     "Settings": "consumer.settings",
     "TopicSpec": "consumer.topics",
     "ensure_topics": "consumer.topics",

@@ -28,7 +28,7 @@ from prometheus_client import (
 )
 from prometheus_client.registry import RestrictedRegistry
 
-from consumer.parser import INPUT_KINDS, RejectReason
+from consumer.inputs import INPUT_KINDS, RejectReason
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
 
@@ -334,7 +334,7 @@ TURN_OUTCOME_VALUES = (
     "answered", "goal_completed", "task_completed", "handoff", "fallback", "error", "gated"
 )
 MODEL_CALLS = ("understand", "speak", "compact", "skills", "vision")
-# The reasons consumer/decisions.py dead-letters with, beside the parser's refusals.
+# The reasons consumer/turns/decisions.py dead-letters with, beside the parser's refusals.
 DECISION_DLQ_REASONS = (
     "invalid-request", "provider-fatal", "retries-exhausted", "version-conflicts", "turn-failed",
 )

@@ -274,7 +274,7 @@ dead_lettered_sources = Table(
     Column("source_offset", BigInteger, nullable=False),
     Column("reason", Text, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    # What the record said about its customer, bounded and escaped (consumer/refused_words.py)
+    # What the record said about its customer, bounded and escaped (consumer/turns/refused_words.py)
     Column("message", Text),
     Column("input_id", Text),
     Column("record_key", Text),

@@ -7,10 +7,13 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SERVICES = {"scheduler", "relay", "devchat", "inspect", "cli"}
-# The consume service's own modules: a service other than the composing ones must not import them.
-CONSUME_SERVICE = {"consumer.service", "consumer.pipeline", "consumer.partitions"}
+SERVICES = {"turns", "scheduler", "relay", "devchat", "inspect", "cli"}
 COMPOSERS = {"cli", "devchat", "inspect"}  # they run services in their process
+# Hosting routes the consume service's parsed records to stored agents and hooks their model
+# calls: it may use the consume service's parser and model-call hook, nothing else of it.
+HOSTING_USES = {"consumer.turns.parser", "consumer.turns.model_calls"}
+# Each consumer runs an outbox relay beside its turn loop (the relay's own process is the other).
+RUNS_INSIDE = {"turns": {"relay"}}
 
 
 def _layout_section() -> str:
@@ -40,12 +43,18 @@ def test_readme_layout_names_every_package() -> None:
 def _imports(package: Path) -> set[str]:
     found: set[str] = set()
     for source in package.rglob("*.py"):
-        for node in ast.walk(ast.parse(source.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                found.add(node.module)
-                found |= {f"{node.module}.{alias.name}" for alias in node.names}
-            elif isinstance(node, ast.Import):
-                found |= {alias.name for alias in node.names}
+        found |= _imports_of(source)
+    return found
+
+
+def _imports_of(source: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
     return found
 
 
@@ -59,10 +68,34 @@ def test_services_import_no_other_service() -> None:
         others = {
             m
             for m in imported
-            for s in SERVICES - {name}
+            for s in SERVICES - {name} - RUNS_INSIDE.get(name, set())
             if m == f"consumer.{s}" or m.startswith(f"consumer.{s}.")
         }
+        if name == "hosting":
+            others -= {m for m in others if any(m.startswith(u) for u in HOSTING_USES)}
         assert others == set(), f"consumer/{name} imports another service: {sorted(others)}"
-        assert imported & CONSUME_SERVICE == set(), (
-            f"consumer/{name} imports the consume service: {sorted(imported & CONSUME_SERVICE)}"
-        )
+
+
+def test_shared_modules_import_no_service() -> None:
+    """The modules at the top of consumer/ are what every service shares: none imports a service's
+    package (a shared module that did would drag that service into every other)."""
+    services = SERVICES | {"hosting"}
+    for source in (ROOT / "consumer").glob("*.py"):
+        if source.name == "__init__.py":  # the public API names services lazily (PEP 562)
+            continue
+        imported = _imports_of(source)
+        bad = {
+            m
+            for m in imported
+            for s in services
+            if m == f"consumer.{s}" or m.startswith(f"consumer.{s}.")
+        }
+        assert bad == set(), f"consumer/{source.name} imports a service: {sorted(bad)}"
+
+
+def test_the_consume_service_lives_in_its_package() -> None:
+    """The turn loop's parts are in consumer/turns/, not loose beside the shared modules."""
+    loose = {"service", "pipeline", "decisions", "fairness", "partitions", "parser", "backpressure"}
+    assert {p.stem for p in (ROOT / "consumer").glob("*.py")} & loose == set()
+    assert loose <= {p.stem for p in (ROOT / "consumer" / "turns").glob("*.py")}
+    assert (ROOT / "tests" / "turns").is_dir()

@@ -1,7 +1,7 @@
 """``turnflow consume``: the consumer service (and its outbox relay) until SIGTERM.
 
 With ``--workers N`` (or ``CONSUME_WORKERS``) above 1 it runs N consumer processes under a
-supervisor (``consumer.supervisor``): one per core fills a machine. With 1 it is the consumer
+supervisor (``consumer.turns.supervisor``): one per core fills a machine. With 1 it is the consumer
 itself, in this process.
 """
 
@@ -16,9 +16,9 @@ from consumer.cli.running import EXIT_CONFIG, fail, run_service
 from consumer.errors import AgentImportError
 from consumer.hosting.packs import load_packs
 from consumer.logs import configure_logging
-from consumer.service import ConsumerService
 from consumer.settings import Settings
-from consumer.supervisor import (
+from consumer.turns.service import ConsumerService
+from consumer.turns.supervisor import (
     WorkerSupervisor,
     available_cores,
     worker_command,

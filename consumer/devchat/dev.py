@@ -82,8 +82,8 @@ from consumer.devchat.terminal import (
     until_interrupted,
 )
 from consumer.errors import AgentImportError, DevError
+from consumer.inputs import MAX_SESSION_ID_CHARS
 from consumer.logs import JsonFormatter
-from consumer.parser import MAX_SESSION_ID_CHARS
 from consumer.settings import Settings
 from engine import Agent, FlowConfigurationError
 from engine.recording import recorded_agent

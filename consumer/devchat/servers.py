@@ -24,9 +24,9 @@ from consumer.errors import ConsumerError, DevError, EmbeddedBrokerError
 from consumer.errors import first_line as _first_line
 from consumer.processes import free_port
 from consumer.scheduler.service import Scheduler, build_scheduler
-from consumer.service import ConsumerService
 from consumer.settings import Settings
 from consumer.topics import TopicSpec, ensure_topics
+from consumer.turns.service import ConsumerService
 from store import EmbeddedPostgres, EmbeddedServerError, Store
 from store.migrate import upgrade_async
 from store.urls import plain_url

@@ -53,7 +53,7 @@ from consumer.devchat.servers import (
     run_topics,
 )
 from consumer.errors import DevError
-from consumer.parser import MAX_SESSION_ID_CHARS
+from consumer.inputs import MAX_SESSION_ID_CHARS
 from consumer.settings import Settings
 from engine import Agent
 from engine.recording import recorded_agent

@@ -2,7 +2,7 @@
 
 - `dead_lettered_sources` gains `message` (the customer's text, or the start of a value that is
 not a JSON object), `input_id`, `record_key` and `detail` (the parser's or the failure's
-content-free sentence), each bounded and escaped by the consumer (`consumer/refused_words.py`).
+content-free sentence), each bounded and escaped by the consumer (`consumer/turns/refused_words.py`).
   All are nullable: rows written before this revision have none of them.
 - `ix_turns_fallback` is made again with the predicate `store/incidents.py` has now: a turn
   the host answered without the model (its own `fallback` line) is a fallback for every agent,

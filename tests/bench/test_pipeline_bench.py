@@ -7,7 +7,7 @@ from typing import Any
 
 from bench.e2e_bench import bench_agent
 from bench.pipeline_bench import _KeptAnswers, _measure, _model_canned, _no_metrics, _no_turn_line
-from consumer.pipeline import TurnPipeline
+from consumer.turns.pipeline import TurnPipeline
 from engine import ModelRequest
 
 

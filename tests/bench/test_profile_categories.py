@@ -7,7 +7,7 @@ from __future__ import annotations
 from bench.e2e_bench import REPO, _category
 
 ENGINE = f"{REPO}/engine"
-CONSUMER = f"{REPO}/consumer/pipeline.py:apply"
+CONSUMER = f"{REPO}/consumer/turns/pipeline.py:apply"
 TURN = f"{ENGINE}/agent.py:turn"
 OBSERVED = f"{ENGINE}/providers/http.py:observed"
 STAND_IN = f"{REPO}/bench/e2e_bench.py"

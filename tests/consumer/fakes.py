@@ -277,7 +277,7 @@ class FakeKafkaConsumer:
         self.fetch_errors: list[BaseException] = []
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
-        """No topic metadata, so the placement check (``consumer.placement``) checks nothing:
+        """No topic metadata, so the placement check (``consumer.turns.placement``) checks nothing:
         these tests place records on partitions by hand, not by key."""
         return None
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from consumer import cli, metrics
 from consumer.hosting.canary import bucket, choose_version
-from consumer.parser import ParsedInput
+from consumer.turns.parser import ParsedInput
 from store import Store
 from store.hosting import Hosting
 from tests.consumer.test_pinning import Conversation, _booking, _put, _router

@@ -11,7 +11,7 @@ from aiokafka.structs import TopicPartition
 
 from store import Store
 from tests.consumer.fakes import FakeKafkaConsumer, FakeStore
-from tests.consumer.test_service_bursts import (
+from tests.turns.test_service_bursts import (
     OTHER,
     TP,
     DlqProducer,

@@ -13,7 +13,7 @@ from typing import Any
 
 from consumer.hosting.packs import load_packs
 from consumer.hosting.routing import RegistryRouter
-from consumer.parser import ParsedInput
+from consumer.turns.parser import ParsedInput
 from engine.definition import definition_digest
 from engine.providers import RuleProvider
 from store import Store

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from consumer.logs import BIDI_CONTROLS, JsonFormatter
-from tests.consumer.test_hostile_input import _good, run_loop
+from tests.turns.test_hostile_input import _good, run_loop
 
 _TRICKY = "\n\r\x0b\x0c\x1b\x1c\x1d\x1e\x85\x9b\u2028\u2029\u061c\u200e\u200f" + "".join(
     chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))

@@ -10,15 +10,15 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from consumer import metrics
-from consumer.decisions import (
+from consumer.turns.decisions import (
     DeadLetter,
     Fallback,
     RetryPolicy,
     VersionConflictsExhausted,
     decide,
 )
-from consumer.parser import RejectReason
-from consumer.pipeline import turn_outcome
+from consumer.turns.parser import RejectReason
+from consumer.turns.pipeline import turn_outcome
 from engine import FakeClock, ProviderError, TurnRequestError, UnusableReply
 from engine.providers import RuleProvider
 from examples.demo_agent import build_agent

@@ -16,7 +16,7 @@ from sqlalchemy import text
 from consumer import metrics
 from consumer.hosting.pinning import has_work_in_progress, pinned_version
 from consumer.hosting.routing import RegistryRouter
-from consumer.parser import ParsedInput
+from consumer.turns.parser import ParsedInput
 from engine.definition import definition_digest
 from engine.packs import PackSet
 from engine.providers import RuleProvider

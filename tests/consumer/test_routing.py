@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from consumer.hosting.routing import RegistryRouter, RouteRefused, SingleAgent, WorkspaceWebSearch
-from consumer.parser import ParsedInput
+from consumer.turns.parser import ParsedInput
 from engine.definition import definition_digest
 from engine.lifecycle.web_search import DailyLimitReached, WebResult
 from engine.packs import PackSet

@@ -32,8 +32,8 @@ from tests.consumer.test_scheduler import (
     make_firing,
     make_intake,
 )
-from tests.consumer.test_service_bursts import EchoAgent, message, run_until, service_on
 from tests.consumer.test_tracing import put
+from tests.turns.test_service_bursts import EchoAgent, message, run_until, service_on
 
 SCHEDULE = TopicPartition("outbound.schedule", 0)
 INBOUND = TopicPartition("inbound.turns", 0)

@@ -22,7 +22,7 @@ from consumer import tracing
 from consumer.errors import TracingSettingsError
 from consumer.logs import JsonFormatter
 from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer
-from tests.consumer.test_service_bursts import EchoAgent, message, run_until, service_on
+from tests.turns.test_service_bursts import EchoAgent, message, run_until, service_on
 
 TP = TopicPartition("inbound.turns", 0)
 OTHER = TopicPartition("inbound.turns", 1)

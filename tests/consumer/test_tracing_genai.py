@@ -26,11 +26,11 @@ from consumer import tracing
 from consumer.dead_letters import dead_letter_headers
 from consumer.genai_attributes import call_attributes, span_name
 from consumer.hosting.routing import Route, registry_router
-from consumer.model_calls import observe_model_calls
 from consumer.outbox import OutboxPublisher
-from consumer.pipeline import OutboundTopics, TurnPipeline
-from consumer.service import ConsumerService
 from consumer.settings import Settings
+from consumer.turns.model_calls import observe_model_calls
+from consumer.turns.pipeline import OutboundTopics, TurnPipeline
+from consumer.turns.service import ConsumerService
 from engine import Agent, ModelRequest, ModelResponse
 from engine.definition import definition_digest
 from engine.errors import ProviderError
@@ -40,8 +40,8 @@ from engine.recording import RecordingLevel, recorded_agent
 from store import Store
 from store.hosting import Hosting
 from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer
-from tests.consumer.test_service_bursts import message, message_with, run_until, service_on
 from tests.consumer.test_tracing import put
+from tests.turns.test_service_bursts import message, message_with, run_until, service_on
 
 TP = TopicPartition("inbound.turns", 0)
 OTHER = TopicPartition("inbound.turns", 1)

@@ -8,7 +8,7 @@ import json
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from consumer.parser import ParsedInput, parse_record
+from consumer.turns.parser import ParsedInput, parse_record
 from examples.webhook_adapter import BadRequest, WebhookAdapter, event_record, message_record
 
 

@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from consumer.crash import CRASH_EXIT_CODE, CrashPlan, parse_plan
+from consumer.turns.crash import CRASH_EXIT_CODE, CrashPlan, parse_plan
 from tests.faults.process import REPO
 
 pytestmark = [pytest.mark.faults]
 
 SCRIPT = """
-from consumer import crash
+from consumer.turns import crash
 for point in ("after_load", "after_turn", "after_save", "after_save", "after_publish"):
     crash.reached(point)
     print(point, flush=True)

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from consumer.crash import CRASH_EXIT_CODE, CRASH_POINTS
+from consumer.turns.crash import CRASH_EXIT_CODE, CRASH_POINTS
 from tests.faults.ledger import TurnLog, check_all
 from tests.faults.process import ConsumerProcess, SetupFactory, consumers, message
 

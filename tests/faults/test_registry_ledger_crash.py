@@ -12,7 +12,7 @@ import uuid
 import asyncpg
 import pytest
 
-from consumer.crash import CRASH_EXIT_CODE
+from consumer.turns.crash import CRASH_EXIT_CODE
 from engine.definition import definition_digest
 from store import Store
 from store.hosting import Hosting

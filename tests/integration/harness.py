@@ -21,8 +21,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from consumer.service import ConsumerService
 from consumer.settings import Settings
+from consumer.turns.service import ConsumerService
 from engine import Agent, ModelRequest, ModelResponse, ok
 from engine.providers.rules import RuleProvider
 from store import Store

@@ -9,7 +9,7 @@ import uuid
 import asyncpg
 import pytest
 
-from consumer.service import ConsumerService
+from consumer.turns.service import ConsumerService
 from store import Store
 from tests.integration.harness import (
     SetupFactory,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from consumer.decisions import Fallback, RetryPolicy, decide
+from consumer.turns.decisions import Fallback, RetryPolicy, decide
 from engine import BudgetSpent, Tool, UnusableReply
 from tests.scenarios.lifecycle_support import CHAT_FLOW, calls, lifecycle_agent, message
 
@@ -107,7 +107,7 @@ async def test_the_consumer_answers_a_spent_budget_once_with_no_tool_run_twice()
 
     from engine import Agent
     from tests.consumer.fakes import FakeKafkaConsumer
-    from tests.consumer.test_service_bursts import DlqProducer, run_until, service_on
+    from tests.turns.test_service_bursts import DlqProducer, run_until, service_on
 
     runs: dict[str, int] = {}
 

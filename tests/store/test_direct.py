@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import exc as sa_exc
 
-from consumer.decisions import Retry, RetryPolicy, decide
 from consumer.failures import cannot_succeed
+from consumer.turns.decisions import Retry, RetryPolicy, decide
 from store import AlreadyApplied, SourceRecord, Store, direct
 from store.urls import plain_url
 from tests.store.builders import save_request

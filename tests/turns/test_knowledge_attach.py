@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from consumer.knowledge import attach_postgres_knowledge
+from consumer.turns.knowledge import attach_postgres_knowledge
 from engine import Agent, InMemoryKnowledgeIndex
 from store.knowledge import PostgresKnowledgeIndex
 

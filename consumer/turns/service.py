@@ -7,7 +7,7 @@ offset order; workers of different sessions (even in one partition) run concurre
 save and publish after it gave the slot back). Offsets are committed per partition up to the
 watermark of ``OffsetWatermarks`` after every fetch round, so a slow session holds back only
 its partition's commit, never other sessions' work. A freed slot goes to the waiting turn the
-weighted fair queue across workspaces picks (``consumer.fairness``: plans' weights and caps,
+weighted fair queue across workspaces picks (``consumer.turns.fairness``: plans' weights and caps,
 a plan's per-minute budget, the model provider's shared back-off). Back-pressure is per partition
 (``Backpressure``): only a partition whose unfinished records reach its share of
 ``max_buffered_records`` (or of ``max_buffered_bytes``) stops being fetched, so one hot
@@ -54,11 +54,20 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from consumer import crash, metrics, tracing
-from consumer.backpressure import Backpressure
+from consumer import metrics, tracing
 from consumer.closing import close_quietly
 from consumer.dead_letters import DeadLetterPublisher, RefusedRecords
-from consumer.decisions import (
+from consumer.failures import describe
+from consumer.health import HealthServer, start_health_server
+from consumer.hosting.routing import Route, registry_router
+from consumer.outbox import OutboxPublisher, new_producer, start_producer
+from consumer.relay import OutboxRelay
+from consumer.round_trips import RoundTrips, broker_probe, database_probe
+from consumer.settings import Settings
+from consumer.stopping import stopped_within
+from consumer.turns import crash
+from consumer.turns.backpressure import Backpressure
+from consumer.turns.decisions import (
     Abandon,
     Commit,
     DeadLetter,
@@ -67,17 +76,13 @@ from consumer.decisions import (
     RetryPolicy,
     decide,
 )
-from consumer.failures import describe
-from consumer.fairness import FairSlots
-from consumer.health import HealthServer, start_health_server
-from consumer.hosting.routing import Route, registry_router
-from consumer.knowledge import attach_postgres_knowledge
-from consumer.model_backoff import SharedBackoff
-from consumer.model_calls import observe_model_calls
-from consumer.outbox import OutboxPublisher, new_producer, start_producer
-from consumer.parser import Rejected, parse_record
-from consumer.partitions import OffsetWatermarks, QueuedInput, SessionQueues
-from consumer.pipeline import (
+from consumer.turns.fairness import FairSlots
+from consumer.turns.knowledge import attach_postgres_knowledge
+from consumer.turns.model_backoff import SharedBackoff
+from consumer.turns.model_calls import observe_model_calls
+from consumer.turns.parser import Rejected, parse_record
+from consumer.turns.partitions import OffsetWatermarks, QueuedInput, SessionQueues
+from consumer.turns.pipeline import (
     OutboundTopics,
     TurnAgent,
     TurnFenced,
@@ -85,12 +90,8 @@ from consumer.pipeline import (
     TurnWork,
     burst_of,
 )
-from consumer.placement import PlacementCheck
-from consumer.refused_words import printable, read_refused
-from consumer.relay import OutboxRelay
-from consumer.round_trips import RoundTrips, broker_probe, database_probe
-from consumer.settings import Settings
-from consumer.stopping import stopped_within
+from consumer.turns.placement import PlacementCheck
+from consumer.turns.refused_words import printable, read_refused
 from engine import Agent, ProviderError, UnusableReply
 from engine.recording import recorded_agent
 from store import DeadLetterWords, SourceRecord, Store
@@ -133,7 +134,7 @@ class _Slot:
         self._held: str | None = None
 
     async def take(self, tenant: str, *, weight: float, cap: int | None) -> None:
-        """Wait for a slot as a turn of workspace ``tenant`` (``consumer.fairness``)."""
+        """Wait for a slot as a turn of workspace ``tenant`` (``consumer.turns.fairness``)."""
         await self._slots.take(tenant, weight=weight, cap=cap)
         self._held = tenant
         metrics.IN_FLIGHT.inc()
@@ -837,7 +838,7 @@ class ConsumerService:
         caller holds, uncounted meanwhile), so a revoke drains the turns that run without
         waiting for this one, which then finds itself fenced.
 
-        The slot is the fair queue's (``consumer.fairness``): the turn waits as one of its
+        The slot is the fair queue's (``consumer.turns.fairness``): the turn waits as one of its
         workspace's (``""`` without one), weighted and capped by the workspace's plan. A wait
         of a millisecond or more is kept on ``work`` (``queued``), for ``turnflow inspect`` to
         show with the turn."""

@@ -5,7 +5,7 @@ When the provider says it is over its rate limit (a 429, or a retryable answer w
 own, each spending a turn slot and a request to hear the same answer, and each retrying on its
 own clock. Instead the first such answer sets one back-off: until it ends, no turn of any
 conversation takes a turn slot (turns wait loaded, holding nothing), and then the waiting turns
-go through the fair queue (``consumer.fairness``) in its order, so a flood's retries and the
+go through the fair queue (``consumer.turns.fairness``) in its order, so a flood's retries and the
 other workspaces' first attempts share the slots by their weights. A later answer may lengthen
 the back-off, never shorten it. The wait is the server's hint, else the first retry delay,
 capped at ``RETRY_BACKOFF_MAX_MS``.

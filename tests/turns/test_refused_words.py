@@ -8,7 +8,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumer.refused_words import MAX_NAME, MAX_WORDS, read_refused
+from consumer.turns.refused_words import MAX_NAME, MAX_WORDS, read_refused
 
 
 def _clean(value: str | None, limit: int) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 from consumer.hosting.routing import BINDING_KEY, Route
 from consumer.outbox import OutboxPublisher
-from consumer.parser import ParsedInput, parse_record
-from consumer.pipeline import OutboundTopics, TurnPipeline, TurnWork
+from consumer.turns.parser import ParsedInput, parse_record
+from consumer.turns.pipeline import OutboundTopics, TurnPipeline, TurnWork
 from engine import Agent, FakeClock, MockProvider, ModelRequest
 from engine.recording import RecordingLevel, recorded_agent, state_digest
 from store import SourceRecord
@@ -168,7 +168,7 @@ async def test_the_relay_deletes_published_outbox_rows_past_their_retention() ->
 async def test_an_agent_that_does_not_record_saves_no_recording() -> None:
     """A turn run by an agent whose calls cannot be seen saves no recording rather than an
     empty one that would claim the turn made no model call."""
-    from tests.consumer.test_pipeline import FakeAgent
+    from tests.turns.test_pipeline import FakeAgent
 
     store = FakeStore()
     pipeline = TurnPipeline(store=store, agent=FakeAgent(),  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.partitions import OffsetWatermarks, QueuedInput, SessionQueues
+from consumer.turns.partitions import OffsetWatermarks, QueuedInput, SessionQueues
 
 
 def test_commit_waits_for_the_lowest_pending_offset() -> None:

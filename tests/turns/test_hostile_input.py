@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from consumer.dead_letters import DeadLetterPublisher
 from consumer.errors import ScheduleRecordError
 from consumer.outbox import OutboxPublisher
-from consumer.parser import ParsedInput, Rejected, parse_record
-from consumer.pipeline import OutboundTopics, TurnPipeline
 from consumer.scheduler.intake import parse_schedule_record
-from consumer.service import ConsumerService
 from consumer.settings import Settings
+from consumer.turns.parser import ParsedInput, Rejected, parse_record
+from consumer.turns.pipeline import OutboundTopics, TurnPipeline
+from consumer.turns.service import ConsumerService
 from engine import Agent, FakeClock, MockProvider, TurnRequest, TurnRequestError, ok
 from store import SavedTurn, SaveRequest, TimerEntry, jsoncodec
 from tests.consumer.fakes import FakeProducer, FakeStore

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from consumer import metrics
-from consumer.pipeline import TurnPipeline, _message_extras, turn_outcome
+from consumer.turns.pipeline import TurnPipeline, _message_extras, turn_outcome
 
 
 class Result:

@@ -1,4 +1,4 @@
-"""The consumer flags an input that is not on its session's partition (``consumer.placement``)."""
+"""The consumer flags an input not on its session's partition (``consumer.turns.placement``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from consumer import metrics
 from consumer.partitioner import CachedPartitioner
-from consumer.placement import PlacementCheck
+from consumer.turns.placement import PlacementCheck
 
 PARTITIONS = 6
 

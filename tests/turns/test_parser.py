@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.parser import ParsedInput, Rejected, parse_record
+from consumer.turns.parser import ParsedInput, Rejected, parse_record
 
 LIMIT = 4096
 

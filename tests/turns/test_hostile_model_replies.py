@@ -23,8 +23,8 @@ from engine.providers.http import MAX_REPLY_BYTES
 from engine.providers.openai import OpenAIProvider
 from store import Store
 from tests.consumer.fakes import FakeKafkaConsumer
-from tests.consumer.test_service_bursts import DlqProducer, run_until, service_on
 from tests.fixtures.stand_in_model import last_customer_words, reply_for
+from tests.turns.test_service_bursts import DlqProducer, run_until, service_on
 
 FALLBACK = "Sorry, the assistant is unavailable right now."
 GIANT = "x" * 3_000_000

@@ -14,8 +14,8 @@ import pytest
 from consumer import cli
 from consumer.hosting.routing import RegistryRouter
 from consumer.outbox import OutboxPublisher
-from consumer.parser import ParsedInput, parse_record
-from consumer.pipeline import OutboundTopics, SourceRecord, TurnPipeline, TurnWork
+from consumer.turns.parser import ParsedInput, parse_record
+from consumer.turns.pipeline import OutboundTopics, SourceRecord, TurnPipeline, TurnWork
 from engine.clock import FakeClock
 from engine.packs import PackSet
 from engine.providers import RuleProvider

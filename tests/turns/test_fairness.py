@@ -14,14 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from consumer import metrics
-from consumer.fairness import FairQueue, FairSlots
 from consumer.hosting.routing import Route
 from consumer.outbox import OutboxPublisher
-from consumer.pipeline import OutboundTopics, TurnPipeline, TurnWork, delivery
-from consumer.service import ConsumerService
 from consumer.settings import Settings, plan_numbers
+from consumer.turns.fairness import FairQueue, FairSlots
+from consumer.turns.pipeline import OutboundTopics, TurnPipeline, TurnWork, delivery
+from consumer.turns.service import ConsumerService
 from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer, FakeStore
-from tests.consumer.test_backpressure import until
+from tests.turns.test_backpressure import until
 
 # --- the queue -------------------------------------------------------------------------------
 
@@ -428,8 +428,8 @@ def test_a_partition_pauses_at_its_share_of_bytes_before_its_share_of_records() 
     """Few large records pause their partition at its share of ``MAX_BUFFERED_BYTES`` though
     far under its share of records; it resumes once under half of both, and the watermarks
     count the bytes of pending records only."""
-    from consumer.backpressure import Backpressure
-    from consumer.partitions import OffsetWatermarks
+    from consumer.turns.backpressure import Backpressure
+    from consumer.turns.partitions import OffsetWatermarks
 
     big, small = TopicPartition("in", 0), TopicPartition("in", 1)
     marks: OffsetWatermarks[TopicPartition] = OffsetWatermarks()
@@ -510,7 +510,7 @@ def test_the_shared_backoff_follows_rate_limit_answers_only() -> None:
     """A 429 or a retryable answer with a hint sets the back-off (the hint, else the first
     retry delay, capped); a later, shorter one never shortens it; other failures, fatal answers
     and unusable replies leave it alone."""
-    from consumer.model_backoff import SharedBackoff
+    from consumer.turns.model_backoff import SharedBackoff
     from engine import ProviderError, UnusableReply
 
     backoff = SharedBackoff(first_delay_s=0.5, max_s=30)

@@ -12,11 +12,11 @@ from aiokafka.structs import TopicPartition
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.backpressure import Backpressure
 from consumer.outbox import OutboxPublisher
-from consumer.pipeline import OutboundTopics, TurnPipeline
-from consumer.service import ConsumerService
 from consumer.settings import Settings
+from consumer.turns.backpressure import Backpressure
+from consumer.turns.pipeline import OutboundTopics, TurnPipeline
+from consumer.turns.service import ConsumerService
 from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer, FakeStore
 
 HOT = TopicPartition("in", 0)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from consumer.supervisor import (
+from consumer.turns.supervisor import (
     SupervisorOptions,
     WorkerSupervisor,
     _Worker,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from consumer.pipeline import burst_of
+from consumer.turns.pipeline import burst_of
 from store import SourceRecord
 from tests.consumer.fakes import FakeProducer, FakeStore
-from tests.consumer.test_pipeline import FakeAgent, pipeline, work
+from tests.turns.test_pipeline import FakeAgent, pipeline, work
 
 
 class BurstAgent(FakeAgent):

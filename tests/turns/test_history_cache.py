@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from consumer.metrics import REGISTRY
 from consumer.outbox import OutboxPublisher
-from consumer.parser import ParsedInput, parse_record
-from consumer.pipeline import OutboundTopics, TurnPipeline, TurnWork, burst_of
+from consumer.turns.parser import ParsedInput, parse_record
+from consumer.turns.pipeline import OutboundTopics, TurnPipeline, TurnWork, burst_of
 from engine import Agent, FakeClock, HistoryEntry, ModelRequest, ModelResponse
 from engine.history import HistoryCache
 from store import LoadRequest, SourceRecord, Store

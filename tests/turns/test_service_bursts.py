@@ -11,12 +11,12 @@ from aiokafka.structs import TopicPartition
 
 from consumer.dead_letters import DeadLetterPublisher
 from consumer.outbox import OutboxPublisher
-from consumer.pipeline import OutboundTopics, TurnPipeline
-from consumer.service import ConsumerService
 from consumer.settings import Settings
+from consumer.turns.pipeline import OutboundTopics, TurnPipeline
+from consumer.turns.service import ConsumerService
 from engine import TurnRequestError
 from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer, FakeStore
-from tests.consumer.test_backpressure import until
+from tests.turns.test_backpressure import until
 
 TP = TopicPartition("in", 0)
 OTHER = TopicPartition("in", 1)

@@ -14,13 +14,13 @@ import pytest
 from aiokafka.errors import ConsumerStoppedError, CorruptRecordException, KafkaError
 from aiokafka.structs import TopicPartition
 
-from consumer import service as service_module
 from consumer.hosting.routing import Route
-from consumer.pipeline import TurnFenced
-from consumer.service import ConsumerService
 from consumer.settings import Settings
+from consumer.turns import service as service_module
+from consumer.turns.pipeline import TurnFenced
+from consumer.turns.service import ConsumerService
 from tests.consumer.fakes import FakeKafkaConsumer, FakeStore
-from tests.consumer.test_backpressure import until
+from tests.turns.test_backpressure import until
 
 TP = TopicPartition("in", 0)
 NO_ROUTE = Route(agent=None, agent_id=None)  # a turn of no workspace, as with ``AGENT``
@@ -141,10 +141,10 @@ async def test_input_waiting_for_a_slot_is_dropped_when_its_partition_moves() ->
     """An input that waited for an in-flight slot while its partition was revoked never runs
     its turn (no wasted model call, no save under a lost partition), and its offset is not
     released."""
-    from consumer.parser import ParsedInput
-    from consumer.partitions import QueuedInput
-    from consumer.pipeline import TurnWork
-    from consumer.service import _Input
+    from consumer.turns.parser import ParsedInput
+    from consumer.turns.partitions import QueuedInput
+    from consumer.turns.pipeline import TurnWork
+    from consumer.turns.service import _Input
     from store import SourceRecord
 
     service = service_with(FakeConsumer(generation=3))
@@ -219,10 +219,10 @@ class SaveBlockedPipeline:
 
 
 def queued(service: ConsumerService, session_id: str, offset: int) -> Any:
-    from consumer.parser import ParsedInput
-    from consumer.partitions import QueuedInput
-    from consumer.pipeline import TurnWork
-    from consumer.service import _Input
+    from consumer.turns.parser import ParsedInput
+    from consumer.turns.partitions import QueuedInput
+    from consumer.turns.pipeline import TurnWork
+    from consumer.turns.service import _Input
     from store import SourceRecord
 
     work = TurnWork(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from engine import strict_json
 from engine.clock import to_utc
@@ -39,24 +39,13 @@ __all__ = [
     "parse_record",
 ]
 
-InputKind = Literal["message", "wake", "event", "start"]
-INPUT_KINDS: tuple[InputKind, ...] = ("message", "wake", "event", "start")
+from consumer.inputs import (
+    INPUT_KINDS,
+    MAX_SESSION_ID_CHARS,
+    InputKind,
+    RejectReason,
+)
 
-RejectReason = Literal[
-    "too-large",
-    "empty",
-    "not-utf8",
-    "not-json",
-    "not-an-object",
-    "invalid-text",
-    "missing-session-id",
-    "key-mismatch",
-    "unknown-kind",
-    "invalid-field",
-    "too-deep",
-]
-
-MAX_SESSION_ID_CHARS = 256
 MAX_AGENT_ID_CHARS = 256  # as long as the registry's ids (engine.definition)
 
 MAX_DEPTH = 64
@@ -76,8 +65,17 @@ _KIND_FIELDS: dict[str, tuple[str, ...]] = {
 }
 # Names a refusal's detail may show; any other name is data.
 _KNOWN_NAMES = frozenset(
-    {"session_id", *INPUT_KINDS, *_SHARED_FIELDS, *(n for f in _KIND_FIELDS.values() for n in f),
-     "flow", "input", "reason", "understand", "agent_id"}
+    {
+        "session_id",
+        *INPUT_KINDS,
+        *_SHARED_FIELDS,
+        *(n for f in _KIND_FIELDS.values() for n in f),
+        "flow",
+        "input",
+        "reason",
+        "understand",
+        "agent_id",
+    }
 )
 
 
@@ -130,8 +128,10 @@ def parse_record(
     if not isinstance(body, dict):
         return Rejected("not-an-object", f"JSON value is a {type(body).__name__}, not an object")
     # Each level of nesting opens a bracket, so a record with few brackets needs no walk.
-    if (text.count("{") + text.count("[") > MAX_DEPTH
-            and strict_json.depth(body, MAX_DEPTH) > MAX_DEPTH):
+    if (
+        text.count("{") + text.count("[") > MAX_DEPTH
+        and strict_json.depth(body, MAX_DEPTH) > MAX_DEPTH
+    ):
         return Rejected("too-deep", f"objects and lists nested deeper than {MAX_DEPTH} levels")
     problem = _unstorable_text(body) if _RISKY_ESCAPE.search(text) else None
     if problem is not None:

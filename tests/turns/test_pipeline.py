@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from consumer import metrics
-from consumer.decisions import VersionConflictsExhausted
 from consumer.errors import FencedPublishError
 from consumer.outbox import OutboxPublisher
-from consumer.parser import ParsedInput, parse_record
-from consumer.pipeline import (
+from consumer.turns.decisions import VersionConflictsExhausted
+from consumer.turns.parser import ParsedInput, parse_record
+from consumer.turns.pipeline import (
     OutboundTopics,
     TurnFenced,
     TurnPipeline,

@@ -7,7 +7,9 @@ import pytest
 from aiokafka.errors import MessageSizeTooLargeError
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from consumer.decisions import (
+from consumer.errors import FencedPublishError, PublishError
+from consumer.failures import cannot_succeed
+from consumer.turns.decisions import (
     Abandon,
     Commit,
     DeadLetter,
@@ -17,8 +19,6 @@ from consumer.decisions import (
     VersionConflictsExhausted,
     decide,
 )
-from consumer.errors import FencedPublishError, PublishError
-from consumer.failures import cannot_succeed
 from engine import ProviderError, TurnRequestError, UnusableReply
 
 POLICY = RetryPolicy(max_retries=3, backoff_s=0.5, backoff_max_s=3.0)

@@ -40,12 +40,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
-from consumer import crash, metrics, tracing
-from consumer.decisions import VersionConflictsExhausted
+from consumer import metrics, tracing
 from consumer.groups import LoadGroup, SaveGroup
 from consumer.hosting.routing import BINDING_KEY, AgentRouter, Route, SingleAgent
 from consumer.outbox import OutboxPublisher
-from consumer.parser import ParsedInput
+from consumer.turns import crash
+from consumer.turns.decisions import VersionConflictsExhausted
+from consumer.turns.parser import ParsedInput
 from engine.history import HistoryCache
 from engine.recording import RecordingLevel, Tape, fields_written, taping
 from store import (

@@ -1,0 +1,19 @@
+"""The consume service (``turnflow consume``): ``inbound.turns`` in, one engine turn per input,
+replies and timers out after the save.
+
+- ``service``: the input loop, composed of the parts below it;
+- ``pipeline``: one input's load, turn, save and publish;
+- ``parser``: a record into a turn input or a dead-letter reason;
+- ``decisions``: what a failed turn becomes (retry, dead letter, abandon);
+- ``partitions``: per-conversation queues and each partition's commit watermark;
+- ``fairness``, ``backpressure``, ``model_backoff``: which turn runs next, and when the loop reads
+  less or waits;
+- ``placement``, ``refused_words``, ``knowledge``, ``model_calls``, ``crash``: the smaller duties
+  of the loop (records on the wrong partition, refused words, the knowledge index, model-call
+  metrics and spans, the fault tests' crash points);
+- ``supervisor``: ``turnflow consume --workers N``, several of these processes kept alive.
+
+Only the composing packages (``cli``, ``devchat``, the inspector's console) and ``hosting``, which
+routes this service's records to stored agents, import from here; the scheduler and the relay
+never do. Importing this package imports none of its modules.
+"""
