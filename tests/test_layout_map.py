@@ -99,3 +99,21 @@ def test_the_consume_service_lives_in_its_package() -> None:
     assert {p.stem for p in (ROOT / "consumer").glob("*.py")} & loose == set()
     assert loose <= {p.stem for p in (ROOT / "consumer" / "turns").glob("*.py")}
     assert (ROOT / "tests" / "turns").is_dir()
+
+
+ROOT_ENTRIES = {
+    ".ci", ".dockerignore", ".gitignore", "Dockerfile", "LICENSE", "Makefile", "README.md",
+    "bench", "consumer", "docs", "engine", "examples", "helm", "migrations", "pyproject.toml",
+    "replay", "store", "tests",
+}
+
+
+def test_the_root_holds_only_what_the_project_needs() -> None:
+    """What a run leaves behind (a benchmark's data, a framework's log) goes under ``.turnflow/``
+    or a folder of its own that git ignores, never into the checkout's root."""
+    import subprocess
+
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert {path.split("/", 1)[0] for path in tracked} - ROOT_ENTRIES == set()

@@ -103,8 +103,10 @@ def run_framework(framework: str, python: str, base_url: str, out: Path,
         try:
             done = subprocess.run(
                 [python, str(HERE / RUNNERS[framework][0]), *RUNNERS[framework][1:],
-                 "--base-url", base_url, "--out", str(rows), *extra],
-                stdout=sink, stderr=subprocess.STDOUT, cwd=REPO,
+                 "--base-url", base_url, "--out", str(rows.resolve()), *extra],
+                # Run in the run's own folder: a framework that writes beside itself (Parlant
+                # keeps a log in ./parlant-data) leaves it there, not in the checkout.
+                stdout=sink, stderr=subprocess.STDOUT, cwd=out.resolve(),
                 timeout=RUN_TIMEOUT_S[framework], check=False,
                 env={**os.environ, "PYTHONPATH": str(REPO)})
         except subprocess.TimeoutExpired:

@@ -48,6 +48,7 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
+from consumer import tracing
 from consumer.agents import load_agent
 from consumer.devchat.client import (
     DeadLetterNotice,
@@ -249,7 +250,12 @@ async def run_dev(options: DevOptions) -> int:
     if options.reply_timeout is None:
         options.reply_timeout = turn_wait_s(agent)
     own_database, own_broker = settings.database_url, settings.kafka_bootstrap_servers
+    traces = _start_tracing()
+    if traces:
+        status(f"  traces    {traces}")
     async with contextlib.AsyncExitStack() as stack:
+        # Last out: the spans of the chat's final turns are flushed once the services stopped.
+        stack.callback(tracing.shutdown)
         database_url = await bring_up_database(settings, options.data_dir, stack, status)
         bootstrap = await bring_up_broker(settings, stack, status)
         # Its own consumer group, so a dev run pointed at a shared broker never takes
@@ -298,6 +304,21 @@ async def run_dev(options: DevOptions) -> int:
             await chat.run(from_list(lines))
     return 1 if chat.missing else 0
 
+
+
+def _start_tracing() -> str | None:
+    """Tracing from the standard ``OTEL_*`` variables, as ``consume``, ``schedule`` and ``relay``
+    do: the consumer, scheduler and relay of the chat run in this process, so each turn, wake and
+    re-send is a span. Returns where the spans go (for the start-up lines), None when off;
+    variables that cannot be used raise ``DevError`` with the one-line reason."""
+    if (problem := tracing.start()) is not None:
+        raise DevError(problem)
+    if not tracing.enabled_by(os.environ):
+        return None
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    return f"OTLP/HTTP {endpoint}" if endpoint else os.environ.get("OTEL_TRACES_EXPORTER", "on")
 
 
 def _read_script(path: Path) -> list[str]:

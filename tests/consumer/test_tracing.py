@@ -22,6 +22,7 @@ from consumer import tracing
 from consumer.errors import TracingSettingsError
 from consumer.logs import JsonFormatter
 from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer
+from tests.fixtures.otlp_receiver import otlp_receiver
 from tests.turns.test_service_bursts import EchoAgent, message, run_until, service_on
 
 TP = TopicPartition("inbound.turns", 0)
@@ -289,33 +290,8 @@ def test_spans_reach_an_otlp_http_receiver_from_the_environment(
     """With only ``OTEL_EXPORTER_OTLP_ENDPOINT`` and ``OTEL_SERVICE_NAME`` set, a turn's span is
     sent as OTLP/HTTP protobuf to ``<endpoint>/v1/traces`` by the time tracing shuts down, with
     its name, kind, attributes and the service name."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
-
-    received: list[tuple[str, bytes]] = []
-
-    class Receiver(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            received.append((self.path, body))
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    with otlp_receiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
         monkeypatch.setenv("OTEL_SERVICE_NAME", "turnflow-test")
         assert tracing.start() is None
         try:
@@ -323,16 +299,9 @@ def test_spans_reach_an_otlp_http_receiver_from_the_environment(
                 pass
         finally:
             tracing.shutdown()
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert [path for path, _ in received] == ["/v1/traces"]
-    request = ExportTraceServiceRequest()
-    request.ParseFromString(received[0][1])
-    [resource_spans] = request.resource_spans
-    service = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
+    assert [path for path, _ in receiver.bodies] == ["/v1/traces"]
+    [(service, span)] = receiver.spans()
     assert service["service.name"] == "turnflow-test"
-    [span] = [s for scope in resource_spans.scope_spans for s in scope.spans]
     assert span.name == "process inbound.turns" and span.kind == span.SPAN_KIND_CONSUMER
     attributes = {a.key: a.value for a in span.attributes}
     assert attributes["gen_ai.conversation.id"].string_value == "c1"

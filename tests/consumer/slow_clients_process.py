@@ -4,7 +4,7 @@ slow connections on that port, then runs turns of many conversations through the
 ``ConsumerService`` on a real database pool, and prints one JSON line: the replies each
 conversation got, the replies expected, and the most connections the port held.
 
-    python tests/turns/slow_clients_process.py DATABASE_URL SOFT_NOFILE_LIMIT
+    python tests/consumer/slow_clients_process.py DATABASE_URL SOFT_NOFILE_LIMIT
 """
 
 from __future__ import annotations
