@@ -28,7 +28,6 @@ import itertools
 import os
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from engine import FakeClock, ModelRequest, ModelResponse
 from engine.providers.openai import chat_completion_body
 from engine.providers.rules import RuleProvider
 from examples.demo_agent import build_agent
+from tests.examples.host import CONVERSE_START, converse
 
 CONVERSATIONS = {
     "c1": ["hi", "my name is Sam", "I need the brakes fixed on saturday", "yes",
@@ -84,23 +84,13 @@ def common_prefix(a: str, b: str) -> int:
 
 async def conversation(session_id: str, texts: list[str]) -> list[ModelRequest]:
     provider = Capturing()
-    clock = FakeClock(datetime(2026, 1, 5, 9, 0, tzinfo=UTC))
-    agent = build_agent(provider=provider, clock=clock)
-    history: list[dict[str, Any]] = []
-    session: Any = None
-    for i, text in enumerate(texts):
-        at = datetime(2026, 1, 5, 9, 0, tzinfo=UTC) + timedelta(minutes=i)
-        request: dict[str, Any] = {"session_id": session_id, "message": text,
-                                   "id": f"{session_id}-{i}", "history": list(history)}
-        if session is not None:
-            request["session"] = session
-        result = await agent.turn(request)
-        session = result.session
-        history.append({"role": "user", "text": text, "at": at})
-        history += [{"role": "assistant", "text": m.text, "at": at}
-                    for m in result.messages if m.text]
+    agent = build_agent(provider=provider, clock=FakeClock(CONVERSE_START))
+
+    def trace(text: str, result: Any) -> None:
         if os.environ.get("PREFIX_SHARE_TRACE"):
             print(f"  {session_id} you> {text} | " + " | ".join(m.text for m in result.messages))
+
+    await converse(agent, session_id, texts, on_turn=trace)
     return provider.requests
 
 

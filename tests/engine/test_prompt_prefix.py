@@ -7,7 +7,7 @@ import asyncio
 import json
 import re
 from contextvars import ContextVar
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from engine import Agent, FakeClock, ModelRequest, ModelResponse
@@ -17,6 +17,7 @@ from engine.providers.base import ChatMessage, ToolCall, laid_out
 from engine.providers.openai import chat_completion_body
 from engine.providers.rules import RuleProvider
 from examples.demo_agent import build_agent
+from tests.examples.host import converse
 
 _CONVERSATION: ContextVar[str] = ContextVar("conversation")
 
@@ -48,19 +49,7 @@ class Capturing:
 
 async def _converse(agent: Any, session_id: str, texts: list[str]) -> None:
     _CONVERSATION.set(session_id)
-    history: list[dict[str, Any]] = []
-    session: Any = None
-    for i, text in enumerate(texts):
-        at = datetime(2026, 1, 5, 9, 0, tzinfo=UTC) + timedelta(minutes=i)
-        request: dict[str, Any] = {"session_id": session_id, "message": text,
-                                   "id": f"{session_id}-{i}", "history": list(history)}
-        if session is not None:
-            request["session"] = session
-        result = await agent.turn(request)
-        session = result.session
-        history.append({"role": "user", "text": text, "at": at})
-        history += [{"role": "assistant", "text": m.text, "at": at}
-                    for m in result.messages if m.text]
+    await converse(agent, session_id, texts)
 
 
 def _run_conversations() -> dict[str, list[ModelRequest]]:

@@ -3,11 +3,14 @@ the way the service does, and moves a fake clock so timers fire without waiting.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from engine import Agent, FakeClock, TurnResult
+
+CONVERSE_START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
 
 @dataclass
@@ -76,3 +79,29 @@ def texts(result: TurnResult) -> list[str]:
 
 def codes(result: TurnResult) -> list[tuple[str | None, str | None]]:
     return [(o.step_id, o.code) for o in result.outcomes]
+
+
+async def converse(
+    agent: Any,
+    session_id: str,
+    texts: list[str],
+    on_turn: Callable[[str, TurnResult], None] | None = None,
+) -> None:
+    """A customer's ``texts`` through ``agent.turn`` one minute apart, each request carrying the
+    session and the history so far (the host loop of the prompt-prefix test and benchmark, whose
+    subject is the prompts the model is sent, not timers)."""
+    history: list[dict[str, Any]] = []
+    session: Any = None
+    for i, text in enumerate(texts):
+        at = CONVERSE_START + timedelta(minutes=i)
+        request: dict[str, Any] = {"session_id": session_id, "message": text,
+                                   "id": f"{session_id}-{i}", "history": list(history)}
+        if session is not None:
+            request["session"] = session
+        result = await agent.turn(request)
+        session = result.session
+        history.append({"role": "user", "text": text, "at": at})
+        history += [{"role": "assistant", "text": m.text, "at": at}
+                    for m in result.messages if m.text]
+        if on_turn is not None:
+            on_turn(text, result)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -80,6 +83,49 @@ def _texts(values: list[dict[str, Any]], session_id: str) -> list[str]:
     return [v["text"] for v in values if v["session_id"] == session_id]
 
 
+@dataclass
+class Parked:
+    """Conversations started on version 1 of a registry agent, the consumer and the scheduler
+    running: each asking, timer and confirming conversation has had its first answer."""
+
+    hosting: Hosting
+    agent_id: str
+    workspace: str
+    asking: list[str]
+    timers: list[str]
+    confirming: list[str]
+
+
+@asynccontextmanager
+async def parked_on_v1(
+    store: Store, setup: Any, prefix: str, *, asking: int, timers: int, confirming: int = 0
+) -> AsyncIterator[Parked]:
+    tag = uuid.uuid4().hex[:6]
+    parked = Parked(
+        Hosting(store.engine), f"{prefix}-{tag}", f"ws-{tag}",
+        [f"ask{i}-{tag}" for i in range(asking)], [f"timer{i}-{tag}" for i in range(timers)],
+        [f"confirm{i}-{tag}" for i in range(confirming)],
+    )
+    assert await _put(parked.hosting, _v1(parked.agent_id, parked.workspace)) == 1
+    settings = setup.settings(agent_registry=True, agent_refresh_ms=REFRESH_MS,
+                              packs="tests.integration.test_registry_scheduler:pack")
+    first = {"I want to book": parked.asking, "please call me": parked.timers,
+             "I want to order": parked.confirming}
+    async with (
+        running_scheduler(store, setup, group_id=f"{settings.group_id}-scheduler",
+                          options=FiringOptions(max_idle=1.0)),
+        running_consumer(settings, None),
+    ):
+        await setup.produce(
+            [{"session_id": s, "message": text, "id": "m1", "agent_id": parked.agent_id}
+             for text, sessions in first.items() for s in sessions]
+        )
+        started = parked.asking + parked.timers + parked.confirming
+        async with setup.reader() as replies:
+            await replies.until(lambda v: all(_texts(v, s) for s in started), within=60)
+        yield parked
+
+
 async def test_parked_conversations_finish_on_their_version_after_an_activation(
     store: Store, service_setup: SetupFactory
 ) -> None:
@@ -87,35 +133,10 @@ async def test_parked_conversations_finish_on_their_version_after_an_activation(
     on a timer under version 1 each finish on version 1 (the confirmed action runs) after
     version 2 renames and removes those steps and flows; new ones answer on version 2."""
     setup = await service_setup(partitions=2)
-    tag = uuid.uuid4().hex[:6]
-    agent_id, workspace = f"pin-{tag}", f"ws-{tag}"
-    hosting = Hosting(store.engine)
-    assert await _put(hosting, _v1(agent_id, workspace)) == 1
-    asking = [f"ask{i}-{tag}" for i in range(8)]
-    timers = [f"timer{i}-{tag}" for i in range(6)]
-    confirming = [f"confirm{i}-{tag}" for i in range(6)]
-    fresh = [f"new{i}-{tag}" for i in range(4)]
-    settings = setup.settings(
-        agent_registry=True, agent_refresh_ms=REFRESH_MS,
-        packs="tests.integration.test_registry_scheduler:pack",
-    )
-    async with (
-        running_scheduler(store, setup, group_id=f"{settings.group_id}-scheduler",
-                          options=FiringOptions(max_idle=1.0)),
-        running_consumer(settings, None),
-    ):
-        await setup.produce(
-            [{"session_id": s, "message": "I want to book", "id": "m1", "agent_id": agent_id}
-             for s in asking]
-            + [{"session_id": s, "message": "please call me", "id": "m1",
-                "agent_id": agent_id} for s in timers]
-            + [{"session_id": s, "message": "I want to order", "id": "m1",
-                "agent_id": agent_id} for s in confirming]
-        )
-        async with setup.reader() as replies:
-            await replies.until(
-                lambda v: all(_texts(v, s) for s in asking + timers + confirming), within=60,
-            )
+    fresh = [f"new{i}-{uuid.uuid4().hex[:6]}" for i in range(4)]
+    async with parked_on_v1(store, setup, "pin", asking=8, timers=6, confirming=6) as parked:
+        hosting, agent_id, workspace = parked.hosting, parked.agent_id, parked.workspace
+        asking, timers, confirming = parked.asking, parked.timers, parked.confirming
         assert await _put(hosting, _v2(agent_id, workspace)) == 2
         await asyncio.sleep(5 * REFRESH_MS / 1000)
         await setup.produce(
@@ -255,28 +276,9 @@ async def test_a_run_map_moves_parked_conversations_on_the_real_consumer(
     version 1 answer on version 2 (the map logged in that turn's input); those on the unmapped
     call-back timer still finish on version 1."""
     setup = await service_setup(partitions=2)
-    tag = uuid.uuid4().hex[:6]
-    agent_id, workspace = f"mig-{tag}", f"ws-{tag}"
-    hosting = Hosting(store.engine)
-    await _put(hosting, _v1(agent_id, workspace))
-    asking = [f"ask{i}-{tag}" for i in range(5)]
-    timers = [f"timer{i}-{tag}" for i in range(3)]
-    settings = setup.settings(agent_registry=True, agent_refresh_ms=REFRESH_MS,
-                              packs="tests.integration.test_registry_scheduler:pack")
-    async with (
-        running_scheduler(store, setup, group_id=f"{settings.group_id}-scheduler",
-                          options=FiringOptions(max_idle=1.0)),
-        running_consumer(settings, None),
-    ):
-        await setup.produce(
-            [{"session_id": s, "message": "I want to book", "id": "m1", "agent_id": agent_id}
-             for s in asking]
-            + [{"session_id": s, "message": "please call me", "id": "m1",
-                "agent_id": agent_id} for s in timers]
-        )
-        async with setup.reader() as replies:
-            await replies.until(lambda v: all(_texts(v, s) for s in asking + timers),
-                                within=60)
+    async with parked_on_v1(store, setup, "mig", asking=5, timers=3) as parked:
+        hosting, agent_id, workspace = parked.hosting, parked.agent_id, parked.workspace
+        asking, timers = parked.asking, parked.timers
         v2 = _v2(agent_id, workspace)
         await hosting.put_version(agent_id=agent_id, workspace=workspace, document=v2,
                                   digest=definition_digest(v2))
