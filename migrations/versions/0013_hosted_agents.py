@@ -19,6 +19,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
+from migrations import online
+
 revision: str = "0013"
 down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
@@ -92,8 +94,13 @@ def upgrade() -> None:
         "uq_credit_ledger_charge", "credit_ledger", ["session_id", "charge_key"], unique=True
     )
     op.create_index("ix_credit_ledger_day", "credit_ledger", ["workspace_id", "day"])
-    op.add_column("turns", sa.Column("agent_id", sa.Text))
-    op.add_column("turns", sa.Column("agent_version", sa.Integer))
+
+    def columns() -> None:
+        op.add_column("turns", sa.Column("agent_id", sa.Text), if_not_exists=True)
+        op.add_column("turns", sa.Column("agent_version", sa.Integer), if_not_exists=True)
+
+    # Last: the new tables commit with it, and a retry repeats only these catalog changes.
+    online.with_lock_retries(columns, what="turns agent columns")
 
 
 def downgrade() -> None:
