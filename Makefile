@@ -71,10 +71,16 @@ phoenix-serve: $(PHOENIX_STAMP)
 test-browser: $(STAMP) chromium
 	$(BIN)/pytest -q -p no:cacheprovider tests/inspect/test_browser.py $(PYTEST_ARGS)
 
+# squawk over every revision's SQL (`alembic upgrade --sql`, one file per revision), with the
+# rules and exemptions of .squawk.toml.
+SQUAWK_SQL := .turnflow/migrations-sql
 lint: $(STAMP)
 	$(BIN)/ruff check engine store consumer replay migrations tests bench examples
 	$(BIN)/mypy engine
 	$(BIN)/mypy --strict replay
+	rm -rf $(SQUAWK_SQL)
+	$(BIN)/python -m migrations.sql $(SQUAWK_SQL) >/dev/null
+	$(BIN)/squawk -c .squawk.toml $(SQUAWK_SQL)/*.sql
 
 # The broker of the integration and fault tests (tests/fixtures/broker.py): Apache Kafka when Java
 # and Maven are installed (its jars are fetched once into ~/.cache/turnflow/kafka-<version>), else

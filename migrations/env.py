@@ -53,7 +53,10 @@ async def _run_online() -> None:
 
 
 if context.is_offline_mode():
-    context.configure(url=_url(), target_metadata=metadata, literal_binds=True)
+    # `--sql`: each revision between its own BEGIN and COMMIT, as it runs online.
+    context.configure(
+        url=_url(), target_metadata=metadata, literal_binds=True, transaction_per_migration=True
+    )
     with context.begin_transaction():
         context.run_migrations()
 else:
