@@ -34,6 +34,7 @@ def upgrade() -> None:
         sa.Column("minute", sa.DateTime(timezone=True), nullable=False),
         sa.Column("turns", sa.Integer(), nullable=False),
         sa.PrimaryKeyConstraint("workspace_id", "minute", name="pk_workspace_model_minutes"),
+        if_not_exists=True,
     )
 
 

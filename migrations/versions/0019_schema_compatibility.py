@@ -37,6 +37,7 @@ def upgrade() -> None:
             "updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
         ),
         sa.CheckConstraint("singleton", name="ck_schema_compatibility_singleton"),
+        if_not_exists=True,
     )
 
 

@@ -178,3 +178,59 @@ async def test_the_previous_release_serves_on_this_releases_schema(
                         "SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0
     async with OutboundReader(kafka_bootstrap, env["DLQ_TOPIC"]) as dlq:
         assert await dlq.settle(2.0) == []
+
+
+_SCHEMA = {
+    "columns": "SELECT table_name, column_name, data_type, is_nullable, column_default,"
+               " is_generated, identity_generation FROM information_schema.columns"
+               " WHERE table_schema = 'public'",
+    "indexes": "SELECT tablename, indexname, indexdef FROM pg_indexes"
+               " WHERE schemaname = 'public'",
+    "constraints": "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid),"
+                   " convalidated FROM pg_constraint"
+                   " WHERE connamespace = 'public'::regnamespace",
+    "valid": "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+             " WHERE NOT i.indisvalid",
+}
+
+
+async def _schema(url: str) -> dict[str, set[tuple[object, ...]]]:
+    connection = await asyncpg.connect(url)
+    try:
+        return {name: {tuple(r) for r in await connection.fetch(sql)}
+                for name, sql in _SCHEMA.items()}
+    finally:
+        await connection.close()
+
+
+async def test_the_rewritten_revisions_make_the_previous_releases_schema(
+    previous: Path, database_url: str,
+) -> None:
+    """Revisions 0001-0018, rewritten to run online, produce exactly the schema the previous
+    release's own revisions produce (columns, indexes, constraints): a database that already
+    ran them needs nothing."""
+    urls = []
+    names = [f"turnflow_sc_{uuid.uuid4().hex[:10]}" for _ in range(2)]
+    admin = await asyncpg.connect(database_url)
+    try:
+        for name in names:
+            await admin.execute(f'CREATE DATABASE "{name}"')
+        from sqlalchemy.engine import make_url
+
+        urls = [make_url(database_url).set(database=n).render_as_string(hide_password=False)
+                for n in names]
+        process = await asyncio.create_subprocess_exec(
+            str(previous), "migrate", env={"PATH": os.environ.get("PATH", ""),
+                                           "DATABASE_URL": urls[0]},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        _out, err = await process.communicate()
+        assert process.returncode == 0, err
+        await asyncio.to_thread(off_loop, migrate.upgrade, urls[1], "0018")
+        before, after = await _schema(urls[0]), await _schema(urls[1])
+        assert before["columns"] and before["indexes"]
+        assert after == before
+        assert after["valid"] == set()
+    finally:
+        for name in names:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()

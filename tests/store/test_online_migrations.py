@@ -51,15 +51,20 @@ def test_an_invalid_index_left_by_an_interrupted_build_is_rebuilt(scratch_url: s
     assert rows(scratch_url, "SELECT count(*) FROM pg_index WHERE NOT indisvalid") == [(0,)]
 
 
-def _hold_lock(url: str, table: str, seconds: float, held: threading.Event) -> threading.Thread:
-    """A transaction reading `table` (ACCESS SHARE) for `seconds`: a long report, say."""
+def _hold_lock(url: str, table: str, seconds: float, held: threading.Event,
+               release: threading.Event | None = None) -> threading.Thread:
+    """A transaction reading `table` (ACCESS SHARE) for `seconds`, or until `release` is set:
+    a long report, say."""
     async def hold() -> None:
         connection = await asyncpg.connect(url)
         try:
             async with connection.transaction():
                 await connection.execute(f"LOCK TABLE {table} IN ACCESS SHARE MODE")
                 held.set()
-                await asyncio.sleep(seconds)
+                if release is None:
+                    await asyncio.sleep(seconds)
+                else:
+                    await asyncio.to_thread(release.wait, seconds)
         finally:
             await connection.close()
 
@@ -126,8 +131,8 @@ def test_a_lock_never_granted_fails_in_one_line_and_migrate_runs_again(
     """With the lock held through all its tries, `turnflow migrate` exits 1 with one line
     naming the table's step and stamps nothing; run again once the lock is free, it finishes."""
     off_loop(migrate.upgrade, scratch_url, "0017")
-    held = threading.Event()
-    blocker = _hold_lock(scratch_url, "outbox", 4.0, held)
+    held, release = threading.Event(), threading.Event()
+    blocker = _hold_lock(scratch_url, "outbox", 120.0, held, release)
     env = {"DATABASE_URL": scratch_url, "TURNFLOW_MIGRATE_LOCK_TIMEOUT_MS": "50",
            "TURNFLOW_MIGRATE_LOCK_ATTEMPTS": "3", "PATH": "/usr/bin:/bin"}
     failed = subprocess.run([sys.executable, "-m", "consumer.cli", "migrate"], env=env,
@@ -136,6 +141,7 @@ def test_a_lock_never_granted_fails_in_one_line_and_migrate_runs_again(
     assert failed.stderr.count("\n") == 1, failed.stderr
     assert "outbox trace columns: lock not granted in 3 tries" in failed.stderr
     assert off_loop(migrate.current, scratch_url) == "0017"
+    release.set()
     blocker.join(10)
     again = subprocess.run([sys.executable, "-m", "consumer.cli", "migrate"], env=env,
                            capture_output=True, text=True, timeout=120)
