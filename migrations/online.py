@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import time
 from collections.abc import Callable
 
@@ -64,27 +65,24 @@ class LockNotGranted(RuntimeError):
     """A revision's DDL did not get its table's lock within the retries: nothing was changed."""
 
 
-def _positive_int(name: str, default: int) -> int:
+def _positive_int(name: str, default: int, most: int) -> int:
+    """An environment variable holding 1..`most` in ASCII digits, else `default` when unset."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a positive integer, not {raw!r}") from None
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive integer, not {raw!r}")
-    return value
+    if not re.fullmatch(r"[0-9]{1,9}", raw) or not 0 < int(raw) <= most:
+        raise ValueError(f"{name} must be a whole number from 1 to {most}, not {raw[:20]!r}")
+    return int(raw)
 
 
 def lock_timeout_ms() -> int:
     """How long one attempt waits for a table lock before giving it up."""
-    return _positive_int("TURNFLOW_MIGRATE_LOCK_TIMEOUT_MS", 200)
+    return _positive_int("TURNFLOW_MIGRATE_LOCK_TIMEOUT_MS", 200, 60_000)
 
 
 def lock_attempts() -> int:
     """How many times `with_lock_retries` asks for the lock before raising `LockNotGranted`."""
-    return _positive_int("TURNFLOW_MIGRATE_LOCK_ATTEMPTS", 30)
+    return _positive_int("TURNFLOW_MIGRATE_LOCK_ATTEMPTS", 30, 1_000)
 
 
 def _backoff(attempt: int) -> float:

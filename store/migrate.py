@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 import migrations
+from migrations import online
 from migrations.online import LockNotGranted
 from store.urls import async_url
 
@@ -33,6 +34,7 @@ __all__ = [
     "downgrade_async",
     "head",
     "knows",
+    "settings_problem",
     "upgrade",
     "upgrade_async",
 ]
@@ -50,6 +52,16 @@ def _config(url: str) -> Config:
 def head() -> str | None:
     """The newest revision the shipped migrations define."""
     return ScriptDirectory(str(_MIGRATIONS_DIR)).get_current_head()
+
+
+def settings_problem() -> str | None:
+    """A one-line reason when the lock retry settings in the environment are unusable."""
+    try:
+        online.lock_timeout_ms()
+        online.lock_attempts()
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def knows(revision: str) -> bool:

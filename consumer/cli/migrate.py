@@ -31,6 +31,8 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings()
     if not settings.database_url:
         return fail("DATABASE_URL is not set", EXIT_CONFIG)
+    if (problem := migrate.settings_problem()) is not None:
+        return fail(problem, EXIT_CONFIG)
     try:
         verdict = migrate.compatibility(settings.database_url)
         if verdict is not None:

@@ -12,7 +12,11 @@ import time
 
 import asyncpg
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from consumer import cli
+from migrations import online
 from store import migrate
 from tests.store.migration_dbs import off_loop, rows, scratch_url
 
@@ -147,3 +151,29 @@ def test_a_lock_never_granted_fails_in_one_line_and_migrate_runs_again(
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again
     assert off_loop(migrate.current, scratch_url) == migrate.head()
+
+
+@given(timeout=st.one_of(st.text(max_size=12), st.integers(-10, 10**11).map(str))
+       .filter(lambda t: "\x00" not in t),
+       attempts=st.one_of(st.just(""), st.integers(-5, 50).map(str)))
+def test_the_lock_settings_are_used_or_refused_in_one_line(timeout: str, attempts: str) -> None:
+    """Whatever TURNFLOW_MIGRATE_LOCK_TIMEOUT_MS and _ATTEMPTS hold, they are either positive
+    integers (or unset: the defaults) and used, or refused with one line naming the variable;
+    `turnflow migrate` refuses them with exit 2 before touching the database."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TURNFLOW_MIGRATE_LOCK_TIMEOUT_MS", timeout)
+        patch.setenv("TURNFLOW_MIGRATE_LOCK_ATTEMPTS", attempts)
+        patch.setenv("DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+        problem = migrate.settings_problem()
+        valid = all(
+            v.strip() == "" or (v.strip().isascii() and v.strip().isdigit()
+                                and len(v.strip()) <= 9 and 0 < int(v) <= most)
+            for v, most in ((timeout, 60_000), (attempts, 1_000))
+        )
+        if valid:
+            assert problem is None
+            assert online.lock_timeout_ms() > 0 and online.lock_attempts() > 0
+        else:
+            assert problem is not None and "\n" not in problem
+            assert "TURNFLOW_MIGRATE_LOCK_" in problem
+            assert cli.main(["migrate"]) == 2
