@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 	test-browser phoenix phoenix-serve bench-inspect bench bench-engine bench-store \
 	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks bench-pipeline \
 	bench-hosting bench-versions bench-window bench-fairness bench-prefix bench-tracing bench-peers \
-	bench-prefix-real clean
+	bench-prefix-real bench-migrate clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -71,10 +71,16 @@ phoenix-serve: $(PHOENIX_STAMP)
 test-browser: $(STAMP) chromium
 	$(BIN)/pytest -q -p no:cacheprovider tests/inspect/test_browser.py $(PYTEST_ARGS)
 
+# squawk over every revision's SQL (`alembic upgrade --sql`, one file per revision), with the
+# rules and exemptions of .squawk.toml.
+SQUAWK_SQL := .turnflow/migrations-sql
 lint: $(STAMP)
 	$(BIN)/ruff check engine store consumer replay migrations tests bench examples
 	$(BIN)/mypy engine
 	$(BIN)/mypy --strict replay
+	rm -rf $(SQUAWK_SQL)
+	$(BIN)/python -m migrations.sql $(SQUAWK_SQL) >/dev/null
+	$(BIN)/squawk -c .squawk.toml $(SQUAWK_SQL)/*.sql
 
 # The broker of the integration and fault tests (tests/fixtures/broker.py): Apache Kafka when Java
 # and Maven are installed (its jars are fetched once into ~/.cache/turnflow/kafka-<version>), else
@@ -196,6 +202,11 @@ bench-versions: $(STAMP)
 # exporting over OTLP/HTTP to a local receiver, side by side.
 bench-tracing: $(STAMP)
 	$(BIN)/python bench/tracing_cost.py $(ARGS)
+
+# `turnflow migrate` on a turn log of 1,000,000 turns while conversations take turns through the
+# store: every turn's delay, migrate's time per million turns, beside the old in-transaction DDL.
+bench-migrate: $(STAMP)
+	$(BIN)/python bench/migrate_bench.py $(ARGS)
 
 # The inspector's list and conversation page on 100,000 conversations and one of 10,000 turns,
 # against a plain SELECT of the same rows.

@@ -1,7 +1,9 @@
 """Alembic environment: runs migrations online over asyncpg.
 
-The URL comes from `config.attributes["url"]` (set by `store.migrate`) or, for a bare
-`alembic -c migrations/alembic.ini upgrade head`, from `DATABASE_URL`.
+Every revision runs in its own transaction; after the run the database's compatibility record
+is rewritten (`migrations/compatibility.py`). The URL comes from `config.attributes["url"]`
+(set by `store.migrate`) or, for a bare `alembic -c migrations/alembic.ini upgrade head`, from
+`DATABASE_URL`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
+from migrations import compatibility
 from store.schema import metadata
 from store.urls import async_url
 
@@ -28,11 +31,15 @@ def _url() -> str:
 
 
 def _run(connection: Connection) -> None:
+    # One transaction per revision: a revision's autocommit blocks (migrations/online.py: index
+    # builds CONCURRENTLY, DDL under lock retries) commit only that revision's work so far.
     context.configure(
         connection=connection, target_metadata=metadata, transaction_per_migration=True
     )
     with context.begin_transaction():
         context.run_migrations()
+    # After every run, up or down: which releases may run on the schema as it now is.
+    compatibility.write(connection, context.script)
 
 
 async def _run_online() -> None:
@@ -46,7 +53,10 @@ async def _run_online() -> None:
 
 
 if context.is_offline_mode():
-    context.configure(url=_url(), target_metadata=metadata, literal_binds=True)
+    # `--sql`: each revision between its own BEGIN and COMMIT, as it runs online.
+    context.configure(
+        url=_url(), target_metadata=metadata, literal_binds=True, transaction_per_migration=True
+    )
     with context.begin_transaction():
         context.run_migrations()
 else:

@@ -384,6 +384,20 @@ Index(
 )
 Index("ix_credit_ledger_day", credit_ledger.c.workspace_id, credit_ledger.c.day)
 
+# Which releases may run on this schema: written by every migration run (migrations/env.py,
+# migrations/compatibility.py), read by an older `turnflow migrate` facing this schema. One row.
+schema_compatibility = Table(
+    "schema_compatibility",
+    metadata,
+    Column("singleton", Boolean, primary_key=True, server_default=text("true")),
+    Column("revision", Text, nullable=False),
+    Column("oldest_compatible", Text, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("singleton", name="ck_schema_compatibility_singleton"),
+)
+
+# The service's data tables (the tests empty them between tests); not schema_compatibility,
+# which describes the schema rather than holding data.
 TABLE_NAMES = (
     "sessions", "turns", "turn_sources", "outbox", "timers", "knowledge_excerpts", "dead_letters",
     "dead_lettered_sources", "workspaces", "agents", "agent_versions", "web_search_usage",

@@ -1,4 +1,10 @@
-"""``turnflow migrate``: ``alembic upgrade head`` against ``DATABASE_URL``."""
+"""``turnflow migrate``: ``alembic upgrade head`` against ``DATABASE_URL``.
+
+Facing a database a newer release migrated (a revision these migrations do not know: a
+rollback), it migrates nothing and reads the schema's compatibility record: exit 0 with one
+line when the newer release declared this one compatible, exit 2 with one line when not.
+A lock not granted within the retries (`migrations/online.py`) is exit 1, to be run again.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,10 @@ import argparse
 from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 from consumer.settings import Settings
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["EXIT_INCOMPATIBLE", "add_arguments", "run"]
+
+# A newer release migrated the database and did not declare this release compatible.
+EXIT_INCOMPATIBLE = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,8 +31,18 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings()
     if not settings.database_url:
         return fail("DATABASE_URL is not set", EXIT_CONFIG)
+    if (problem := migrate.settings_problem()) is not None:
+        return fail(problem, EXIT_CONFIG)
     try:
+        verdict = migrate.compatibility(settings.database_url)
+        if verdict is not None:
+            if not verdict.runs:
+                return fail(verdict.reason, EXIT_INCOMPATIBLE)
+            print(f"turnflow: {verdict.reason}")
+            return 0
         migrate.upgrade(settings.database_url, args.revision)
+    except migrate.LockNotGranted as exc:
+        return fail(str(exc), EXIT_UNREACHABLE)
     except (DBAPIError, OSError) as exc:
         return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}", EXIT_UNREACHABLE)
     print(f"turnflow: database migrated to {args.revision}")

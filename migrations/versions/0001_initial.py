@@ -13,6 +13,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
+from migrations import online
+
 revision: str = "0001"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
@@ -22,6 +24,7 @@ _EMPTY = sa.text("'[]'::jsonb")
 
 
 def upgrade() -> None:
+    online.set_lock_timeout()
     op.create_table(
         "sessions",
         sa.Column("id", sa.Text, primary_key=True),

@@ -19,10 +19,15 @@ from collections.abc import Sequence
 
 from alembic import op
 
+from migrations import online
+
 revision: str = "0003"
 down_revision: str | None = "0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+
+# Code from before this revision upserts timers on `key` alone, which the new key refuses.
+oldest_compatible_revision = "0003"
 
 # A waiting run's timer, for every stored session: the wake key and time the run was parked
 # with; `at` is the ISO 8601 time the engine wrote into the session.
@@ -41,8 +46,19 @@ ON CONFLICT (session_id, key) DO NOTHING
 
 
 def upgrade() -> None:
-    op.drop_constraint("timers_pkey", "timers", type_="primary")
-    op.create_primary_key("timers_pkey", "timers", ["session_id", "key"])
+    # The new key's index is built first without blocking writes; the swap itself is a catalog
+    # change under a short lock_timeout (USING INDEX renames the index to timers_pkey).
+    online.create_index("timers_session_key", "timers", "(session_id, key)", unique=True)
+    def swap() -> None:
+        online.lint_ignore(
+            "ban-drop-constraint", "the key is replaced in this statement by one built before"
+        )
+        op.execute(
+            "ALTER TABLE timers DROP CONSTRAINT IF EXISTS timers_pkey,"
+            " ADD CONSTRAINT timers_pkey PRIMARY KEY USING INDEX timers_session_key"
+        )
+
+    online.with_lock_retries(swap, what="timers primary key")
     op.execute(_RESTORE_WAITING)
 
 

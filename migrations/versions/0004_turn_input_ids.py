@@ -19,6 +19,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import online
+
 revision: str = "0004"
 down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
@@ -45,14 +47,14 @@ WHERE turns.id = firsts.id AND firsts.n = 1
 
 
 def upgrade() -> None:
-    op.add_column("turns", sa.Column("input_id", sa.Text))
+    online.with_lock_retries(
+        lambda: op.add_column("turns", sa.Column("input_id", sa.Text), if_not_exists=True),
+        what="turns.input_id",
+    )
     op.execute(_BACKFILL)
-    op.create_index(
-        "uq_turns_input",
-        "turns",
-        ["session_id", "input_id"],
-        unique=True,
-        postgresql_where=sa.text("input_id IS NOT NULL"),
+    online.create_index(
+        "uq_turns_input", "turns", "(session_id, input_id)", unique=True,
+        where="input_id IS NOT NULL",
     )
 
 

@@ -13,6 +13,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
+from migrations import online
+
 revision: str = "0005"
 down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
@@ -20,16 +22,18 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.add_column("turns", sa.Column("clock_at", sa.DateTime(timezone=True)))
-    op.add_column("turns", sa.Column("model_calls", JSONB))
+    def columns() -> None:
+        op.add_column(
+            "turns", sa.Column("clock_at", sa.DateTime(timezone=True)), if_not_exists=True
+        )
+        op.add_column("turns", sa.Column("model_calls", JSONB), if_not_exists=True)
+
+    online.with_lock_retries(columns, what="turns recording columns")
     # Time-range selection of conversations to replay.
-    op.create_index("ix_turns_created_at", "turns", ["created_at"])
+    online.create_index("ix_turns_created_at", "turns", "(created_at)")
     # Pruning expired recordings reads only the rows that still hold one.
-    op.create_index(
-        "ix_turns_recorded",
-        "turns",
-        ["created_at"],
-        postgresql_where=sa.text("model_calls IS NOT NULL"),
+    online.create_index(
+        "ix_turns_recorded", "turns", "(created_at)", where="model_calls IS NOT NULL"
     )
 
 

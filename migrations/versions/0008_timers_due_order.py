@@ -18,6 +18,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
+from migrations import online
+
 revision: str = "0008"
 down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
@@ -25,8 +27,8 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_index("ix_timers_due", "timers", ["at", "session_id", "key"])
-    op.drop_index("ix_timers_at", table_name="timers")
+    online.create_index("ix_timers_due", "timers", "(at, session_id, key)")
+    online.drop_index("ix_timers_at")
 
 
 def downgrade() -> None:

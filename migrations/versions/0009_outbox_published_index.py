@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import sqlalchemy as sa
 from alembic import op
+
+from migrations import online
 
 revision: str = "0009"
 down_revision: str | None = "0008"
@@ -23,11 +24,8 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_index(
-        "ix_outbox_published",
-        "outbox",
-        ["published_at"],
-        postgresql_where=sa.text("published_at IS NOT NULL"),
+    online.create_index(
+        "ix_outbox_published", "outbox", "(published_at)", where="published_at IS NOT NULL"
     )
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import sqlalchemy as sa
 from alembic import op
+
+from migrations import online
 
 revision: str = "0010"
 down_revision: str | None = "0009"
@@ -24,11 +25,9 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_index(
-        "ix_turns_history",
-        "turns",
-        ["session_id", "version"],
-        postgresql_where=sa.text("input ? 'message' OR jsonb_array_length(messages) > 0"),
+    online.create_index(
+        "ix_turns_history", "turns", "(session_id, version)",
+        where="input ? 'message' OR jsonb_array_length(messages) > 0",
     )
 
 

@@ -21,6 +21,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
+from migrations import online
+
 revision: str = "0011"
 down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
@@ -28,7 +30,10 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.add_column("turns", sa.Column("history", JSONB))
+    online.with_lock_retries(
+        lambda: op.add_column("turns", sa.Column("history", JSONB), if_not_exists=True),
+        what="turns.history",
+    )
 
 
 def downgrade() -> None:

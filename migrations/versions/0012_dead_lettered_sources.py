@@ -17,6 +17,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import online
+
 revision: str = "0012"
 down_revision: str | None = "0011"
 branch_labels: str | Sequence[str] | None = None
@@ -24,6 +26,7 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    online.set_lock_timeout()
     op.create_table(
         "dead_lettered_sources",
         sa.Column("id", sa.BigInteger, sa.Identity(always=True), primary_key=True),

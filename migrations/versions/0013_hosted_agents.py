@@ -19,6 +19,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
+from migrations import online
+
 revision: str = "0013"
 down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
@@ -32,6 +34,7 @@ def _created_at() -> sa.Column[object]:
 
 
 def upgrade() -> None:
+    online.set_lock_timeout()
     op.create_table(
         "workspaces",
         sa.Column("id", sa.Text, primary_key=True),
@@ -46,6 +49,7 @@ def upgrade() -> None:
             "web_searches_per_day IS NULL OR web_searches_per_day >= 0",
             name="ck_workspaces_web_searches_per_day",
         ),
+        if_not_exists=True,
     )
     op.create_table(
         "agents",
@@ -56,8 +60,11 @@ def upgrade() -> None:
         sa.Column(
             "updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
         ),
+        if_not_exists=True,
     )
-    op.create_index("ix_agents_workspace", "agents", ["workspace_id", "agent_id"])
+    op.create_index(
+        "ix_agents_workspace", "agents", ["workspace_id", "agent_id"], if_not_exists=True
+    )
     op.create_table(
         "agent_versions",
         sa.Column("agent_id", sa.Text, sa.ForeignKey("agents.agent_id"), nullable=False),
@@ -66,6 +73,7 @@ def upgrade() -> None:
         sa.Column("digest", sa.Text, nullable=False),
         _created_at(),
         sa.PrimaryKeyConstraint("agent_id", "version", name="pk_agent_versions"),
+        if_not_exists=True,
     )
     op.create_table(
         "web_search_usage",
@@ -73,6 +81,7 @@ def upgrade() -> None:
         sa.Column("day", sa.Date, nullable=False),
         sa.Column("searches", sa.Integer, nullable=False),
         sa.PrimaryKeyConstraint("workspace_id", "day", name="pk_web_search_usage"),
+        if_not_exists=True,
     )
     op.create_table(
         "credit_ledger",
@@ -87,13 +96,22 @@ def upgrade() -> None:
         sa.Column("day", sa.Date, nullable=False),
         _created_at(),
         sa.CheckConstraint("credits > 0", name="ck_credit_ledger_credits"),
+        if_not_exists=True,
     )
     op.create_index(
-        "uq_credit_ledger_charge", "credit_ledger", ["session_id", "charge_key"], unique=True
+        "uq_credit_ledger_charge", "credit_ledger", ["session_id", "charge_key"], unique=True,
+        if_not_exists=True,
     )
-    op.create_index("ix_credit_ledger_day", "credit_ledger", ["workspace_id", "day"])
-    op.add_column("turns", sa.Column("agent_id", sa.Text))
-    op.add_column("turns", sa.Column("agent_version", sa.Integer))
+    op.create_index(
+        "ix_credit_ledger_day", "credit_ledger", ["workspace_id", "day"], if_not_exists=True
+    )
+
+    def columns() -> None:
+        op.add_column("turns", sa.Column("agent_id", sa.Text), if_not_exists=True)
+        op.add_column("turns", sa.Column("agent_version", sa.Integer), if_not_exists=True)
+
+    # Last: the new tables commit with it, and a retry repeats only these catalog changes.
+    online.with_lock_retries(columns, what="turns agent columns")
 
 
 def downgrade() -> None:

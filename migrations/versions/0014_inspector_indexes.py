@@ -14,9 +14,8 @@
 The predicates are written out here as `store/incidents.py` has them at this revision, so the
 migration does not change if that module does.
 
-Creating the turn indexes reads the whole turn log once each and holds writes to `turns` while
-it does; on a large live table create them beforehand with CREATE INDEX CONCURRENTLY under the
-same names and definitions (this migration then finds them and skips them).
+Each index is built CONCURRENTLY (`migrations/online.py`): writes to `turns` go on while the
+turn log is read; an index of the same name made beforehand is kept, an INVALID one rebuilt.
 
 Revision ID: 0014
 Revises: 0013
@@ -28,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from alembic import op
+
+from migrations import online
 
 revision: str = "0014"
 down_revision: str | None = "0013"
@@ -47,15 +48,11 @@ KINDS = {
 
 
 def upgrade() -> None:
-    op.execute("CREATE INDEX IF NOT EXISTS ix_sessions_updated ON sessions (updated_at, id)")
+    online.create_index("ix_sessions_updated", "sessions", "(updated_at, id)")
     for kind, predicate in KINDS.items():
-        op.execute(
-            f"CREATE INDEX IF NOT EXISTS ix_turns_{kind} ON turns (session_id, created_at) "
-            f"WHERE {predicate}"
-        )
-    op.execute(
-        "CREATE INDEX IF NOT EXISTS ix_dead_lettered_sources_session "
-        "ON dead_lettered_sources (session_id, created_at)"
+        online.create_index(f"ix_turns_{kind}", "turns", "(session_id, created_at)", where=predicate)
+    online.create_index(
+        "ix_dead_lettered_sources_session", "dead_lettered_sources", "(session_id, created_at)"
     )
 
 

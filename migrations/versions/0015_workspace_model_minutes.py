@@ -18,6 +18,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import online
+
 revision: str = "0015"
 down_revision: str | None = "0014"
 branch_labels: str | Sequence[str] | None = None
@@ -25,12 +27,14 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    online.set_lock_timeout()
     op.create_table(
         "workspace_model_minutes",
         sa.Column("workspace_id", sa.Text(), nullable=False),
         sa.Column("minute", sa.DateTime(timezone=True), nullable=False),
         sa.Column("turns", sa.Integer(), nullable=False),
         sa.PrimaryKeyConstraint("workspace_id", "minute", name="pk_workspace_model_minutes"),
+        if_not_exists=True,
     )
 
 

@@ -7,15 +7,13 @@ content-free sentence), each bounded and escaped by the consumer (`consumer/turn
 - `ix_turns_fallback` is made again with the predicate `store/incidents.py` has now: a turn
   the host answered without the model (its own `fallback` line) is a fallback for every agent,
   not only for agents whose lifecycle settings bill it. The predicate is written out here so
-  this revision does not change if that module does. Like 0014's, it reads the turn log once;
-  on a large live table create it beforehand with CREATE INDEX CONCURRENTLY under another name
-  and rename it.
+  this revision does not change if that module does. It is built CONCURRENTLY as
+  `ix_turns_fallback_next`, then the old one is dropped CONCURRENTLY and the new one renamed.
 - The inspector's search: the `pg_trgm` extension (in PostgreSQL's contrib, a trusted
   extension: the database's owner may create it) and a GIN trigram index on each table's
   searchable text (`store/search_text.py`, written out here as it is at this revision):
-  `ix_turns_search`, `ix_sessions_search`, `ix_dead_lettered_sources_search`. Building the
-  turns' index reads the whole turn log; on a large live table create it beforehand with
-  CREATE INDEX CONCURRENTLY under the same name and definition (this revision then skips it).
+  `ix_turns_search`, `ix_sessions_search`, `ix_dead_lettered_sources_search`, each built
+  CONCURRENTLY (`migrations/online.py`): writes go on while the turn log is read.
 
 Revision ID: 0016
 Revises: 0015
@@ -28,6 +26,8 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+
+from migrations import online
 
 revision: str = "0016"
 down_revision: str | None = "0015"
@@ -69,14 +69,30 @@ SEARCH = {
 
 
 def upgrade() -> None:
-    for name in COLUMNS:
-        op.add_column("dead_lettered_sources", sa.Column(name, sa.Text, nullable=True))
-    _fallback_index(FALLBACK)
+    def columns() -> None:
+        for name in COLUMNS:
+            op.add_column(
+                "dead_lettered_sources", sa.Column(name, sa.Text, nullable=True),
+                if_not_exists=True,
+            )
+
+    online.with_lock_retries(columns, what="dead_lettered_sources columns")
+    # The new predicate's index beside the old one, then swapped: no moment without one for
+    # longer than the drop, and writes to turns go on throughout.
+    online.create_index(
+        "ix_turns_fallback_next", "turns", "(session_id, created_at)", where=FALLBACK
+    )
+    online.drop_index("ix_turns_fallback")
+    def rename() -> None:
+        online.lint_ignore(
+            "renaming-object", "the new index takes the old one's name; no query names indexes"
+        )
+        op.execute("ALTER INDEX ix_turns_fallback_next RENAME TO ix_turns_fallback")
+
+    online.with_lock_retries(rename, what="ix_turns_fallback rename")
     op.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
     for name, (table, expression) in SEARCH.items():
-        op.execute(
-            f"CREATE INDEX IF NOT EXISTS {name} ON {table} USING gin ({expression} gin_trgm_ops)"
-        )
+        online.create_index(name, table, f"({expression} gin_trgm_ops)", using="gin")
 
 
 def downgrade() -> None:

@@ -23,6 +23,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
+from migrations import online
+
 revision: str = "0017"
 down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
@@ -30,14 +32,28 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.add_column("agents", sa.Column("canary_version", sa.Integer(), nullable=True))
-    op.add_column("agents", sa.Column("canary_percent", sa.SmallInteger(), nullable=True))
-    op.add_column("agents", sa.Column("migrate_to", sa.Integer(), nullable=True))
-    op.add_column("agents", sa.Column("migrate_map", JSONB(), nullable=True))
-    op.create_check_constraint(
-        "ck_agents_canary_percent", "agents",
-        "canary_percent IS NULL OR (canary_percent >= 1 AND canary_percent <= 99)",
-    )
+    def columns() -> None:
+        op.add_column("agents", sa.Column("canary_version", sa.Integer(), nullable=True),
+                      if_not_exists=True)
+        op.add_column("agents", sa.Column("canary_percent", sa.SmallInteger(), nullable=True),
+                      if_not_exists=True)
+        op.add_column("agents", sa.Column("migrate_to", sa.Integer(), nullable=True),
+                      if_not_exists=True)
+        op.add_column("agents", sa.Column("migrate_map", JSONB(), nullable=True),
+                      if_not_exists=True)
+        # NOT VALID: added without reading the table; validated below under a weaker lock.
+        online.lint_ignore(
+            "ban-drop-constraint", "the same constraint is added back in this statement (rerun)"
+        )
+        op.execute(
+            "ALTER TABLE agents DROP CONSTRAINT IF EXISTS ck_agents_canary_percent,"
+            " ADD CONSTRAINT ck_agents_canary_percent CHECK"
+            " (canary_percent IS NULL OR (canary_percent >= 1 AND canary_percent <= 99))"
+            " NOT VALID"
+        )
+
+    online.with_lock_retries(columns, what="agents canary columns")
+    op.execute("ALTER TABLE agents VALIDATE CONSTRAINT ck_agents_canary_percent")
 
 
 def downgrade() -> None:

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import online
+
 revision: str = "0018"
 down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
@@ -27,11 +29,16 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.add_column("outbox", sa.Column("traceparent", sa.Text(), nullable=True))
-    op.add_column("outbox", sa.Column("tracestate", sa.Text(), nullable=True))
-    op.add_column("timers", sa.Column("traceparent", sa.Text(), nullable=True))
-    op.add_column("timers", sa.Column("tracestate", sa.Text(), nullable=True))
-    op.add_column("turns", sa.Column("trace_id", sa.Text(), nullable=True))
+    # One table per lock: a long transaction on one of them holds up only its own change.
+    for table, names in (("outbox", ("traceparent", "tracestate")),
+                         ("timers", ("traceparent", "tracestate")),
+                         ("turns", ("trace_id",))):
+        def columns(table: str = table, names: tuple[str, ...] = names) -> None:
+            for name in names:
+                op.add_column(table, sa.Column(name, sa.Text(), nullable=True),
+                              if_not_exists=True)
+
+        online.with_lock_retries(columns, what=f"{table} trace columns")
 
 
 def downgrade() -> None:

@@ -34,6 +34,8 @@ OTHER_ENV = {
     "NO_COLOR", "TURNFLOW_LOCAL_MODEL", "TURNFLOW_MODEL_PROMPT_CACHE",
     "TURNFLOW_MODEL_PROMPT_LAYOUT", "TURNFLOW_MODEL_SLOTS", "TURNFLOW_TRACE_URL",
     "PHOENIX_PORT",  # the port `make phoenix-serve` gives the local trace store
+    # `turnflow migrate`'s lock retries (migrations/online.py).
+    "TURNFLOW_MIGRATE_LOCK_TIMEOUT_MS", "TURNFLOW_MIGRATE_LOCK_ATTEMPTS",
     # OpenTelemetry's standard variables, read by consumer/tracing.py and the SDK.
     "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER",
     "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",

@@ -236,12 +236,13 @@ def test_only_the_consumer_gets_model_keys() -> None:
         assert {"DATABASE_URL", "KAFKA_SASL_PASSWORD"} <= env
 
 
-def test_migration_job_is_a_pre_install_pre_upgrade_hook() -> None:
-    """The migrate Job runs `migrate` as a pre-install/pre-upgrade hook and reads only the
-    database Secret, since the release's own ConfigMap does not exist yet when it runs."""
+def test_migration_job_is_a_pre_install_pre_upgrade_pre_rollback_hook() -> None:
+    """The migrate Job runs `migrate` as a pre-install/pre-upgrade/pre-rollback hook and reads
+    only the database Secret, since the release's own ConfigMap does not exist yet when it
+    runs."""
     job = render_chart().one("Job", "-migrate")
     annotations = job["metadata"]["annotations"]
-    assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade,pre-rollback"
     assert "before-hook-creation" in annotations["helm.sh/hook-delete-policy"]
     spec = job["spec"]["template"]["spec"]
     assert spec["restartPolicy"] == "Never"
