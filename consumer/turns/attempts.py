@@ -20,7 +20,6 @@ from typing import Any
 
 from consumer import metrics, tracing
 from consumer.failures import describe
-from consumer.settings import Settings
 from consumer.turns.commits import Commits
 from consumer.turns.dead_lettering import DeadLettering
 from consumer.turns.decisions import (
@@ -29,7 +28,6 @@ from consumer.turns.decisions import (
     DeadLetter,
     Fallback,
     Retry,
-    RetryPolicy,
     decide,
 )
 from consumer.turns.ownership import Ownership
@@ -67,16 +65,12 @@ class TurnAttempts:
 
     def __init__(
         self,
-        settings: Settings,
-        policy: RetryPolicy,
         runtime: Runtime,
         ownership: Ownership,
         commits: Commits,
         slots: TurnSlots,
         dead_lettering: DeadLettering,
     ) -> None:
-        self._settings = settings
-        self._policy = policy
         self._runtime = runtime
         self._ownership = ownership
         self._commits = commits
@@ -95,7 +89,7 @@ class TurnAttempts:
         # ``TurnSlots.take``: each of those costs a turn about 1.5 µs more.)
         waiting = _ModelWait()
         records = [e.item.record for e in entries]
-        span = tracing.process_span(records, group=self._settings.group_id,
+        span = tracing.process_span(records, group=self._runtime.settings.group_id,
                                     conversation_id=work.parsed.session_id)
         try:
             with span:
@@ -144,7 +138,7 @@ class TurnAttempts:
             decision = decide(
                 error,
                 attempt=attempt,
-                policy=self._policy,
+                policy=self._runtime.policy,
                 waited_s=0.0 if waiting.since is None else loop.time() - waiting.since,
                 draw=random.random(),
                 answerable=work.parsed.kind == "message" and work.fallback is None,
@@ -173,7 +167,7 @@ class TurnAttempts:
                 )
                 work = dataclasses.replace(work, fallback={
                     "reason": decision.reason,
-                    "message": self._settings.model_fallback_message,
+                    "message": self._runtime.settings.model_fallback_message,
                 })
                 if waiting.counted:  # no longer waiting on the model
                     waiting.counted = False

@@ -25,7 +25,6 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 
 from consumer import metrics
-from consumer.settings import Settings
 from consumer.turns import crash
 from consumer.turns.ownership import Ownership
 from consumer.turns.partitions import OffsetWatermarks
@@ -44,8 +43,7 @@ class Commits:
     """The done offsets of the owned partitions, what was committed of them, and where each
     partition's fetching started (the lag's base until its first commit)."""
 
-    def __init__(self, settings: Settings, runtime: Runtime, ownership: Ownership) -> None:
-        self._settings = settings
+    def __init__(self, runtime: Runtime, ownership: Ownership) -> None:
         self._runtime = runtime
         self._ownership = ownership
         self.marks: OffsetWatermarks[TopicPartition] = OffsetWatermarks()
@@ -101,7 +99,7 @@ class Commits:
         crash.reached("before_commit")
         stopping = self._runtime.stopping
         stopped = stopping.is_set()
-        within_s = self._settings.session_timeout_ms / 1000
+        within_s = self._runtime.settings.session_timeout_ms / 1000
         if stopped:
             within_s = min(within_s, _FINAL_COMMIT_TIMEOUT_S)
         try:

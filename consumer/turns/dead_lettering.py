@@ -18,9 +18,8 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from consumer import metrics, tracing
 from consumer.dead_letters import RefusedRecords
-from consumer.settings import Settings
 from consumer.turns.commits import Commits
-from consumer.turns.decisions import DeadLetter, RetryPolicy
+from consumer.turns.decisions import DeadLetter
 from consumer.turns.ownership import Ownership
 from consumer.turns.parser import Rejected
 from consumer.turns.refused_words import printable, read_refused
@@ -46,14 +45,10 @@ class DeadLettering:
 
     def __init__(
         self,
-        settings: Settings,
-        policy: RetryPolicy,
         runtime: Runtime,
         ownership: Ownership,
         commits: Commits,
     ) -> None:
-        self._settings = settings
-        self._policy = policy
         self._runtime = runtime
         self._ownership = ownership
         self._commits = commits
@@ -96,7 +91,7 @@ class DeadLettering:
             # wrong key), so its conversation's page and list show it; else under "".
             named = read_refused(record.key, record.value).session_id
             # A span of its own, failed with the reason: the dead letter carries its context.
-            with tracing.process_span([record], group=self._settings.group_id,
+            with tracing.process_span([record], group=self._runtime.settings.group_id,
                                       conversation_id=named or ""):
                 tracing.fail_turn(why.reason)
                 await self.dead_letter_then_done(tp, record, epoch, why, session_id=named or "")
@@ -154,7 +149,7 @@ class DeadLettering:
                 with self._ownership.busy_on(tp):
                     await work()
             except Exception as exc:
-                delay = self._policy.delay(attempt)
+                delay = self._runtime.policy.delay(attempt)
                 log.warning(
                     failed, extra={"error": type(exc).__name__, "delay_s": delay} | ids
                 )

@@ -22,11 +22,9 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from consumer import metrics
-from consumer.settings import Settings
 from consumer.turns.backpressure import Backpressure
 from consumer.turns.commits import Commits
 from consumer.turns.dead_lettering import DeadLettering
-from consumer.turns.decisions import RetryPolicy
 from consumer.turns.ownership import Ownership
 from consumer.turns.parser import Rejected, parse_record
 from consumer.turns.partitions import QueuedInput
@@ -49,8 +47,6 @@ class Intake:
 
     def __init__(
         self,
-        settings: Settings,
-        policy: RetryPolicy,
         runtime: Runtime,
         ownership: Ownership,
         commits: Commits,
@@ -58,8 +54,6 @@ class Intake:
         dead_lettering: DeadLettering,
         side_tasks: SideTasks,
     ) -> None:
-        self._settings = settings
-        self._policy = policy
         self._runtime = runtime
         self._ownership = ownership
         self._commits = commits
@@ -67,7 +61,7 @@ class Intake:
         self._dead_lettering = dead_lettering
         self._side_tasks = side_tasks
         self.backpressure: Backpressure[TopicPartition] = Backpressure(
-            settings.max_buffered_records, settings.max_buffered_bytes
+            runtime.settings.max_buffered_records, runtime.settings.max_buffered_bytes
         )
         self._placement = PlacementCheck()
 
@@ -92,7 +86,7 @@ class Intake:
                 # partitions' records keep coming and the finished work is still committed.
                 # (A stopped consumer raises ConsumerStoppedError, not a KafkaError.)
                 failures += 1
-                delay = self._policy.delay(failures)
+                delay = self._runtime.policy.delay(failures)
                 log.error(
                     "fetch failed; fetching again after a delay",
                     extra={"error": type(exc).__name__, "attempt": failures, "delay_s": delay},
@@ -143,7 +137,7 @@ class Intake:
         parsed = parse_record(
             record.key,
             record.value,
-            max_bytes=self._settings.max_record_bytes,
+            max_bytes=self._runtime.settings.max_record_bytes,
             source=f"{tp.topic}:{tp.partition}:{record.offset}",
         )
         if isinstance(parsed, Rejected):

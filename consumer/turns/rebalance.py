@@ -18,7 +18,6 @@ from aiokafka import ConsumerRebalanceListener
 from aiokafka.structs import TopicPartition
 
 from consumer.dead_letters import RefusedRecords
-from consumer.settings import Settings
 from consumer.turns.backpressure import Backpressure
 from consumer.turns.commits import Commits
 from consumer.turns.ownership import Ownership
@@ -36,7 +35,6 @@ class Handover:
 
     def __init__(
         self,
-        settings: Settings,
         runtime: Runtime,
         ownership: Ownership,
         commits: Commits,
@@ -45,7 +43,6 @@ class Handover:
         refused: RefusedRecords,
         side_tasks: SideTasks,
     ) -> None:
-        self._settings = settings
         self._runtime = runtime
         self._ownership = ownership
         self._commits = commits
@@ -98,7 +95,7 @@ class Handover:
         self._workers.drop_partitions(partitions)
         if drain:
             await self._ownership.drain(
-                partitions, within_s=self._settings.drain_timeout_ms / 1000
+                partitions, within_s=self._runtime.settings.drain_timeout_ms / 1000
             )
             await self._commits.commit(partitions)
         abandoned = self._ownership.running(partitions)

@@ -1,5 +1,6 @@
-"""What the consume service opens when it starts and every part of it reads: the broker clients,
-the store, the pipeline, the DLQ publisher, the per-minute budget, and the stop signal.
+"""What every part of the consume service reads: its settings and the retry policy made of them,
+the clients it opens when it starts (the broker clients, the store, the pipeline, the DLQ
+publisher, the per-minute budget), and the stop signal.
 
 One object the parts share instead of each holding its own copy: the clients exist only once
 ``lifecycle.open_runtime`` has run (tests put doubles in their place), so a part looks a client up
@@ -17,7 +18,9 @@ from consumer.health import HealthServer
 from consumer.outbox import OutboxPublisher
 from consumer.relay import OutboxRelay
 from consumer.round_trips import RoundTrips
+from consumer.settings import Settings
 from consumer.stopping import stopped_within
+from consumer.turns.decisions import RetryPolicy
 from consumer.turns.pipeline import TurnPipeline
 from store import Store
 from store.model_budget import ModelBudget
@@ -26,9 +29,18 @@ __all__ = ["Runtime"]
 
 
 class Runtime:
-    """The service's clients (``None`` until started, or after closing) and its stop signal."""
+    """The service's settings, its clients (``None`` until started, or after closing) and its
+    stop signal."""
 
-    def __init__(self, store: Store | None) -> None:
+    def __init__(self, settings: Settings, store: Store | None) -> None:
+        self.settings = settings
+        self.policy = RetryPolicy(
+            max_retries=settings.max_retries,
+            backoff_s=settings.retry_backoff_ms / 1000,
+            backoff_max_s=settings.retry_backoff_max_ms / 1000,
+            model_outage_s=settings.model_outage_max_ms / 1000,
+            jitter=settings.retry_jitter,
+        )
         self.stopping = asyncio.Event()
         self.store = store
         # A store given by the caller is the caller's to close.

@@ -38,7 +38,6 @@ from consumer.settings import Settings
 from consumer.turns.attempts import TurnAttempts
 from consumer.turns.commits import Commits
 from consumer.turns.dead_lettering import DeadLettering
-from consumer.turns.decisions import RetryPolicy
 from consumer.turns.intake import Intake
 from consumer.turns.lifecycle import close_runtime, open_runtime
 from consumer.turns.ownership import Ownership
@@ -91,31 +90,22 @@ class ConsumerService:
         self._run_relay = run_relay
         self._client_id = client_id
         self._metrics_exports = metrics_exports
-        policy = RetryPolicy(
-            max_retries=settings.max_retries,
-            backoff_s=settings.retry_backoff_ms / 1000,
-            backoff_max_s=settings.retry_backoff_max_ms / 1000,
-            model_outage_s=settings.model_outage_max_ms / 1000,
-            jitter=settings.retry_jitter,
-        )
-        runtime = self._runtime = Runtime(store)
+        # Each part is given the parts it uses, so the seams between them are its constructor's
+        # parameters; the order is the order they depend on one another.
+        runtime = self._runtime = Runtime(settings, store)
         ownership = self._ownership = Ownership()
         side_tasks = self._side = SideTasks()
-        commits = self._commits = Commits(settings, runtime, ownership)
-        slots = self._turn_slots = TurnSlots(settings, runtime, ownership, side_tasks)
-        dead_lettering = self._dead_lettering = DeadLettering(
-            settings, policy, runtime, ownership, commits
-        )
-        attempts = self._attempts = TurnAttempts(
-            settings, policy, runtime, ownership, commits, slots, dead_lettering
-        )
-        workers = self._session_workers = SessionWorkers(settings, runtime, attempts.process)
+        commits = self._commits = Commits(runtime, ownership)
+        slots = self._turn_slots = TurnSlots(runtime, ownership, side_tasks)
+        dead_lettering = self._dead_lettering = DeadLettering(runtime, ownership, commits)
+        attempts = self._attempts = TurnAttempts(runtime, ownership, commits, slots, dead_lettering)
+        workers = self._session_workers = SessionWorkers(runtime, attempts.process)
         intake = self._intake = Intake(
-            settings, policy, runtime, ownership, commits, workers, dead_lettering, side_tasks
+            runtime, ownership, commits, workers, dead_lettering, side_tasks
         )
         self._handover = Handover(
-            settings, runtime, ownership, commits, workers, intake.backpressure,
-            dead_lettering.refused, side_tasks,
+            runtime, ownership, commits, workers, intake.backpressure, dead_lettering.refused,
+            side_tasks,
         )
         self._ready = False
         self.started = asyncio.Event()

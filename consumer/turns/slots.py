@@ -20,7 +20,6 @@ from aiokafka.structs import TopicPartition
 
 from consumer import metrics
 from consumer.hosting.routing import Route
-from consumer.settings import Settings
 from consumer.turns.fairness import FairSlots
 from consumer.turns.model_backoff import SharedBackoff
 from consumer.turns.ownership import Ownership
@@ -64,9 +63,8 @@ class TurnSlots:
     """The fair slots with the plans' limits, the per-minute budgets and the provider's
     back-off in front of them."""
 
-    def __init__(
-        self, settings: Settings, runtime: Runtime, ownership: Ownership, side_tasks: SideTasks
-    ) -> None:
+    def __init__(self, runtime: Runtime, ownership: Ownership, side_tasks: SideTasks) -> None:
+        settings = runtime.settings
         self._runtime = runtime
         self._ownership = ownership
         self._side_tasks = side_tasks

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from consumer.settings import Settings
 from consumer.turns.partitions import QueuedInput, SessionQueues
 from consumer.turns.pipeline import TurnWork
 from consumer.turns.runtime import Runtime
@@ -46,11 +45,9 @@ class SessionWorkers:
 
     def __init__(
         self,
-        settings: Settings,
         runtime: Runtime,
         process: Callable[..., Awaitable[None]],
     ) -> None:
-        self._settings = settings
         self._runtime = runtime
         self._process = process
         self.queues: SessionQueues[TopicPartition, FetchedInput] = SessionQueues()
@@ -89,7 +86,7 @@ class SessionWorkers:
         message whose ``context`` or ``silenced`` differs from the first's: one turn has one
         of each, so a message the host silenced is never answered because a plain one came
         after it, nor a plain one left unanswered because a silenced one did."""
-        settings = self._settings
+        settings = self._runtime.settings
         if not settings.merge_bursts or entry.item.work.parsed.kind != "message":
             return [entry]
         if settings.burst_window_ms > 0:
