@@ -113,6 +113,9 @@ class DeadLettering:
         after a crash finds it there and skips it, as it skips a record in the turn log, instead
         of answering it late, after the inputs behind it, or dead-lettering it twice. In that
         order: stored first and lost before the send, the record would never reach the DLQ."""
+        # Only the broker can fail the send, and only the database the store; whatever they
+        # raise, the record is not released unless it reached the DLQ (and, for an input of a
+        # conversation, its source was stored).
         if not await self._while_owned(
             tp, epoch, partial(self.send, record, why.reason, why.detail),
             "DLQ publish failed; retrying",
