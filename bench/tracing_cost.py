@@ -3,13 +3,14 @@ stubbed out, with tracing off, and with tracing on exporting over OTLP/HTTP, sid
 
 Run: ``python bench/tracing_cost.py [--sessions K] [--rounds R]`` (or ``make bench-tracing``).
 
-The turn path is the one ``ConsumerService._process`` runs for an inbound record: the turn span
-(``tracing.process_span``) around ``TurnPipeline.apply``, in one process against the in-memory
-store and producer of the test suite, with the end-to-end benchmark's agent (one model call to
-the offline stand-in, a reply and a one-hour timer), recorded and with its model calls observed
-as the consumer runs it, and the JSON log line of each turn written (to ``/dev/null``). Each
-inbound record carries a ``traceparent``, as one from a traced adapter would. Each round
-applies a first message of K conversations at once, then a second one, in a fresh store.
+The turn path is the one ``TurnAttempts.process`` (``consumer/turns/attempts.py``) runs for an
+inbound record: the turn span (``tracing.process_span``) around ``TurnPipeline.apply``, in one
+process against the in-memory store and producer of the test suite, with the end-to-end
+benchmark's agent (one model call to the offline stand-in, a reply and a one-hour timer),
+recorded and with its model calls observed as the consumer runs it, and the JSON log line of
+each turn written (to ``/dev/null``). Each inbound record carries a ``traceparent``, as one from
+a traced adapter would. Each round applies a first message of K conversations at once, then a
+second one, in a fresh store.
 
 Three ways, alternating round by round, each printing its median CPU per turn (the process's
 CPU, every thread's, so the exporter's thread counts):
@@ -121,7 +122,7 @@ def _waves(sessions: int) -> list[list[tuple[TurnWork, _Record]]]:
 
 
 async def _turn(pipeline: TurnPipeline, work: TurnWork, record: _Record, spanned: bool) -> Any:
-    """One turn as ``ConsumerService._process`` runs it: inside its span unless stubbed."""
+    """One turn as ``TurnAttempts.process`` runs it: inside its span unless stubbed."""
     if not spanned:
         return await pipeline.apply(work)
     with tracing.process_span([record], group=GROUP, conversation_id=work.parsed.session_id):

@@ -2,6 +2,12 @@
 replies and timers out after the save.
 
 - ``service``: the input loop, composed of the parts below it;
+- ``intake``, ``workers``, ``attempts``: the fetch loop and look-ahead, one worker per conversation
+  with queued inputs, and each turn attempted until done (retries, fallback, the DLQ);
+- ``slots``, ``dead_lettering``, ``commits``, ``ownership``, ``rebalance``: the fair turn slots,
+  the way to the DLQ, commit watermarks, partition epochs and the hand-over on a rebalance;
+- ``lifecycle``, ``runtime``, ``tasks``: the clients opened at start and closed at shutdown, shared
+  by the parts, and the side tasks;
 - ``pipeline``: one input's load, turn, save and publish;
 - ``parser``: a record into a turn input or a dead-letter reason;
 - ``decisions``: what a failed turn becomes (retry, dead letter, abandon);

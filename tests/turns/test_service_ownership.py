@@ -16,7 +16,7 @@ from aiokafka.structs import TopicPartition
 
 from consumer.hosting.routing import Route
 from consumer.settings import Settings
-from consumer.turns import service as service_module
+from consumer.turns import commits as commits_module
 from consumer.turns.pipeline import TurnFenced
 from consumer.turns.service import ConsumerService
 from tests.consumer.fakes import FakeKafkaConsumer, FakeStore
@@ -144,7 +144,7 @@ async def test_input_waiting_for_a_slot_is_dropped_when_its_partition_moves() ->
     from consumer.turns.parser import ParsedInput
     from consumer.turns.partitions import QueuedInput
     from consumer.turns.pipeline import TurnWork
-    from consumer.turns.service import _Input
+    from consumer.turns.workers import FetchedInput
     from store import SourceRecord
 
     service = service_with(FakeConsumer(generation=3))
@@ -154,8 +154,9 @@ async def test_input_waiting_for_a_slot_is_dropped_when_its_partition_moves() ->
         parsed=ParsedInput("s1", "wake", {"session_id": "s1", "wake": "k"}, "wake:k"),
         source=SourceRecord("in", 0, 0),
     )
-    entry = QueuedInput("s1", TP, 0, _Input(work=work, record=object(),  # type: ignore[arg-type]
-                                            epoch=service._epochs[TP]))
+    entry = QueuedInput("s1", TP, 0,
+                        FetchedInput(work=work, record=object(),  # type: ignore[arg-type]
+                                     epoch=service._epochs[TP]))
     await service._slots.take("")
     for _ in range(service._settings.max_in_flight - 1):
         await service._slots.take("")  # every slot busy
@@ -222,7 +223,7 @@ def queued(service: ConsumerService, session_id: str, offset: int) -> Any:
     from consumer.turns.parser import ParsedInput
     from consumer.turns.partitions import QueuedInput
     from consumer.turns.pipeline import TurnWork
-    from consumer.turns.service import _Input
+    from consumer.turns.workers import FetchedInput
     from store import SourceRecord
 
     work = TurnWork(
@@ -232,8 +233,8 @@ def queued(service: ConsumerService, session_id: str, offset: int) -> Any:
     )
     record = SimpleNamespace(offset=offset, partition=TP.partition, key=None, value=None)
     return QueuedInput(session_id, TP, offset,
-                       _Input(work=work, record=record,  # type: ignore[arg-type]
-                              epoch=service._epochs[TP]))
+                       FetchedInput(work=work, record=record,  # type: ignore[arg-type]
+                                    epoch=service._epochs[TP]))
 
 
 async def test_a_turn_gives_its_slot_back_before_its_save() -> None:
@@ -369,7 +370,7 @@ async def test_a_commit_that_times_out_is_retried_by_the_next_one() -> None:
 async def test_shutdown_release_gives_its_commit_a_short_deadline(monkeypatch: Any) -> None:
     """Stopping while the coordinator is out of reach: the final commit is given up after its
     short deadline, so shutdown goes on to close the consumer; ownership still ends."""
-    monkeypatch.setattr(service_module, "_FINAL_COMMIT_TIMEOUT_S", 0.05, raising=False)
+    monkeypatch.setattr(commits_module, "_FINAL_COMMIT_TIMEOUT_S", 0.05)
     consumer = FakeKafkaConsumer([TP])
     consumer.commit_gate = asyncio.Event()
     service = fetching_service(consumer, session_timeout_ms=60_000, drain_timeout_ms=0)

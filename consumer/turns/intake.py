@@ -1,0 +1,163 @@
+"""The fetch loop: records in, look-ahead bounded per partition, done offsets committed.
+
+Fetched records are parsed; malformed ones go straight to the DLQ (``dead_lettering``), valid
+ones join their conversation's queue (``workers``). After every fetch round the done offsets are
+committed (``commits``) and the lag observed.
+
+Look-ahead. Back-pressure is per partition (``Backpressure``): only a partition whose unfinished
+records reach its share of ``max_buffered_records`` (or of ``max_buffered_bytes``) stops being
+fetched, so one hot conversation never makes the quiet ones on other partitions wait.
+
+A fetch error (a corrupt or oversized batch, a topic not readable, a broker gone) is logged at
+ERROR and fetching goes on after a growing delay, so one bad partition neither stops the others
+nor makes the process exit and fail again on restart.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from consumer import metrics
+from consumer.turns.backpressure import Backpressure
+from consumer.turns.commits import Commits
+from consumer.turns.dead_lettering import DeadLettering
+from consumer.turns.ownership import Ownership
+from consumer.turns.parser import Rejected, parse_record
+from consumer.turns.partitions import QueuedInput
+from consumer.turns.pipeline import TurnWork
+from consumer.turns.placement import PlacementCheck
+from consumer.turns.runtime import Runtime
+from consumer.turns.tasks import SideTasks
+from consumer.turns.workers import FetchedInput, SessionWorkers
+from store import SourceRecord
+
+__all__ = ["Intake"]
+
+log = logging.getLogger("turnflow.consumer")
+
+_FETCH_TIMEOUT_MS = 100
+
+
+class Intake:
+    """Fetches the owned partitions' records and hands each to its conversation or the DLQ."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        ownership: Ownership,
+        commits: Commits,
+        workers: SessionWorkers,
+        dead_lettering: DeadLettering,
+        side_tasks: SideTasks,
+    ) -> None:
+        self._runtime = runtime
+        self._ownership = ownership
+        self._commits = commits
+        self._workers = workers
+        self._dead_lettering = dead_lettering
+        self._side_tasks = side_tasks
+        self.backpressure: Backpressure[TopicPartition] = Backpressure(
+            runtime.settings.max_buffered_records, runtime.settings.max_buffered_bytes
+        )
+        self._placement = PlacementCheck()
+
+    async def fetch_loop(self) -> None:
+        """Fetch, hand out and commit until ``stop()``."""
+        runtime = self._runtime
+        consumer = runtime.consumer
+        assert consumer is not None
+        epochs = self._ownership.epochs
+        failures = 0
+        while not runtime.stopping.is_set():
+            self._apply_backpressure(consumer)
+            try:
+                batches = await consumer.getmany(
+                    timeout_ms=_FETCH_TIMEOUT_MS,
+                    max_records=self.backpressure.fetch_limit(len(epochs)),
+                )
+            except KafkaError as exc:
+                # A partition's fetch error (a corrupt or oversized batch, no read permission,
+                # a broker gone) is raised here once; ending the process for it would stop
+                # every partition and fail again after the restart. Fetching goes on: the other
+                # partitions' records keep coming and the finished work is still committed.
+                # (A stopped consumer raises ConsumerStoppedError, not a KafkaError.)
+                failures += 1
+                delay = self._runtime.policy.delay(failures)
+                log.error(
+                    "fetch failed; fetching again after a delay",
+                    extra={"error": type(exc).__name__, "attempt": failures, "delay_s": delay},
+                )
+                if not await runtime.sleep(delay):
+                    break
+                batches = {}
+            else:
+                failures = 0
+            for tp, records in batches.items():
+                epoch = epochs.get(tp)
+                if epoch is None:
+                    continue  # revoked while the fetch was in the air
+                for record in records:
+                    self.accept(tp, record, epoch)
+            await self._commits.commit(set(epochs), until_stop=True)
+            self._commits.observe_lag(consumer)
+
+    def _apply_backpressure(self, consumer: AIOKafkaConsumer) -> None:
+        """Pause the partitions that are behind, resume those that caught up; the others are
+        not touched, so their conversations keep their normal latency."""
+        marks = self._commits.marks
+        moves = self.backpressure.update(
+            set(self._ownership.epochs), marks.pending_count, marks.pending_bytes
+        )
+        metrics.LOOKAHEAD_RECORDS.set(marks.pending_count())
+        metrics.LOOKAHEAD_BYTES.set(marks.pending_bytes())
+        if moves.pause:
+            consumer.pause(*moves.pause)
+            log.info(
+                "partitions paused: too many unfinished records",
+                extra={"partitions": sorted(tp.partition for tp in moves.pause)},
+            )
+        if moves.resume:
+            consumer.resume(*moves.resume)
+            log.info(
+                "partitions resumed",
+                extra={"partitions": sorted(tp.partition for tp in moves.resume)},
+            )
+        metrics.PAUSED_PARTITIONS.set(len(self.backpressure.paused))
+
+    def accept(self, tp: TopicPartition, record: ConsumerRecord[bytes, bytes], epoch: int) -> None:
+        """Track ``record``'s offset, then queue it for its conversation or, refused by the
+        parser, send it to the DLQ."""
+        size = len(record.key or b"") + len(record.value or b"")
+        self._commits.marks.track(tp, record.offset, size)
+        source = SourceRecord(tp.topic, tp.partition, record.offset)
+        parsed = parse_record(
+            record.key,
+            record.value,
+            max_bytes=self._runtime.settings.max_record_bytes,
+            source=f"{tp.topic}:{tp.partition}:{record.offset}",
+        )
+        if isinstance(parsed, Rejected):
+            log.warning(
+                "malformed record sent to the DLQ",
+                extra={"reason": parsed.reason, "partition": tp.partition,
+                       "offset": record.offset},
+            )
+            self._side_tasks.spawn(
+                self._dead_lettering.refused_then_done(tp, record, epoch, parsed)
+            )
+            return
+        self._placement.check(parsed.session_id, tp.topic, tp.partition, self._partitions(tp))
+        work = TurnWork(parsed=parsed, source=source, timestamp_ms=record.timestamp)
+        self._workers.enqueue(
+            QueuedInput(parsed.session_id, tp, record.offset, FetchedInput(work, record, epoch))
+        )
+
+    def _partitions(self, tp: TopicPartition) -> int:
+        """The partition count of ``tp``'s topic as the consumer's metadata has it (0 unknown)."""
+        consumer = self._runtime.consumer
+        known = consumer.partitions_for_topic(tp.topic) if consumer else None
+        return len(known or ())

@@ -1,0 +1,210 @@
+"""Turn slots: when a loaded turn may run its engine turn, and which waiting turn runs next.
+
+At most ``max_in_flight`` engine turns run at a time. A freed slot goes to the waiting turn the
+weighted fair queue across workspaces picks (``consumer.turns.fairness``: plans' weights and
+caps); before it queues, a turn also waits for its plan's per-minute budget
+(``store.model_budget``, shared by every consumer) and for the model provider's shared back-off
+after a rate-limit answer (``consumer.turns.model_backoff``). The turn holds no slot while it
+waits for either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+
+from aiokafka.structs import TopicPartition
+
+from consumer import metrics
+from consumer.hosting.routing import Route
+from consumer.turns.fairness import FairSlots
+from consumer.turns.model_backoff import SharedBackoff
+from consumer.turns.ownership import Ownership
+from consumer.turns.pipeline import TurnWork
+from consumer.turns.runtime import Runtime
+from consumer.turns.tasks import SideTasks
+
+__all__ = ["Slot", "TurnSlots"]
+
+log = logging.getLogger("turnflow.consumer")
+
+
+class Slot:
+    """One of the ``max_in_flight`` turn slots, held for the engine turn alone: taken after the
+    input's load (the pipeline's ``before_turn``), given back when the engine turn returns or
+    raises (``after_turn``) or, at the latest, when the attempt ends. The load before and the
+    save, publish and mark after are database and broker round trips that need no model call,
+    so they do not hold a slot another session's turn could use. The session's worker still
+    takes its inputs one at a time, load to publish, so a session's order is unchanged; what
+    waits loaded for a slot, or for its save, is bounded by the sessions with queued inputs
+    (``max_buffered_records``). A turn rerun after a version conflict takes a slot again."""
+
+    def __init__(self, slots: FairSlots) -> None:
+        self._slots = slots
+        self._held: str | None = None
+
+    async def take(self, tenant: str, *, weight: float, cap: int | None) -> None:
+        """Wait for a slot as a turn of workspace ``tenant`` (``consumer.turns.fairness``)."""
+        await self._slots.take(tenant, weight=weight, cap=cap)
+        self._held = tenant
+        metrics.IN_FLIGHT.inc()
+
+    def give_back(self) -> None:
+        if self._held is not None:
+            tenant, self._held = self._held, None
+            metrics.IN_FLIGHT.dec()
+            self._slots.give_back(tenant)
+
+
+class TurnSlots:
+    """The fair slots with the plans' limits, the per-minute budgets and the provider's
+    back-off in front of them."""
+
+    def __init__(self, runtime: Runtime, ownership: Ownership, side_tasks: SideTasks) -> None:
+        settings = runtime.settings
+        self._runtime = runtime
+        self._ownership = ownership
+        self._side_tasks = side_tasks
+        self.fair = FairSlots(settings.max_in_flight)
+        self._plan_weights = settings.plan_weight_map()
+        self._plan_caps = settings.plan_cap_map()
+        self._plan_per_minute = settings.plan_per_minute_map()
+        # Workspaces whose per-minute budget ran out, until when (the event loop's clock): their
+        # other turns wait for that without asking the database again.
+        self._budget_closed: dict[str, float] = {}
+        self._backoff = SharedBackoff(
+            first_delay_s=settings.retry_backoff_ms / 1000,
+            max_s=settings.retry_backoff_max_ms / 1000,
+        )
+        self._backoff_timer: asyncio.TimerHandle | None = None
+        # Plan label values: the plans the settings name, and default (bounded, not per workspace).
+        self._plan_labels = {
+            "default", *self._plan_weights, *self._plan_caps, *self._plan_per_minute
+        }
+        for label in (*self._plan_labels, "other", "none"):  # every series from the start, at 0
+            for family in (metrics.TURNS_WAITING, metrics.SLOT_WAIT, metrics.PLAN_CAP_WAITS,
+                           metrics.PLAN_MINUTE_WAITS):
+                family.labels(plan=label)
+
+    @property
+    def budgeted(self) -> bool:
+        """Whether a plan has a per-minute budget (the service then opens ``ModelBudget``)."""
+        return bool(self._plan_per_minute)
+
+    def slot(self) -> Slot:
+        """A slot for one attempt of a turn, not yet taken."""
+        return Slot(self.fair)
+
+    async def take(
+        self, slot: Slot, tp: TopicPartition, epoch: int, work: TurnWork, route: Route
+    ) -> bool:
+        """The pipeline's ``before_turn``: wait for a turn slot, then say whether the input
+        may still run. Loaded and waiting, it is not work on ``tp`` (inside the count its
+        caller holds, uncounted meanwhile), so a revoke drains the turns that run without
+        waiting for this one, which then finds itself fenced.
+
+        The slot is the fair queue's (``consumer.turns.fairness``): the turn waits as one of its
+        workspace's (``""`` without one), weighted and capped by the workspace's plan. A wait
+        of a millisecond or more is kept on ``work`` (``queued``), for ``turnflow inspect`` to
+        show with the turn."""
+        tenant = route.workspace or ""
+        plan = route.plan or "default"
+        # A turn of no workspace (``AGENT``) has no plan: no weight, no cap, no budget.
+        cap = self._plan_caps.get(plan) if route.workspace is not None else None
+        weight = self._plan_weights.get(plan, 1.0) if route.workspace is not None else 1.0
+        label = "none" if route.workspace is None else (
+            plan if plan in self._plan_labels else "other"
+        )
+        why: list[str] = []
+        if self.fair.at_cap(tenant, cap):
+            metrics.child(metrics.PLAN_CAP_WAITS, label).inc()
+            why.append("plan-cap")
+        waiting = metrics.child(metrics.TURNS_WAITING, label)
+        ownership = self._ownership
+        ownership.busy[tp] -= 1
+        ownership.busy_changed.set()
+        waiting.inc()
+        started = time.perf_counter()
+        try:
+            per_minute = self._plan_per_minute.get(plan)
+            if per_minute is not None and route.workspace is not None:
+                if await self._minute_budget(route.workspace, per_minute, label):
+                    why.append("minute-budget")
+            if self._backoff.remaining(asyncio.get_running_loop().time()) > 0:
+                why.append("model-backoff")
+                await self._provider_backoff()
+            await slot.take(tenant, weight=weight, cap=cap)
+        finally:
+            waiting.dec()
+            waited = time.perf_counter() - started
+            metrics.child(metrics.SLOT_WAIT, label).observe(waited)
+            if waited >= 0.001:
+                work.queued.update(waited_ms=int(waited * 1000), plan=label, why=why or ["slots"])
+            ownership.busy[tp] += 1
+        return ownership.owns(tp, epoch)
+
+    async def _minute_budget(self, workspace: str, per_minute: int, label: str) -> bool:
+        """Take one turn from the workspace's budget for this minute, shared by every consumer
+        (``store.model_budget``), waiting for the next minute as long as it is spent. The turn
+        holds no slot meanwhile. The database failing to answer lets the turn go: a cap that
+        stops every turn of a workspace while the database is away would be an outage. True
+        when the spent budget made the turn wait."""
+        runtime = self._runtime
+        budget = runtime.budget
+        assert budget is not None
+        loop = asyncio.get_running_loop()
+        counted = False
+        while not runtime.stopping.is_set():
+            closed_until = self._budget_closed.get(workspace, 0.0)
+            if loop.time() < closed_until:
+                await runtime.sleep(closed_until - loop.time())
+                continue
+            try:
+                left_s = await budget.take(workspace, per_minute)
+            except Exception as exc:
+                log.warning("the per-minute budget could not be read; the turn goes on",
+                            extra={"error": type(exc).__name__})
+                return counted
+            if random.random() < 0.001:  # the counts of minutes long gone, now and then
+                self._side_tasks.spawn(self._prune_budget())
+            if left_s is None:
+                return counted
+            if not counted:
+                counted = True
+                metrics.child(metrics.PLAN_MINUTE_WAITS, label).inc()
+            # A little past the minute's end, so the next ask falls in the next minute.
+            self._budget_closed[workspace] = loop.time() + left_s + 0.05
+            if len(self._budget_closed) > 4096:
+                now = loop.time()
+                self._budget_closed = {w: t for w, t in self._budget_closed.items() if t > now}
+        return counted
+
+    def note_backoff(self, error: BaseException | None) -> None:
+        """A rate-limit answer starts (or lengthens) the provider's shared back-off."""
+        loop = asyncio.get_running_loop()
+        seconds = self._backoff.note(error, loop.time())
+        if seconds is None:
+            return
+        metrics.MODEL_BACKOFFS.inc()
+        metrics.MODEL_BACKOFF_ACTIVE.set(1)
+        log.warning("the model provider asked to slow down; every turn waits",
+                    extra={"delay_s": round(seconds, 3)})
+        if self._backoff_timer is not None:
+            self._backoff_timer.cancel()
+        self._backoff_timer = loop.call_later(seconds, metrics.MODEL_BACKOFF_ACTIVE.set, 0)
+
+    async def _provider_backoff(self) -> None:
+        """Wait out the provider's shared back-off before taking a slot (the turn holds none)."""
+        loop = asyncio.get_running_loop()
+        while (left := self._backoff.remaining(loop.time())) > 0:
+            if not await self._runtime.sleep(left):
+                return
+
+    async def _prune_budget(self) -> None:
+        budget = self._runtime.budget
+        assert budget is not None
+        with contextlib.suppress(Exception):
+            await budget.prune()
