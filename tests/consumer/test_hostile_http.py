@@ -295,7 +295,7 @@ def test_slow_clients_under_a_low_descriptor_limit_leave_turns_working(
     replies in order, /healthz answers all along, and the port held at most a quarter of the
     descriptors."""
     child = subprocess.Popen(
-        [sys.executable, str(HERE.parent / "turns" / "slow_clients_process.py"), database_url,
+        [sys.executable, str(HERE / "slow_clients_process.py"), database_url,
          "256"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
