@@ -9,7 +9,7 @@ explicit transaction on a dedicated connection for the span of an `async with` b
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,6 +22,7 @@ from store import dead_letters, direct, history, jsoncodec, outbox, saving, time
 from store.errors import AlreadyApplied, DuplicateInput, VersionConflict
 from store.input_ids import stored_input_id
 from store.outbox import OutboxBatch
+from store.positions import TimelineGuard, read_positions, write_positions
 from store.records import (
     DeadLetterRecord,
     DeadLetterWords,
@@ -111,6 +112,7 @@ class Store:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
+        self._guard: TimelineGuard | None = None
 
     @classmethod
     async def connect(
@@ -123,8 +125,13 @@ class Store:
         pool_recycle_s: float = 1800.0,
         command_timeout_s: float = 30.0,
         application_name: str = "turnflow",
+        guard_timeline: bool = False,
     ) -> Store:
-        """Open a pool on `url` (plain `postgresql://` works) and check one connection."""
+        """Open a pool on `url` (plain `postgresql://` works, several hosts too) and check one
+        connection. ``guard_timeline``: bind the pool to the database timeline that connection
+        finds and refuse connections to another (``store.positions.TimelineGuard``): for a
+        process that keeps what it saved in memory, so it never carries that past a
+        failover."""
         engine = create_async_engine(
             async_url(url),
             isolation_level="AUTOCOMMIT",
@@ -141,13 +148,35 @@ class Store:
                 "server_settings": {"application_name": application_name},
             },
         )
+        guard = TimelineGuard(engine) if guard_timeline else None
         try:
             async with engine.connect() as connection:
                 await connection.execute(_PING)
         except BaseException:
             await engine.dispose()
             raise
-        return cls(engine)
+        store = cls(engine)
+        store._guard = guard
+        return store
+
+    @property
+    def database_changed(self) -> bool:
+        """True once a guarded store found the database on another timeline (a promotion):
+        its connections are refused from then on and the process should restart."""
+        return self._guard is not None and self._guard.changed
+
+    async def source_positions(
+        self, group: str, partitions: Sequence[tuple[str, int]]
+    ) -> dict[tuple[str, int], int]:
+        """Where ``group`` is in each of ``partitions`` by the database (store/positions.py)."""
+        return await read_positions(self._engine, group, partitions)
+
+    async def save_source_positions(
+        self, group: str, positions: Mapping[tuple[str, int], int]
+    ) -> None:
+        """Move ``group``'s stored positions forward; only offsets whose work below is
+        committed in this database (store/positions.py)."""
+        await write_positions(self._engine, group, positions)
 
     @property
     def engine(self) -> AsyncEngine:

@@ -91,6 +91,7 @@ from consumer.turns.pipeline import (
     burst_of,
 )
 from consumer.turns.placement import PlacementCheck
+from consumer.turns.positions import SourcePositions
 from consumer.turns.refused_words import printable, read_refused
 from engine import Agent, ProviderError, UnusableReply
 from engine.recording import recorded_agent
@@ -197,7 +198,10 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # untyped ba
         await self._service._on_revoked(set(revoked))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self._service._on_assigned(set(assigned))
+        service = self._service
+        if service._positions is not None and service._consumer is not None:
+            await service._positions.start_assigned(service._consumer, set(assigned))
+        service._on_assigned(set(assigned))
 
 
 class ConsumerService:
@@ -273,6 +277,8 @@ class ConsumerService:
         self._placement = PlacementCheck()
         self._relay: OutboxRelay | None = None
         self._relay_task: asyncio.Task[None] | None = None
+        self._positions: SourcePositions | None = None
+        self.restart_wanted = False  # the database failed over under it (consumer/turns/positions)
         self._health: HealthServer | None = None
         self._round_trips: RoundTrips | None = None
         self.started = asyncio.Event()
@@ -331,8 +337,12 @@ class ConsumerService:
             # server a backend and the client a handshake and fresh prepared statements; a
             # turn waiting a moment for a pooled one costs neither.
             self._store = await Store.connect(
-                s.database_url, pool_size=min(s.max_in_flight, 20), max_overflow=0
+                s.database_url, pool_size=min(s.max_in_flight, 20), max_overflow=0,
+                guard_timeline=True,
             )
+        self._positions = SourcePositions(
+            self._store, s.group_id, read_within_s=s.session_timeout_ms / 1000
+        )
         self._producer = new_producer(
             bootstrap,
             idempotent=s.kafka_idempotent_producer,
@@ -405,6 +415,8 @@ class ConsumerService:
                 await self._release(owned, reason="shutdown")
             await close_quietly(consumer.stop(), "the consumer")
             self._consumer = None
+        if self._positions is not None:
+            await self._positions.close()
         # Work left running after the drain is fenced; stop it before closing the store.
         await self._cancel(list(self._workers.values()) + list(self._side_tasks))
         if self._relay is not None and self._relay_task is not None:
@@ -463,6 +475,7 @@ class ConsumerService:
                 for record in records:
                     self._accept(tp, record, epoch)
             await self._commit(set(self._epochs), until_stop=True)
+            self._note_positions(set(self._epochs))
             self._observe_lag(consumer)
 
     def _apply_backpressure(self, consumer: AIOKafkaConsumer) -> None:
@@ -1023,6 +1036,18 @@ class ConsumerService:
         task.result()
         return True
 
+    def _note_positions(self, partitions: set[TopicPartition]) -> None:
+        """Hand the watermarks to the database's positions; stop for a restart when the
+        database failed over under this process (``consumer.turns.positions``)."""
+        if self._positions is None:
+            return
+        self._positions.note({tp: self._marks.committable(tp) for tp in partitions})
+        if self._positions.database_changed and not self.restart_wanted:
+            log.error("the database failed over to a new timeline; restarting to continue "
+                      "from the positions it holds")
+            self.restart_wanted = True
+            self._stopping.set()
+
     def _observe_lag(self, consumer: AIOKafkaConsumer) -> None:
         """Lag of every owned partition, quiet ones included: from the offset this consumer
         committed, else from where it started fetching after the assignment."""
@@ -1088,6 +1113,11 @@ class ConsumerService:
         if drain:
             await self._drain(partitions, within_s=self._settings.drain_timeout_ms / 1000)
             await self._commit(partitions)
+            if self._positions is not None:
+                self._note_positions(partitions)
+                await self._positions.flush(partitions, within_s=_FINAL_COMMIT_TIMEOUT_S)
+        if self._positions is not None:
+            self._positions.forget(partitions)
         abandoned = sum(self._busy[tp] for tp in partitions)
         for tp in partitions:
             self._epochs.pop(tp, None)
