@@ -28,7 +28,9 @@ the class of the error that reported it.
 will soon, during a failover or a restart. A primary switched to read-only while a managed
 failover moves it (SQLSTATE 25006 read-only transaction), a server shutting down or starting
 up (57P01, 57P02, 57P03), a connection-level failure (class 08), or no connection slot left
-(53300). Every loop retries these with its outage back-off and never dead-letters or sets
+(53300), or no listed host accepting writes (asyncpg's ``TargetServerAttributeNotMatched``
+for a multi-host URL with ``target_session_attrs=read-write`` while every server is read-only
+or in recovery). Every loop retries these with its outage back-off and never dead-letters or sets
 aside a record for them: the record is fine, the server is between two states.
 """
 
@@ -41,6 +43,7 @@ from aiokafka.errors import (
     RecordListTooLargeError,
     RecordTooLargeError,
 )
+from asyncpg.exceptions import TargetServerAttributeNotMatched
 from sqlalchemy.exc import DBAPIError
 
 __all__ = ["UnfixableReason", "cannot_succeed", "database_unavailable", "describe"]
@@ -126,6 +129,8 @@ def database_unavailable(error: BaseException) -> bool:
     for link in _chain(error):
         state = _sqlstate(link)
         if state in _UNAVAILABLE_SQLSTATES or state.startswith("08"):
+            return True
+        if isinstance(link, TargetServerAttributeNotMatched):
             return True
     return False
 

@@ -6,9 +6,9 @@ conversations run at once while the fault comes:
 
 - synchronous standby, primary killed, standby promoted: nothing lost, nothing applied twice,
   every reply in order; the time until turns flow again is printed;
-- asynchronous standby behind (the primary's WAL sender paused), primary killed, standby promoted: the
-  turns the promotion lost are counted, and each lost input is run again from the database's
-  position, so every conversation is whole afterwards;
+- asynchronous standby held behind (the primary's WAL sender paused), primary killed, standby
+  promoted: the turns the promotion lost are counted, and each lost input is run again from
+  the database's position, so every conversation is whole afterwards;
 - the primary restarted (not promoted), and a primary refusing writes for a while (read-only,
   as during a switchover): turns wait and retry, nothing reaches the DLQ;
 - a consumer whose group has no committed offsets in Kafka starts at the database's position,
