@@ -14,7 +14,7 @@ from store.errors import (
     VersionConflict,
 )
 from store.outbox import OutboxBatch
-from store.positions import DatabaseChanged
+from store.positions import DatabaseChanged, PositionsMoved
 from store.records import (
     ConsumedInput,
     DeadLetterRecord,
@@ -49,6 +49,7 @@ __all__ = [
     "OutboxBatch",
     "OutboxEntry",
     "OutboxRow",
+    "PositionsMoved",
     "SaveRequest",
     "SavedTurn",
     "SourceRecord",

@@ -22,7 +22,13 @@ from store import dead_letters, direct, history, jsoncodec, outbox, saving, time
 from store.errors import AlreadyApplied, DuplicateInput, VersionConflict
 from store.input_ids import stored_input_id
 from store.outbox import OutboxBatch
-from store.positions import TimelineGuard, read_positions, write_positions
+from store.positions import (
+    PositionsUpdate,
+    TimelineGuard,
+    check_and_write,
+    read_positions,
+    write_positions,
+)
 from store.records import (
     DeadLetterRecord,
     DeadLetterWords,
@@ -434,15 +440,32 @@ class Store:
 
     # -- timers -----------------------------------------------------------------------------
 
-    async def upsert_timers(self, entries: Iterable[TimerLike]) -> None:
-        """Set timers in order, each `replaces` deleting its key first; one transaction."""
+    async def upsert_timers(
+        self, entries: Iterable[TimerLike], *, positions: PositionsUpdate | None = None
+    ) -> None:
+        """Set timers in order, each `replaces` deleting its key first; one transaction.
+        ``positions`` (group, expected, new): move the group's stored positions in the same
+        transaction, after checking they are where expected (``PositionsMoved`` if not, and
+        then nothing is written)."""
         deleted, upserts = timers.fold(entries)
-        if not deleted and not upserts:
+        if positions is None:
+            if not deleted and not upserts:
+                return
+            async with self._engine.connect() as connection:
+                await connection.execute(
+                    timers.UPSERT, timers.upsert_parameters(deleted, upserts)
+                )
             return
-        async with self._engine.connect() as connection:
-            await connection.execute(
-                timers.UPSERT, timers.upsert_parameters(deleted, upserts)
-            )
+        group, expected, new = positions
+        async with self._engine.connect() as autocommit:
+            # The pool's connections commit each statement; these two commit together.
+            connection = await autocommit.execution_options(isolation_level="READ COMMITTED")
+            async with connection.begin():
+                await check_and_write(connection, group, expected, new)
+                if deleted or upserts:
+                    await connection.execute(
+                        timers.UPSERT, timers.upsert_parameters(deleted, upserts)
+                    )
 
     async def delete_timers(self, ids: Sequence[tuple[str, str]]) -> int:
         """Delete timers by (session id, key); returns how many existed."""

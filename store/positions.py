@@ -28,13 +28,23 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import event, text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from store.errors import StoreError
 
-__all__ = ["DatabaseChanged", "TimelineGuard", "read_positions", "write_positions"]
+__all__ = [
+    "DatabaseChanged",
+    "PositionsMoved",
+    "PositionsUpdate",
+    "TimelineGuard",
+    "check_and_write",
+    "read_positions",
+    "write_positions",
+]
 
 Partition = tuple[str, int]
+PositionsUpdate = tuple[str, Mapping[Partition, int | None], Mapping[Partition, int]]
+"""(consumer group, where each partition is expected to be, where it moves to)."""
 
 # The timeline of the primary's current WAL (the first 8 hex digits of its file name); NULL on
 # a standby, which has no timeline of its own to write on yet.
@@ -62,6 +72,26 @@ _WRITE = text("""
     SET next_offset = EXCLUDED.next_offset, updated_at = now()
     WHERE source_positions.next_offset < EXCLUDED.next_offset
 """)
+
+
+_LOCK = text("""
+    SELECT topic, partition, next_offset FROM source_positions
+    WHERE consumer_group = :group
+      AND (topic, partition) IN (
+          SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS integer[])))
+    ORDER BY topic, partition
+    FOR UPDATE
+""")
+
+
+class PositionsMoved(StoreError):
+    """The stored positions are not where the writer left them (a failover lost its last
+    writes, or another owner moved them): nothing was written; ``stored`` has where each
+    partition really is (None: no position stored)."""
+
+    def __init__(self, stored: dict[Partition, int | None]) -> None:
+        self.stored = stored
+        super().__init__(f"stored positions moved: {len(stored)} partitions")
 
 
 class DatabaseChanged(StoreError, ConnectionError):
@@ -129,6 +159,31 @@ async def read_positions(
             _READ, {"group": group, "topics": topics, "partitions": numbers}
         )
         return {(row.topic, row.partition): int(row.next_offset) for row in result}
+
+
+async def check_and_write(
+    connection: AsyncConnection,
+    group: str,
+    expected: Mapping[Partition, int | None],
+    positions: Mapping[Partition, int],
+) -> None:
+    """Inside the caller's transaction: lock the partitions' rows, raise ``PositionsMoved``
+    when any differs from ``expected`` (None: no row), else write ``positions``. The caller's
+    other writes in the transaction then commit with their positions, or not at all."""
+    topics, numbers = _columns(positions)
+    result = await connection.execute(
+        _LOCK, {"group": group, "topics": topics, "partitions": numbers}
+    )
+    found: dict[Partition, int] = {
+        (row.topic, row.partition): int(row.next_offset) for row in result
+    }
+    moved = {p: found.get(p) for p in positions if found.get(p) != expected.get(p)}
+    if moved:
+        raise PositionsMoved(moved)
+    await connection.execute(_WRITE, {
+        "group": group, "topics": topics, "partitions": numbers,
+        "offsets": [positions[p] for p in zip(topics, numbers, strict=True)],
+    })
 
 
 async def write_positions(
