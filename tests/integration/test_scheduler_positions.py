@@ -50,7 +50,9 @@ async def _scalar(store: Store, sql: str, **parameters: object) -> object:
 
 async def _until(store: Store, sql: str, wanted: object, **parameters: object) -> None:
     async with asyncio.timeout(30):
-        while await _scalar(store, sql, **parameters) != wanted:
+        while True:
+            if await _scalar(store, sql, **parameters) == wanted:
+                return
             await asyncio.sleep(0.1)
 
 
