@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 	test-browser phoenix phoenix-serve bench-inspect bench bench-engine bench-store \
 	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks bench-pipeline \
 	bench-hosting bench-versions bench-window bench-fairness bench-prefix bench-tracing bench-peers \
-	bench-prefix-real bench-migrate clean
+	bench-prefix-real bench-migrate bench-replication clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -139,6 +139,10 @@ bench-load: $(STAMP)
 
 bench-replay: $(STAMP)
 	$(BIN)/python bench/replay_bench.py
+
+# A turn's save with a synchronous standby, an asynchronous one and none, side by side.
+bench-replication: $(STAMP)
+	$(BIN)/python bench/replication_cost.py $(ARGS)
 
 bench-e2e: $(STAMP)
 	$(BIN)/turnflow bench

@@ -23,6 +23,15 @@ wrapped errors (SQLAlchemy wraps the driver's error, which may wrap the codec's)
 
 A connection that broke under a statement is never one of these: it is an outage, whatever
 the class of the error that reported it.
+
+``database_unavailable`` names the opposite: a database that cannot take this write *now* but
+will soon, during a failover or a restart. A primary switched to read-only while a managed
+failover moves it (SQLSTATE 25006 read-only transaction), a server shutting down or starting
+up (57P01, 57P02, 57P03), a connection-level failure (class 08), or no connection slot left
+(53300), or no listed host accepting writes (asyncpg's ``TargetServerAttributeNotMatched``
+for a multi-host URL with ``target_session_attrs=read-write`` while every server is read-only
+or in recovery). Every loop retries these with its outage back-off and never dead-letters or sets
+aside a record for them: the record is fine, the server is between two states.
 """
 
 from __future__ import annotations
@@ -34,9 +43,10 @@ from aiokafka.errors import (
     RecordListTooLargeError,
     RecordTooLargeError,
 )
+from asyncpg.exceptions import TargetServerAttributeNotMatched
 from sqlalchemy.exc import DBAPIError
 
-__all__ = ["UnfixableReason", "cannot_succeed", "describe"]
+__all__ = ["UnfixableReason", "cannot_succeed", "database_unavailable", "describe"]
 
 UnfixableReason = Literal["unstorable-text", "out-of-range", "too-large", "invalid-data"]
 
@@ -105,6 +115,24 @@ def cannot_succeed(error: BaseException) -> UnfixableReason | None:
             if reason is not None:
                 return reason
     return None
+
+
+_UNAVAILABLE_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03", "53300"})
+
+
+def database_unavailable(error: BaseException) -> bool:
+    """True when ``error`` says the database refuses writes or connections for now (read-only
+    during a switchover, shutting down, starting up, out of connection slots, or a
+    connection-level failure): an outage to wait out, never a reason to give a record up."""
+    if isinstance(error, DBAPIError) and error.connection_invalidated:
+        return True
+    for link in _chain(error):
+        state = _sqlstate(link)
+        if state in _UNAVAILABLE_SQLSTATES or state.startswith("08"):
+            return True
+        if isinstance(link, TargetServerAttributeNotMatched):
+            return True
+    return False
 
 
 def describe(error: BaseException) -> str:

@@ -44,7 +44,8 @@ SAFE_FIELDS = frozenset(
         "session_id", "input_id", "kind", "topic", "partition", "offset", "version",
         "messages", "schedule", "llm_calls", "conflicts", "attempt", "delay_s", "reason",
         "error", "rows", "partitions", "group_id", "port", "agent", "decision", "committed",
-        "in_flight", "abandoned", "kept_id", "timeout_s", "stopping",
+        "in_flight", "abandoned", "kept_id", "timeout_s", "stopping", "position",
+        "kafka_committed", "reread",
     }
 )
 _FIELD_ORDER = tuple(sorted(SAFE_FIELDS))

@@ -39,7 +39,12 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore")
 
     database_url: str | None = Field(
-        None, description="PostgreSQL URL; a plain `postgresql://user@host:port/db` works."
+        None,
+        description=(
+            "PostgreSQL URL; a plain `postgresql://user@host:port/db` works, several hosts too "
+            "(`postgresql://user@a:5432,b:5432/db?target_session_attrs=read-write`: the one "
+            "accepting writes)."
+        ),
     )
     kafka_bootstrap_servers: str | None = Field(
         None, description="Kafka bootstrap servers, comma-separated `host:port`."

@@ -14,6 +14,7 @@ from store.errors import (
     VersionConflict,
 )
 from store.outbox import OutboxBatch
+from store.positions import DatabaseChanged, PositionsMoved
 from store.records import (
     ConsumedInput,
     DeadLetterRecord,
@@ -36,6 +37,7 @@ __all__ = [
     "AlreadyApplied",
     "ClaimedTimers",
     "ConsumedInput",
+    "DatabaseChanged",
     "DeadLetterRecord",
     "DeadLetterWords",
     "DuplicateInput",
@@ -47,6 +49,7 @@ __all__ = [
     "OutboxBatch",
     "OutboxEntry",
     "OutboxRow",
+    "PositionsMoved",
     "SaveRequest",
     "SavedTurn",
     "SourceRecord",

@@ -9,7 +9,7 @@ explicit transaction on a dedicated connection for the span of an `async with` b
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,6 +22,13 @@ from store import dead_letters, direct, history, jsoncodec, outbox, saving, time
 from store.errors import AlreadyApplied, DuplicateInput, VersionConflict
 from store.input_ids import stored_input_id
 from store.outbox import OutboxBatch
+from store.positions import (
+    PositionsUpdate,
+    TimelineGuard,
+    check_and_write,
+    read_positions,
+    write_positions,
+)
 from store.records import (
     DeadLetterRecord,
     DeadLetterWords,
@@ -111,6 +118,7 @@ class Store:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
+        self._guard: TimelineGuard | None = None
 
     @classmethod
     async def connect(
@@ -123,8 +131,13 @@ class Store:
         pool_recycle_s: float = 1800.0,
         command_timeout_s: float = 30.0,
         application_name: str = "turnflow",
+        guard_timeline: bool = False,
     ) -> Store:
-        """Open a pool on `url` (plain `postgresql://` works) and check one connection."""
+        """Open a pool on `url` (plain `postgresql://` works, several hosts too) and check one
+        connection. ``guard_timeline``: bind the pool to the database timeline that connection
+        finds and refuse connections to another (``store.positions.TimelineGuard``): for a
+        process that keeps what it saved in memory, so it never carries that past a
+        failover."""
         engine = create_async_engine(
             async_url(url),
             isolation_level="AUTOCOMMIT",
@@ -141,13 +154,35 @@ class Store:
                 "server_settings": {"application_name": application_name},
             },
         )
+        guard = TimelineGuard(engine) if guard_timeline else None
         try:
             async with engine.connect() as connection:
                 await connection.execute(_PING)
         except BaseException:
             await engine.dispose()
             raise
-        return cls(engine)
+        store = cls(engine)
+        store._guard = guard
+        return store
+
+    @property
+    def database_changed(self) -> bool:
+        """True once a guarded store found the database on another timeline (a promotion):
+        its connections are refused from then on and the process should restart."""
+        return self._guard is not None and self._guard.changed
+
+    async def source_positions(
+        self, group: str, partitions: Sequence[tuple[str, int]]
+    ) -> dict[tuple[str, int], int]:
+        """Where ``group`` is in each of ``partitions`` by the database (store/positions.py)."""
+        return await read_positions(self._engine, group, partitions)
+
+    async def save_source_positions(
+        self, group: str, positions: Mapping[tuple[str, int], int]
+    ) -> None:
+        """Move ``group``'s stored positions forward; only offsets whose work below is
+        committed in this database (store/positions.py)."""
+        await write_positions(self._engine, group, positions)
 
     @property
     def engine(self) -> AsyncEngine:
@@ -405,15 +440,32 @@ class Store:
 
     # -- timers -----------------------------------------------------------------------------
 
-    async def upsert_timers(self, entries: Iterable[TimerLike]) -> None:
-        """Set timers in order, each `replaces` deleting its key first; one transaction."""
+    async def upsert_timers(
+        self, entries: Iterable[TimerLike], *, positions: PositionsUpdate | None = None
+    ) -> None:
+        """Set timers in order, each `replaces` deleting its key first; one transaction.
+        ``positions`` (group, expected, new): move the group's stored positions in the same
+        transaction, after checking they are where expected (``PositionsMoved`` if not, and
+        then nothing is written)."""
         deleted, upserts = timers.fold(entries)
-        if not deleted and not upserts:
+        if positions is None:
+            if not deleted and not upserts:
+                return
+            async with self._engine.connect() as connection:
+                await connection.execute(
+                    timers.UPSERT, timers.upsert_parameters(deleted, upserts)
+                )
             return
-        async with self._engine.connect() as connection:
-            await connection.execute(
-                timers.UPSERT, timers.upsert_parameters(deleted, upserts)
-            )
+        group, expected, new = positions
+        async with self._engine.connect() as autocommit:
+            # The pool's connections commit each statement; these two commit together.
+            connection = await autocommit.execution_options(isolation_level="READ COMMITTED")
+            async with connection.begin():
+                await check_and_write(connection, group, expected, new)
+                if deleted or upserts:
+                    await connection.execute(
+                        timers.UPSERT, timers.upsert_parameters(deleted, upserts)
+                    )
 
     async def delete_timers(self, ids: Sequence[tuple[str, str]]) -> int:
         """Delete timers by (session id, key); returns how many existed."""

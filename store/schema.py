@@ -396,10 +396,24 @@ schema_compatibility = Table(
     CheckConstraint("singleton", name="ck_schema_compatibility_singleton"),
 )
 
+# Where each consumer group is in each inbound partition (store/positions.py): the next
+# offset to read, everything below it done. Written after the work it covers was committed, so
+# it never claims more than the database holds, even on a standby promoted after a failover.
+source_positions = Table(
+    "source_positions",
+    metadata,
+    Column("consumer_group", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("next_offset", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("consumer_group", "topic", "partition", name="pk_source_positions"),
+)
+
 # The service's data tables (the tests empty them between tests); not schema_compatibility,
 # which describes the schema rather than holding data.
 TABLE_NAMES = (
     "sessions", "turns", "turn_sources", "outbox", "timers", "knowledge_excerpts", "dead_letters",
     "dead_lettered_sources", "workspaces", "agents", "agent_versions", "web_search_usage",
-    "credit_ledger", "workspace_model_minutes",
+    "credit_ledger", "workspace_model_minutes", "source_positions",
 )

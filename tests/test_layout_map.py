@@ -102,9 +102,9 @@ def test_the_consume_service_lives_in_its_package() -> None:
 
 
 ROOT_ENTRIES = {
-    ".ci", ".dockerignore", ".gitignore", ".squawk.toml", "Dockerfile", "LICENSE", "Makefile", "README.md",
-    "bench", "consumer", "docs", "engine", "examples", "helm", "migrations", "pyproject.toml",
-    "replay", "store", "tests",
+    ".ci", ".dockerignore", ".gitignore", ".squawk.toml", "Dockerfile", "LICENSE", "Makefile",
+    "README.md", "bench", "consumer", "docs", "engine", "examples", "helm", "migrations",
+    "pyproject.toml", "replay", "store", "tests",
 }
 
 

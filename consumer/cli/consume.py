@@ -79,9 +79,14 @@ def run(args: argparse.Namespace) -> int:
             workers, agent_path, relay=not args.no_relay,
             first_port=settings.metrics_port_for("consume"),
         )
-    service = ConsumerService(settings, agent, run_relay=not args.no_relay)
-    heap.settle()  # start-up is done: what it built lives as long as the process
-    return run_service(service.run, service.stop)
+    while True:
+        service = ConsumerService(settings, agent, run_relay=not args.no_relay)
+        heap.settle()  # start-up is done: what it built lives as long as the process
+        code = run_service(service.run, service.stop)
+        if not service.restart_wanted:
+            return code
+        # The database failed over under it: a fresh service reads the positions the promoted
+        # database holds and runs again whatever inputs the failover lost.
 
 
 async def _preflight(settings: Settings, workers: int) -> None:

@@ -72,6 +72,7 @@ class DevServices:
             inbound_topic=s.inbound_topic,
             group_id=f"{s.group_id}-scheduler",
             client_options=options,
+            positions=True,
         )
         self._tasks = [
             asyncio.create_task(self.consumer.run(), name="dev-consumer"),

@@ -18,6 +18,11 @@ Invariants:
   safe to replay as the batch, for the same reasons.
 - With tracing on, the well-formed trace context on a record's headers (the turn that set the
   timer) is stored with its timer, for the wake to link to; any other header value is ignored.
+- With a group (``group``, the service's), the database keeps the intake's position per
+  partition, moved in the batch's own transaction, and each partition starts there on
+  assignment; a batch whose positions are not where the intake left them (a failover lost the
+  last batches) writes nothing and the partition is read again from the stored position
+  (``consumer.scheduler.positions``).
 - Each stored batch pokes the firing loop, so a timer due sooner than the one it was sleeping
   towards is fired on time rather than at the end of a long sleep.
 """
@@ -31,7 +36,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
@@ -39,9 +44,11 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from consumer import metrics, tracing
 from consumer.errors import ScheduleRecordError
 from consumer.failures import cannot_succeed, describe
+from consumer.scheduler.positions import IntakePositions, PositionedSink
 from consumer.stopping import stopped_within
 from engine.clock import to_utc
-from store import TimerEntry
+from store import PositionsMoved, TimerEntry
+from store.positions import PositionsUpdate
 
 __all__ = ["ScheduleIntake", "TimerSink", "parse_schedule_record"]
 
@@ -147,8 +154,12 @@ class ScheduleIntake:
         max_records: int = 500,
         poll_timeout: float = 0.5,
         retry_delay: float = 1.0,
+        group: str | None = None,
     ) -> None:
         self._consumer = consumer
+        self._positions = (
+            IntakePositions(cast(PositionedSink, sink), group, consumer) if group else None
+        )
         self._topic = topic
         self._sink = sink
         self._on_stored = on_stored
@@ -158,7 +169,10 @@ class ScheduleIntake:
         self.healthy = False
 
     async def start(self) -> None:
-        self._consumer.subscribe([self._topic])
+        if self._positions is not None:
+            self._consumer.subscribe([self._topic], listener=self._positions)
+        else:
+            self._consumer.subscribe([self._topic])
         await self._consumer.start()
 
     async def stop(self) -> None:
@@ -202,9 +216,17 @@ class ScheduleIntake:
                     _refused(partition, record.offset, exc.reason, str(exc))
                 offsets[partition] = record.offset + 1
         stored: list[TimerEntry] = []
-        if entries:
+        update = self._positions.update(offsets) if self._positions is not None else None
+        if entries or update is not None:
             try:
-                stored = await self._store(entries)
+                stored = await self._store(entries, update)
+            except PositionsMoved as moved:
+                for partition in fetched:
+                    with contextlib.suppress(IllegalStateError):
+                        self._consumer.seek(partition, fetched[partition][0].offset)
+                assert self._positions is not None
+                self._positions.moved(moved)
+                return 0
             except Exception:
                 # Not stored: rewind so the same records are fetched again, in order. A
                 # partition revoked meanwhile cannot be rewound; its new owner starts from the
@@ -216,6 +238,8 @@ class ScheduleIntake:
             for entry in stored:
                 action = "replace" if entry.replaces else "upsert"
                 metrics.TIMERS_SCHEDULED.labels(action=action).inc()
+            if update is not None and self._positions is not None:
+                self._positions.written(update)
             if stored:
                 self._on_stored()
         try:
@@ -226,14 +250,24 @@ class ScheduleIntake:
             log.warning("schedule offsets not committed; the batch will be replayed")
         return len(stored)
 
+    async def _upsert(
+        self, entries: Sequence[TimerEntry], update: PositionsUpdate | None
+    ) -> None:
+        if update is None:
+            await self._sink.upsert_timers(entries)
+        else:
+            await cast(PositionedSink, self._sink).upsert_timers(entries, positions=update)
+
     async def _store(
-        self, entries: list[tuple[TopicPartition, int, TimerEntry]]
+        self, entries: list[tuple[TopicPartition, int, TimerEntry]],
+        update: PositionsUpdate | None = None,
     ) -> list[TimerEntry]:
-        """Write the batch in one call; when that fails for a reason no retry can fix, write
-        it entry by entry and refuse only the entries that fail that way. Returns the entries
-        stored; raises what a retry may fix."""
+        """Write the batch in one call (with the positions it moves to, if any); when that
+        fails for a reason no retry can fix, write it entry by entry, refuse only the entries
+        that fail that way, then the positions. Returns the entries stored; raises what a
+        retry may fix."""
         try:
-            await self._sink.upsert_timers([entry for _, _, entry in entries])
+            await self._upsert([entry for _, _, entry in entries], update)
             return [entry for _, _, entry in entries]
         except Exception as exc:
             if cannot_succeed(exc) is None:
@@ -249,5 +283,7 @@ class ScheduleIntake:
                 _refused(partition, offset, reason, describe(exc))
                 continue
             stored.append(entry)
+        if update is not None:
+            await self._upsert([], update)
         return stored
 

@@ -418,8 +418,11 @@ def build_scheduler(
     consumer_options: Mapping[str, Any] | None = None,
     idempotent: bool = False,
     options: FiringOptions | None = None,
+    positions: bool = False,
 ) -> Scheduler:
     """Wire intake and firing to Kafka clients; ``group_id`` is the schedule topic's group.
+    ``positions``: the intake keeps its positions in the database (``store`` is a ``Store``;
+    ``consumer.scheduler.positions``).
 
     Replicas share ``group_id``, so each schedule entry is stored by one of them; firing needs
     no group, since row locks keep replicas apart. ``idempotent`` (off by default: the embedded
@@ -440,7 +443,8 @@ def build_scheduler(
         **kafka,
     )
     intake = ScheduleIntake(
-        consumer=consumer, topic=schedule_topic, sink=store, on_stored=firing.poke
+        consumer=consumer, topic=schedule_topic, sink=store, on_stored=firing.poke,
+        group=group_id if positions else None,
     )
     return Scheduler(intake=intake, firing=firing, producer=producer, idempotent=idempotent)
 
@@ -534,6 +538,7 @@ class SchedulerService:
                 },
                 idempotent=s.kafka_idempotent_producer,
                 options=self._options,
+                positions=True,
             )
             await self._scheduler.run(self._stopping, on_started=self._announce)
         finally:

@@ -39,6 +39,11 @@ log = logging.getLogger("turnflow.consumer")
 _FINAL_COMMIT_TIMEOUT_S = 5.0
 
 
+def final_commit_timeout_s() -> float:
+    """How long the last commit of a partition given up may take (read when used)."""
+    return _FINAL_COMMIT_TIMEOUT_S
+
+
 class Commits:
     """The done offsets of the owned partitions, what was committed of them, and where each
     partition's fetching started (the lag's base until its first commit)."""
@@ -118,6 +123,20 @@ class Commits:
             )
             return
         self.committed.update(offsets)
+
+    def note_positions(self, partitions: set[TopicPartition]) -> None:
+        """Hand the watermarks to the database's positions; stop for a restart when the
+        database failed over under this process (``consumer.turns.positions``)."""
+        runtime = self._runtime
+        positions = runtime.positions
+        if positions is None:
+            return
+        positions.note({tp: self.marks.committable(tp) for tp in partitions})
+        if positions.database_changed and not runtime.restart_wanted:
+            log.error("the database failed over to a new timeline; restarting to continue "
+                      "from the positions it holds")
+            runtime.restart_wanted = True
+            runtime.stopping.set()
 
     def observe_lag(self, consumer: AIOKafkaConsumer) -> None:
         """Lag of every owned partition, quiet ones included: from the offset this consumer

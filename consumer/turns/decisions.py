@@ -25,8 +25,10 @@ The one place where failures are classified, so the rules read in one screen:
   the message again would run its tools again;
 - a version race lost too often, or an unexpected exception → ``Retry`` with exponential
   backoff, then ``DeadLetter`` past ``max_retries``;
-- infrastructure (PostgreSQL or Kafka unreachable, or a database connection lost mid-statement)
-  → ``Retry`` with capped backoff and no limit:
+- infrastructure (PostgreSQL or Kafka unreachable, a database connection lost mid-statement,
+  or a database that refuses writes for now: read-only during a switchover, shutting down or
+  starting up, ``consumer.failures.database_unavailable``) → ``Retry`` with capped backoff and
+  no limit:
   an outage must not dead-letter customers' inputs, and the held offset makes the lag visible.
 
 Pure: no I/O, no clock, no randomness; the attempt number, the time already waited on the model
@@ -42,7 +44,7 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, Opera
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from consumer.errors import FencedPublishError, PublishError
-from consumer.failures import cannot_succeed, describe
+from consumer.failures import cannot_succeed, database_unavailable, describe
 from consumer.hosting.routing import RouteRefused
 from engine import BudgetSpent, ProviderError, TurnRequestError, UnusableReply
 
@@ -177,7 +179,7 @@ def decide(
         return Retry(delay, "provider-retryable")
     if isinstance(error, VersionConflictsExhausted):
         return _bounded_retry("version-conflicts", attempt, policy)
-    if _connection_lost(error):
+    if _connection_lost(error) or database_unavailable(error):
         return Retry(policy.delay(attempt), "infrastructure")
     unfixable = cannot_succeed(error)
     if unfixable is not None:

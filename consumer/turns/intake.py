@@ -103,6 +103,7 @@ class Intake:
                 for record in records:
                     self.accept(tp, record, epoch)
             await self._commits.commit(set(epochs), until_stop=True)
+            self._commits.note_positions(set(epochs))
             self._commits.observe_lag(consumer)
 
     def _apply_backpressure(self, consumer: AIOKafkaConsumer) -> None:

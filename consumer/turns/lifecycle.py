@@ -29,6 +29,7 @@ from consumer.settings import Settings
 from consumer.turns.knowledge import attach_postgres_knowledge
 from consumer.turns.model_calls import observe_model_calls
 from consumer.turns.pipeline import OutboundTopics, TurnAgent, TurnPipeline
+from consumer.turns.positions import SourcePositions
 from consumer.turns.runtime import Runtime
 from engine import Agent
 from engine.recording import recorded_agent
@@ -71,9 +72,13 @@ async def open_runtime(
         # server a backend and the client a handshake and fresh prepared statements; a
         # turn waiting a moment for a pooled one costs neither.
         runtime.store = await Store.connect(
-            s.database_url, pool_size=min(s.max_in_flight, 20), max_overflow=0
+            s.database_url, pool_size=min(s.max_in_flight, 20), max_overflow=0,
+            guard_timeline=True,
         )
     store = runtime.store
+    runtime.positions = SourcePositions(
+        store, s.group_id, read_within_s=s.session_timeout_ms / 1000
+    )
     producer = runtime.producer = new_producer(
         bootstrap,
         idempotent=s.kafka_idempotent_producer,

@@ -19,7 +19,7 @@ from aiokafka.structs import TopicPartition
 
 from consumer.dead_letters import RefusedRecords
 from consumer.turns.backpressure import Backpressure
-from consumer.turns.commits import Commits
+from consumer.turns.commits import Commits, final_commit_timeout_s
 from consumer.turns.ownership import Ownership
 from consumer.turns.runtime import Runtime
 from consumer.turns.tasks import SideTasks
@@ -50,6 +50,13 @@ class Handover:
         self._backpressure = backpressure
         self._refused = refused
         self._side_tasks = side_tasks
+
+    async def seek_to_positions(self, assigned: set[TopicPartition]) -> None:
+        """Start each assigned partition where the database says this group stands, not at
+        Kafka's committed offset (``consumer.turns.positions``)."""
+        positions, consumer = self._runtime.positions, self._runtime.consumer
+        if positions is not None and consumer is not None:
+            await positions.start_assigned(consumer, assigned)
 
     def assigned(self, assigned: set[TopicPartition]) -> None:
         """New epochs for ``assigned``, each starting with nothing done or committed."""
@@ -98,6 +105,12 @@ class Handover:
                 partitions, within_s=self._runtime.settings.drain_timeout_ms / 1000
             )
             await self._commits.commit(partitions)
+            positions = self._runtime.positions
+            if positions is not None:
+                self._commits.note_positions(partitions)
+                await positions.flush(partitions, within_s=final_commit_timeout_s())
+        if self._runtime.positions is not None:
+            self._runtime.positions.forget(partitions)
         abandoned = self._ownership.running(partitions)
         self._ownership.end(partitions)
         self._commits.released(partitions)
@@ -122,4 +135,5 @@ class RebalanceListener(ConsumerRebalanceListener):  # type: ignore[misc]  # unt
         await self._handover.revoked(set(revoked))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await self._handover.seek_to_positions(set(assigned))
         self._handover.assigned(set(assigned))

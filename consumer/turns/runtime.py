@@ -22,6 +22,7 @@ from consumer.settings import Settings
 from consumer.stopping import stopped_within
 from consumer.turns.decisions import RetryPolicy
 from consumer.turns.pipeline import TurnPipeline
+from consumer.turns.positions import SourcePositions
 from store import Store
 from store.model_budget import ModelBudget
 
@@ -55,6 +56,9 @@ class Runtime:
         self.relay_task: asyncio.Task[None] | None = None
         self.health: HealthServer | None = None
         self.round_trips: RoundTrips | None = None
+        # Where each partition stands in the database (``consumer.turns.positions``).
+        self.positions: SourcePositions | None = None
+        self.restart_wanted = False  # the database failed over under this process
 
     async def sleep(self, seconds: float) -> bool:
         """Wait ``seconds``; False when the service is stopping (the caller gives up)."""

@@ -110,6 +110,12 @@ class ConsumerService:
         self._ready = False
         self.started = asyncio.Event()
 
+    @property
+    def restart_wanted(self) -> bool:
+        """The database failed over under this process: its caller starts it again, so it
+        continues from the positions the promoted database holds."""
+        return self._runtime.restart_wanted
+
     def stop(self) -> None:
         """Ask the service to shut down (safe from a signal handler)."""
         self._runtime.stopping.set()
@@ -166,6 +172,8 @@ class ConsumerService:
                 await self._handover.release(owned, reason="shutdown")
             await close_quietly(consumer.stop(), "the consumer")
             runtime.consumer = None
+        if runtime.positions is not None:
+            await runtime.positions.close()
         # Work left running after the drain is fenced; stop it before closing the store.
         await cancel_tasks([*self._session_workers.tasks.values(), *self._side.tasks])
         await close_runtime(runtime)

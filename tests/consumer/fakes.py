@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -53,6 +53,23 @@ class FakeStore:
         self.kept: dict[int, DeadLetterRecord] = {}  # the dead_letters table
         self.duplicates: set[tuple[str, int, int]] = set()  # sources a load found a copy of
         self.dead_lettered: dict[tuple[str, int, int], tuple[str, str]] = {}  # -> session, reason
+        self.positions: dict[tuple[str, str, int], int] = {}  # (group, topic, partition) -> next
+        self.database_changed = False
+
+    async def source_positions(
+        self, group: str, partitions: Sequence[tuple[str, int]]
+    ) -> dict[tuple[str, int], int]:
+        return {
+            (t, p): self.positions[(group, t, p)] for t, p in partitions
+            if (group, t, p) in self.positions
+        }
+
+    async def save_source_positions(
+        self, group: str, positions: Mapping[tuple[str, int], int]
+    ) -> None:
+        for (topic, partition), offset in positions.items():
+            key = (group, topic, partition)
+            self.positions[key] = max(offset, self.positions.get(key, -1))
 
     async def load(
         self,

@@ -200,3 +200,24 @@ def test_outages_are_not_mistaken_for_bad_data() -> None:
     for outage in (ConnectionRefusedError(), PublishError("no ack"),
                    OperationalError("select", {}, Exception("down"))):
         assert cannot_succeed(outage) is None
+
+
+@pytest.mark.parametrize(
+    "orig",
+    [
+        asyncpg.exceptions.ReadOnlySQLTransactionError("read-only transaction"),
+        asyncpg.exceptions.AdminShutdownError("terminating connection"),
+        asyncpg.exceptions.CannotConnectNowError("the database system is starting up"),
+        asyncpg.exceptions.TooManyConnectionsError("too many clients"),
+        asyncpg.exceptions.ConnectionFailureError("connection failure"),
+        asyncpg.exceptions.TargetServerAttributeNotMatched("no host accepts writes"),
+    ],
+)
+def test_a_database_refusing_writes_for_now_is_an_outage(orig: BaseException) -> None:
+    """A primary switched to read-only during a switchover (25006), shutting down or starting
+    up (57P0x), out of connection slots (53300), a connection failure (class 08), or no host of
+    a multi-host URL accepting writes: retried without limit, never dead-lettered, on a live
+    connection as on a cut one."""
+    error = _db_error(orig)
+    assert decide(error, attempt=50, policy=POLICY) == Retry(3.0, "infrastructure")
+    assert cannot_succeed(error) is None
