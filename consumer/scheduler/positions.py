@@ -65,6 +65,15 @@ class IntakePositions(ConsumerRebalanceListener):  # type: ignore[misc]  # untyp
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         """Seek each partition to its stored position (Kafka's committed offset when it has
         none, or when the database does not answer within a few seconds)."""
+        # Paused while this waits on the database, so nothing is fetched before the seek.
+        self._consumer.pause(*assigned)
+        try:
+            await self._seek_assigned(assigned)
+        finally:
+            with contextlib.suppress(KafkaError):
+                self._consumer.resume(*assigned)
+
+    async def _seek_assigned(self, assigned: set[TopicPartition]) -> None:
         wanted = sorted((tp.topic, tp.partition) for tp in assigned)
         stored: dict[Partition, int] | None = None
         loop = asyncio.get_running_loop()

@@ -68,6 +68,19 @@ class SourcePositions:
         self.forget(assigned)
         if not assigned:
             return
+        # Paused while this waits on the database: the fetch loop runs meanwhile, and records
+        # it fetched for these partitions before the service owns them would be dropped
+        # (and their offsets passed) or, before the seek, read out of order.
+        consumer.pause(*assigned)
+        try:
+            await self._seek_assigned(consumer, assigned)
+        finally:
+            with contextlib.suppress(KafkaError):
+                consumer.resume(*assigned)
+
+    async def _seek_assigned(
+        self, consumer: AIOKafkaConsumer, assigned: set[TopicPartition]
+    ) -> None:
         wanted = sorted((tp.topic, tp.partition) for tp in assigned)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._read_within_s

@@ -21,8 +21,19 @@ class SeekingConsumer:
         self._committed = committed
         self.seeks: dict[TopicPartition, int] = {}
 
+        self.paused: set[TopicPartition] = set()
+        self.was_paused: set[TopicPartition] = set()
+
     def seek(self, tp: TopicPartition, offset: int) -> None:
+        assert tp in self.paused  # nothing is fetched before the seek
         self.seeks[tp] = offset
+
+    def pause(self, *tps: TopicPartition) -> None:
+        self.paused.update(tps)
+        self.was_paused.update(tps)
+
+    def resume(self, *tps: TopicPartition) -> None:
+        self.paused.difference_update(tps)
 
     async def committed(self, tp: TopicPartition) -> int | None:
         return self._committed.get(tp)
@@ -50,6 +61,7 @@ async def test_assigned_partitions_start_at_the_database_position() -> None:
     positions = SourcePositions(store, "g", read_within_s=1.0)
     await positions.start_assigned(consumer, {T0, T1})  # type: ignore[arg-type]
     assert consumer.seeks == {T0: 40}
+    assert consumer.was_paused == {T0, T1} and not consumer.paused  # resumed once sought
 
     lost = SeekingConsumer({})
     await positions.start_assigned(lost, {T0})  # type: ignore[arg-type]
