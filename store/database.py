@@ -18,7 +18,17 @@ from sqlalchemy import TextClause, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from store import dead_letters, direct, history, jsoncodec, outbox, saving, timers, turn_log
+from store import (
+    dead_letters,
+    direct,
+    erasure,
+    history,
+    jsoncodec,
+    outbox,
+    saving,
+    timers,
+    turn_log,
+)
 from store.errors import AlreadyApplied, DuplicateInput, VersionConflict
 from store.input_ids import stored_input_id
 from store.outbox import OutboxBatch
@@ -349,6 +359,19 @@ class Store:
             total += int(result.rowcount)
             if result.rowcount < batch:
                 return total
+
+    # -- erasure ----------------------------------------------------------------------------
+
+    async def erase(
+        self, *, session_id: str | None = None, customer: str | None = None
+    ) -> erasure.Erasure:
+        """Remove one conversation (``session_id``) or a customer's (``customer``) from every
+        table, in one transaction (store/erasure.py); ValueError for an id no row can hold."""
+        return await erasure.erase(self._engine, session_id=session_id, customer=customer)
+
+    async def erased_among(self, session_ids: Sequence[str]) -> dict[str, datetime]:
+        """Which of ``session_ids`` were erased, and when."""
+        return await erasure.erased_among(self._engine, list(session_ids))
 
     # -- outbox -----------------------------------------------------------------------------
 

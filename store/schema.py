@@ -384,8 +384,18 @@ Index(
 )
 Index("ix_credit_ledger_day", credit_ledger.c.workspace_id, credit_ledger.c.day)
 
+# One row per erased session id (store/erasure.py): the SHA-256 of the id, never the id, so the
+# inspector and replays can say "erased" rather than "no such conversation".
+erased_sessions = Table(
+    "erased_sessions",
+    metadata,
+    Column("digest", LargeBinary, nullable=False),
+    Column("erased_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("digest", name="erased_sessions_pkey"),
+)
+
 TABLE_NAMES = (
     "sessions", "turns", "turn_sources", "outbox", "timers", "knowledge_excerpts", "dead_letters",
     "dead_lettered_sources", "workspaces", "agents", "agent_versions", "web_search_usage",
-    "credit_ledger", "workspace_model_minutes",
+    "credit_ledger", "workspace_model_minutes", "erased_sessions",
 )

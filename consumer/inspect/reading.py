@@ -28,6 +28,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from store import jsoncodec
+from store.erasure import erased_at
 from store.incidents import KINDS
 from store.search_text import DEAD_LETTER_TEXT, SESSION_TEXT, TURN_TEXT, like_pattern
 from store.urls import async_url
@@ -309,6 +310,11 @@ class Reader:
             first_version=first,
             last_version=upto,
         )
+
+    async def erased_at(self, session_id: str) -> datetime | None:
+        """When the conversation ``session_id`` was erased (``turnflow erase``), or None: what
+        the inspector says instead of "no such conversation" for an erased one."""
+        return await erased_at(self._engine, session_id)
 
     async def dead_letters(
         self, *, limit: int = 50, before: int | None = None
