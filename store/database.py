@@ -344,8 +344,11 @@ class Store:
 
     async def prune_recordings(self, *, older_than: timedelta, batch: int = 5000) -> int:
         """Drop the model recordings of turns older than `older_than` (database clock), in
-        batches so no statement holds many row locks; returns how many were dropped."""
-        return await self._in_batches(turn_log.PRUNE_RECORDINGS, older_than, batch)
+        batches so no statement holds many row locks; returns how many were dropped. They are
+        deleted from ``turn_recordings``; a turn saved before that table kept its recording in
+        its own row, which is cleared."""
+        own = await self._in_batches(turn_log.PRUNE_RECORDINGS, older_than, batch)
+        return own + await self._in_batches(turn_log.PRUNE_ROW_RECORDINGS, older_than, batch)
 
     async def _in_batches(self, statement: TextClause, older_than: timedelta, batch: int) -> int:
         """Run a retention statement (``:older_than_s``, ``:limit``) until a batch comes back

@@ -53,8 +53,8 @@ MAX_KEY_CHARS = 1_000
 """The longest id or customer key taken (session ids are at most 256 characters)."""
 
 TABLES = (
-    "sessions", "turns", "turn_sources", "outbox", "timers", "dead_lettered_sources",
-    "dead_letters",
+    "sessions", "turns", "turn_recordings", "turn_sources", "outbox", "timers",
+    "dead_lettered_sources", "dead_letters",
 )
 """The tables rows are deleted from, in the order ``Erasure.removed`` reports them."""
 
@@ -112,6 +112,10 @@ _DELETES: dict[str, Any] = {
     "turn_sources": text(
         "DELETE FROM turn_sources WHERE session_id = ANY(CAST(:ids AS text[]))"
         f" RETURNING session_id, {_SOURCE} AS source"
+    ),
+    "turn_recordings": text(
+        "DELETE FROM turn_recordings WHERE session_id = ANY(CAST(:ids AS text[]))"
+        " RETURNING session_id, NULL"
     ),
     "turns": text(
         "DELETE FROM turns WHERE session_id = ANY(CAST(:ids AS text[]))"

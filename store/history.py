@@ -35,7 +35,8 @@ extended the window with the entries that turn's save returned) says for which v
 leaves the history out (NULL, never otherwise: an empty history is `[]`) and reads no turn for
 it. The window is a function of the version because the turn log only grows: a save appends
 one turn at the next version, and nothing deletes a turn or changes its entries (`turnflow
-prune` only clears recordings, `turns.model_calls`).
+prune` only drops recordings, kept in `turn_recordings`; `turnflow erase` deletes the session
+with its turns, so a later turn under its id starts from nothing).
 
 The same holds for the replay and duplicate checks: each source record and input id is one
 probe of a unique index, written as a scalar subquery with `LIMIT 1`. Written as `EXISTS ... OR

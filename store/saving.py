@@ -5,7 +5,8 @@ connection the whole save is one round trip (the statement is prepared once per 
 reused). The turn and outbox inserts select from the session write, so when the version check
 fails nothing is written at all; when the source record or the input's id is already in the
 turn log a unique index aborts the statement and nothing is written either. A burst turn's
-earlier records and ids go to `turn_sources` in the same statement, and a billed turn's
+earlier records and ids go to `turn_sources` in the same statement, its model recording to
+`turn_recordings` (pruned there without touching the turn), and a billed turn's
 credits to `credit_ledger` (keyed by its input, unique): a charge is saved exactly when its
 turn is. The turn-log row carries the history entries its turn gives (`turns.history`, built
 by `store.history.turn_entries`), which later loads read as they are; the statement returns
@@ -49,18 +50,23 @@ _APPEND_TURN_AND_OUTBOX = """
     INSERT INTO turns (
         session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
         llm_calls, created_at, source_topic, source_partition, source_offset, clock_at,
-        model_calls, input_id, history, agent_id, agent_version, trace_id
+        input_id, history, agent_id, agent_version, trace_id
     )
     SELECT :session_id, s.version, v.input, v.messages,
            CAST(:schedule AS jsonb), CAST(:outcomes AS jsonb), CAST(:started AS jsonb),
            CAST(:ended AS jsonb), CAST(:skipped AS jsonb), :llm_calls, v.created_at,
            CAST(:source_topic AS text), CAST(:source_partition AS integer),
            CAST(:source_offset AS bigint), CAST(:clock_at AS timestamptz),
-           CAST(:model_calls AS jsonb), CAST(:input_id AS text),
+           CAST(:input_id AS text),
            """ + turn_entries("v.input", "v.messages", "v.created_at") + """,
            CAST(:agent_id AS text), CAST(:agent_version AS integer), CAST(:trace_id AS text)
     FROM s, v
     RETURNING id, history
+), recording AS (
+    INSERT INTO turn_recordings (session_id, version, created_at, model_calls)
+    SELECT :session_id, s.version, v.created_at, CAST(:model_calls AS jsonb)
+    FROM s, v
+    WHERE CAST(:model_calls AS jsonb) IS NOT NULL
 ), charge AS (
     INSERT INTO credit_ledger (
         workspace_id, agent_id, agent_version, session_id, turn_id, charge_key, credits, day,
@@ -262,19 +268,24 @@ WITH r AS (
     INSERT INTO turns (
         session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
         llm_calls, created_at, source_topic, source_partition, source_offset, clock_at,
-        model_calls, input_id, history, agent_id, agent_version, trace_id
+        input_id, history, agent_id, agent_version, trace_id
     )
     SELECT saved.session_id, saved.new_version, saved.input_json, saved.messages_json,
            CAST(saved.schedule AS jsonb), CAST(saved.outcomes AS jsonb),
            CAST(saved.started AS jsonb), CAST(saved.ended AS jsonb),
            CAST(saved.skipped AS jsonb), saved.llm_calls, saved.logged_at, saved.source_topic,
            saved.source_partition, saved.source_offset, saved.clock_at,
-           CAST(saved.model_calls AS jsonb), saved.input_id,
+           saved.input_id,
            """ + turn_entries("saved.input_json", "saved.messages_json", "saved.logged_at") + """,
            saved.agent_id, saved.agent_version, saved.trace_id
     FROM saved
     ORDER BY saved.n
     RETURNING id, session_id, history
+), recording AS (
+    INSERT INTO turn_recordings (session_id, version, created_at, model_calls)
+    SELECT saved.session_id, saved.new_version, saved.logged_at, CAST(saved.model_calls AS jsonb)
+    FROM saved
+    WHERE saved.model_calls IS NOT NULL
 ), charge AS (
     INSERT INTO credit_ledger (
         workspace_id, agent_id, agent_version, session_id, turn_id, charge_key, credits, day,

@@ -86,8 +86,8 @@ turns = Table(
     Column("source_topic", Text),
     Column("source_partition", Integer),
     Column("source_offset", BigInteger),
-    # What a replay needs beyond the input: the engine's clock for the turn and the model's
-    # side of it (engine/recording.py), the latter pruned after MODEL_RECORDING_RETENTION_DAYS.
+    # What a replay needs beyond the input: the engine's clock for the turn and, on rows saved
+    # before migration 0022, the model's side of it (since then in `turn_recordings`).
     Column("clock_at", DateTime(timezone=True)),
     Column("model_calls", JSONB),
     Column("input_id", Text),
@@ -141,6 +141,21 @@ Index(
     unique=True,
     postgresql_where=turns.c.input_id.isnot(None),
 )
+
+# The model's side of a turn (engine/recording.py), for replays, in its own row so that pruning
+# it after MODEL_RECORDING_RETENTION_DAYS deletes here and rewrites no turn (migration 0022).
+# Keyed like the turn; `created_at` is the turn's. Turns saved before 0022 keep theirs in
+# `turns.model_calls`, which readers fall back to.
+turn_recordings = Table(
+    "turn_recordings",
+    metadata,
+    Column("session_id", Text, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("model_calls", JSONB, nullable=False),
+    PrimaryKeyConstraint("session_id", "version", name="turn_recordings_pkey"),
+)
+Index("ix_turn_recordings_created", turn_recordings.c.created_at)
 
 turn_sources = Table(
     "turn_sources",
@@ -397,5 +412,5 @@ erased_sessions = Table(
 TABLE_NAMES = (
     "sessions", "turns", "turn_sources", "outbox", "timers", "knowledge_excerpts", "dead_letters",
     "dead_lettered_sources", "workspaces", "agents", "agent_versions", "web_search_usage",
-    "credit_ledger", "workspace_model_minutes", "erased_sessions",
+    "credit_ledger", "workspace_model_minutes", "erased_sessions", "turn_recordings",
 )

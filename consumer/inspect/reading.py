@@ -31,6 +31,7 @@ from store import jsoncodec
 from store.erasure import erased_at
 from store.incidents import KINDS
 from store.search_text import DEAD_LETTER_TEXT, SESSION_TEXT, TURN_TEXT, like_pattern
+from store.turn_log import RECORDING
 from store.urls import async_url
 
 __all__ = [
@@ -53,10 +54,10 @@ OUTCOME_FILTERS = (*KINDS, DEAD_LETTERED)
 MAX_PAGE = 500
 """The largest page any caller may ask for (conversations or turns)."""
 
-_TURN_COLUMNS = """
+_TURN_COLUMNS = f"""
     id, session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
-    llm_calls, created_at, clock_at, model_calls, input_id, source_topic, source_partition,
-    source_offset, agent_id, agent_version, trace_id
+    llm_calls, created_at, clock_at, {RECORDING} AS model_calls, input_id, source_topic,
+    source_partition, source_offset, agent_id, agent_version, trace_id
 """
 
 

@@ -40,8 +40,9 @@ async def test_the_command_prints_what_it_removed_per_table(
     assert await asyncio.to_thread(main, ["erase", "--session", IDS[3]]) == 0
     out = capsys.readouterr().out
     assert 'erased session "conv-03~"' in out
-    for line in ("sessions: 1 rows", "turns: 2 rows", "turn_sources: 2 rows", "outbox: 2 rows",
-                 "timers: 1 rows", "dead_lettered_sources: 2 rows", "dead_letters: 1 rows",
+    for line in ("sessions: 1 rows", "turns: 2 rows", "turn_recordings: 2 rows",
+                 "turn_sources: 2 rows", "outbox: 2 rows", "timers: 1 rows",
+                 "dead_lettered_sources: 2 rows", "dead_letters: 1 rows",
                  "credit_ledger: 2 rows kept"):
         assert line in out
     assert await asyncio.to_thread(main, ["erase", "--session", IDS[3]]) == 0

@@ -31,7 +31,8 @@ async def test_erasing_one_of_many_leaves_the_others_row_for_row(
 
     assert done.erased_ids == [victim]
     assert done.removed == {
-        "sessions": 1, "turns": 3, "turn_sources": 3, "outbox": 3, "timers": 1,
+        "sessions": 1, "turns": 3, "turn_recordings": 3, "turn_sources": 3, "outbox": 3,
+        "timers": 1,
         "dead_lettered_sources": 2, "dead_letters": 1,
     }
     assert done.ledger_anonymised == 3
