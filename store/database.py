@@ -25,6 +25,7 @@ from store import (
     history,
     jsoncodec,
     outbox,
+    partitions,
     saving,
     timers,
     turn_log,
@@ -45,6 +46,8 @@ from store.records import (
 from store.timers import ClaimedTimers, TimerLike
 from store.urls import async_url
 
+# The turn log's own unique indexes are those of its first partition (turns saved before it was
+# partitioned, migration 0023); newer turns are kept unique by the save statement.
 _SOURCE_INDEX = "uq_turns_source"
 _INPUT_INDEX = "uq_turns_input"
 _EARLIER_SOURCE_INDEX = "uq_turn_sources_source"
@@ -66,6 +69,10 @@ _DEAD_LETTERED = text(
     " VALUES (:session_id, :topic, :partition, :offset, :reason, :message, :input_id,"
     " :record_key, :detail)"
     " ON CONFLICT (source_topic, source_partition, source_offset) DO NOTHING"
+)
+
+_HAS_INPUT = text(
+    "SELECT EXISTS (SELECT 1 FROM turns WHERE session_id = :session_id AND input_id = :input_id)"
 )
 
 _LAST_DEAD_LETTERED = text(
@@ -298,7 +305,8 @@ class Store:
         return results
 
     async def _raise_conflict(self, request: SaveRequest) -> None:
-        """Explain a save that wrote nothing: a replayed record, or a lost race."""
+        """Explain a save that wrote nothing: a replayed record, an input the session already
+        had, or a lost race."""
         source = request.turn.source
         if source is not None and await self.is_applied(
             source.topic, source.partition, source.offset
@@ -306,6 +314,11 @@ class Store:
             raise AlreadyApplied(
                 topic=source.topic, partition=source.partition, offset=source.offset
             )
+        input_id = stored_input_id(request.turn.input_id)
+        if input_id is not None and await self._scalar(
+            _HAS_INPUT, {"session_id": request.session_id, "input_id": input_id}
+        ):
+            raise DuplicateInput(session_id=request.session_id)
         found = await self._scalar(_VERSION, {"session_id": request.session_id})
         raise VersionConflict(
             session_id=request.session_id,
@@ -362,6 +375,18 @@ class Store:
             total += int(result.rowcount)
             if result.rowcount < batch:
                 return total
+
+    # -- the turn log's partitions ---------------------------------------------------------
+
+    async def ensure_turn_partitions(self, *, months: int = 2) -> list[str]:
+        """Make the turn log's partitions of this month and the next ``months`` (those
+        missing); their names (store/partitions.py)."""
+        return await partitions.ensure_ahead(self._engine, months=months)
+
+    async def drop_expired_turns(self, *, older_than: timedelta) -> partitions.Dropped:
+        """Drop the turn log's months wholly older than ``older_than``, then what is left of
+        them: burst sources and sessions with no turn and nothing in progress."""
+        return await partitions.drop_expired(self._engine, older_than=older_than)
 
     # -- erasure ----------------------------------------------------------------------------
 

@@ -31,17 +31,41 @@ from store.history import turn_entries
 from store.input_ids import stored_input_id
 from store.records import SaveRequest
 
+# The turn log is partitioned (store/partitions.py), so no index keeps a source record or a
+# session's input id unique across it: the session is written (and with it everything else)
+# only when no turn has the record or, in the session, the input id. Saves of one session are
+# serialized by its version check, so two cannot both pass; a turn-log row is one probe per
+# partition of `ix_turns_source` / `ix_turns_input`.
+_NOT_LOGGED = """
+    (CAST(:source_topic AS text) IS NULL OR (
+        SELECT 1 FROM turns WHERE source_topic = CAST(:source_topic AS text)
+          AND source_partition = CAST(:source_partition AS integer)
+          AND source_offset = CAST(:source_offset AS bigint) LIMIT 1
+    ) IS NULL)
+    AND (CAST(:input_id AS text) IS NULL OR (
+        SELECT 1 FROM turns WHERE session_id = :session_id
+          AND input_id = CAST(:input_id AS text) LIMIT 1
+    ) IS NULL)
+"""
+
+# `sessions.turns_since`: no turn of the session is older (the earliest `created_at` any save
+# gave it), which bounds the history read to the partitions from that month on
+# (store/history.py). NULL for sessions begun before it was kept: no bound, every partition.
 _INSERT_SESSION = """
-    INSERT INTO sessions (id, version, state)
-    VALUES (:session_id, :version, CAST(:state AS jsonb))
+    INSERT INTO sessions (id, version, state, turns_since)
+    SELECT :session_id, :version, CAST(:state AS jsonb),
+           coalesce(CAST(:created_at AS timestamptz), now())
+    WHERE """ + _NOT_LOGGED + """
     ON CONFLICT (id) DO NOTHING
     RETURNING version
 """
 
 _UPDATE_SESSION = """
     UPDATE sessions
-    SET version = :version, state = CAST(:state AS jsonb), updated_at = now()
-    WHERE id = :session_id AND version = :expected_version
+    SET version = :version, state = CAST(:state AS jsonb), updated_at = now(),
+        turns_since = CASE WHEN turns_since IS NOT NULL
+            THEN least(turns_since, coalesce(CAST(:created_at AS timestamptz), now())) END
+    WHERE id = :session_id AND version = :expected_version AND """ + _NOT_LOGGED + """
     RETURNING version
 """
 
@@ -242,15 +266,27 @@ WITH r AS (
         source_partition, source_offset, input_id, earlier, outbox, agent_id, agent_version,
         workspace, credits, charge_key, traceparent, tracestate, trace_id, n
     )
+), fresh AS (
+    -- The saves whose source record and input id no turn has (see _NOT_LOGGED).
+    SELECT r.* FROM r
+    WHERE (r.source_topic IS NULL OR (
+        SELECT 1 FROM turns WHERE source_topic = r.source_topic
+          AND source_partition = r.source_partition AND source_offset = r.source_offset LIMIT 1
+    ) IS NULL)
+    AND (r.input_id IS NULL OR (
+        SELECT 1 FROM turns WHERE session_id = r.session_id AND input_id = r.input_id LIMIT 1
+    ) IS NULL)
 ), updated AS (
     UPDATE sessions AS s
-    SET version = r.expected_version + 1, state = CAST(r.state AS jsonb), updated_at = now()
-    FROM r
+    SET version = r.expected_version + 1, state = CAST(r.state AS jsonb), updated_at = now(),
+        turns_since = CASE WHEN s.turns_since IS NOT NULL
+            THEN least(s.turns_since, coalesce(r.created_at, now())) END
+    FROM fresh AS r
     WHERE r.expected_version > 0 AND s.id = r.session_id AND s.version = r.expected_version
     RETURNING s.id, s.version
 ), created AS (
-    INSERT INTO sessions (id, version, state)
-    SELECT r.session_id, 1, CAST(r.state AS jsonb) FROM r
+    INSERT INTO sessions (id, version, state, turns_since)
+    SELECT r.session_id, 1, CAST(r.state AS jsonb), coalesce(r.created_at, now()) FROM fresh AS r
     WHERE r.expected_version = 0
     ORDER BY r.n
     ON CONFLICT (id) DO NOTHING

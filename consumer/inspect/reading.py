@@ -60,6 +60,21 @@ _TURN_COLUMNS = f"""
     source_partition, source_offset, agent_id, agent_version, trace_id
 """
 
+PAGE_TURNS = text(
+    f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = :s"
+    " AND created_at >= coalesce(CAST(:since AS timestamptz), '-infinity')"
+    " AND version BETWEEN :lo AND :hi ORDER BY version"
+)
+"""A page of a conversation's turns. The turn log is partitioned by month (store/partitions.py):
+bounded by the session's ``turns_since`` (no turn of it is older), the months before it began
+are not read."""
+
+SEARCH_TURNS = text(
+    f"SELECT {_TURN_COLUMNS} FROM turns WHERE {TURN_TEXT} ILIKE :p "
+    "ORDER BY created_at DESC, id DESC LIMIT :n"
+)
+"""The turns holding a searched text: every month, each through its trigram index."""
+
 
 DEAD_LETTER_COLUMNS = (
     "id, session_id, source_topic, source_partition, source_offset, reason, created_at, "
@@ -262,7 +277,8 @@ class Reader:
             return None
         async with self._reading() as connection:
             session = (await connection.execute(text(
-                "SELECT id, version, state, created_at, updated_at FROM sessions WHERE id = :s"
+                "SELECT id, version, state, created_at, updated_at, turns_since FROM sessions"
+                " WHERE id = :s"
             ), {"s": session_id})).mappings().first()
             dead = [dict(r) for r in (await connection.execute(text(
                 f"SELECT {DEAD_LETTER_COLUMNS} "
@@ -283,10 +299,10 @@ class Reader:
             else:
                 first = max(1, last - turns + 1)
             upto = min(last, first + turns - 1)
-            rows = (await connection.execute(text(
-                f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = :s "
-                "AND version BETWEEN :lo AND :hi ORDER BY version"
-            ), {"s": session_id, "lo": first, "hi": upto})).mappings().all()
+            rows = (await connection.execute(PAGE_TURNS, {
+                "s": session_id, "lo": first, "hi": upto,
+                "since": session["turns_since"] if session is not None else None,
+            })).mappings().all()
             unpublished = (await connection.execute(text(
                 "SELECT id, topic, key, payload, created_at FROM outbox "
                 "WHERE session_id = :s AND published_at IS NULL ORDER BY id LIMIT :n"
@@ -345,10 +361,7 @@ class Reader:
         limit = max(1, min(limit, MAX_PAGE))
         params = {"p": like_pattern(query.strip()), "n": limit}
         async with self._reading() as connection:
-            turns = (await connection.execute(text(
-                f"SELECT {_TURN_COLUMNS} FROM turns WHERE {TURN_TEXT} ILIKE :p "
-                "ORDER BY created_at DESC, id DESC LIMIT :n"
-            ), params)).mappings().all()
+            turns = (await connection.execute(SEARCH_TURNS, params)).mappings().all()
             sessions = (await connection.execute(text(
                 "SELECT id, version, state, created_at, updated_at FROM sessions "
                 f"WHERE {SESSION_TEXT} ILIKE :p ORDER BY updated_at DESC, id DESC LIMIT :n"

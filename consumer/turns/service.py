@@ -371,6 +371,7 @@ class ConsumerService:
                 recording_retention=s.recording_retention(),
                 outbox_retention=s.outbox_retention(),
                 dead_letter_retention=s.dead_letter_retention(),
+                turn_retention=s.turn_retention(),
             )
             self._relay_task = asyncio.create_task(self._relay.run(), name="outbox-relay")
         self._consumer = AIOKafkaConsumer(
