@@ -388,6 +388,10 @@ class Store:
         them: burst sources and sessions with no turn and nothing in progress."""
         return await partitions.drop_expired(self._engine, older_than=older_than)
 
+    async def compact_turn_search(self) -> list[str]:
+        """Rebuild once the search index of each month that has ended, at its compact size."""
+        return await partitions.compact_closed(self._engine)
+
     # -- erasure ----------------------------------------------------------------------------
 
     async def erase(

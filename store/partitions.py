@@ -31,7 +31,10 @@ from sqlalchemy import TextClause, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["LOCK_TIMEOUT", "Dropped", "Partition", "drop_expired", "ensure_ahead", "partitions"]
+__all__ = [
+    "LOCK_TIMEOUT", "Dropped", "Partition", "compact_closed", "drop_expired", "ensure_ahead",
+    "partitions",
+]
 
 log = logging.getLogger("turnflow.store")
 
@@ -209,6 +212,46 @@ async def drop_expired(
         before = min(oldest, cutoff)
         out.sessions = await _in_batches(engine, _DELETE_SESSIONS, {"before": before}, batch)
     return out
+
+
+# The search index of each partition (a child of ``ix_turns_words``) not yet compacted.
+_WORD_INDEXES = text("""
+    SELECT c.relname AS partition, x.relname AS index
+    FROM pg_inherits AS i
+    JOIN pg_class AS c ON c.oid = i.inhrelid
+    JOIN pg_index AS ix ON ix.indrelid = c.oid
+    JOIN pg_class AS x ON x.oid = ix.indexrelid
+    JOIN pg_inherits AS p ON p.inhrelid = x.oid AND p.inhparent = to_regclass('ix_turns_words')
+    WHERE i.inhparent = to_regclass('turns')
+      AND coalesce(obj_description(x.oid, 'pg_class'), '') <> 'compacted'
+""")
+
+
+async def compact_closed(engine: AsyncEngine) -> list[str]:
+    """Rebuild, once, the search index of each month that has ended (REINDEX CONCURRENTLY:
+    reads and saves go on). A GIN index grown a row at a time is two to four times the size of
+    one built in one pass over the same rows (tests/store/test_search_size.py); a month that
+    has ended gets no more turns, so one rebuild keeps it at the smaller size. Returns the
+    indexes rebuilt."""
+    async with engine.connect() as connection:
+        now = (await connection.execute(text("SELECT now()"))).scalar_one()
+        rows = (await connection.execute(_WORD_INDEXES)).all()
+    ended = {p.name for p in await partitions(engine)
+             if not p.default and p.end is not None and p.end <= now}
+    done = []
+    for partition, index in rows:
+        if partition not in ended:
+            continue
+        try:
+            async with engine.connect() as connection:
+                await connection.execute(text(f"REINDEX INDEX CONCURRENTLY {index}"))
+                await connection.execute(text(f"COMMENT ON INDEX {index} IS 'compacted'"))
+        except DBAPIError as exc:
+            log.warning("turn log search index not compacted", extra={
+                "index": index, "error": type(exc.orig).__name__})
+            continue
+        done.append(str(index))
+    return done
 
 
 async def _in_batches(

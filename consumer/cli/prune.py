@@ -99,6 +99,10 @@ def run(args: argparse.Namespace) -> int:
             made = await store.ensure_turn_partitions()
             if made:
                 print(f"turnflow: made the turn log's partitions {', '.join(made)}")
+            compacted = await store.compact_turn_search()
+            if compacted:
+                print("turnflow: rebuilt the search indexes of ended months "
+                      + ", ".join(compacted))
             if turn_days is not None:
                 turns = await store.drop_expired_turns(older_than=timedelta(days=turn_days))
             if days is not None:

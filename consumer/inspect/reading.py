@@ -30,7 +30,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from store import jsoncodec
 from store.erasure import erased_at
 from store.incidents import KINDS
-from store.search_text import DEAD_LETTER_TEXT, SESSION_TEXT, TURN_TEXT, like_pattern
+from store.search_text import (
+    DEAD_LETTER_TEXT,
+    SESSION_TEXT,
+    TURN_TEXT,
+    TURN_WORDS,
+    like_pattern,
+)
 from store.turn_log import RECORDING
 from store.urls import async_url
 
@@ -70,10 +76,11 @@ bounded by the session's ``turns_since`` (no turn of it is older), the months be
 are not read."""
 
 SEARCH_TURNS = text(
-    f"SELECT {_TURN_COLUMNS} FROM turns WHERE {TURN_TEXT} ILIKE :p "
-    "ORDER BY created_at DESC, id DESC LIMIT :n"
+    f"SELECT {_TURN_COLUMNS} FROM turns WHERE {TURN_WORDS} @@ plainto_tsquery('simple', :q)"
+    f" AND {TURN_TEXT} ILIKE :p ORDER BY created_at DESC, id DESC LIMIT :n"
 )
-"""The turns holding a searched text: every month, each through its trigram index."""
+"""The turns holding a searched text: every month, each through its index of the turns' words
+(store/search_text.py), then the text as typed."""
 
 
 DEAD_LETTER_COLUMNS = (
@@ -359,7 +366,7 @@ class Reader:
                 f"{MAX_TEXT_CHARS})"
             )
         limit = max(1, min(limit, MAX_PAGE))
-        params = {"p": like_pattern(query.strip()), "n": limit}
+        params = {"p": like_pattern(query.strip()), "q": query.strip(), "n": limit}
         async with self._reading() as connection:
             turns = (await connection.execute(SEARCH_TURNS, params)).mappings().all()
             sessions = (await connection.execute(text(

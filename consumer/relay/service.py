@@ -110,6 +110,9 @@ class OutboxRelay:
         made = await self._store.ensure_turn_partitions()
         if made:
             log.info("relay made turn log partitions", extra={"partitions": made})
+        compacted = await self._store.compact_turn_search()
+        if compacted:
+            log.info("relay compacted ended months' search indexes", extra={"indexes": compacted})
         if self._turn_retention is not None:
             gone = await self._store.drop_expired_turns(older_than=self._turn_retention)
             if gone.partitions or gone.default_rows or gone.sessions:
