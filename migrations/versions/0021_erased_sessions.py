@@ -18,6 +18,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import online
+
 revision: str = "0021"
 down_revision: str | None = "0020"
 branch_labels: str | Sequence[str] | None = None
@@ -25,6 +27,9 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    online.set_lock_timeout()
+    if online.table_exists("erased_sessions"):  # a rerun
+        return
     op.create_table(
         "erased_sessions",
         sa.Column("digest", sa.LargeBinary(), nullable=False),

@@ -35,6 +35,8 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     online.set_lock_timeout()
+    if online.table_exists("turn_recordings"):  # a rerun
+        return
     op.create_table(
         "turn_recordings",
         sa.Column("session_id", sa.Text(), nullable=False),
