@@ -137,6 +137,11 @@ bench-store: $(STAMP)
 bench-load: $(STAMP)
 	$(BIN)/python bench/load_bench.py $(ARGS)
 
+# Saves, loads, the inspector, erase and a month's drop on an empty turn log and a filled one
+# (10 million turns by default: hours and ~30 GB; ARGS="--turns 1000000" for a smaller one).
+bench-capacity: $(STAMP)
+	nice $(BIN)/python bench/capacity_bench.py $(ARGS)
+
 bench-replay: $(STAMP)
 	$(BIN)/python bench/replay_bench.py
 

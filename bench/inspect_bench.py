@@ -116,7 +116,7 @@ _VACUUM = (
 )
 
 _DROP_SEARCH = (
-    "DROP INDEX ix_turns_search; DROP INDEX ix_sessions_search;"
+    "DROP INDEX ix_turns_words; DROP INDEX ix_sessions_search;"
     " DROP INDEX ix_dead_lettered_sources_search; ANALYZE turns; ANALYZE sessions;"
 )
 

@@ -95,8 +95,20 @@ def _indexes_of_0014_and_0016() -> tuple[list[str], list[str]]:
     return names, old
 
 
+async def _unpartition(url: str) -> None:
+    """The turn log back to one table, as a release before the monthly partitions had it:
+    revisions 0024 and 0023 undone by their own downgrades (with no traffic running). The
+    sessions keep 0023's nullable `turns_since` (its rerun adds it only if missing), so the
+    stream of turns, which runs this release's store, can save throughout."""
+    await asyncio.to_thread(migrate.downgrade, url, "0022")
+    await execute_sql(url, "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS turns_since timestamptz")
+
+
 async def rewind_to_0013(url: str) -> None:
-    """Drop what 0014, 0016 and 0019 made that a rerun builds again; stamp 0013."""
+    """Undo what 0014, 0016, 0019, 0023 and 0024 made that a rerun builds again; stamp 0013.
+    (0020 to 0022 only add tables, which a rerun keeps.)"""
+    if await asyncio.to_thread(migrate.current, url) not in ("0013", "0022"):
+        await _unpartition(url)
     names, _ = _indexes_of_0014_and_0016()
     await execute_sql(url, "; ".join(
         [f"DROP INDEX IF EXISTS {name}" for name in [*names, "ix_turns_fallback_next"]]
@@ -106,6 +118,8 @@ async def rewind_to_0013(url: str) -> None:
 
 
 async def rewind_to_0018(url: str) -> None:
+    """The previous release's head: the turn log one table again, no compatibility record."""
+    await _unpartition(url)
     await execute_sql(url, "DROP TABLE IF EXISTS schema_compatibility; "
                            "UPDATE alembic_version SET version_num = '0018'")
 

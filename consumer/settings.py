@@ -223,6 +223,13 @@ class Settings(BaseSettings):
         "retention: a reread finds a refused record's source and does not send it again. At "
         "most 36500."
     )
+    turn_retention_days: float = Field(
+        0, ge=0, le=MAX_RETENTION_DAYS, allow_inf_nan=False,
+        description="Months of the turn log wholly older than this are dropped by the relay "
+        "(and by `turnflow prune`), one partition each, with the sessions nothing is then left "
+        "of (no turn, no run in progress, no timer, no unsent reply); 0 keeps the turn log. "
+        "Whole months: a turn goes at most a month after this. At most 36500."
+    )
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="Port of `/metrics`, `/healthz`, `/readyz` (0: off). "
         "Unset: 9100 for `consume` (worker i of `--workers`: 9100+i), 9200 for `schedule`, 9300 "
@@ -330,6 +337,11 @@ class Settings(BaseSettings):
     def dead_letter_retention(self) -> timedelta | None:
         """How long dead letters and dead-lettered sources are kept; None: until deleted."""
         days = self.dead_letter_retention_days
+        return timedelta(days=days) if days > 0 else None
+
+    def turn_retention(self) -> timedelta | None:
+        """How long the turn log is kept; None when it is kept until dropped by hand."""
+        days = self.turn_retention_days
         return timedelta(days=days) if days > 0 else None
 
     def kafka_client_options(self) -> dict[str, Any]:

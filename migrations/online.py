@@ -96,6 +96,15 @@ def _sqlstate(exc: DBAPIError) -> str | None:
     return str(code) if code else None
 
 
+def table_exists(name: str) -> bool:
+    """Whether `name` is a table already (never offline, where nothing can be asked): a revision
+    that only creates tables checks it first, so a rerun over its own work does nothing."""
+    if op.get_context().as_sql:
+        return False
+    found = op.get_bind().execute(sa.text("SELECT to_regclass(:name)"), {"name": name}).scalar()
+    return found is not None
+
+
 def lint_ignore(rules: str, why: str) -> None:
     """In `--sql` output (what squawk reads), mark the next statement as exempt from `rules`,
     with the reason above it. Online it does nothing."""

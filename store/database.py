@@ -18,7 +18,18 @@ from sqlalchemy import TextClause, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from store import dead_letters, direct, history, jsoncodec, outbox, saving, timers, turn_log
+from store import (
+    dead_letters,
+    direct,
+    erasure,
+    history,
+    jsoncodec,
+    outbox,
+    partitions,
+    saving,
+    timers,
+    turn_log,
+)
 from store.errors import AlreadyApplied, DuplicateInput, VersionConflict
 from store.input_ids import stored_input_id
 from store.outbox import OutboxBatch
@@ -42,6 +53,8 @@ from store.records import (
 from store.timers import ClaimedTimers, TimerLike
 from store.urls import async_url
 
+# The turn log's own unique indexes are those of its first partition (turns saved before it was
+# partitioned, migration 0023); newer turns are kept unique by the save statement.
 _SOURCE_INDEX = "uq_turns_source"
 _INPUT_INDEX = "uq_turns_input"
 _EARLIER_SOURCE_INDEX = "uq_turn_sources_source"
@@ -63,6 +76,10 @@ _DEAD_LETTERED = text(
     " VALUES (:session_id, :topic, :partition, :offset, :reason, :message, :input_id,"
     " :record_key, :detail)"
     " ON CONFLICT (source_topic, source_partition, source_offset) DO NOTHING"
+)
+
+_HAS_INPUT = text(
+    "SELECT EXISTS (SELECT 1 FROM turns WHERE session_id = :session_id AND input_id = :input_id)"
 )
 
 _LAST_DEAD_LETTERED = text(
@@ -323,7 +340,8 @@ class Store:
         return results
 
     async def _raise_conflict(self, request: SaveRequest) -> None:
-        """Explain a save that wrote nothing: a replayed record, or a lost race."""
+        """Explain a save that wrote nothing: a replayed record, an input the session already
+        had, or a lost race."""
         source = request.turn.source
         if source is not None and await self.is_applied(
             source.topic, source.partition, source.offset
@@ -331,6 +349,11 @@ class Store:
             raise AlreadyApplied(
                 topic=source.topic, partition=source.partition, offset=source.offset
             )
+        input_id = stored_input_id(request.turn.input_id)
+        if input_id is not None and await self._scalar(
+            _HAS_INPUT, {"session_id": request.session_id, "input_id": input_id}
+        ):
+            raise DuplicateInput(session_id=request.session_id)
         found = await self._scalar(_VERSION, {"session_id": request.session_id})
         raise VersionConflict(
             session_id=request.session_id,
@@ -369,8 +392,11 @@ class Store:
 
     async def prune_recordings(self, *, older_than: timedelta, batch: int = 5000) -> int:
         """Drop the model recordings of turns older than `older_than` (database clock), in
-        batches so no statement holds many row locks; returns how many were dropped."""
-        return await self._in_batches(turn_log.PRUNE_RECORDINGS, older_than, batch)
+        batches so no statement holds many row locks; returns how many were dropped. They are
+        deleted from ``turn_recordings``; a turn saved before that table kept its recording in
+        its own row, which is cleared."""
+        own = await self._in_batches(turn_log.PRUNE_RECORDINGS, older_than, batch)
+        return own + await self._in_batches(turn_log.PRUNE_ROW_RECORDINGS, older_than, batch)
 
     async def _in_batches(self, statement: TextClause, older_than: timedelta, batch: int) -> int:
         """Run a retention statement (``:older_than_s``, ``:limit``) until a batch comes back
@@ -384,6 +410,35 @@ class Store:
             total += int(result.rowcount)
             if result.rowcount < batch:
                 return total
+
+    # -- the turn log's partitions ---------------------------------------------------------
+
+    async def ensure_turn_partitions(self, *, months: int = 2) -> list[str]:
+        """Make the turn log's partitions of this month and the next ``months`` (those
+        missing); their names (store/partitions.py)."""
+        return await partitions.ensure_ahead(self._engine, months=months)
+
+    async def drop_expired_turns(self, *, older_than: timedelta) -> partitions.Dropped:
+        """Drop the turn log's months wholly older than ``older_than``, then what is left of
+        them: burst sources and sessions with no turn and nothing in progress."""
+        return await partitions.drop_expired(self._engine, older_than=older_than)
+
+    async def compact_turn_search(self) -> list[str]:
+        """Rebuild once the search index of each month that has ended, at its compact size."""
+        return await partitions.compact_closed(self._engine)
+
+    # -- erasure ----------------------------------------------------------------------------
+
+    async def erase(
+        self, *, session_id: str | None = None, customer: str | None = None
+    ) -> erasure.Erasure:
+        """Remove one conversation (``session_id``) or a customer's (``customer``) from every
+        table, in one transaction (store/erasure.py); ValueError for an id no row can hold."""
+        return await erasure.erase(self._engine, session_id=session_id, customer=customer)
+
+    async def erased_among(self, session_ids: Sequence[str]) -> dict[str, datetime]:
+        """Which of ``session_ids`` were erased, and when."""
+        return await erasure.erased_among(self._engine, list(session_ids))
 
     # -- outbox -----------------------------------------------------------------------------
 

@@ -21,7 +21,12 @@ holds NULL, and the load builds its entries with the same expression. Only the l
 that produced any entry are read, so the cost does not grow with the length of the log; they
 are read through an index that holds only such turns (`ix_turns_history`, whose predicate is
 this read's own condition, word for word), so the read does not pass over the wakes and events
-in between that sent nothing either.
+in between that sent nothing either. The turn log is partitioned by month
+(store/partitions.py); the read is bounded to turns at or after the session's `turns_since` (its
+earliest turn's time, kept by the save, store/saving.py), so the months before the conversation
+began are pruned when the statement runs, and a long-lived log costs a short conversation
+nothing. A session begun before that column was kept has none, and its read looks at every
+month.
 
 The history comes back as the JSON text the database wrote, not decoded by the driver: the
 store decodes it into `LoadedSession.history`, or, when the caller asks for the text
@@ -35,7 +40,8 @@ extended the window with the entries that turn's save returned) says for which v
 leaves the history out (NULL, never otherwise: an empty history is `[]`) and reads no turn for
 it. The window is a function of the version because the turn log only grows: a save appends
 one turn at the next version, and nothing deletes a turn or changes its entries (`turnflow
-prune` only clears recordings, `turns.model_calls`).
+prune` only drops recordings, kept in `turn_recordings`; `turnflow erase` deletes the session
+with its turns, so a later turn under its id starts from nothing).
 
 The same holds for the replay and duplicate checks: each source record and input id is one
 probe of a unique index, written as a scalar subquery with `LIMIT 1`. Written as `EXISTS ... OR
@@ -129,6 +135,7 @@ SELECT q.n, s.version, s.state, (
             SELECT version, coalesce(history, {entries}) AS entries
             FROM turns
             WHERE session_id = q.session_id
+              AND created_at >= coalesce(s.turns_since, '-infinity')
               AND ({gives_entries})
             ORDER BY version DESC
             LIMIT :history_limit

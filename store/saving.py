@@ -5,7 +5,8 @@ connection the whole save is one round trip (the statement is prepared once per 
 reused). The turn and outbox inserts select from the session write, so when the version check
 fails nothing is written at all; when the source record or the input's id is already in the
 turn log a unique index aborts the statement and nothing is written either. A burst turn's
-earlier records and ids go to `turn_sources` in the same statement, and a billed turn's
+earlier records and ids go to `turn_sources` in the same statement, its model recording to
+`turn_recordings` (pruned there without touching the turn), and a billed turn's
 credits to `credit_ledger` (keyed by its input, unique): a charge is saved exactly when its
 turn is. The turn-log row carries the history entries its turn gives (`turns.history`, built
 by `store.history.turn_entries`), which later loads read as they are; the statement returns
@@ -30,17 +31,41 @@ from store.history import turn_entries
 from store.input_ids import stored_input_id
 from store.records import SaveRequest
 
+# The turn log is partitioned (store/partitions.py), so no index keeps a source record or a
+# session's input id unique across it: the session is written (and with it everything else)
+# only when no turn has the record or, in the session, the input id. Saves of one session are
+# serialized by its version check, so two cannot both pass; a turn-log row is one probe per
+# partition of `ix_turns_source` / `ix_turns_input`.
+_NOT_LOGGED = """
+    (CAST(:source_topic AS text) IS NULL OR (
+        SELECT 1 FROM turns WHERE source_topic = CAST(:source_topic AS text)
+          AND source_partition = CAST(:source_partition AS integer)
+          AND source_offset = CAST(:source_offset AS bigint) LIMIT 1
+    ) IS NULL)
+    AND (CAST(:input_id AS text) IS NULL OR (
+        SELECT 1 FROM turns WHERE session_id = :session_id
+          AND input_id = CAST(:input_id AS text) LIMIT 1
+    ) IS NULL)
+"""
+
+# `sessions.turns_since`: no turn of the session is older (the earliest `created_at` any save
+# gave it), which bounds the history read to the partitions from that month on
+# (store/history.py). NULL for sessions begun before it was kept: no bound, every partition.
 _INSERT_SESSION = """
-    INSERT INTO sessions (id, version, state)
-    VALUES (:session_id, :version, CAST(:state AS jsonb))
+    INSERT INTO sessions (id, version, state, turns_since)
+    SELECT :session_id, :version, CAST(:state AS jsonb),
+           coalesce(CAST(:created_at AS timestamptz), now())
+    WHERE """ + _NOT_LOGGED + """
     ON CONFLICT (id) DO NOTHING
     RETURNING version
 """
 
 _UPDATE_SESSION = """
     UPDATE sessions
-    SET version = :version, state = CAST(:state AS jsonb), updated_at = now()
-    WHERE id = :session_id AND version = :expected_version
+    SET version = :version, state = CAST(:state AS jsonb), updated_at = now(),
+        turns_since = CASE WHEN turns_since IS NOT NULL
+            THEN least(turns_since, coalesce(CAST(:created_at AS timestamptz), now())) END
+    WHERE id = :session_id AND version = :expected_version AND """ + _NOT_LOGGED + """
     RETURNING version
 """
 
@@ -49,18 +74,23 @@ _APPEND_TURN_AND_OUTBOX = """
     INSERT INTO turns (
         session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
         llm_calls, created_at, source_topic, source_partition, source_offset, clock_at,
-        model_calls, input_id, history, agent_id, agent_version, trace_id
+        input_id, history, agent_id, agent_version, trace_id
     )
     SELECT :session_id, s.version, v.input, v.messages,
            CAST(:schedule AS jsonb), CAST(:outcomes AS jsonb), CAST(:started AS jsonb),
            CAST(:ended AS jsonb), CAST(:skipped AS jsonb), :llm_calls, v.created_at,
            CAST(:source_topic AS text), CAST(:source_partition AS integer),
            CAST(:source_offset AS bigint), CAST(:clock_at AS timestamptz),
-           CAST(:model_calls AS jsonb), CAST(:input_id AS text),
+           CAST(:input_id AS text),
            """ + turn_entries("v.input", "v.messages", "v.created_at") + """,
            CAST(:agent_id AS text), CAST(:agent_version AS integer), CAST(:trace_id AS text)
     FROM s, v
     RETURNING id, history
+), recording AS (
+    INSERT INTO turn_recordings (session_id, version, created_at, model_calls)
+    SELECT :session_id, s.version, v.created_at, CAST(:model_calls AS jsonb)
+    FROM s, v
+    WHERE CAST(:model_calls AS jsonb) IS NOT NULL
 ), charge AS (
     INSERT INTO credit_ledger (
         workspace_id, agent_id, agent_version, session_id, turn_id, charge_key, credits, day,
@@ -236,15 +266,27 @@ WITH r AS (
         source_partition, source_offset, input_id, earlier, outbox, agent_id, agent_version,
         workspace, credits, charge_key, traceparent, tracestate, trace_id, n
     )
+), fresh AS (
+    -- The saves whose source record and input id no turn has (see _NOT_LOGGED).
+    SELECT r.* FROM r
+    WHERE (r.source_topic IS NULL OR (
+        SELECT 1 FROM turns WHERE source_topic = r.source_topic
+          AND source_partition = r.source_partition AND source_offset = r.source_offset LIMIT 1
+    ) IS NULL)
+    AND (r.input_id IS NULL OR (
+        SELECT 1 FROM turns WHERE session_id = r.session_id AND input_id = r.input_id LIMIT 1
+    ) IS NULL)
 ), updated AS (
     UPDATE sessions AS s
-    SET version = r.expected_version + 1, state = CAST(r.state AS jsonb), updated_at = now()
-    FROM r
+    SET version = r.expected_version + 1, state = CAST(r.state AS jsonb), updated_at = now(),
+        turns_since = CASE WHEN s.turns_since IS NOT NULL
+            THEN least(s.turns_since, coalesce(r.created_at, now())) END
+    FROM fresh AS r
     WHERE r.expected_version > 0 AND s.id = r.session_id AND s.version = r.expected_version
     RETURNING s.id, s.version
 ), created AS (
-    INSERT INTO sessions (id, version, state)
-    SELECT r.session_id, 1, CAST(r.state AS jsonb) FROM r
+    INSERT INTO sessions (id, version, state, turns_since)
+    SELECT r.session_id, 1, CAST(r.state AS jsonb), coalesce(r.created_at, now()) FROM fresh AS r
     WHERE r.expected_version = 0
     ORDER BY r.n
     ON CONFLICT (id) DO NOTHING
@@ -262,19 +304,24 @@ WITH r AS (
     INSERT INTO turns (
         session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
         llm_calls, created_at, source_topic, source_partition, source_offset, clock_at,
-        model_calls, input_id, history, agent_id, agent_version, trace_id
+        input_id, history, agent_id, agent_version, trace_id
     )
     SELECT saved.session_id, saved.new_version, saved.input_json, saved.messages_json,
            CAST(saved.schedule AS jsonb), CAST(saved.outcomes AS jsonb),
            CAST(saved.started AS jsonb), CAST(saved.ended AS jsonb),
            CAST(saved.skipped AS jsonb), saved.llm_calls, saved.logged_at, saved.source_topic,
            saved.source_partition, saved.source_offset, saved.clock_at,
-           CAST(saved.model_calls AS jsonb), saved.input_id,
+           saved.input_id,
            """ + turn_entries("saved.input_json", "saved.messages_json", "saved.logged_at") + """,
            saved.agent_id, saved.agent_version, saved.trace_id
     FROM saved
     ORDER BY saved.n
     RETURNING id, session_id, history
+), recording AS (
+    INSERT INTO turn_recordings (session_id, version, created_at, model_calls)
+    SELECT saved.session_id, saved.new_version, saved.logged_at, CAST(saved.model_calls AS jsonb)
+    FROM saved
+    WHERE saved.model_calls IS NOT NULL
 ), charge AS (
     INSERT INTO credit_ledger (
         workspace_id, agent_id, agent_version, session_id, turn_id, charge_key, credits, day,

@@ -8,6 +8,12 @@ Invariants the store relies on:
 - `turns (session_id, input_id)` is unique where present: an input the conversation already
   had (the same message id, event or start key, re-produced at any later offset) is answered
   once, however long ago (`store.input_ids` says how ids are kept).
+- The turn log is partitioned by month on `created_at` (store/partitions.py), and a unique
+  index of a partitioned table must hold the partition key, so these three are kept by the
+  save statement rather than by an index: it writes a turn only when the session is at the
+  expected version and no turn has its source record or (in its session) its input id. A
+  session's saves are serialized by its version check, and a source record belongs to one
+  session (records are keyed by session id), so no two saves can both pass.
 - `turn_sources` holds the other records a burst turn consumed (several messages answered as
   one turn; the turn's own columns hold its last): its source and input id are unique like the
   turn's. Uniqueness across the two tables needs no index: a session's turns are saved one at
@@ -60,6 +66,10 @@ sessions = Table(
     Column("state", JSONB, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # No turn of the session is older: the earliest turn time its saves gave it (migration
+    # 0023; NULL for sessions begun before). Bounds its history read to the turn log's
+    # partitions from that month on (store/history.py).
+    Column("turns_since", DateTime(timezone=True)),
 )
 # The inspector's conversation list: a keyset page by last activity (consumer/inspect).
 Index("ix_sessions_updated", sessions.c.updated_at, sessions.c.id)
@@ -71,7 +81,7 @@ Index("ix_sessions_updated", sessions.c.updated_at, sessions.c.id)
 turns = Table(
     "turns",
     metadata,
-    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("id", BigInteger, Identity(always=True), nullable=False),
     Column("session_id", Text, nullable=False),
     Column("version", BigInteger, nullable=False),
     Column("input", JSONB, nullable=False),
@@ -86,8 +96,8 @@ turns = Table(
     Column("source_topic", Text),
     Column("source_partition", Integer),
     Column("source_offset", BigInteger),
-    # What a replay needs beyond the input: the engine's clock for the turn and the model's
-    # side of it (engine/recording.py), the latter pruned after MODEL_RECORDING_RETENTION_DAYS.
+    # What a replay needs beyond the input: the engine's clock for the turn and, on rows saved
+    # before migration 0022, the model's side of it (since then in `turn_recordings`).
     Column("clock_at", DateTime(timezone=True)),
     Column("model_calls", JSONB),
     Column("input_id", Text),
@@ -100,8 +110,14 @@ turns = Table(
     Column("agent_version", Integer),
     # The turn's trace (32 hex digits) when tracing was on; NULL otherwise (migration 0018).
     Column("trace_id", Text),
-    UniqueConstraint("session_id", "version", name="uq_turns_session_version"),
+    # Partitioned by month on created_at (migration 0023, store/partitions.py): no index can be
+    # unique across partitions unless it holds created_at, so (session_id, version), a source
+    # record and a session's input id are kept unique by the save statement (store/saving.py),
+    # under the session's version check, and these indexes only find them.
+    postgresql_partition_by="RANGE (created_at)",
 )
+Index("uq_turns_id", turns.c.id, turns.c.created_at, unique=True)
+Index("ix_turns_session_version", turns.c.session_id, turns.c.version)
 Index("ix_turns_created_at", turns.c.created_at)
 # The turns an incident list looks for (store/incidents.py), one index per kind: a hand-off,
 # fallback, error or gated turn. Few turns are any of them, so a list filtered by one reads
@@ -127,31 +143,42 @@ Index(
     postgresql_where=turns.c.model_calls.isnot(None),
 )
 Index(
-    "uq_turns_source",
+    "ix_turns_source",
     turns.c.source_topic,
     turns.c.source_partition,
     turns.c.source_offset,
-    unique=True,
     postgresql_where=turns.c.source_topic.isnot(None),
 )
 Index(
-    "uq_turns_input",
+    "ix_turns_input",
     turns.c.session_id,
     turns.c.input_id,
-    unique=True,
     postgresql_where=turns.c.input_id.isnot(None),
 )
+
+# The model's side of a turn (engine/recording.py), for replays, in its own row so that pruning
+# it after MODEL_RECORDING_RETENTION_DAYS deletes here and rewrites no turn (migration 0022).
+# Keyed like the turn; `created_at` is the turn's. Turns saved before 0022 keep theirs in
+# `turns.model_calls`, which readers fall back to.
+turn_recordings = Table(
+    "turn_recordings",
+    metadata,
+    Column("session_id", Text, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("model_calls", JSONB, nullable=False),
+    PrimaryKeyConstraint("session_id", "version", name="turn_recordings_pkey"),
+)
+Index("ix_turn_recordings_created", turn_recordings.c.created_at)
 
 turn_sources = Table(
     "turn_sources",
     metadata,
     Column("id", BigInteger, Identity(always=True), primary_key=True),
-    Column(
-        "turn_id",
-        BigInteger,
-        ForeignKey("turns.id", ondelete="CASCADE", name="fk_turn_sources_turn"),
-        nullable=False,
-    ),
+    # The turn's id (no foreign key: the partitioned turn log cannot be referenced by id alone;
+    # a burst turn's sources are written in its save statement and deleted with it by erase, and
+    # after its month is dropped by retention, store/partitions.py).
+    Column("turn_id", BigInteger, nullable=False),
     Column("session_id", Text, nullable=False),
     Column("source_topic", Text),
     Column("source_partition", Integer),
@@ -410,10 +437,21 @@ source_positions = Table(
     PrimaryKeyConstraint("consumer_group", "topic", "partition", name="pk_source_positions"),
 )
 
+# One row per erased session id (store/erasure.py): the SHA-256 of the id, never the id, so the
+# inspector and replays can say "erased" rather than "no such conversation".
+erased_sessions = Table(
+    "erased_sessions",
+    metadata,
+    Column("digest", LargeBinary, nullable=False),
+    Column("erased_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("digest", name="erased_sessions_pkey"),
+)
+
 # The service's data tables (the tests empty them between tests); not schema_compatibility,
 # which describes the schema rather than holding data.
 TABLE_NAMES = (
     "sessions", "turns", "turn_sources", "outbox", "timers", "knowledge_excerpts", "dead_letters",
     "dead_lettered_sources", "workspaces", "agents", "agent_versions", "web_search_usage",
-    "credit_ledger", "workspace_model_minutes", "source_positions",
+    "credit_ledger", "workspace_model_minutes", "source_positions", "erased_sessions",
+    "turn_recordings",
 )

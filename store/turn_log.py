@@ -2,9 +2,9 @@
 
 A replay rebuilds each conversation from its turn-log rows, oldest version first: the input,
 what the turn produced, the engine's clock for it (`clock_at`) and the model's recorded side
-(`model_calls`). Recordings may hold personal data (the model's extracted fields, its replies,
-with MODEL_RECORDING=prompts the prompts themselves), so they are dropped after their retention
-period; the rest of the row is the audit log and stays.
+(`model_calls`, kept in `turn_recordings`). Recordings may hold personal data (the model's
+extracted fields, its replies, with MODEL_RECORDING=prompts the prompts themselves), so they are
+dropped after their retention period; the turn's row is the audit log and stays untouched.
 """
 
 from __future__ import annotations
@@ -22,15 +22,36 @@ SESSIONS_IN_WINDOW = text("""
     ORDER BY session_id
 """)
 
-TURNS_OF_SESSIONS = text("""
+RECORDING = (
+    "coalesce((SELECT r.model_calls FROM turn_recordings AS r"
+    " WHERE r.session_id = turns.session_id AND r.version = turns.version), turns.model_calls)"
+)
+"""A turn's recording, as a column of a query over ``turns``: from ``turn_recordings``, else
+(a turn saved before migration 0022) the turn's own ``model_calls``."""
+
+TURNS_OF_SESSIONS = text(f"""
     SELECT session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
-           llm_calls, created_at, clock_at, model_calls, agent_id, agent_version
+           llm_calls, created_at, clock_at, {RECORDING} AS model_calls, agent_id, agent_version
     FROM turns
     WHERE session_id = ANY(CAST(:session_ids AS text[]))
     ORDER BY session_id, version
 """)
 
+# Recordings past the retention, a batch at a time: a delete in their own table, which leaves
+# the turn's row as it is.
 PRUNE_RECORDINGS = text("""
+    DELETE FROM turn_recordings
+    WHERE (session_id, version) IN (
+        SELECT session_id, version FROM turn_recordings
+        WHERE created_at < now() - make_interval(secs => :older_than_s)
+        LIMIT :limit
+    )
+""")
+
+# Recordings of turns saved before migration 0022, kept in the turn's row: clearing one
+# rewrites that row, but only those rows (the partial index ``ix_turns_recorded`` finds them)
+# ever need it, and none once they are past the retention.
+PRUNE_ROW_RECORDINGS = text("""
     UPDATE turns SET model_calls = NULL
     WHERE id IN (
         SELECT id FROM turns

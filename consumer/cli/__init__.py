@@ -41,6 +41,9 @@ COMMANDS: dict[str, Command] = {
         "consumer.cli.prune",
         "drop model recordings, published outbox rows and dead letters past their retention",
     ),
+    "erase": Command(
+        "consumer.cli.erase", "remove one customer's conversation from every table that keeps it"
+    ),
     "replay": Command(
         "consumer.cli.replay", "replay logged conversations against an agent, compare"
     ),

@@ -110,6 +110,10 @@ def run(args: argparse.Namespace) -> int:
                     since=args.since,
                 )
                 if rows is None:
+                    erased = await reader.erased_at(args.session)
+                    if erased is not None:
+                        return (f"turnflow: conversation {args.session!r} was erased at "
+                                f"{erased.isoformat()}\n", EXIT_NOT_FOUND)
                     return f"turnflow: no conversation {args.session!r}\n", EXIT_NOT_FOUND
                 model = view.conversation_view(rows, trace_url=traces)
                 if args.json:

@@ -1,11 +1,13 @@
 """``turnflow prune``: drop what is past its retention, once, and exit.
 
-Three things are kept for a while and then dropped: model recordings (the model's side of each
+Four things are kept for a while and then dropped: model recordings (the model's side of each
 turn, for replays; `MODEL_RECORDING_RETENTION_DAYS`), outbox rows already published
-(`OUTBOX_RETENTION_DAYS`), and dead letters: records kept in full in the `dead_letters` table
-and the sources of records sent to the DLQ (`DEAD_LETTER_RETENTION_DAYS`). The relay does all
-three by itself every few minutes; this command is for a cron job, for a deployment that runs
-no relay, or to drop them sooner than configured.
+(`OUTBOX_RETENTION_DAYS`), dead letters: records kept in full in the `dead_letters` table
+and the sources of records sent to the DLQ (`DEAD_LETTER_RETENTION_DAYS`), and the turn log's
+months (`TURN_RETENTION_DAYS`, off by default), each dropped whole. It also makes the turn
+log's partitions of the coming months. The relay does all of it by itself every few minutes;
+this command is for a cron job, for a deployment that runs no relay, or to drop them sooner
+than configured.
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ import argparse
 import asyncio
 import math
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 from consumer.settings import MAX_RETENTION_DAYS, Settings
+
+if TYPE_CHECKING:
+    from store.partitions import Dropped
 
 __all__ = ["add_arguments", "run"]
 
@@ -36,6 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--dead-letters-older-than-days", type=_days, default=None,
         help="delete dead letters (kept records and dead-lettered sources) stored longer ago "
         "than this many days (default: $DEAD_LETTER_RETENTION_DAYS; 0 deletes them all)",
+    )
+    parser.add_argument(
+        "--turns-older-than-days", type=_days, default=None,
+        help="drop the turn log's months wholly older than this many days, and the sessions "
+        "nothing is then left of (default: $TURN_RETENTION_DAYS; 0 there keeps the log)",
     )
 
 
@@ -74,12 +85,26 @@ def run(args: argparse.Namespace) -> int:
         print("turnflow: DEAD_LETTER_RETENTION_DAYS is 0 (keep); no dead letter deleted")
     elif letter_days is None:
         letter_days = settings.dead_letter_retention_days
+    turn_days = args.turns_older_than_days
+    if turn_days is None and settings.turn_retention_days > 0:
+        turn_days = settings.turn_retention_days
     url = settings.database_url
+    turns: Dropped | None = None
 
     async def prune() -> tuple[int | None, int | None, tuple[int, int] | None]:
+        nonlocal turns
         store = await Store.connect(url, pool_size=1)
         try:
             dropped = deleted = letters = None
+            made = await store.ensure_turn_partitions()
+            if made:
+                print(f"turnflow: made the turn log's partitions {', '.join(made)}")
+            compacted = await store.compact_turn_search()
+            if compacted:
+                print("turnflow: rebuilt the search indexes of ended months "
+                      + ", ".join(compacted))
+            if turn_days is not None:
+                turns = await store.drop_expired_turns(older_than=timedelta(days=turn_days))
             if days is not None:
                 dropped = await store.prune_recordings(older_than=timedelta(days=days))
             if outbox_days is not None:
@@ -102,4 +127,9 @@ def run(args: argparse.Namespace) -> int:
     if letters is not None:
         print(f"turnflow: deleted {letters[0]} kept dead letters and {letters[1]} dead-lettered"
               f" sources stored more than {letter_days:g} days ago")
+    if turns is not None:
+        months = ", ".join(turns.partitions) or "no whole month"
+        print(f"turnflow: dropped {months} of the turn log (older than {turn_days:g} days),"
+              f" {turns.default_rows} turns from its default partition, {turns.turn_sources}"
+              f" burst sources and {turns.sessions} sessions nothing was left of")
     return 0

@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
                 recording_retention=settings.recording_retention(),
                 outbox_retention=settings.outbox_retention(),
                 dead_letter_retention=settings.dead_letter_retention(),
+                turn_retention=settings.turn_retention(),
             )
             task = asyncio.create_task(relay.run())
             trips = RoundTrips({"broker": broker_probe(producer.client),

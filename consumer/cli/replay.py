@@ -136,7 +136,8 @@ def _export(args: argparse.Namespace, settings: Settings) -> int:
     async def export() -> int:
         store = await Store.connect(url, pool_size=1)
         try:
-            chosen = await choose_sessions(store, _selection(args, Selection))
+            chosen = await _not_erased(store, await choose_sessions(store,
+                                                                   _selection(args, Selection)))
             written = 0
             async for conversation in read_conversations(store, chosen):
                 write_golden(conversation, args.out)
@@ -151,6 +152,16 @@ def _export(args: argparse.Namespace, settings: Settings) -> int:
         return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}", EXIT_UNREACHABLE)
     print(f"turnflow: wrote {written} conversations to {args.out}")
     return 0
+
+
+async def _not_erased(store: Any, chosen: list[str]) -> list[str]:
+    """``chosen`` without the sessions ``turnflow erase`` removed, each named on stderr as
+    erased (a session asked for by id and erased is not an error: there is nothing to replay)."""
+    erased = await store.erased_among(chosen)
+    for session_id in sorted(erased):
+        print(f"turnflow: session {session_id!r} was erased at {erased[session_id].isoformat()};"
+              " not replayed", file=sys.stderr)
+    return [s for s in chosen if s not in erased]
 
 
 def _selection(args: argparse.Namespace, kind: Any) -> Any:
@@ -253,7 +264,8 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
                 conversations = select(read_directory(args.from_dir),
                                        _selection(args, Selection))
                 return await use(conversations, len(conversations))
-            ids = await choose_sessions(store, _selection(args, Selection))
+            chosen = await choose_sessions(store, _selection(args, Selection))
+            ids = await _not_erased(store, chosen)
             return await use(read_conversations(store, ids), len(ids))
         finally:
             await store.close()

@@ -28,8 +28,16 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from store import jsoncodec
+from store.erasure import erased_at
 from store.incidents import KINDS
-from store.search_text import DEAD_LETTER_TEXT, SESSION_TEXT, TURN_TEXT, like_pattern
+from store.search_text import (
+    DEAD_LETTER_TEXT,
+    SESSION_TEXT,
+    TURN_TEXT,
+    TURN_WORDS,
+    like_pattern,
+)
+from store.turn_log import RECORDING
 from store.urls import async_url
 
 __all__ = [
@@ -52,11 +60,27 @@ OUTCOME_FILTERS = (*KINDS, DEAD_LETTERED)
 MAX_PAGE = 500
 """The largest page any caller may ask for (conversations or turns)."""
 
-_TURN_COLUMNS = """
+_TURN_COLUMNS = f"""
     id, session_id, version, input, messages, schedule, outcomes, started, ended, skipped,
-    llm_calls, created_at, clock_at, model_calls, input_id, source_topic, source_partition,
-    source_offset, agent_id, agent_version, trace_id
+    llm_calls, created_at, clock_at, {RECORDING} AS model_calls, input_id, source_topic,
+    source_partition, source_offset, agent_id, agent_version, trace_id
 """
+
+PAGE_TURNS = text(
+    f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = :s"
+    " AND created_at >= coalesce(CAST(:since AS timestamptz), '-infinity')"
+    " AND version BETWEEN :lo AND :hi ORDER BY version"
+)
+"""A page of a conversation's turns. The turn log is partitioned by month (store/partitions.py):
+bounded by the session's ``turns_since`` (no turn of it is older), the months before it began
+are not read."""
+
+SEARCH_TURNS = text(
+    f"SELECT {_TURN_COLUMNS} FROM turns WHERE {TURN_WORDS} @@ plainto_tsquery('simple', :q)"
+    f" AND {TURN_TEXT} ILIKE :p ORDER BY created_at DESC, id DESC LIMIT :n"
+)
+"""The turns holding a searched text: every month, each through its index of the turns' words
+(store/search_text.py), then the text as typed."""
 
 
 DEAD_LETTER_COLUMNS = (
@@ -260,7 +284,8 @@ class Reader:
             return None
         async with self._reading() as connection:
             session = (await connection.execute(text(
-                "SELECT id, version, state, created_at, updated_at FROM sessions WHERE id = :s"
+                "SELECT id, version, state, created_at, updated_at, turns_since FROM sessions"
+                " WHERE id = :s"
             ), {"s": session_id})).mappings().first()
             dead = [dict(r) for r in (await connection.execute(text(
                 f"SELECT {DEAD_LETTER_COLUMNS} "
@@ -281,10 +306,10 @@ class Reader:
             else:
                 first = max(1, last - turns + 1)
             upto = min(last, first + turns - 1)
-            rows = (await connection.execute(text(
-                f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = :s "
-                "AND version BETWEEN :lo AND :hi ORDER BY version"
-            ), {"s": session_id, "lo": first, "hi": upto})).mappings().all()
+            rows = (await connection.execute(PAGE_TURNS, {
+                "s": session_id, "lo": first, "hi": upto,
+                "since": session["turns_since"] if session is not None else None,
+            })).mappings().all()
             unpublished = (await connection.execute(text(
                 "SELECT id, topic, key, payload, created_at FROM outbox "
                 "WHERE session_id = :s AND published_at IS NULL ORDER BY id LIMIT :n"
@@ -309,6 +334,11 @@ class Reader:
             first_version=first,
             last_version=upto,
         )
+
+    async def erased_at(self, session_id: str) -> datetime | None:
+        """When the conversation ``session_id`` was erased (``turnflow erase``), or None: what
+        the inspector says instead of "no such conversation" for an erased one."""
+        return await erased_at(self._engine, session_id)
 
     async def dead_letters(
         self, *, limit: int = 50, before: int | None = None
@@ -336,12 +366,9 @@ class Reader:
                 f"{MAX_TEXT_CHARS})"
             )
         limit = max(1, min(limit, MAX_PAGE))
-        params = {"p": like_pattern(query.strip()), "n": limit}
+        params = {"p": like_pattern(query.strip()), "q": query.strip(), "n": limit}
         async with self._reading() as connection:
-            turns = (await connection.execute(text(
-                f"SELECT {_TURN_COLUMNS} FROM turns WHERE {TURN_TEXT} ILIKE :p "
-                "ORDER BY created_at DESC, id DESC LIMIT :n"
-            ), params)).mappings().all()
+            turns = (await connection.execute(SEARCH_TURNS, params)).mappings().all()
             sessions = (await connection.execute(text(
                 "SELECT id, version, state, created_at, updated_at FROM sessions "
                 f"WHERE {SESSION_TEXT} ILIKE :p ORDER BY updated_at DESC, id DESC LIMIT :n"

@@ -224,6 +224,10 @@ def build_app(reader: Reader, *, agent: Any = None, token: str | None = None,
             session_id, turns=turns, from_version=from_version, since=since
         )
         if rows is None:
+            erased = await reader.erased_at(session_id)
+            if erased is not None:
+                return page("error.html", status=404, message="this conversation was erased at "
+                            f"{erased.isoformat(timespec='seconds')}")
             return page("error.html", status=404, message="no such conversation")
         model = view.conversation_view(rows, trace_url=trace_url)
         if q.get("format") == "json":

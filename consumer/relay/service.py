@@ -43,6 +43,7 @@ class OutboxRelay:
         recording_retention: timedelta | None = None,
         outbox_retention: timedelta | None = None,
         dead_letter_retention: timedelta | None = None,
+        turn_retention: timedelta | None = None,
         prune_every_s: float = PRUNE_EVERY_S,
     ) -> None:
         self._publisher = publisher
@@ -53,6 +54,7 @@ class OutboxRelay:
         self._retention = recording_retention
         self._outbox_retention = outbox_retention
         self._dead_letter_retention = dead_letter_retention
+        self._turn_retention = turn_retention
         self._prune_every_s = prune_every_s
         self._next_prune = 0.0
 
@@ -99,7 +101,24 @@ class OutboxRelay:
             letters = kept + sources
             if letters:
                 log.info("relay deleted expired dead letters", extra={"rows": letters})
+        await self._turn_log()
         return dropped, deleted, letters
+
+    async def _turn_log(self) -> None:
+        """The turn log's partitions: next months' made ahead, months past ``turn_retention``
+        dropped whole (store/partitions.py)."""
+        made = await self._store.ensure_turn_partitions()
+        if made:
+            log.info("relay made turn log partitions", extra={"partitions": made})
+        compacted = await self._store.compact_turn_search()
+        if compacted:
+            log.info("relay compacted ended months' search indexes", extra={"indexes": compacted})
+        if self._turn_retention is not None:
+            gone = await self._store.drop_expired_turns(older_than=self._turn_retention)
+            if gone.partitions or gone.default_rows or gone.sessions:
+                log.info("relay dropped expired turns", extra={
+                    "partitions": gone.partitions, "rows": gone.default_rows,
+                    "sessions": gone.sessions})
 
     async def run(self) -> None:
         while not self._stopping.is_set():

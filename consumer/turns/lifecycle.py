@@ -117,6 +117,7 @@ async def open_runtime(
             recording_retention=s.recording_retention(),
             outbox_retention=s.outbox_retention(),
             dead_letter_retention=s.dead_letter_retention(),
+            turn_retention=s.turn_retention(),
         )
         runtime.relay_task = asyncio.create_task(relay.run(), name="outbox-relay")
     consumer = runtime.consumer = AIOKafkaConsumer(

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from migrations import online
+
 revision: str = "0020"
 down_revision: str | None = "0019"
 branch_labels: str | Sequence[str] | None = None
@@ -27,6 +29,9 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    online.set_lock_timeout()
+    if online.table_exists("source_positions"):  # a rerun
+        return
     op.create_table(
         "source_positions",
         sa.Column("consumer_group", sa.Text, nullable=False),

@@ -173,6 +173,9 @@ class _EmptyReader:
     async def conversation(self, session_id: str, **_: object) -> None:
         return None
 
+    async def erased_at(self, session_id: str) -> None:
+        return None
+
 
 @given(target=st.one_of(
     st.text(max_size=80).map(lambda t: "/" + t),

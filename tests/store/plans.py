@@ -23,11 +23,20 @@ def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from nodes(child)
 
 
+def table_of(relation: str | None) -> str | None:
+    """The table a scanned relation belongs to: the turn log's partitions (``turns_p…``,
+    store/partitions.py) are ``turns``."""
+    if relation is not None and relation.startswith("turns_p"):
+        return "turns"
+    return relation
+
+
 def rows_read(plan: dict[str, Any], tables: set[str]) -> int:
-    """Rows the plan's scans of ``tables`` produced or filtered out, over all their loops."""
+    """Rows the plan's scans of ``tables`` (or of their partitions) produced or filtered out,
+    over all their loops."""
     total = 0
     for node in nodes(plan):
-        if node.get("Relation Name") in tables and node["Node Type"] != "ModifyTable":
+        if table_of(node.get("Relation Name")) in tables and node["Node Type"] != "ModifyTable":
             per_loop = node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)
             per_loop += node.get("Rows Removed by Index Recheck", 0)
             total += per_loop * node.get("Actual Loops", 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -66,10 +67,61 @@ async def test_prune_drops_only_recordings_older_than_the_retention(
     assert turns["new"].model_calls == RECORDING
     connection = await asyncpg.connect(database_url)
     try:
-        left = await connection.fetchval("SELECT count(*) FROM turns WHERE model_calls IS NOT NULL")
+        left = await connection.fetchval("SELECT count(*) FROM turn_recordings")
+        in_rows = await connection.fetchval(
+            "SELECT count(*) FROM turns WHERE model_calls IS NOT NULL")
     finally:
         await connection.close()
-    assert left == 1
+    assert left == 1 and in_rows == 0
+
+
+async def test_pruning_a_recording_leaves_its_turn_row_as_it_was(
+    store: Store, database_url: str
+) -> None:
+    """The recording is deleted from its own table: the turn's row keeps its row version (its
+    xmin and place on disk), so pruning writes no new copy of the turn."""
+    now = datetime.now(UTC)
+    for n in range(5):
+        await _save(store, f"s{n}", 1, created_at=now - timedelta(days=40))
+    connection = await asyncpg.connect(database_url)
+    try:
+        rows = "SELECT session_id, xmin::text, ctid::text FROM turns ORDER BY session_id"
+        before = await connection.fetch(rows)
+        assert await store.prune_recordings(older_than=timedelta(days=30)) == 5
+        assert await connection.fetch(rows) == before
+        assert await connection.fetchval("SELECT count(*) FROM turn_recordings") == 0
+    finally:
+        await connection.close()
+
+
+async def test_a_turn_saved_before_the_recordings_table_is_read_and_pruned_from_its_row(
+    store: Store, database_url: str
+) -> None:
+    """A turn saved before migration 0022 holds its recording in ``turns.model_calls``: replays
+    and the inspector read it from there, and pruning clears it there."""
+    from consumer.inspect.reading import Reader
+
+    now = datetime.now(UTC)
+    await _save(store, "legacy", 1, created_at=now - timedelta(days=40), recording=None)
+    await _save(store, "legacy", 2, created_at=now - timedelta(days=1), recording=None)
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute("UPDATE turns SET model_calls = $1::jsonb",
+                                 json.dumps(RECORDING))
+    finally:
+        await connection.close()
+    assert [t.model_calls for t in await store.logged_turns(["legacy"])] == [RECORDING] * 2
+    reader = Reader(database_url, pool_size=1)
+    try:
+        rows = await reader.conversation("legacy")
+        assert rows is not None
+        assert [t["model_calls"] for t in rows.turns] == [RECORDING] * 2
+        assert await store.prune_recordings(older_than=timedelta(days=30)) == 1
+        rows = await reader.conversation("legacy")
+        assert rows is not None
+        assert [t["model_calls"] for t in rows.turns] == [None, RECORDING]
+    finally:
+        await reader.close()
 
 
 async def test_the_prune_command_drops_expired_recordings(

@@ -132,6 +132,12 @@ class _PruningStore:
         self.deletes.append(older_than.total_seconds())
         return 5
 
+    async def ensure_turn_partitions(self) -> list[str]:
+        return []
+
+    async def compact_turn_search(self) -> list[str]:
+        return []
+
 
 async def test_the_relay_prunes_expired_recordings_at_most_once_per_period() -> None:
     """Retention is enforced by the relay: the first pass prunes, the next ones wait."""

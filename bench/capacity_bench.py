@@ -1,0 +1,336 @@
+"""Capacity benchmark: does a turn cost the same on a turn log of millions as on an empty one?
+
+Two scratch databases in one run: one holding only the conversations the measurements use
+(``--calls`` of them), one filled with ``--turns`` turns over ``--sessions`` conversations (ten
+turns each by default); both spread over the last three months, one monthly partition each.
+The fill is server-side SQL (``INSERT … SELECT`` over ``generate_series``, in batches, the
+history entries built by the save's own expression), with the turn log's secondary indexes
+built after it; the time and the disk it took are printed. Turns are of bench/turn_shape.py's
+shape.
+
+Then, on both databases, side by side:
+
+- a save (``Store.save_turn``, one turn of an existing conversation): wall p50/p99 and the
+  PostgreSQL backend's CPU per save (its ``/proc/<pid>/stat``; the server must run on this
+  host), with the word search index, without any search index, and with the whole-JSON trigram
+  index the search used to have;
+- a conversation's load (state and history, ``Store.load``): p50;
+- the inspector's search (``Reader.search`` for a customer's name) and a conversation page
+  (``Reader.conversation``): p50;
+- an erase (``turnflow erase``'s ``Store.erase``): p50;
+- dropping the oldest month (the filled one only): one ``DROP TABLE``.
+
+    python bench/capacity_bench.py [--turns 10000000] [--sessions 1000000] [--calls 300]
+    make bench-capacity ARGS="--turns 1000000"
+
+Uses DATABASE_URL (scratch databases are created there and dropped), else an embedded
+PostgreSQL. The host is what it is: run it on a quiet one, and read the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.turn_shape import CUSTOMER, REPLIES, turn_request
+from consumer.inspect.reading import Reader
+from store import Store, partitions
+from store.history import turn_entries
+from store.scratch import scratch_database
+
+MONTHS = 3
+BATCH = 200_000
+
+_JSON_TRIGRAMS = (
+    "CREATE INDEX ix_bench_json ON turns USING gin ((coalesce(input_id, '') || ' ' "
+    "|| CAST(input AS text) || ' ' || coalesce(CAST(messages AS text), '') || ' ' "
+    "|| coalesce(source_topic || ':' || CAST(source_partition AS text) || ':' "
+    "|| CAST(source_offset AS text), '')) gin_trgm_ops)"
+)
+
+
+@dataclass
+class Figures:
+    """One database's measurements (ms, CPU ms per save)."""
+
+    rows: dict[str, float] = field(default_factory=dict)
+
+
+def _fill_sql(first: int, last: int, sessions: int, per: int, start: datetime) -> str:
+    """Turns ``first``..``last`` (1-based over the whole fill): turn ``g`` is version
+    ``(g-1) // sessions + 1`` of conversation ``(g-1) % sessions``, at a time that grows with
+    ``g`` over the three months from ``start``."""
+    span = MONTHS * 28 * 86400
+    total = sessions * per
+    customer = CUSTOMER[0].replace("'", "''").replace("{name}", "' || 'Cliente ' || g || '")
+    reply0 = REPLIES[0].replace("'", "''").replace("{name}", "' || 'Cliente ' || g || '")
+    reply1 = REPLIES[1].replace("'", "''")
+    return f"""
+INSERT INTO turns (session_id, version, input, messages, outcomes, started, llm_calls,
+                   created_at, clock_at, source_topic, source_partition, source_offset,
+                   input_id, history)
+SELECT t.sid, t.v, t.input, t.messages,
+       '[{{"code": "understood", "run_id": "r1", "flow_id": "reschedule", "step_id": "ask_day"}},
+         {{"code": "moved", "run_id": "r1", "flow_id": "reschedule", "step_id": "offer_slots"}},
+         {{"code": "asked", "run_id": "r1", "flow_id": "reschedule", "step_id": "offer_slots"}}]'
+       ::jsonb,
+       CASE WHEN t.v = 1 THEN '[{{"run_id": "r1", "flow_id": "reschedule"}}]'::jsonb
+            ELSE '[]'::jsonb END,
+       2, t.at, t.at, 'inbound.turns', t.n % 12, t.n, t.input_id,
+       {turn_entries("t.input", "t.messages", "t.at")}
+FROM (
+    SELECT g AS n, 'conv-' || ((g - 1) % {sessions}) AS sid, (g - 1) / {sessions} + 1 AS v,
+           TIMESTAMPTZ '{start.isoformat()}'
+               + make_interval(secs => (g * {span}.0 / {total})) AS at,
+           'wamid.' || g AS input_id,
+           jsonb_build_object('session_id', 'conv-' || ((g - 1) % {sessions}),
+                              'message', '{customer}', 'id', 'wamid.' || g,
+                              'at', '2026-12-06T09:14:07.512Z') AS input,
+           jsonb_build_array(
+               jsonb_build_object('session_id', 'conv-' || ((g - 1) % {sessions}),
+                                  'key', 'conv-' || ((g - 1) % {sessions}) || ':' || g || ':0',
+                                  'kind', 'ai', 'text', '{reply0}', 'after_ms', 0,
+                                  'run_id', 'r1', 'step_id', 'offer_slots',
+                                  'input_id', 'wamid.' || g),
+               jsonb_build_object('session_id', 'conv-' || ((g - 1) % {sessions}),
+                                  'key', 'conv-' || ((g - 1) % {sessions}) || ':' || g || ':1',
+                                  'kind', 'ai', 'text', '{reply1}', 'after_ms', 800,
+                                  'run_id', 'r1', 'step_id', 'offer_slots',
+                                  'input_id', 'wamid.' || g)) AS messages
+    FROM generate_series({first}, {last}) AS g
+) AS t
+"""
+
+
+async def _layout(url: str) -> datetime:
+    """Monthly partitions for the last three months and the next two, in place of the empty
+    first partition a fresh database has; the first month's start."""
+    store = await Store.connect(url, pool_size=1)
+    try:
+        connection = await asyncpg.connect(url)
+        try:
+            await connection.execute("DROP TABLE turns_p_history")
+        finally:
+            await connection.close()
+        now = datetime.now(UTC)
+        for ago in range(MONTHS, 0, -1):
+            start = partitions.month_start(now, -ago)
+            await partitions._attach(store.engine, partitions.partition_name(start), start,
+                                     partitions.month_start(now, -ago + 1))
+        await store.ensure_turn_partitions()
+        return partitions.month_start(now, -MONTHS)
+    finally:
+        await store.close()
+
+
+_SECONDARY = (
+    "ix_turns_session_version", "ix_turns_history", "ix_turns_source", "ix_turns_input",
+    "ix_turns_words", "ix_turns_created_at", "uq_turns_id",
+)
+
+
+async def _fill(url: str, turns: int, sessions: int) -> dict[str, float]:
+    """Fill the turn log (and one session row per conversation); time and disk."""
+    start = await _layout(url)
+    per = max(1, turns // sessions)
+    connection = await asyncpg.connect(url)
+    try:
+        await connection.execute("SET maintenance_work_mem = '512MB'")
+        definitions = {r["indexname"]: r["indexdef"] for r in await connection.fetch(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'turns'"
+            " AND indexname = ANY($1::text[])", list(_SECONDARY))}
+        for name in definitions:
+            await connection.execute(f"DROP INDEX {name}")
+        began = time.perf_counter()
+        for first in range(1, turns + 1, BATCH):
+            await connection.execute(_fill_sql(first, min(turns, first + BATCH - 1), sessions,
+                                               per, start))
+            print(f"  filled {min(turns, first + BATCH - 1):,} turns"
+                  f" ({time.perf_counter() - began:.0f} s)", file=sys.stderr)
+        await connection.execute(f"""
+            INSERT INTO sessions (id, version, state, created_at, updated_at, turns_since)
+            SELECT 'conv-' || s, {per}, jsonb_build_object('id', 'conv-' || s, 'v', 4,
+                   'data', jsonb_build_object('name', 'Cliente ' || (s + 1)), 'runs', '[]'::jsonb),
+                   TIMESTAMPTZ '{start.isoformat()}', now(), TIMESTAMPTZ '{start.isoformat()}'
+            FROM generate_series(0, {sessions - 1}) AS s""")
+        filled = time.perf_counter() - began
+        for definition in definitions.values():  # on every partition, not ON ONLY the parent
+            await connection.execute(definition.replace(" ON ONLY ", " ON "))
+        indexed = time.perf_counter() - began - filled
+        await connection.execute("VACUUM ANALYZE turns")
+        await connection.execute("VACUUM ANALYZE sessions")
+        size = await connection.fetchval("SELECT pg_database_size(current_database())")
+    finally:
+        await connection.close()
+    return {"fill_s": filled, "index_s": indexed, "disk_gb": size / 1e9,
+            "turns_per_s": turns / filled}
+
+
+def _cpu_ms(pid: int) -> float:
+    """A PostgreSQL backend's CPU time so far (user + system), ms; NaN when unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) * 1000 / ticks
+
+
+async def _backend(store: Store) -> int:
+    async with store.engine.connect() as connection:
+        from sqlalchemy import text
+
+        return int((await connection.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+
+
+async def _timed(calls: int, one: Callable[[int], Awaitable[Any]]) -> list[float]:
+    out = []
+    for i in range(calls):
+        began = time.perf_counter()
+        await one(i)
+        out.append((time.perf_counter() - began) * 1000)
+    return out
+
+
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _saves(store: Store, label: str, sessions: int, calls: int, versions: dict[str, int],
+                 figures: Figures, offset: int) -> None:
+    pid = await _backend(store)
+    chosen = random.Random(sum(label.encode())).sample(range(sessions), min(calls, sessions))
+
+    async def save(i: int) -> None:
+        sid = f"conv-{chosen[i % len(chosen)]}"
+        version = versions.get(sid, 0) + 1
+        request = turn_request(sid, version, n=offset + i, partition=99)
+        await store.save_turn(replace(request, turn=replace(request.turn, created_at=None,
+                                                            clock_at=None)))
+        versions[sid] = version
+
+    cpu = _cpu_ms(pid)
+    wall = await _timed(len(chosen), save)
+    cpu = (_cpu_ms(pid) - cpu) / len(chosen)
+    figures.rows[f"save p50 ms ({label})"] = _p(wall, 0.5)
+    figures.rows[f"save p99 ms ({label})"] = _p(wall, 0.99)
+    figures.rows[f"save CPU ms ({label})"] = cpu
+
+
+async def _measure(url: str, sessions: int, per: int, calls: int, *, filled: bool,
+                   drop: bool) -> Figures:
+    figures = Figures()
+    store = await Store.connect(url, pool_size=1, max_overflow=0)
+    reader = Reader(url, pool_size=1)
+    versions = {f"conv-{s}": per if filled else 0 for s in range(sessions)}
+    try:
+        for warm in range(20):  # prepared statements, caches
+            await store.load(f"conv-{warm}")
+        await _saves(store, "word index", sessions, calls, versions, figures, 10**9)
+        rng = random.Random(7)
+        picks = [f"conv-{rng.randrange(sessions)}" for _ in range(calls)]
+        loads = await _timed(calls, lambda i: store.load(picks[i], history_limit=20))
+        figures.rows["history read p50 ms"] = _p(loads, 0.5)
+        names = [f"Cliente {rng.randrange(1, sessions + 1)}" for _ in range(max(10, calls // 10))]
+        searches = await _timed(len(names), lambda i: reader.search(names[i], limit=20))
+        figures.rows["inspector search p50 ms"] = _p(searches, 0.5)
+        pages = await _timed(calls, lambda i: reader.conversation(picks[i], turns=50))
+        figures.rows["inspector page p50 ms"] = _p(pages, 0.5)
+        gone = rng.sample(range(sessions), min(max(10, calls // 10), sessions))
+        erases = await _timed(len(gone), lambda i: store.erase(session_id=f"conv-{gone[i]}"))
+        figures.rows["erase p50 ms"] = _p(erases, 0.5)
+        versions.update({f"conv-{g}": 0 for g in gone})  # a later turn starts them again
+        await _sql(url, "DROP INDEX ix_turns_words")
+        await _saves(store, "no search index", sessions, calls, versions, figures, 2 * 10**9)
+        began = time.perf_counter()
+        await _sql(url, _JSON_TRIGRAMS)
+        figures.rows["build whole-JSON trigram index s"] = time.perf_counter() - began
+        await _saves(store, "whole-JSON trigrams", sessions, calls, versions, figures, 3 * 10**9)
+        if drop:
+            oldest = min((p for p in await partitions.partitions(store.engine)
+                          if p.start is not None and not p.default), key=lambda p: p.start)
+            rows = await _fetchval(url, f"SELECT count(*) FROM {oldest.name}")
+            began = time.perf_counter()
+            await _sql(url, f"DROP TABLE {oldest.name}")
+            figures.rows[f"drop a month ({rows:,} turns) ms"] = (
+                time.perf_counter() - began) * 1000
+    finally:
+        await reader.close()
+        await store.close()
+    return figures
+
+
+async def _sql(url: str, sql: str) -> None:
+    connection = await asyncpg.connect(url)
+    try:
+        await connection.execute(sql)
+    finally:
+        await connection.close()
+
+
+async def _fetchval(url: str, sql: str) -> Any:
+    connection = await asyncpg.connect(url)
+    try:
+        return await connection.fetchval(sql)
+    finally:
+        await connection.close()
+
+
+def run(turns: int, sessions: int, calls: int) -> dict[str, Any]:
+    """The whole benchmark; returns the figures (also printed)."""
+    with ExitStack() as stack:
+        empty = scratch_database(stack, prefix="turnflow-capacity")
+        full = scratch_database(stack, prefix="turnflow-capacity")
+        print(f"PostgreSQL from {full.where}; filling {turns:,} turns over {sessions:,}"
+              " conversations", file=sys.stderr)
+        fill = asyncio.run(_fill(full.url, turns, sessions))
+        per = max(1, turns // sessions)
+        # The near-empty log: only as many conversations (of the same length) as are measured.
+        small = min(sessions, calls)
+        asyncio.run(_fill(empty.url, small * per, small))
+        at_empty = asyncio.run(_measure(empty.url, small, per, calls, filled=True,
+                                        drop=False))
+        at_full = asyncio.run(_measure(full.url, sessions, per, calls, filled=True, drop=True))
+    report = {"turns": turns, "sessions": sessions, "calls": calls, "fill": fill,
+              "empty": at_empty.rows, "filled": at_full.rows}
+    print(f"\nfill: {turns:,} turns in {fill['fill_s']:.0f} s ({fill['turns_per_s']:,.0f}/s),"
+          f" indexes built in {fill['index_s']:.0f} s, database {fill['disk_gb']:.2f} GB")
+    print(f"\n| {'':38} | {min(sessions, calls) * per:,} turns | {turns:,} turns | ratio |")
+    print("|---|---|---|---|")
+    for name, value in at_full.rows.items():
+        base = at_empty.rows.get(name)
+        ratio = f"{value / base:.2f}x" if base else ""
+        shown = f"{base:.2f}" if base is not None else ""
+        print(f"| {name:38} | {shown} | {value:.2f} | {ratio} |")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=10_000_000)
+    parser.add_argument("--sessions", type=int, default=None,
+                        help="conversations (default: a tenth of --turns)")
+    parser.add_argument("--calls", type=int, default=300, help="calls per measured operation")
+    args = parser.parse_args(argv)
+    sessions = args.sessions or max(1, args.turns // 10)
+    run(args.turns, sessions, args.calls)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,26 @@
+"""The capacity benchmark at a tiny size: it fills, measures both databases and reports every
+figure (the large sizes are run by hand: make bench-capacity)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench import capacity_bench
+
+
+def test_the_capacity_bench_runs_at_a_tiny_size(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    report = capacity_bench.run(turns=3000, sessions=300, calls=12)
+    assert report["fill"]["disk_gb"] > 0 and report["fill"]["turns_per_s"] > 0
+    for name in ("save p50 ms (word index)", "save p50 ms (whole-JSON trigrams)",
+                 "history read p50 ms", "inspector search p50 ms", "inspector page p50 ms",
+                 "erase p50 ms"):
+        for side in ("empty", "filled"):
+            assert report[side][name] > 0, (side, name)
+    dropped = [k for k in report["filled"] if k.startswith("drop a month")]
+    assert len(dropped) == 1 and "turns)" in dropped[0]
+    assert all(not math.isnan(v) for v in report["filled"].values())
