@@ -32,6 +32,12 @@ sys.path.insert(0, str(REPO))
 
 from bench.peers.conversations import CONVERSATIONS  # noqa: E402
 from bench.peers.counting import count, grouped, summarize, table, verdict  # noqa: E402
+from bench.peers.outcomes import (  # noqa: E402
+    judge_rows,
+    outcome_table,
+    outcome_totals,
+    real_verdict,
+)
 from consumer.processes import free_port  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -41,12 +47,16 @@ RUNNERS = {"turnflow": ["run_turnflow.py"],
                               "--prompt-cache", "llama.cpp"],
            "langgraph": ["run_langgraph.py"], "parlant": ["run_parlant.py"],
            "turnflow-real": ["run_turnflow.py", "--framework", "turnflow-real",
-                             "--prompt-cache", "llama.cpp"]}
+                             "--prompt-cache", "llama.cpp"],
+           "langgraph-real": ["run_langgraph.py", "--framework", "langgraph-real"]}
 REAL = "turnflow-real"
 """turnflow on a real model (``--real``): its calls go on to llama.cpp's server."""
+PEER_REAL = "langgraph-real"
+"""LangGraph's agent on the same real model, through the same server."""
+REALS = (REAL, PEER_REAL)
 OURS = ("turnflow", "turnflow-cache", REAL)
 RUN_TIMEOUT_S = {"turnflow": 300, "turnflow-cache": 300, "langgraph": 300, "parlant": 1200,
-                 REAL: 3600}
+                 REAL: 3 * 3600, PEER_REAL: 3 * 3600}
 SOURCE = "script"
 """Every row here is answered by the scripted server, none by a real model."""
 
@@ -77,8 +87,8 @@ def _listening(port: int) -> bool:
 
 def start_server(port: int, record: Path, log: Path,
                  upstream: str | None = None) -> subprocess.Popen[bytes]:
-    """The scripted server; with ``upstream``, ``turnflow-real``'s calls go to that server."""
-    extra = ["--upstream", upstream, "--upstream-for", REAL] if upstream else []
+    """The scripted server; with ``upstream``, the real rows' calls go to that server."""
+    extra = ["--upstream", upstream, "--upstream-for", ",".join(REALS)] if upstream else []
     with log.open("wb") as sink:
         child = subprocess.Popen(
             [sys.executable, str(HERE / "scripted_server.py"), "--port", str(port),
@@ -123,11 +133,12 @@ def main() -> int:
     parser.add_argument("--peers-python", default=str(HERE / ".venv" / "bin" / "python"))
     parser.add_argument("--out", type=Path, default=REPO / ".turnflow" / "bench-peers")
     parser.add_argument("--real", default=None, metavar="MODEL",
-                        help="also run turnflow on this packaged model through llama.cpp "
-                        "(smollm2-135m or qwen2.5-coder-1.5b): the turnflow-real rows")
+                        help="also run turnflow and LangGraph's agent on this packaged model "
+                        "through llama.cpp (smollm2-135m or qwen2.5-coder-1.5b): the "
+                        "turnflow-real and langgraph-real rows")
     parser.add_argument("--real-conversations", default="c01,c05",
-                        help="the conversations of the real-model rows (a real turn takes "
-                        "seconds to a minute here)")
+                        help="the conversations of the real-model rows, or 'all' (a real "
+                        "turn takes seconds to minutes here)")
     parser.add_argument("--recount", action="store_true",
                         help="run nothing: count again what a run left in --out")
     args = parser.parse_args()
@@ -143,12 +154,15 @@ def main() -> int:
     failed: dict[str, str] = {}
     from tests.fixtures import llama_server  # the project's test extra: xllamacpp
 
+    # Model runs are heavy and the host is shared: everything this bench starts (the
+    # frameworks, llama.cpp's servers) runs at the lowest priority, so other work keeps its.
+    os.nice(19)
     if args.real and args.real not in llama_server.MODELS:
         print(f"bench-peers: --real must be one of {', '.join(llama_server.MODELS)}",
               file=sys.stderr)
         return 2
     if args.recount:
-        return report(args, frameworks + ([REAL] if args.real else []), {}, llama_server)
+        return report(args, frameworks + (list(REALS) if args.real else []), {}, llama_server)
     record = args.out / "requests.jsonl"
     record.unlink(missing_ok=True)
     real = None
@@ -156,7 +170,7 @@ def main() -> int:
         os.environ["TURNFLOW_LOCAL_MODEL"] = args.real
         real = llama_server.start(args.out / "llama-real.log", threads=2)
         os.environ.pop("TURNFLOW_LOCAL_MODEL")
-        frameworks.append(REAL)
+        frameworks += list(REALS)
     server = start_server(port, record, args.out / "server.log",
                           upstream=real.base_url if real else None)
     try:
@@ -164,9 +178,9 @@ def main() -> int:
             python = sys.executable if framework in OURS else args.peers_python
             started = time.perf_counter()
             extra: tuple[str, ...] = ()
-            if framework == REAL and args.real:
-                extra = ("--conversations", args.real_conversations, "--model", args.real,
-                         "--timeout", "600")
+            if framework in REALS and args.real:
+                chosen = "" if args.real_conversations == "all" else args.real_conversations
+                extra = ("--conversations", chosen, "--model", args.real, "--timeout", "900")
             why = run_framework(framework, python, base_url, args.out, extra)
             print(f"{framework}: {'done' if why is None else why} "
                   f"({time.perf_counter() - started:.1f} s)", flush=True)
@@ -203,11 +217,19 @@ def report(args: argparse.Namespace, frameworks: list[str], failed: dict[str, st
           f"{llama_server.MODEL_NAME}\n")
     sources = {f: SOURCE for f in ran}
     if args.real:
-        sources[REAL] = f"real model: {llama_server.MODELS[args.real].name}"
+        for framework in REALS:
+            sources[framework] = f"real model: {llama_server.MODELS[args.real].name}"
     print(table(summary, ran, sources))
     for framework, why in failed.items():
         print(f"| all | {framework} | - | did not run: {why} |")
-    ratios, fewer = verdict(summary, "turnflow", [f for f in ran if f not in OURS])
+    judged = judge_rows(rows)
+    print("\nOutcomes, judged by code from what each framework did (bench/peers/outcomes.py):\n")
+    print(outcome_table(judged))
+    print("\n" + outcome_totals(judged))
+    if args.real and all(f in ran for f in REALS):
+        print("\n" + real_verdict(summary, judged, REAL, PEER_REAL))
+    ratios, fewer = verdict(summary, "turnflow",
+                            [f for f in ran if f not in OURS and f not in REALS])
     print("\n" + ratios + "\n")
     for peer, held in fewer.items():
         print(f"turnflow vs {peer}: fewer model calls per customer turn on every conversation: "
@@ -215,7 +237,7 @@ def report(args: argparse.Namespace, frameworks: list[str], failed: dict[str, st
               f"every conversation: {'yes' if held['prompt_tokens'] else 'no'}")
     (args.out / "summary.json").write_text(json.dumps(
         {"failed": failed, "conversations": [vars(v) for v in summary.values()],
-         "fewer": fewer}, indent=1))
+         "fewer": fewer, "outcomes": [vars(j) for j in judged.values()]}, indent=1))
     return 0
 
 
