@@ -24,7 +24,7 @@ from bench.peers.conversations import CONVERSATIONS
 from bench.peers.timing import Timings, tag
 from engine import FakeClock
 from engine.providers.openai import PROMPT_CACHES, OpenAIProvider, PromptCache
-from examples.demo_agent import BOOKINGS, build_agent
+from examples.demo_agent import build_agent
 
 __all__ = ["run"]
 
@@ -49,7 +49,6 @@ async def conversation(base_url: str, timings: Timings, cid: str,
             replies: list[str] = []
             actions: list[dict[str, Any]] = []
             for given in inputs:
-                before = set(BOOKINGS)
                 request: dict[str, Any] = {"session_id": cid, **given, "history": list(history)}
                 if session is not None:
                     request["session"] = session
@@ -58,9 +57,11 @@ async def conversation(base_url: str, timings: Timings, cid: str,
                 replies += [m.text for m in result.messages if m.text]
                 # What the agent's code did: a booking its action made, a payment its wait
                 # for the host's ``paid`` event took (the run reached its "paid" step).
-                actions += [{"action": "book", "service": BOOKINGS[key]["service"],
-                             "day": BOOKINGS[key]["day"], "ref": BOOKINGS[key]["ref"]}
-                            for key in BOOKINGS.keys() - before if key.startswith(f"{cid}/")]
+                data = result.session.data
+                actions += [{"action": "book", "service": data.get("service"),
+                             "day": data.get("day"), "ref": data.get("booking_ref")}
+                            for o in result.outcomes
+                            if o.code == "action-ok" and o.step_id == "book"]
                 if any(m.step_id == "paid" for m in result.messages):
                     actions.append({"action": "pay",
                                     "ref": result.session.data.get("booking_ref")})
