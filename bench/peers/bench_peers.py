@@ -10,6 +10,14 @@ first; then llama.cpp's server with the packaged SmolLM2 model starts only to to
 recorded prompts (``/tokenize``); the table, the ratios turnflow / peer per conversation and
 the verdict are printed, and everything is kept in ``--out``. Every server started is stopped.
 
+Every conversation whose runner recorded its actions is judged by code (``outcomes.py``): booked
+as asked and once, the day changed, paid, nothing unasked, the hours right. With ``--real
+MODEL``, turnflow (``turnflow-real``) and LangGraph's agent (``langgraph-real``) run one after
+the other on that packaged model through one llama.cpp server, and the targets on it are
+printed: more conversations correct, fewer prompt tokens per customer turn as the model read
+them, no more seconds per turn. The bench lowers its own priority to nice 19 first, so all it
+starts runs below other work on a shared host.
+
     python bench/peers/bench_peers.py [--frameworks turnflow,turnflow-cache,langgraph,parlant]
         [--peers-python bench/peers/.venv/bin/python] [--out .turnflow/bench-peers]
 """
