@@ -197,6 +197,14 @@ def topic_catalogue(config: AgentConfig) -> dict[str, str]:
     return out
 
 
+FLOWS_HEADING = ("flows: score 0-100 how well the message fits each topic (100: clearly about "
+                 "it, 0: not about it)")
+UNDERSTAND_FORMAT = "Answer with one JSON object on a single line, with exactly the sections above."
+"""With the scale's two ends said and the object asked on one line, Qwen2.5-Coder-1.5B scores
+a message plainly about a topic as such ("I need a flat tire fix on saturday": booking 100);
+with either alone it scored 0 (bench/README.md, "Peers")."""
+
+
 def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
     """The understand prompt: what to score, detect, answer and extract."""
     config = state.config
@@ -227,7 +235,7 @@ def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
             examples = f" (e.g. {'; '.join(phrases)})" if phrases else ""
             lines.append(f"- {flow_id}: {flow.name or flow_id}{about}{examples}")
         blocks.append(
-            _block("flows: score 0-100 how well the message fits each topic", "\n".join(lines))
+            _block(FLOWS_HEADING, "\n".join(lines))
         )
     if plan.mentions:
         lines = [f"- {m}: {'; '.join(p)}" for m, p in plan.mentions.items()]
@@ -248,7 +256,7 @@ def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
         blocks.append(_block("fields: values the message states", "\n".join(lines)))
     blocks.append(_block("Customer message", customer_message(state) or ""))
     blocks.append(
-        _block("Response format", "Answer with one JSON object with exactly the sections above.")
+        _block("Response format", UNDERSTAND_FORMAT)
     )
     meta = {
         "flows": {k: list(v) for k, v in plan.flows.items()},

@@ -10,6 +10,14 @@ first; then llama.cpp's server with the packaged SmolLM2 model starts only to to
 recorded prompts (``/tokenize``); the table, the ratios turnflow / peer per conversation and
 the verdict are printed, and everything is kept in ``--out``. Every server started is stopped.
 
+Every conversation whose runner recorded its actions is judged by code (``outcomes.py``): booked
+as asked and once, the day changed, paid, nothing unasked, the hours right. With ``--real
+MODEL``, turnflow (``turnflow-real``) and LangGraph's agent (``langgraph-real``) run one after
+the other on that packaged model through one llama.cpp server, and the targets on it are
+printed: more conversations correct, fewer prompt tokens per customer turn as the model read
+them, no more seconds per turn. The bench lowers its own priority to nice 19 first, so all it
+starts runs below other work on a shared host.
+
     python bench/peers/bench_peers.py [--frameworks turnflow,turnflow-cache,langgraph,parlant]
         [--peers-python bench/peers/.venv/bin/python] [--out .turnflow/bench-peers]
 """
@@ -32,6 +40,12 @@ sys.path.insert(0, str(REPO))
 
 from bench.peers.conversations import CONVERSATIONS  # noqa: E402
 from bench.peers.counting import count, grouped, summarize, table, verdict  # noqa: E402
+from bench.peers.outcomes import (  # noqa: E402
+    judge_rows,
+    outcome_table,
+    outcome_totals,
+    real_verdict,
+)
 from consumer.processes import free_port  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -41,12 +55,16 @@ RUNNERS = {"turnflow": ["run_turnflow.py"],
                               "--prompt-cache", "llama.cpp"],
            "langgraph": ["run_langgraph.py"], "parlant": ["run_parlant.py"],
            "turnflow-real": ["run_turnflow.py", "--framework", "turnflow-real",
-                             "--prompt-cache", "llama.cpp"]}
+                             "--prompt-cache", "llama.cpp"],
+           "langgraph-real": ["run_langgraph.py", "--framework", "langgraph-real"]}
 REAL = "turnflow-real"
 """turnflow on a real model (``--real``): its calls go on to llama.cpp's server."""
+PEER_REAL = "langgraph-real"
+"""LangGraph's agent on the same real model, through the same server."""
+REALS = (REAL, PEER_REAL)
 OURS = ("turnflow", "turnflow-cache", REAL)
 RUN_TIMEOUT_S = {"turnflow": 300, "turnflow-cache": 300, "langgraph": 300, "parlant": 1200,
-                 REAL: 3600}
+                 REAL: 3 * 3600, PEER_REAL: 3 * 3600}
 SOURCE = "script"
 """Every row here is answered by the scripted server, none by a real model."""
 
@@ -77,8 +95,8 @@ def _listening(port: int) -> bool:
 
 def start_server(port: int, record: Path, log: Path,
                  upstream: str | None = None) -> subprocess.Popen[bytes]:
-    """The scripted server; with ``upstream``, ``turnflow-real``'s calls go to that server."""
-    extra = ["--upstream", upstream, "--upstream-for", REAL] if upstream else []
+    """The scripted server; with ``upstream``, the real rows' calls go to that server."""
+    extra = ["--upstream", upstream, "--upstream-for", ",".join(REALS)] if upstream else []
     with log.open("wb") as sink:
         child = subprocess.Popen(
             [sys.executable, str(HERE / "scripted_server.py"), "--port", str(port),
@@ -123,11 +141,16 @@ def main() -> int:
     parser.add_argument("--peers-python", default=str(HERE / ".venv" / "bin" / "python"))
     parser.add_argument("--out", type=Path, default=REPO / ".turnflow" / "bench-peers")
     parser.add_argument("--real", default=None, metavar="MODEL",
-                        help="also run turnflow on this packaged model through llama.cpp "
-                        "(smollm2-135m or qwen2.5-coder-1.5b): the turnflow-real rows")
+                        help="also run turnflow and LangGraph's agent on this packaged model "
+                        "through llama.cpp (smollm2-135m or qwen2.5-coder-1.5b): the "
+                        "turnflow-real and langgraph-real rows")
     parser.add_argument("--real-conversations", default="c01,c05",
-                        help="the conversations of the real-model rows (a real turn takes "
-                        "seconds to a minute here)")
+                        help="the conversations of the real-model rows, or 'all' (a real "
+                        "turn takes seconds to minutes here)")
+    parser.add_argument("--real-threads", type=int, default=1,
+                        help="llama.cpp's threads for the real model: 1 on a shared host, "
+                        "where two threads at the lowest priority wait on each other at every "
+                        "step (0.1-0.3 generated tokens a second measured); 2 on a quiet one")
     parser.add_argument("--recount", action="store_true",
                         help="run nothing: count again what a run left in --out")
     args = parser.parse_args()
@@ -143,20 +166,23 @@ def main() -> int:
     failed: dict[str, str] = {}
     from tests.fixtures import llama_server  # the project's test extra: xllamacpp
 
+    # Model runs are heavy and the host is shared: everything this bench starts (the
+    # frameworks, llama.cpp's servers) runs at the lowest priority, so other work keeps its.
+    os.nice(19)
     if args.real and args.real not in llama_server.MODELS:
         print(f"bench-peers: --real must be one of {', '.join(llama_server.MODELS)}",
               file=sys.stderr)
         return 2
     if args.recount:
-        return report(args, frameworks + ([REAL] if args.real else []), {}, llama_server)
+        return report(args, frameworks + (list(REALS) if args.real else []), {}, llama_server)
     record = args.out / "requests.jsonl"
     record.unlink(missing_ok=True)
     real = None
     if args.real:
         os.environ["TURNFLOW_LOCAL_MODEL"] = args.real
-        real = llama_server.start(args.out / "llama-real.log", threads=2)
+        real = llama_server.start(args.out / "llama-real.log", threads=args.real_threads)
         os.environ.pop("TURNFLOW_LOCAL_MODEL")
-        frameworks.append(REAL)
+        frameworks += list(REALS)
     server = start_server(port, record, args.out / "server.log",
                           upstream=real.base_url if real else None)
     try:
@@ -164,9 +190,9 @@ def main() -> int:
             python = sys.executable if framework in OURS else args.peers_python
             started = time.perf_counter()
             extra: tuple[str, ...] = ()
-            if framework == REAL and args.real:
-                extra = ("--conversations", args.real_conversations, "--model", args.real,
-                         "--timeout", "600")
+            if framework in REALS and args.real:
+                chosen = "" if args.real_conversations == "all" else args.real_conversations
+                extra = ("--conversations", chosen, "--model", args.real, "--timeout", "900")
             why = run_framework(framework, python, base_url, args.out, extra)
             print(f"{framework}: {'done' if why is None else why} "
                   f"({time.perf_counter() - started:.1f} s)", flush=True)
@@ -199,23 +225,32 @@ def report(args: argparse.Namespace, frameworks: list[str], failed: dict[str, st
     ran = [f for f in frameworks if f not in failed]
     turns = sum(len(t) for t in CONVERSATIONS.values())
     print(f"\n{len(CONVERSATIONS)} conversations, {turns} customer turns; every row answered "
-          f"by the scripted server but {REAL}'s; tokens by llama.cpp's tokenizer of "
-          f"{llama_server.MODEL_NAME}\n")
+          f"by the scripted server but {' and '.join(REALS)}'s; tokens by llama.cpp's "
+          f"tokenizer of {llama_server.MODEL_NAME}\n")
     sources = {f: SOURCE for f in ran}
     if args.real:
-        sources[REAL] = f"real model: {llama_server.MODELS[args.real].name}"
+        for framework in REALS:
+            sources[framework] = f"real model: {llama_server.MODELS[args.real].name}"
     print(table(summary, ran, sources))
     for framework, why in failed.items():
         print(f"| all | {framework} | - | did not run: {why} |")
-    ratios, fewer = verdict(summary, "turnflow", [f for f in ran if f not in OURS])
-    print("\n" + ratios + "\n")
+    judged = judge_rows(rows)
+    print("\nOutcomes, judged by code from what each framework did (bench/peers/outcomes.py):\n")
+    print(outcome_table(judged))
+    print("\n" + outcome_totals(judged))
+    if args.real and all(f in ran for f in REALS):
+        print("\n" + real_verdict(summary, judged, REAL, PEER_REAL))
+    ratios, fewer = verdict(summary, "turnflow",
+                            [f for f in ran if f not in OURS and f not in REALS])
+    if fewer:
+        print("\n" + ratios + "\n")
     for peer, held in fewer.items():
         print(f"turnflow vs {peer}: fewer model calls per customer turn on every conversation: "
               f"{'yes' if held['calls'] else 'no'}; fewer prompt tokens per customer turn on "
               f"every conversation: {'yes' if held['prompt_tokens'] else 'no'}")
     (args.out / "summary.json").write_text(json.dumps(
         {"failed": failed, "conversations": [vars(v) for v in summary.values()],
-         "fewer": fewer}, indent=1))
+         "fewer": fewer, "outcomes": [vars(j) for j in judged.values()]}, indent=1))
     return 0
 
 

@@ -96,6 +96,8 @@ class TurnCount:
     """What ``cached_tokens`` is a share of: the prompt tokens, or for a real server's count
     the prompt tokens that server reported (in its own tokens)."""
     schema_tokens: int = 0
+    server_prompt_tokens: int = 0
+    """The prompt tokens a real server reported reading (its tokenizer, its chat template)."""
     embedding_calls: int = 0
     seconds: float = 0.0
     cpu_seconds: float = 0.0
@@ -138,6 +140,8 @@ def count(requests: Iterable[dict[str, Any]], rows: Iterable[dict[str, Any]],
         counted.cached_tokens += cached
         counted.cache_basis_tokens += basis
         counted.schema_tokens += len(tokenize(schema_text(body))) if schema_text(body) else 0
+        if isinstance(request.get("server_prompt_tokens"), int):
+            counted.server_prompt_tokens += request["server_prompt_tokens"]
         counted.completion_tokens += len(tokenize(completion_text(request.get("reply") or {})))
     for row in rows:
         counted = at(str(row["framework"]), str(row["conversation"]), int(row["turn"]))
@@ -159,6 +163,7 @@ class Conversation:
     cached_tokens: int = 0
     cache_basis_tokens: int = 0
     schema_tokens: int = 0
+    server_prompt_tokens: int = 0
     embedding_calls: int = 0
     seconds: float = 0.0
     cpu_seconds: float = 0.0
@@ -181,6 +186,7 @@ def summarize(counts: dict[tuple[str, str, int], TurnCount]) -> dict[tuple[str, 
         total.cached_tokens += counted.cached_tokens
         total.cache_basis_tokens += counted.cache_basis_tokens
         total.schema_tokens += counted.schema_tokens
+        total.server_prompt_tokens += counted.server_prompt_tokens
         total.embedding_calls += counted.embedding_calls
         total.seconds += counted.seconds
         total.cpu_seconds += counted.cpu_seconds
@@ -192,8 +198,8 @@ def _merged(rows: list[Conversation], framework: str) -> Conversation:
     total = Conversation(framework, "all")
     for row in rows:
         for name in ("turns", "calls", "prompt_tokens", "completion_tokens", "cached_tokens",
-                     "cache_basis_tokens", "schema_tokens", "embedding_calls", "seconds",
-                     "cpu_seconds"):
+                     "cache_basis_tokens", "schema_tokens", "server_prompt_tokens",
+                     "embedding_calls", "seconds", "cpu_seconds"):
             setattr(total, name, getattr(total, name) + getattr(row, name))
         total.per_turn_calls += row.per_turn_calls
     return total

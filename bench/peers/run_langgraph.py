@@ -5,6 +5,15 @@ conversation of ``conversations.py``. Runs in the peers' own environment (bench/
 One thread per conversation in an in-memory checkpointer: each customer message is one
 ``invoke`` with that message, as a chat front end uses the agent; the agent keeps the history.
 
+Each turn's row records what the tools did (``actions``: a booking made, a payment checked), so
+``outcomes.py`` judges the conversation the same way as turnflow's. The booking tool accepts a
+service or day in any case or spacing ("Flat tire", "Friday") and refuses anything else with a
+message the model reads, as the demo's own booking action refuses what it cannot book.
+
+With ``--framework langgraph-real --model NAME`` the same agent runs on a real model (the
+bench sends its calls on to llama.cpp's server): a turn that fails (a reply the client cannot
+read, the agent's step limit) is recorded with its error and the conversation goes on.
+
     bench/peers/.venv/bin/python bench/peers/run_langgraph.py --base-url URL --out rows.jsonl
 """
 
@@ -13,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -22,6 +32,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt import create_react_agent
 
 from bench.peers.conversations import CONVERSATIONS, HOURS, booking_ref
+from bench.peers.outcomes import normal
 from bench.peers.timing import Timings, tag
 
 FRAMEWORK = "langgraph"
@@ -34,7 +45,12 @@ PROMPT = (
     "customer pays online; when they say they paid, call check_payment. For opening hours call "
     "opening_hours."
 )
-CURRENT = {"conversation": ""}
+CURRENT: dict[str, Any] = {"conversation": "", "actions": []}
+SERVICES = ("tune-up", "flat-tire", "brakes")
+DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
+STEP_LIMIT = 12
+"""The graph's recursion limit on a real model (LangGraph's default is 25): about five tool
+calls a turn, so a model that loops costs a bounded number of calls."""
 
 
 @tool
@@ -47,13 +63,21 @@ def opening_hours() -> str:
 def book_repair(service: str, day: str, name: str | None = None) -> dict[str, str]:
     """Book a repair. service: tune-up, flat-tire or brakes; day: monday to saturday; name:
     the customer's first name if known. Returns the booking reference."""
-    return {"booking_ref": booking_ref(CURRENT["conversation"], service, day),
-            "status": "booked, awaiting payment"}
+    service, day = normal(service), normal(day)
+    # "flat tire fix", "tune up", "brake": the service its first four letters name.
+    service = next((known for known in SERVICES if service[:4] == known[:4]), service)
+    if service not in SERVICES or day not in DAYS:
+        return {"error": f"cannot book {service!r} on {day!r}: service is one of "
+                f"{', '.join(SERVICES)}, day one of {', '.join(DAYS)}"}
+    ref = booking_ref(CURRENT["conversation"], service, day)
+    CURRENT["actions"].append({"action": "book", "service": service, "day": day, "ref": ref})
+    return {"booking_ref": ref, "status": "booked, awaiting payment"}
 
 
 @tool
 def check_payment(booking_ref: str) -> dict[str, str]:
     """Whether the booking's payment has arrived."""
+    CURRENT["actions"].append({"action": "pay", "ref": booking_ref})
     return {"booking_ref": booking_ref, "status": "paid"}
 
 
@@ -61,24 +85,43 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--framework", default=FRAMEWORK, help="the name its rows carry")
+    parser.add_argument("--conversations", default="", help="a subset, comma-separated")
+    parser.add_argument("--model", default="scripted")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds a call may take")
     args = parser.parse_args()
-    timings = Timings(args.out, FRAMEWORK)
-    model = ChatOpenAI(model="scripted", base_url=args.base_url, api_key="unused",
-                       temperature=0, max_retries=0)
+    chosen = [c for c in args.conversations.split(",") if c] or list(CONVERSATIONS)
+    unknown = [c for c in chosen if c not in CONVERSATIONS]
+    if unknown:
+        parser.error(f"no conversation {', '.join(unknown)}")
+    real = args.model != "scripted"
+    timings = Timings(args.out, args.framework)
+    model = ChatOpenAI(model=args.model, base_url=args.base_url, api_key="unused",
+                       temperature=0, max_retries=0, timeout=args.timeout)
     agent = create_react_agent(model, [opening_hours, book_repair, check_payment],
                                prompt=PROMPT, checkpointer=InMemorySaver())
-    for cid, turns in CONVERSATIONS.items():
+    for cid in chosen:
         CURRENT["conversation"] = cid
-        config = {"configurable": {"thread_id": cid}}
+        config: dict[str, Any] = {"configurable": {"thread_id": cid}}
+        if real:
+            config["recursion_limit"] = STEP_LIMIT
         said: list[str] = []
-        for index, turn in enumerate(turns):
-            tag(args.base_url, FRAMEWORK, cid, index)
+        for index, turn in enumerate(CONVERSATIONS[cid]):
+            tag(args.base_url, args.framework, cid, index)
+            CURRENT["actions"] = []
             with timings.turn(cid, index, kind=turn.kind) as row:
-                state = agent.invoke({"messages": [("user", turn.text)]}, config)
-                reply = str(state["messages"][-1].content)
-                row["replies"] = [reply]
+                try:
+                    state = agent.invoke({"messages": [("user", turn.text)]}, config)
+                    reply = str(state["messages"][-1].content)
+                except Exception as exc:  # a real model's bad step: recorded, the chat goes on
+                    if not real:
+                        raise
+                    row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                    reply = ""
+                row["replies"] = [reply] if reply else []
+                row["actions"] = list(CURRENT["actions"])
             said.append(reply)
-        print(f"langgraph {cid}: " + " | ".join(said), flush=True)
+        print(f"{args.framework} {cid}: " + " | ".join(said), flush=True)
 
 
 if __name__ == "__main__":

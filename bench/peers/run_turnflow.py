@@ -47,6 +47,7 @@ async def conversation(base_url: str, timings: Timings, cid: str,
             if turn.kind == "pay":
                 inputs.append({"event": "paid", "payload": {}, "key": f"{cid}-paid-{index}"})
             replies: list[str] = []
+            actions: list[dict[str, Any]] = []
             for given in inputs:
                 request: dict[str, Any] = {"session_id": cid, **given, "history": list(history)}
                 if session is not None:
@@ -54,7 +55,18 @@ async def conversation(base_url: str, timings: Timings, cid: str,
                 result = await agent.turn(request)
                 session = result.session
                 replies += [m.text for m in result.messages if m.text]
+                # What the agent's code did: a booking its action made, a payment its wait
+                # for the host's ``paid`` event took (the run reached its "paid" step).
+                data = result.session.data
+                actions += [{"action": "book", "service": data.get("service"),
+                             "day": data.get("day"), "ref": data.get("booking_ref")}
+                            for o in result.outcomes
+                            if o.code == "action-ok" and o.step_id == "book"]
+                if any(m.step_id == "paid" for m in result.messages):
+                    actions.append({"action": "pay",
+                                    "ref": result.session.data.get("booking_ref")})
             row["replies"] = replies
+            row["actions"] = actions
         at = START + timedelta(minutes=index)
         history.append({"role": "user", "text": turn.text, "at": at})
         history += [{"role": "assistant", "text": text, "at": at} for text in replies]

@@ -63,6 +63,12 @@ __all__ = ["Script", "embedding", "reply_for", "serve"]
 EMBEDDING_DIMENSIONS = 3072
 """What Parlant's OpenAI embedder (text-embedding-3-large) expects when none is asked for."""
 ACKNOWLEDGED = "Thank you, got it."
+QUESTIONS = {"name": "May I have your first name?",
+             "service": "Which service does the bike need: a tune-up, a flat-tire fix or brakes?",
+             "day": "Which day suits you, Monday to Saturday?",
+             "confirmed": "Could you confirm the booking (yes or no)?"}
+"""What a model asks for each of the demo's fields (a field's schema description says what
+the value is, not the question)."""
 
 
 class Script:
@@ -127,9 +133,9 @@ def speak_reply(schema: dict[str, Any], conversation: str, turn: int) -> dict[st
     out: dict[str, Any] = {key: said.states.get(key) for key in props if key != "message"}
     missing = [key for key in out if out[key] is None]
     if missing:
-        ask = str((props[missing[0]] or {}).get("description") or f"What is your {missing[0]}?")
-        out["message"] = ask.replace("Ask them to confirm", "Could you confirm").replace(
-            "Ask for the customer's first name.", "May I have your first name?")
+        ask = QUESTIONS.get(missing[0]) or str((props[missing[0]] or {}).get("description")
+                                               or f"What is your {missing[0]}?")
+        out["message"] = ask
     else:
         out["message"] = ACKNOWLEDGED
     return out

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from bench.peers.bench_peers import start_server
 from bench.peers.conversations import CONVERSATIONS, booking_ref, tool_for
 from bench.peers.counting import count, prompt_text, schema_text, summarize, verdict
+from bench.peers.outcomes import CHECKS, hours_right, judge, judge_rows, real_verdict
 from bench.peers.run_turnflow import run
 from bench.peers.scripted_server import embedding, reply_for
 from consumer.processes import free_port
@@ -137,8 +138,130 @@ def test_turnflow_books_and_is_paid_in_every_conversation(tmp_path: Path) -> Non
     assert {(c, t) for _, c, t in counts} == {
         (cid, i) for cid, turns in CONVERSATIONS.items() for i in range(len(turns))}
     assert all(1 <= counted.calls <= 2 for counted in counts.values())
-    rows = (tmp_path / "rows.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert len(rows) == sum(len(t) for t in CONVERSATIONS.values())
+    judged = judge_rows(rows)
+    assert set(judged) == {("turnflow", cid) for cid in CONVERSATIONS}
+    assert all(v.correct for v in judged.values()), {k: v.why for k, v in judged.items()}
+
+
+def _tool_agent_rows(cid: str) -> list[dict[str, Any]]:
+    """The rows a tool-calling agent answered by the scripted server leaves: each turn's tool
+    as its action (as run_langgraph records them), the closing reply as its text."""
+    from bench.peers.conversations import final_reply
+
+    rows = []
+    for index in range(len(CONVERSATIONS[cid])):
+        wanted, actions = tool_for(cid, index), []
+        if wanted and wanted[0] == "book_repair":
+            service, day = wanted[1]["service"], wanted[1]["day"]
+            actions.append({"action": "book", "service": service, "day": day,
+                            "ref": booking_ref(cid, service, day)})
+        elif wanted and wanted[0] == "check_payment":
+            actions.append({"action": "pay", "ref": wanted[1]["booking_ref"]})
+        rows.append({"framework": "peer", "conversation": cid, "turn": index,
+                     "actions": actions, "replies": [final_reply(cid, index)]})
+    return rows
+
+
+def test_the_scripted_tool_agent_is_judged_correct_on_every_conversation() -> None:
+    """The decisions the scripted server gives a ReAct agent get every conversation done."""
+    for cid in CONVERSATIONS:
+        verdict_ = judge("peer", cid, _tool_agent_rows(cid))
+        assert verdict_.correct and set(verdict_.passed) == set(CHECKS), (cid, verdict_.why)
+
+
+def _at(rows: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    cid = rows[0]["conversation"]
+    return rows[next(i for i, t in enumerate(CONVERSATIONS[cid]) if t.kind == kind)]
+
+
+def test_each_way_of_failing_the_job_fails_its_check_with_a_reason() -> None:
+    """Not booked, booked on the day before the change, booked twice or before the yes, paid
+    for another booking or before the customer said so, the hours answered wrong: each fails
+    the check it is about, and says why in one line."""
+    def failed(rows: list[dict[str, Any]]) -> dict[str, str]:
+        verdict_ = judge("peer", "c01", rows)
+        assert not verdict_.correct and set(verdict_.why) <= set(CHECKS)
+        assert all(r and "\n" not in r for r in verdict_.why.values())
+        return verdict_.why
+
+    rows = _tool_agent_rows("c01")
+    _at(rows, "confirm")["actions"] = []
+    assert set(failed(rows)) == {"booked", "changed", "paid"}
+    assert failed(rows)["booked"] == "nothing booked"
+
+    rows = _tool_agent_rows("c01")
+    _at(rows, "confirm")["actions"][0]["day"] = "Saturday"  # the day before the change
+    why = failed(rows)
+    assert "saturday" in why["booked"] and "before the change" in why["changed"]
+
+    rows = _tool_agent_rows("c01")
+    _at(rows, "hours")["actions"] = list(_at(rows, "confirm")["actions"])  # before the yes
+    why = failed(rows)
+    assert set(why) == {"booked", "no_unasked"} and "before the customer confirmed" in \
+        why["no_unasked"]
+
+    rows = _tool_agent_rows("c01")
+    _at(rows, "pay")["actions"][0]["ref"] = "R-000000"
+    assert set(failed(rows)) == {"paid"}
+
+    rows = _tool_agent_rows("c01")
+    _at(rows, "hours")["actions"] = [{"action": "pay", "ref": None}]
+    assert set(failed(rows)) == {"no_unasked"}
+
+    rows = _tool_agent_rows("c01")
+    _at(rows, "hours")["replies"] = ["We're open every day."]
+    assert "every day" in failed(rows)["hours"]
+    _at(rows, "hours")["replies"] = []
+    assert "said nothing" in failed(rows)["hours"]
+
+
+def test_the_hours_are_read_in_the_ways_a_model_writes_them() -> None:
+    """9:00 to 18:00 as the shop writes it, or 9 am to 6 pm; other hours are not the shop's."""
+    for text in ("We're open Monday to Saturday, 9:00 to 18:00.", "9am-6pm, Mon-Sat",
+                 "from 9 a.m. to 6 p.m.", "09:00-18:00"):
+        assert hours_right(text), text
+    for text in ("We're open 10:00 to 18:00.", "9:00 to 17:00", "We're open Monday to "
+                 "Saturday.", "Call us at 555-0918."):
+        assert not hours_right(text), text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.fixed_dictionaries({
+    "turn": st.integers(-2, 9),
+    "actions": st.lists(st.fixed_dictionaries({
+        "action": st.sampled_from(["book", "pay", "other"]),
+        "service": st.none() | st.text(max_size=12) | st.integers(),
+        "day": st.none() | st.text(max_size=12),
+        "ref": st.none() | st.text(max_size=8)}), max_size=3) | st.none(),
+    "replies": st.lists(st.text(max_size=30), max_size=2) | st.none()}), max_size=10),
+    st.sampled_from(sorted(CONVERSATIONS)))
+def test_any_recorded_turns_are_judged_without_raising(turns: list[dict[str, Any]],
+                                                       cid: str) -> None:
+    """A runner's rows of any shape get a verdict on every check, a reason for each failed."""
+    verdict_ = judge("fw", cid, turns)
+    assert set(verdict_.passed) == set(CHECKS)
+    assert set(verdict_.why) == {c for c, ok in verdict_.passed.items() if not ok}
+
+
+def test_the_real_verdict_compares_correct_tokens_the_server_read_and_seconds() -> None:
+    """On a real model the targets read the conversations both frameworks ran, the prompt
+    tokens as the server counted them, and the seconds per turn."""
+    rows = [{**row, "framework": fw, "seconds": seconds}
+            for fw, seconds in (("ours", 1.0), ("theirs", 2.0))
+            for row in _tool_agent_rows("c02")]
+    rows[-1]["actions"] = []  # theirs never took the payment
+    requests = [{"framework": fw, "conversation": "c02", "turn": 0, "path":
+                 "/v1/chat/completions", "body": {"messages": []}, "reply": {},
+                 "server_prompt_tokens": tokens, "server_cached": 0}
+                for fw, tokens in (("ours", 300), ("theirs", 500))]
+    summary = summarize(count(requests, rows, chars))
+    said = real_verdict(summary, judge_rows(rows), "ours", "theirs")
+    assert "correct: 1 against 0: more: yes" in said
+    assert "fewer: yes" in said and "no more: yes" in said
+    said = real_verdict(summary, judge_rows(rows), "theirs", "ours")
+    assert "more: no" in said and "fewer: no" in said and "no more: no" in said
 
 
 PARLANT_CHECKS_SCHEMA = {

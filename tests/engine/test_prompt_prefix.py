@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from engine import Agent, FakeClock, ModelRequest, ModelResponse
-from engine.prompt import topic_catalogue
+from engine.prompt import FLOWS_HEADING, topic_catalogue
 from engine.providers.anthropic import messages_body
 from engine.providers.base import ChatMessage, ToolCall, laid_out
 from engine.providers.openai import chat_completion_body
@@ -242,7 +242,7 @@ def test_the_flow_catalogue_is_part_of_every_understand_calls_fixed_prefix() -> 
     for r in calls:
         turn = r.system[r.turn_sections_at or 0:]
         scored = turn.split("\n\n")[0].splitlines()
-        assert scored[0] == "## flows: score 0-100 how well the message fits each topic"
+        assert scored[0] == f"## {FLOWS_HEADING}"
         for line, flow_id in zip(scored[1:], r.meta["flows"], strict=True):
             if flow_id in catalogue:
                 assert line == catalogue[flow_id].split(" — ")[0].split(" (e.g.")[0]
