@@ -71,6 +71,13 @@ class FakeStore:
             key = (group, topic, partition)
             self.positions[key] = max(offset, self.positions.get(key, -1))
 
+    async def ensure_turn_partitions(self) -> list[str]:
+        """No months to make: the turn log here is a list (the relay asks on every pass)."""
+        return []
+
+    async def compact_turn_search(self) -> list[str]:
+        return []
+
     async def load(
         self,
         session_id: str,
