@@ -16,8 +16,14 @@ each with fresh conversations:
 3. flood and trickle together: the trickle's latency while the flood is being answered, and
    the flood's throughput.
 
+Beside the trickle, new customers of the flooding workspace itself (a fresh conversation of
+``ws-0`` with one message every ``--newcomer-every-ms``) write alone in phase 1 and, in phase 3,
+once every conversation of the flood had a turn: their latency against alone says whether a
+customer with nothing served yet waits for a turn of every conversation of the flood.
+
 The figures are ratios of the same run: trickle p50/p99 during the flood against alone, and
-the flood's throughput together against alone. Targets: p99 during <= 2 x p99 alone + 1 s;
+the flood's throughput together against alone. Targets: p99 during <= 2 x p99 alone + 1 s
+(the trickle's, and the new customers' of the flooding workspace);
 throughput >= 0.9 x alone. Checks on every phase (the fault ledger's): every input answered
 (nothing lost), no input answered twice, and each conversation's replies in the order its
 inputs were sent (nothing reordered). The look-ahead's cost is the consumer's own figures
@@ -137,9 +143,11 @@ class Replies:
     def answered(self, input_id: str) -> bool:
         return bool(self.stamps.get(input_id))
 
-    async def until(self, ids: set[str], within: float) -> None:
+    async def until(self, ids: set[str], within: float, at_least: int | None = None) -> None:
+        """Wait until every one of ``ids`` is answered (or ``at_least`` of them)."""
         deadline = time.monotonic() + within
-        while not all(self.answered(i) for i in ids):
+        wanted = len(ids) if at_least is None else min(at_least, len(ids))
+        while sum(1 for i in ids if self.answered(i)) < wanted:
             if time.monotonic() > deadline:
                 missing = sum(1 for i in ids if not self.answered(i))
                 raise TimeoutError(f"{missing} of {len(ids)} inputs unanswered after {within}s")
@@ -213,6 +221,28 @@ async def _trickle(
             return
 
 
+async def _newcomers(
+    producer: Producer, run: str, every_s: float, begin: asyncio.Event, stop: asyncio.Event,
+    sent: list[str],
+) -> None:
+    """New customers of the flooding workspace: from ``begin`` until ``stop``, a fresh
+    conversation of ``ws-0`` sends one message every ``every_s`` (a customer with nothing
+    served yet, in the workspace that floods)."""
+    stopped = asyncio.ensure_future(stop.wait())
+    began = asyncio.ensure_future(begin.wait())
+    await asyncio.wait({stopped, began}, return_when=asyncio.FIRST_COMPLETED)
+    began.cancel()
+    n = 0
+    while not stop.is_set():
+        sent.extend(await producer.send([(f"new-{run}-{n}", "agent-ws-0")]))
+        n += 1
+        try:
+            await asyncio.wait_for(asyncio.shield(stopped), timeout=every_s)
+        except TimeoutError:
+            continue
+    stopped.cancel()
+
+
 # -- checks and figures -----------------------------------------------------------------------
 
 
@@ -221,10 +251,14 @@ class Phase:
     name: str
     trickle: list[str] = field(default_factory=list)
     flood: list[str] = field(default_factory=list)
+    newcomers: list[str] = field(default_factory=list)
     flood_s: float | None = None
 
     def latencies(self, producer: Producer, replies: Replies) -> list[float]:
         return [replies.stamps[i][0] - producer.sent_ms[i] for i in self.trickle]
+
+    def newcomer_latencies(self, producer: Producer, replies: Replies) -> list[float]:
+        return [replies.stamps[i][0] - producer.sent_ms[i] for i in self.newcomers]
 
     def flood_rate(self) -> float | None:
         if not self.flood or self.flood_s is None:
@@ -235,7 +269,7 @@ class Phase:
 def _check(phase: Phase, producer: Producer, replies: Replies) -> list[str]:
     """The ledger's checks for a phase's inputs: answered, once, in order per conversation."""
     problems: list[str] = []
-    ids = set(phase.trickle) | set(phase.flood)
+    ids = set(phase.trickle) | set(phase.flood) | set(phase.newcomers)
     lost = [i for i in ids if not replies.answered(i)]
     twice = [i for i in ids if len(replies.stamps.get(i, ())) > 1]
     sessions = {s for s, sent in producer.sent_order.items() if ids & set(sent)}
@@ -324,24 +358,32 @@ async def _flood_phase(
     with_trickle: bool,
 ) -> Phase:
     phase = Phase(name)
-    stop = asyncio.Event()
-    trickle_task = None
+    stop, begin = asyncio.Event(), asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
     if with_trickle:
-        trickle_task = asyncio.create_task(_trickle(
+        tasks.append(asyncio.create_task(_trickle(
             producer, run, args.workspaces, args.trickle_conversations,
             args.trickle_every_ms / 1000, stop, phase.trickle,
-        ))
+        )))
+        tasks.append(asyncio.create_task(_newcomers(
+            producer, run, args.newcomer_every_ms / 1000, begin, stop, phase.newcomers,
+        )))
     started = time.time()
     phase.flood = await producer.send(_flood(run, args.flood_conversations, args.flood))
     bound = 60 + args.flood * args.latency_ms / 1000 / args.max_in_flight * 4
     try:
+        if with_trickle:
+            # New customers of the flooding workspace write once every conversation of the
+            # flood had a turn: from then on, "nothing served yet" sets them apart.
+            await replies.until(set(phase.flood), within=bound, at_least=args.flood_conversations)
+            begin.set()
         await replies.until(set(phase.flood), within=bound)
     finally:
         stop.set()
-        if trickle_task is not None:
-            await trickle_task
+        begin.set()
+        await asyncio.gather(*tasks)
     phase.flood_s = max(replies.stamps[i][0] for i in phase.flood) / 1000 - started
-    await replies.until(set(phase.trickle), within=60)
+    await replies.until(set(phase.trickle) | set(phase.newcomers), within=60)
     return phase
 
 
@@ -349,15 +391,21 @@ async def _trickle_phase(
     producer: Producer, replies: Replies, args: argparse.Namespace, run: str
 ) -> Phase:
     phase = Phase("trickle alone")
-    stop = asyncio.Event()
-    task = asyncio.create_task(_trickle(
-        producer, run, args.workspaces, args.trickle_conversations,
-        args.trickle_every_ms / 1000, stop, phase.trickle,
-    ))
+    stop, begin = asyncio.Event(), asyncio.Event()
+    begin.set()
+    tasks = [
+        asyncio.create_task(_trickle(
+            producer, run, args.workspaces, args.trickle_conversations,
+            args.trickle_every_ms / 1000, stop, phase.trickle,
+        )),
+        asyncio.create_task(_newcomers(
+            producer, run, args.newcomer_every_ms / 1000, begin, stop, phase.newcomers,
+        )),
+    ]
     await asyncio.sleep(args.trickle_seconds)
     stop.set()
-    await task
-    await replies.until(set(phase.trickle), within=60)
+    await asyncio.gather(*tasks)
+    await replies.until(set(phase.trickle) | set(phase.newcomers), within=60)
     return phase
 
 
@@ -482,6 +530,16 @@ def _report(
     bound = 2 * p99a + 1000
     print(f"trickle p99 during the flood: {p99d:.0f} ms; target <= 2 x p99 alone + 1 s = "
           f"{bound:.0f} ms: {'met' if p99d <= bound else 'NOT met'} ({p99d / p99a:.2f}x alone)")
+    new_alone = alone.newcomer_latencies(producer, replies)
+    new_during = together.newcomer_latencies(producer, replies)
+    if new_alone and new_during:
+        n50a, n99a = _ms(new_alone, 0.5), _ms(new_alone, 0.99)
+        n50d, n99d = _ms(new_during, 0.5), _ms(new_during, 0.99)
+        new_bound = 2 * n99a + 1000
+        print(f"new customers of the flooding workspace ({len(new_during)} during, "
+              f"{len(new_alone)} alone): p50 {n50d:.0f} / {n50a:.0f} ms ({n50d / n50a:.2f}x); "
+              f"p99 {n99d:.0f} ms, max {max(new_during):.0f} ms; target <= 2 x p99 alone + 1 s "
+              f"= {new_bound:.0f} ms: {'met' if n99d <= new_bound else 'NOT met'}")
     print(f"flood throughput with the trickle / alone: {rate_together / rate_alone:.2f}x "
           f"(target >= 0.90: {'met' if rate_together >= 0.9 * rate_alone else 'NOT met'})")
     if sampler is not None:
@@ -515,6 +573,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trickle-every-ms", type=int, default=1000)
     parser.add_argument("--trickle-seconds", type=float, default=8.0,
                         help="length of the trickle-alone phase")
+    parser.add_argument("--newcomer-every-ms", type=int, default=500,
+                        help="a new customer of the flooding workspace this often (alone, and "
+                        "during the flood once each of its conversations had a turn)")
     parser.add_argument("--partitions", type=int, default=12)
     parser.add_argument("--max-in-flight", type=int, default=64)
     parser.add_argument("--merge-bursts", action="store_true",

@@ -133,9 +133,12 @@ class _Slot:
         self._slots = slots
         self._held: str | None = None
 
-    async def take(self, tenant: str, *, weight: float, cap: int | None) -> None:
-        """Wait for a slot as a turn of workspace ``tenant`` (``consumer.turns.fairness``)."""
-        await self._slots.take(tenant, weight=weight, cap=cap)
+    async def take(
+        self, tenant: str, *, weight: float, cap: int | None, conversation: str
+    ) -> None:
+        """Wait for a slot as a turn of ``conversation`` in workspace ``tenant``
+        (``consumer.turns.fairness``: the least served conversation first)."""
+        await self._slots.take(tenant, weight=weight, cap=cap, conversation=conversation)
         self._held = tenant
         metrics.IN_FLIGHT.inc()
 
@@ -867,7 +870,8 @@ class ConsumerService:
             if self._backoff.remaining(asyncio.get_running_loop().time()) > 0:
                 why.append("model-backoff")
                 await self._provider_backoff()
-            await slot.take(tenant, weight=weight, cap=cap)
+            await slot.take(tenant, weight=weight, cap=cap,
+                            conversation=work.parsed.session_id)
         finally:
             waiting.dec()
             waited = time.perf_counter() - started
