@@ -97,6 +97,14 @@ class Settings(BaseSettings):
             " across workspaces only among the records read: see docs/production.md for sizing."
         ),
     )
+    max_passed_over: int = Field(
+        200_000,
+        ge=0,
+        description="Records a consumer may pass over at most: a partition at its share of "
+        "the look-ahead keeps being read, holding the records of workspaces under their part "
+        "of it and passing over the others' (read again once there is room), so a flood never "
+        "hides what follows it; 0 pauses a full partition instead. About 250 bytes each.",
+    )
     max_buffered_bytes: int = Field(
         64 << 20,
         ge=1,

@@ -82,6 +82,7 @@ from consumer.turns.model_backoff import SharedBackoff
 from consumer.turns.model_calls import observe_model_calls
 from consumer.turns.parser import Rejected, parse_record
 from consumer.turns.partitions import OffsetWatermarks, QueuedInput, SessionQueues
+from consumer.turns.passing import LookAhead
 from consumer.turns.pipeline import (
     OutboundTopics,
     TurnAgent,
@@ -266,6 +267,8 @@ class ConsumerService:
         self._backpressure: Backpressure[TopicPartition] = Backpressure(
             settings.max_buffered_records, settings.max_buffered_bytes
         )
+        # Records past a full partition's share: passed over, read again (consumer.turns.passing).
+        self._lookahead = LookAhead(self._marks, self._backpressure, settings.max_passed_over)
         self._ready = False
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
@@ -437,6 +440,8 @@ class ConsumerService:
         failures = 0
         while not self._stopping.is_set():
             self._apply_backpressure(consumer)
+            for tp, offset in self._lookahead.rewinds(self._epochs).items():
+                consumer.seek(tp, offset)  # read what was passed over again
             try:
                 batches = await consumer.getmany(
                     timeout_ms=_FETCH_TIMEOUT_MS,
@@ -471,11 +476,13 @@ class ConsumerService:
     def _apply_backpressure(self, consumer: AIOKafkaConsumer) -> None:
         """Pause the partitions that are behind, resume those that caught up; the others are
         not touched, so their conversations keep their normal latency."""
+        self._lookahead.owned(len(self._epochs))
         moves = self._backpressure.update(
-            set(self._epochs), self._marks.pending_count, self._marks.pending_bytes
+            set(self._epochs), self._lookahead.pressure, self._marks.pending_bytes
         )
         metrics.LOOKAHEAD_RECORDS.set(self._marks.pending_count())
         metrics.LOOKAHEAD_BYTES.set(self._marks.pending_bytes())
+        self._lookahead.observe()
         if moves.pause:
             consumer.pause(*moves.pause)
             log.info(
@@ -491,8 +498,10 @@ class ConsumerService:
         metrics.PAUSED_PARTITIONS.set(len(self._backpressure.paused))
 
     def _accept(self, tp: TopicPartition, record: ConsumerRecord[bytes, bytes], epoch: int) -> None:
+        look = self._lookahead.first_look(tp, record.offset)
+        if look == "skip":
+            return  # held before (pending or done), or passed over once more
         size = len(record.key or b"") + len(record.value or b"")
-        self._marks.track(tp, record.offset, size)
         source = SourceRecord(tp.topic, tp.partition, record.offset)
         parsed = parse_record(
             record.key,
@@ -500,6 +509,11 @@ class ConsumerService:
             max_bytes=self._settings.max_record_bytes,
             source=f"{tp.topic}:{tp.partition}:{record.offset}",
         )
+        if not isinstance(parsed, Rejected) and look == "new" and not self._lookahead.admit(
+            tp, record.offset, parsed, record.timestamp
+        ):
+            return  # passed over: read again once the partition has room
+        self._marks.track(tp, record.offset, size, again=look == "again")
         if isinstance(parsed, Rejected):
             log.warning(
                 "malformed record sent to the DLQ",
@@ -828,6 +842,7 @@ class ConsumerService:
     def _done(self, tp: TopicPartition, offset: int, epoch: int) -> None:
         if self._owns(tp, epoch):
             self._marks.done(tp, offset)
+            self._lookahead.done(tp, offset)
 
     async def _sleep(self, seconds: float) -> bool:
         """Wait ``seconds``; False when the service is stopping (the caller gives up)."""
@@ -846,6 +861,7 @@ class ConsumerService:
         of a millisecond or more is kept on ``work`` (``queued``), for ``turnflow inspect`` to
         show with the turn."""
         tenant = route.workspace or ""
+        self._lookahead.tenants.learn(work.parsed.session_id, work.parsed.agent_id, route.workspace)
         plan = route.plan or "default"
         # A turn of no workspace (``AGENT``) has no plan: no weight, no cap, no budget.
         cap = self._plan_caps.get(plan) if route.workspace is not None else None
@@ -979,7 +995,7 @@ class ConsumerService:
             return
         offsets: dict[TopicPartition, int] = {}
         for tp in partitions:
-            mark = self._marks.committable(tp)
+            mark = self._lookahead.committable(tp)
             if mark is not None and mark > self._committed.get(tp, -1):
                 offsets[tp] = mark
         if not offsets:
@@ -1050,6 +1066,7 @@ class ConsumerService:
                 self._spawn_side(self._note_start(self._consumer, tp, self._epoch_counter))
         # A new assignment starts unpaused in the client; the next round pauses it if needed.
         self._backpressure.forget(assigned)
+        self._lookahead.passing.forget(assigned)
         log.info(
             "partitions assigned",
             extra={"partitions": sorted(tp.partition for tp in assigned)},
@@ -1101,6 +1118,7 @@ class ConsumerService:
                 metrics.CONSUMER_LAG.remove(tp.topic, str(tp.partition))
         self._marks.forget(partitions)
         self._backpressure.forget(partitions)
+        self._lookahead.passing.forget(partitions)
         if self._pipeline is not None:
             self._pipeline.forget_partitions({(tp.topic, tp.partition) for tp in partitions})
         log.info(
