@@ -411,8 +411,8 @@ class WorkspaceRouter:
 
 def service_for(consumer: FakeKafkaConsumer, agent: WorkspaceAgent, store: FakeStore,
                 producer: FakeProducer, **options: Any) -> ConsumerService:
-    settings = Settings(kafka_bootstrap_servers="127.0.0.1:1", merge_bursts=False,
-                        max_buffered_records=5000, **options)
+    options.setdefault("max_buffered_records", 5000)
+    settings = Settings(kafka_bootstrap_servers="127.0.0.1:1", merge_bursts=False, **options)
     service = ConsumerService(settings, agent, store=store)  # type: ignore[arg-type]
     service._consumer = consumer  # type: ignore[assignment]
     publisher = OutboxPublisher(store, producer)  # type: ignore[arg-type]
