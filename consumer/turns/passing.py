@@ -40,6 +40,7 @@ No I/O and no asyncio here: the service asks ``seen``/``admit`` for every record
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Collection, Hashable, Iterable
@@ -51,6 +52,8 @@ from consumer.turns.backpressure import Backpressure
 from consumer.turns.partitions import OffsetWatermarks
 
 __all__ = ["LookAhead", "PassOver", "Tenants"]
+
+log = logging.getLogger("turnflow.consumer")
 
 P = TypeVar("P", bound=Hashable)
 
@@ -330,3 +333,16 @@ class LookAhead(Generic[P]):
         over."""
         share = self._backpressure.share(self._owned)
         return self.passing.rewinds(owned, self._marks.pending_count, share)
+
+    def rewind(self, consumer: Any, owned: Iterable[P]) -> None:
+        """Make those seeks on ``consumer`` (the client's ``seek``: the next fetch of the
+        partition starts there; records it had buffered past it are dropped)."""
+        seeks = self.rewinds(owned)
+        for partition, offset in seeks.items():
+            consumer.seek(partition, offset)
+        if seeks:
+            log.info(
+                "passed-over records read again",
+                extra={"partitions": sorted(getattr(p, "partition", p) for p in seeks),
+                       "passed_over": self.passing.passed_over()},
+            )

@@ -440,8 +440,7 @@ class ConsumerService:
         failures = 0
         while not self._stopping.is_set():
             self._apply_backpressure(consumer)
-            for tp, offset in self._lookahead.rewinds(self._epochs).items():
-                consumer.seek(tp, offset)  # read what was passed over again
+            self._lookahead.rewind(consumer, self._epochs)  # read what was passed over again
             try:
                 batches = await consumer.getmany(
                     timeout_ms=_FETCH_TIMEOUT_MS,
