@@ -18,6 +18,11 @@ to the waiting turn chosen by a weighted fair queue:
   customer, starts ahead of every conversation that already had a turn, instead of waiting
   for one turn of each of them (round robin). Conversations that all had turns still take
   turns in order, since each queues again behind the others after its turn.
+- **lanes within a workspace**: its customers' messages and the inputs its host sends (a
+  broadcast of ``start``s, events, timers' wakes) wait in two lanes that take turns while both
+  have turns waiting. A broadcast to a hundred thousand customers is as many conversations
+  with nothing served, the same as a new customer's: in one lane, the customer would wait
+  behind all of the broadcast read so far; in its own, it waits for one turn of it at most.
 - **a plan's cap** (``PLAN_MAX_IN_FLIGHT``): a workspace holding as many slots as its plan
   allows is passed over until one of its turns ends; its turns wait, nothing is dropped.
 
@@ -67,7 +72,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-__all__ = ["AGE_PER_TURN", "SERVICE_CAP", "FairQueue", "FairSlots"]
+__all__ = ["AGE_PER_TURN", "SERVICE_CAP", "FairQueue", "FairSlots", "lane_of"]
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
@@ -78,6 +83,12 @@ AGE_PER_TURN = 1024
 SERVICE_CAP = 8
 # Conversations whose counts a workspace keeps in one busy period (beyond: idle ones dropped).
 REMEMBERED_CONVERSATIONS = 100_000
+
+
+def lane_of(parsed: Any) -> str:
+    """A turn's lane in its workspace: ``customer`` for a customer's message, ``host`` for
+    what the host or the timers send (``start``, ``event``, ``wake``)."""
+    return "customer" if getattr(parsed, "kind", None) == "message" else "host"
 
 
 @dataclass(order=True)
@@ -93,9 +104,13 @@ class _Waiting(Generic[T]):
 
 @dataclass
 class _Tenant(Generic[T]):
-    """One tenant's waiting items and the service its conversations had in its busy period."""
+    """One tenant's waiting items, by lane, and the service its conversations had in its busy
+    period."""
 
-    heap: list[_Waiting[T]] = field(default_factory=list)
+    lanes: dict[Hashable, list[_Waiting[T]]] = field(default_factory=dict)  # heaps
+    # Each lane's last grant (the tenant's clock): the lane granted longest ago goes next.
+    granted: dict[Hashable, int] = field(default_factory=dict)
+    size: int = 0
     clock: int = 0  # the tenant's slots granted in this busy period
     served: Counter[Hashable] = field(default_factory=Counter)
     waiting: Counter[Hashable] = field(default_factory=Counter)
@@ -126,17 +141,18 @@ class FairQueue(Generic[K, T]):
         return self._size
 
     def push(
-        self, tenant: K, item: T, weight: float = 1.0, conversation: Hashable | None = None
+        self, tenant: K, item: T, weight: float = 1.0, conversation: Hashable | None = None,
+        lane: Hashable = None,
     ) -> None:
         """Queue ``item`` for ``tenant``'s ``conversation`` (None: an item of its own, with
-        nothing served); ``weight`` (> 0) is the tenant's share from now on."""
+        nothing served) in ``lane``; ``weight`` (> 0) is the tenant's share from now on."""
         if not weight > 0:
             raise ValueError(f"weight must be > 0, got {weight}")
         self._weights[tenant] = weight
         state = self._tenants.get(tenant)
         if state is None:
             state = self._tenants[tenant] = _Tenant()
-        if not state.heap:
+        if not state.size:
             # Back from idle: at the current pass, never below it (no credit for idling).
             start = max(self._passes.get(tenant, 0.0), self._clock)
             self._passes[tenant] = start
@@ -146,7 +162,11 @@ class FairQueue(Generic[K, T]):
             served = state.served[conversation]
             state.waiting[conversation] += 1
         place = state.clock + self._age_per_turn * min(served, self._service_cap)
-        heapq.heappush(state.heap, _Waiting(place, next(self._order), served, conversation, item))
+        heap = state.lanes.get(lane)
+        if heap is None:
+            heap = state.lanes[lane] = []
+        heapq.heappush(heap, _Waiting(place, next(self._order), served, conversation, item))
+        state.size += 1
         self._size += 1
 
     def pop(self, eligible: Callable[[K], bool] = lambda tenant: True) -> tuple[K, T] | None:
@@ -174,7 +194,13 @@ class FairQueue(Generic[K, T]):
             return None
         finish, _, tenant = chosen
         state = self._tenants[tenant]
-        waiting = heapq.heappop(state.heap)
+        lane = self._next_lane(state)
+        heap = state.lanes[lane]
+        waiting = heapq.heappop(heap)
+        state.granted[lane] = state.clock  # lanes with items take turns
+        if not heap:
+            del state.lanes[lane]
+        state.size -= 1
         self._size -= 1
         state.clock += 1
         if waiting.conversation is not None:
@@ -184,7 +210,7 @@ class FairQueue(Generic[K, T]):
                 self._forget_served(state)
         self._clock = max(self._clock, finish - 1 / self._weights[tenant])
         self._passes[tenant] = finish
-        if state.heap:
+        if state.size:
             weight = self._weights[tenant]
             heapq.heappush(self._heap, (finish + 1 / weight, next(self._order), tenant))
         elif len(self._passes) > 4 * len(self._tenants) + 64:
@@ -196,22 +222,29 @@ class FairQueue(Generic[K, T]):
         state = self._tenants.get(tenant)
         if state is None:
             return False
-        found = next((w for w in state.heap if w.item is item), None)
+        found, lane = next(
+            ((w, lane) for lane, heap in state.lanes.items() for w in heap if w.item == item),
+            (None, None),
+        )
         if found is None:
             return False
-        state.heap.remove(found)
-        heapq.heapify(state.heap)
+        heap = state.lanes[lane]
+        heap.remove(found)
+        heapq.heapify(heap)
+        if not heap:
+            del state.lanes[lane]
+        state.size -= 1
         if found.conversation is not None:
             self._left(state, found.conversation)
         self._size -= 1
-        if not state.heap:
+        if not state.size:
             self._heap = [e for e in self._heap if e[2] != tenant]
             heapq.heapify(self._heap)
         return True
 
     def waiting(self, tenant: K) -> int:
         state = self._tenants.get(tenant)
-        return len(state.heap) if state is not None else 0
+        return state.size if state is not None else 0
 
     def served(self, tenant: K, conversation: Hashable) -> int:
         """The turns ``conversation`` of ``tenant`` had in the tenant's current busy period."""
@@ -222,11 +255,19 @@ class FairQueue(Generic[K, T]):
         """The tenant has nothing waiting and nothing running: its busy period is over, and
         the service its conversations had is forgotten."""
         state = self._tenants.get(tenant)
-        if state is not None and not state.heap:
+        if state is not None and not state.size:
             del self._tenants[tenant]
 
     def _head_served(self, tenant: K) -> int:
-        return self._tenants[tenant].heap[0].served
+        state = self._tenants[tenant]
+        return state.lanes[self._next_lane(state)][0].served
+
+    @staticmethod
+    def _next_lane(state: _Tenant[T]) -> Hashable:
+        """The lane with items granted longest ago (never: first), in the order lanes came."""
+        if len(state.lanes) == 1:
+            return next(iter(state.lanes))
+        return min(state.lanes, key=lambda lane: state.granted.get(lane, -1))
 
     @staticmethod
     def _left(state: _Tenant[T], conversation: Hashable) -> None:
@@ -245,7 +286,7 @@ class FairQueue(Generic[K, T]):
         """Drop the passes of idle tenants at or below the clock: back from idle they would
         start at the clock anyway, so memory follows the tenants with items."""
         for tenant in [t for t, p in self._passes.items()
-                       if (t not in self._tenants or not self._tenants[t].heap)
+                       if (t not in self._tenants or not self._tenants[t].size)
                        and p <= self._clock]:
             del self._passes[tenant]
             self._weights.pop(tenant, None)
@@ -281,17 +322,18 @@ class FairSlots:
 
     async def take(
         self, tenant: str, *, weight: float = 1.0, cap: int | None = None,
-        conversation: Hashable | None = None,
+        conversation: Hashable | None = None, lane: Hashable = None,
     ) -> None:
-        """Wait for a slot for ``tenant``'s ``conversation`` (at most ``cap`` held at once by
-        the tenant; the least served conversation first). A cancelled wait takes nothing; a
-        slot granted just as the wait was cancelled is given back."""
+        """Wait for a slot for ``tenant``'s ``conversation`` in ``lane`` (at most ``cap`` held
+        at once by the tenant; lanes take turns, the least served conversation first). A
+        cancelled wait takes nothing; a slot granted just as the wait was cancelled is given
+        back."""
         if cap is not None:
             self._caps[tenant] = max(1, cap)
         else:
             self._caps.pop(tenant, None)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.push(tenant, future, weight, conversation)
+        self._queue.push(tenant, future, weight, conversation, lane)
         self._dispatch()
         try:
             await future

@@ -49,6 +49,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from consumer import metrics
 from consumer.turns.backpressure import Backpressure
+from consumer.turns.fairness import lane_of
 from consumer.turns.partitions import OffsetWatermarks
 
 __all__ = ["LookAhead", "PassOver", "Tenants"]
@@ -295,7 +296,11 @@ class LookAhead(Generic[P]):
 
     def admit(self, partition: P, offset: int, parsed: Any, timestamp_ms: int) -> bool:
         """After parsing a record read for the first time: False when it is passed over."""
+        # A workspace's host inputs (a broadcast of starts) and its customers' messages count
+        # apart, as their lanes in the fair queue do: a broadcast never hides a new customer.
         tenant = self.tenants.of(parsed.session_id, parsed.agent_id)
+        if lane_of(parsed) != "customer":
+            tenant += "/host"
         return self.passing.admit(
             partition, offset, parsed.session_id, tenant, timestamp_ms, **self._room(partition)
         )

@@ -76,7 +76,7 @@ from consumer.turns.decisions import (
     RetryPolicy,
     decide,
 )
-from consumer.turns.fairness import FairSlots
+from consumer.turns.fairness import FairSlots, lane_of
 from consumer.turns.knowledge import attach_postgres_knowledge
 from consumer.turns.model_backoff import SharedBackoff
 from consumer.turns.model_calls import observe_model_calls
@@ -135,11 +135,12 @@ class _Slot:
         self._held: str | None = None
 
     async def take(
-        self, tenant: str, *, weight: float, cap: int | None, conversation: str
+        self, tenant: str, *, weight: float, cap: int | None, conversation: str, lane: str
     ) -> None:
         """Wait for a slot as a turn of ``conversation`` in workspace ``tenant``
-        (``consumer.turns.fairness``: the least served conversation first)."""
-        await self._slots.take(tenant, weight=weight, cap=cap, conversation=conversation)
+        (``consumer.turns.fairness``: lanes take turns, the least served conversation first)."""
+        await self._slots.take(tenant, weight=weight, cap=cap, conversation=conversation,
+                               lane=lane)
         self._held = tenant
         metrics.IN_FLIGHT.inc()
 
@@ -886,7 +887,7 @@ class ConsumerService:
                 why.append("model-backoff")
                 await self._provider_backoff()
             await slot.take(tenant, weight=weight, cap=cap,
-                            conversation=work.parsed.session_id)
+                            conversation=work.parsed.session_id, lane=lane_of(work.parsed))
         finally:
             waiting.dec()
             waited = time.perf_counter() - started

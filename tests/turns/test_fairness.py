@@ -288,6 +288,22 @@ def test_tenants_tied_on_their_pass_serve_the_least_served_conversation_first() 
     assert queue.pop() == ("new", "y")
 
 
+def test_a_workspaces_lanes_take_turns_so_a_broadcast_never_hides_a_new_customer() -> None:
+    """A workspace's host lane holds a broadcast of 5,000 starts (5,000 conversations with
+    nothing served, queued first); a new customer's message of the same workspace, in the
+    customer lane, is granted next, and the lanes then alternate while both have turns."""
+    queue: FairQueue[str, str] = FairQueue()
+    for n in range(5000):
+        queue.push("ws", f"start-{n}", conversation=f"b{n}", lane="host")
+    queue.pop()
+    queue.push("ws", "hello", conversation="new", lane="customer")
+    queue.push("ws", "hi", conversation="new2", lane="customer")
+    assert [queue.pop()[1] for _ in range(4)] == [  # type: ignore[index]
+        "hello", "start-1", "hi", "start-2"]
+    assert queue.waiting("ws") == 4997
+    assert queue.remove("ws", "start-3") and queue.pop() == ("ws", "start-4")
+
+
 # --- the slots -------------------------------------------------------------------------------
 
 
