@@ -97,6 +97,10 @@ def consume_with_stand_in() -> int:
     ``BENCH_MODEL_LATENCY_MS``): the benchmark's consumer process."""
     import engine.providers
 
+    if os.environ.get("OPENAI_BASE_URL"):  # --model http: the real provider, over HTTP
+        from consumer.cli import main as consume
+
+        return consume(["consume"])
     latency_s = float(os.environ.get(LATENCY_ENV, "0")) / 1000
     provider = LatencyProvider(latency_s)
     engine.providers.provider_from_env = lambda *a, **k: provider  # type: ignore[assignment]
@@ -179,14 +183,19 @@ class Producer:
     async def stop(self) -> None:
         await self._producer.stop()
 
-    async def send(self, messages: list[tuple[str, str]]) -> list[str]:
-        """Send ``(session, agent_id)`` messages in order, await their acks; their ids."""
+    async def send(self, messages: list[tuple[str, str]], kind: str = "message") -> list[str]:
+        """Send ``(session, agent_id)`` inputs in order (customers' messages, or the host's
+        ``start`` of the agent's flow), await their acks; their ids."""
         pending = []
         for session, agent_id in messages:
             self._count += 1
             input_id = f"in.{self._count}.{uuid.uuid4().hex[:6]}"
-            value = {"session_id": session, "message": f"mensagem {self._count}",
-                     "id": input_id, "agent_id": agent_id}
+            value: dict[str, Any] = {"session_id": session, "agent_id": agent_id}
+            if kind == "start":
+                value["start"] = {"flow": "talk", "key": input_id}
+                input_id = f"start:{input_id}"  # the id its reply names
+            else:
+                value.update(message=f"mensagem {self._count}", id=input_id)
             self.sent_order[session].append(input_id)
             future = await self._producer.send(
                 self._topic, json.dumps(value).encode(), key=session.encode()
@@ -198,8 +207,15 @@ class Producer:
 
 
 def _flood(run: str, conversations: int, messages: int) -> list[tuple[str, str]]:
-    """The flood's messages, round robin over its conversations."""
+    """The flood's messages, round robin over its conversations (a broadcast: one each)."""
     return [(f"flood-{run}-{i % conversations}", "agent-ws-0") for i in range(messages)]
+
+
+async def _send_flood(producer: Producer, run: str, args: argparse.Namespace) -> list[str]:
+    """The flood, or with ``--broadcast`` the host's ``start`` to that many customers."""
+    if args.broadcast:
+        return await producer.send(_flood(run, args.broadcast, args.broadcast), kind="start")
+    return await producer.send(_flood(run, args.flood_conversations, args.flood))
 
 
 async def _trickle(
@@ -309,7 +325,10 @@ class Sampler:
         import httpx
         from prometheus_client.parser import text_string_to_metric_families
 
-        wanted = {"turnflow_lookahead_records", "turnflow_lookahead_bytes"}
+        wanted = {"turnflow_lookahead_records", "turnflow_lookahead_bytes",
+                  "turnflow_lookahead_passed_over_records",
+                  "turnflow_lookahead_passed_over_age_seconds",
+                  "turnflow_lookahead_reread_records"}
         async with httpx.AsyncClient(timeout=2) as client:
             while True:
                 self.peak["rss_mb"] = max(self.peak["rss_mb"], self.rss_mb())
@@ -319,7 +338,8 @@ class Sampler:
                     text = ""
                 for family in text_string_to_metric_families(text):
                     if family.name in wanted:
-                        value = sum(s.value for s in family.samples)
+                        value = sum(s.value for s in family.samples
+                                    if not s.name.endswith("_created"))
                         self.peak[family.name] = max(self.peak[family.name], value)
                 await asyncio.sleep(0.2)
 
@@ -369,13 +389,15 @@ async def _flood_phase(
             producer, run, args.newcomer_every_ms / 1000, begin, stop, phase.newcomers,
         )))
     started = time.time()
-    phase.flood = await producer.send(_flood(run, args.flood_conversations, args.flood))
-    bound = 60 + args.flood * args.latency_ms / 1000 / args.max_in_flight * 4
+    phase.flood = await _send_flood(producer, run, args)
+    bound = 60 + len(phase.flood) * args.latency_ms / 1000 / args.max_in_flight * 4
     try:
         if with_trickle:
             # New customers of the flooding workspace write once every conversation of the
-            # flood had a turn: from then on, "nothing served yet" sets them apart.
-            await replies.until(set(phase.flood), within=bound, at_least=args.flood_conversations)
+            # flood had a turn: from then on, "nothing served yet" sets them apart. During a
+            # broadcast (one input per conversation) they write from its first reply on.
+            first = 1 if args.broadcast else args.flood_conversations
+            await replies.until(set(phase.flood), within=bound, at_least=first)
             begin.set()
         await replies.until(set(phase.flood), within=bound)
     finally:
@@ -436,9 +458,28 @@ async def run_once(servers: Servers, args: argparse.Namespace) -> int:
     })
     if servers.embedded_broker:
         env["KAFKA_FETCH_MAX_WAIT_MS"] = "10"
+    model = None
+    if args.model == "http":
+        from tests.fixtures.stand_in_model import StandInModel
+
+        model = StandInModel(free_port(), delay=args.latency_ms / 1000)
+        model.start()
+        env.pop(LATENCY_ENV, None)
+        env.update({"OPENAI_BASE_URL": model.base_url, "TURNFLOW_MODEL": "stand-in"})
     for item in args.env:
         name, _, value = item.partition("=")
         env[name] = value
+    try:
+        return await _run_consumer(env, servers, topics, port, args)
+    finally:
+        if model is not None:
+            model.kill()
+
+
+async def _run_consumer(
+    env: dict[str, str], servers: Servers, topics: dict[str, str], port: int,
+    args: argparse.Namespace,
+) -> int:
     consumer = _StandInConsumer(env)
     producer = Producer(servers.bootstrap, topics["INBOUND_TOPIC"])
     replies = Replies(servers.bootstrap, topics["MESSAGES_TOPIC"])
@@ -511,8 +552,10 @@ def _report(
     print()
     print(f"servers: {servers.where}; {os.cpu_count()} CPUs; model {args.latency_ms} ms a call; "
           f"MAX_IN_FLIGHT={args.max_in_flight}; {args.partitions} partitions; "
-          f"{args.workspaces} workspaces; flood {args.flood} messages over "
-          f"{args.flood_conversations} conversations; trickle {args.trickle_conversations} "
+          f"{args.workspaces} workspaces; "
+          + (f"broadcast of {args.broadcast} starts; " if args.broadcast else
+             f"flood {args.flood} messages over {args.flood_conversations} conversations; ")
+          + f"model {args.model}; trickle {args.trickle_conversations} "
           f"conversation(s) per other workspace, one message each every "
           f"{args.trickle_every_ms} ms; bursts {'merged' if args.merge_bursts else 'not merged'}"
           + (f"; env {' '.join(args.env)}" if args.env else ""))
@@ -551,6 +594,11 @@ def _report(
         print(f"look-ahead at its peak (sampled): {shown}; consumer RSS {rss_start:.0f} MB at "
               f"start, {rss_idle:.0f} MB warm, {sampler.peak['rss_mb']:.0f} MB at the flood's "
               f"peak")
+        print(f"passed over at its peak (sampled): "
+              f"{sampler.peak.get('turnflow_lookahead_passed_over_records', 0):.0f} records, the "
+              f"oldest {sampler.peak.get('turnflow_lookahead_passed_over_age_seconds', 0):.1f} s "
+              f"old; records read again: "
+              f"{sampler.peak.get('turnflow_lookahead_reread_records', 0):.0f}")
     problems = [p for phase in phases for p in _check(phase, producer, replies)]
     if consumer.troubles:
         told = ", ".join(f"{n} {what}" for what, n in sorted(consumer.troubles.items()))
@@ -567,6 +615,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workspaces", type=int, default=2,
                         help="workspaces in all: one floods, the others trickle")
     parser.add_argument("--flood", type=int, default=6000)
+    parser.add_argument("--broadcast", type=int, default=0, metavar="N",
+                        help="instead of the flood: the host's start of the agent's flow for N "
+                        "customers of ws-0 (one conversation each)")
+    parser.add_argument("--model", choices=("in-process", "http"), default="in-process",
+                        help="the stand-in model in the consumer process, or an OpenAI-compatible "
+                        "stand-in server over HTTP answering after --latency-ms")
     parser.add_argument("--flood-conversations", type=int, default=600)
     parser.add_argument("--trickle-conversations", type=int, default=2,
                         help="conversations of each trickling workspace")
