@@ -93,8 +93,9 @@ class Settings(BaseSettings):
         ge=1,
         description=(
             "Fetched records held unfinished (the look-ahead), shared by the owned partitions; a"
-            " partition at its share pauses alone (back-pressure). The turn slots go fairly"
-            " across workspaces only among the records read: see docs/production.md for sizing."
+            " partition at its share passes over the records of workspaces past their part of"
+            " it (`MAX_PASSED_OVER`) and pauses alone at twice its share (back-pressure). The"
+            " turn slots go fairly among the records held: see docs/production.md for sizing."
         ),
     )
     max_passed_over: int = Field(
