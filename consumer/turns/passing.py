@@ -14,9 +14,10 @@ parsed (``seen``). The rules:
 
 - a partition under its share admits everything (nothing changes for a consumer that keeps up);
 - at its share it admits a record only while the record's tenant (its workspace, as far as the
-  consumer knows it: ``Tenants``) holds less than an equal split of the share among the tenants
-  holding records on the partition: the flooding workspace is passed over, a quiet one is read
-  and answered at once;
+  consumer knows it: ``Tenants``; its host's inputs, and its customers' messages of
+  conversations with nothing held, count as tenants of their own) holds less than an equal
+  split of the share among the tenants holding records on the partition: the flooding
+  workspace is passed over, a quiet one, or a new customer, is read and answered at once;
 - at twice its share, or with ``max_records`` records passed over in all, nothing more is
   admitted or passed over: the partition pauses as before (memory stays bounded by settings);
 - a record of a conversation that has an earlier record passed over is passed over too, so a
@@ -294,13 +295,20 @@ class LookAhead(Generic[P]):
             return "skip" if admitted is None else "again"
         return "new"
 
-    def admit(self, partition: P, offset: int, parsed: Any, timestamp_ms: int) -> bool:
-        """After parsing a record read for the first time: False when it is passed over."""
+    def admit(
+        self, partition: P, offset: int, parsed: Any, timestamp_ms: int, *, active: bool = True
+    ) -> bool:
+        """After parsing a record read for the first time: False when it is passed over.
+        ``active``: its conversation has inputs held already."""
         # A workspace's host inputs (a broadcast of starts) and its customers' messages count
         # apart, as their lanes in the fair queue do: a broadcast never hides a new customer.
+        # So do the first messages of conversations with nothing held: a customer writing
+        # during a flood of the workspace's other conversations is read, not passed over.
         tenant = self.tenants.of(parsed.session_id, parsed.agent_id)
         if lane_of(parsed) != "customer":
             tenant += "/host"
+        elif not active:
+            tenant += "/new"
         return self.passing.admit(
             partition, offset, parsed.session_id, tenant, timestamp_ms, **self._room(partition)
         )

@@ -510,7 +510,8 @@ class ConsumerService:
             source=f"{tp.topic}:{tp.partition}:{record.offset}",
         )
         if not isinstance(parsed, Rejected) and look == "new" and not self._lookahead.admit(
-            tp, record.offset, parsed, record.timestamp
+            tp, record.offset, parsed, record.timestamp,
+            active=self._queues.is_active(parsed.session_id),
         ):
             return  # passed over: read again once the partition has room
         self._marks.track(tp, record.offset, size, again=look == "again")

@@ -179,22 +179,23 @@ def flood_and_quiet(one: OneConsumer, loud: list[str], per: int, quiet: list[str
                     "agent_id": "agent-flood"}
             one.consumer.append(PART, session_id.encode(), json.dumps(body).encode())
     for session_id in quiet:
-        body = {"session_id": session_id, "message": "t0", "id": "m0", "agent_id": "agent-quiet"}
+        agent = f"agent-{session_id.split('-')[0]}"
+        body = {"session_id": session_id, "message": "t0", "id": "m0", "agent_id": agent}
         one.consumer.append(PART, session_id.encode(), json.dumps(body).encode())
 
 
 async def test_a_quiet_customer_behind_a_flood_ten_times_the_look_ahead_is_answered_at_once(
     one: OneConsumer,
 ) -> None:
-    """2,000 inputs of one workspace, then one input each of four quiet customers of another,
-    on one partition with a look-ahead of 200 records: the quiet ones are read past the flood
-    and answered while most of the flood still waits; the flood is read again as room frees,
+    """2,000 inputs of one workspace, then one input each of three quiet customers of another
+    and of a new customer of the flooding workspace, on one partition with a look-ahead of 200
+    records: the four are read past the flood and answered while most of the flood still waits; the flood is read again as room frees,
     every input is answered once and in order, the partition is committed to its end, and
     the records held never exceed twice the look-ahead."""
     one.start(WorkspaceAgent(turn_s=0.005), max_in_flight=4, max_buffered_records=200,
               max_passed_over=5000)
     loud = [f"flood-{i}" for i in range(100)]
-    quiet = [f"quiet-{i}" for i in range(4)]
+    quiet = [f"quiet-{i}" for i in range(3)] + ["flood-new"]  # and a new customer of the flood's
     flood_and_quiet(one, loud, 20, quiet)
     peak = 0
     assert one.service is not None
