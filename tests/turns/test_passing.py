@@ -189,9 +189,10 @@ async def test_a_quiet_customer_behind_a_flood_ten_times_the_look_ahead_is_answe
 ) -> None:
     """2,000 inputs of one workspace, then one input each of three quiet customers of another
     and of a new customer of the flooding workspace, on one partition with a look-ahead of 200
-    records: the four are read past the flood and answered while most of the flood still waits; the flood is read again as room frees,
-    every input is answered once and in order, the partition is committed to its end, and
-    the records held never exceed twice the look-ahead."""
+    records: the four are read past the flood and answered while most of the flood still
+    waits; the flood is read again as room frees, every input is answered once and in order,
+    the partition is committed to its end, and the records held never exceed twice the
+    look-ahead."""
     one.start(WorkspaceAgent(turn_s=0.005), max_in_flight=4, max_buffered_records=200,
               max_passed_over=5000)
     loud = [f"flood-{i}" for i in range(100)]
