@@ -11,7 +11,9 @@ weighted fair queue across workspaces picks (``consumer.turns.fairness``: plans'
 a plan's per-minute budget, the model provider's shared back-off). Back-pressure is per partition
 (``Backpressure``): only a partition whose unfinished records reach its share of
 ``max_buffered_records`` (or of ``max_buffered_bytes``) stops being fetched, so one hot
-conversation never makes the quiet ones on other partitions wait.
+conversation never makes the quiet ones on other partitions wait; before that, a full
+partition passes over the records of workspaces past their part of its share and reads them
+again later (``consumer.turns.passing``), so a flood never hides what follows it.
 
 Bursts. When a session's worker takes a message and more messages of that session already wait
 behind it (``MERGE_BURSTS``, optionally after ``BURST_WINDOW_MS`` of quiet), it takes them too
