@@ -316,6 +316,12 @@ class LookAhead(Generic[P]):
     def done(self, partition: P, offset: int) -> None:
         self.passing.done(partition, offset)
 
+    def guess(self, parsed: Any) -> tuple[str, str, str]:
+        """An input's workspace as far as known before its load (``Tenants``), its conversation
+        and its lane: where it waits for its load in the fair queue."""
+        return (self.tenants.of(parsed.session_id, parsed.agent_id), parsed.session_id,
+                lane_of(parsed))
+
     def pressure(self, partition: P) -> int:
         """The count back-pressure pauses on: a partition that can pass records over keeps
         being read up to twice its share (the quiet records behind a flood come in); one that

@@ -135,18 +135,33 @@ class _Slot:
     def __init__(self, slots: FairSlots) -> None:
         self._slots = slots
         self._held: str | None = None
+        self._loading: tuple[FairSlots, str] | None = None
+
+    async def load(self, loads: FairSlots, tenant: str, conversation: str, lane: str) -> None:
+        """Wait for a turn to load: loads go by the fair queue too, so one workspace's thousands
+        of new conversations do not queue on the database pool ahead of another's one."""
+        await loads.take(tenant, conversation=conversation, lane=lane)
+        self._loading = (loads, tenant)
+
+    def loaded(self) -> None:
+        """The load is over (the turn waits for its slot, or the attempt ended)."""
+        if self._loading is not None:
+            (loads, tenant), self._loading = self._loading, None
+            loads.give_back(tenant)
 
     async def take(
         self, tenant: str, *, weight: float, cap: int | None, conversation: str, lane: str
     ) -> None:
         """Wait for a slot as a turn of ``conversation`` in workspace ``tenant``
         (``consumer.turns.fairness``: lanes take turns, the least served conversation first)."""
+        self.loaded()
         await self._slots.take(tenant, weight=weight, cap=cap, conversation=conversation,
                                lane=lane)
         self._held = tenant
         metrics.IN_FLIGHT.inc()
 
     def give_back(self) -> None:
+        self.loaded()
         if self._held is not None:
             tenant, self._held = self._held, None
             metrics.IN_FLIGHT.dec()
@@ -238,6 +253,7 @@ class ConsumerService:
         self._marks: OffsetWatermarks[TopicPartition] = OffsetWatermarks()
         self._queues: SessionQueues[TopicPartition, _Input] = SessionQueues()
         self._slots = FairSlots(settings.max_in_flight)
+        self._loads = FairSlots(min(settings.max_in_flight, 20))  # as many as pooled connections
         self._plan_weights = settings.plan_weight_map()
         self._plan_caps = settings.plan_cap_map()
         self._plan_per_minute = settings.plan_per_minute_map()
@@ -620,6 +636,10 @@ class ConsumerService:
                 return
             error: BaseException | None = None
             slot = _Slot(self._slots)
+            await slot.load(self._loads, *self._lookahead.guess(work.parsed))
+            if not self._owns(tp, item.epoch):
+                slot.give_back()
+                return
             self._busy[tp] += 1  # work on ``tp`` for a revoke to wait for, as ``_busy_on``
             try:
                 try:
@@ -863,6 +883,7 @@ class ConsumerService:
         workspace's (``""`` without one), weighted and capped by the workspace's plan. A wait
         of a millisecond or more is kept on ``work`` (``queued``), for ``turnflow inspect`` to
         show with the turn."""
+        slot.loaded()  # loaded: a plan's budget or the back-off must not hold up others' loads
         tenant = route.workspace or ""
         self._lookahead.tenants.learn(work.parsed.session_id, work.parsed.agent_id, route.workspace)
         plan = route.plan or "default"
