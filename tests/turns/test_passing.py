@@ -4,10 +4,12 @@ larger than its look-ahead, with nothing lost, doubled or reordered."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -17,6 +19,7 @@ from consumer import metrics
 from consumer.turns.backpressure import Backpressure
 from consumer.turns.partitions import OffsetWatermarks
 from consumer.turns.passing import LookAhead, PassOver, Tenants
+from tests.consumer.fakes import FakeStore
 from tests.turns.test_backpressure import until
 from tests.turns.test_fairness import PART, OneConsumer, WorkspaceAgent
 
@@ -251,3 +254,46 @@ def test_records_are_passed_over_without_being_parsed_again() -> None:
     look.observe()
     assert look.passing.reread == 0 and metrics.REREAD_RECORDS._value.get() == before + 1
     assert metrics.PASSED_OVER_RECORDS._value.get() == 1
+
+
+class PooledStore(FakeStore):
+    """A store behind a pool of one connection, taken in arrival order (as a database pool
+    hands them out), each load 2 ms: notes the order conversations were loaded in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaded: list[str] = []
+        self._pool = asyncio.Semaphore(1)
+
+    async def load(self, session_id: str, **options: Any) -> Any:
+        async with self._pool:
+            await asyncio.sleep(0.002)
+            self.loaded.append(session_id)
+            return await super().load(session_id, **options)
+
+
+async def test_a_quiet_customers_load_does_not_queue_behind_a_broadcasts_loads(
+    one: OneConsumer,
+) -> None:
+    """Three hundred new conversations of one workspace (a broadcast's worth) are read at once
+    and every one of them needs a load before its turn; a quiet workspace's customer written
+    right after is loaded within a few loads of its record being read, not after the
+    broadcast's (its loads wait for a permit in the fair queue, not on the pool in arrival
+    order). Everything is answered once."""
+    one.store = PooledStore()
+    one.start(WorkspaceAgent(turn_s=0.001), max_in_flight=2)
+    loud = [f"flood-{i}" for i in range(300)]
+    flood_and_quiet(one, loud, 1, [])
+    store = one.store
+    assert isinstance(store, PooledStore)
+    async with one.running():
+        await until(lambda: len(store.loaded) >= 5, "the broadcast is loading")
+        flood_and_quiet(one, [], 0, ["quiet-0"])
+        assert one.service is not None
+        queues = one.service._queues
+        await until(lambda: queues.is_active("quiet-0"), "the quiet record is read")
+        read_at = len(store.loaded)
+        await until(lambda: one.committed() == 301, "every input is committed", within=30)
+    assert store.loaded.index("quiet-0") - read_at <= 6, (read_at, store.loaded.index("quiet-0"))
+    one.check(loud, 1)
+    one.check(["quiet-0"], 1)
