@@ -16,8 +16,14 @@ each with fresh conversations:
 3. flood and trickle together: the trickle's latency while the flood is being answered, and
    the flood's throughput.
 
+Beside the trickle, new customers of the flooding workspace itself (a fresh conversation of
+``ws-0`` with one message every ``--newcomer-every-ms``) write alone in phase 1 and, in phase 3,
+once every conversation of the flood had a turn: their latency against alone says whether a
+customer with nothing served yet waits for a turn of every conversation of the flood.
+
 The figures are ratios of the same run: trickle p50/p99 during the flood against alone, and
-the flood's throughput together against alone. Targets: p99 during <= 2 x p99 alone + 1 s;
+the flood's throughput together against alone. Targets: p99 during <= 2 x p99 alone + 1 s
+(the trickle's, and the new customers' of the flooding workspace);
 throughput >= 0.9 x alone. Checks on every phase (the fault ledger's): every input answered
 (nothing lost), no input answered twice, and each conversation's replies in the order its
 inputs were sent (nothing reordered). The look-ahead's cost is the consumer's own figures
@@ -91,6 +97,10 @@ def consume_with_stand_in() -> int:
     ``BENCH_MODEL_LATENCY_MS``): the benchmark's consumer process."""
     import engine.providers
 
+    if os.environ.get("OPENAI_BASE_URL"):  # --model http: the real provider, over HTTP
+        from consumer.cli import main as consume
+
+        return consume(["consume"])
     latency_s = float(os.environ.get(LATENCY_ENV, "0")) / 1000
     provider = LatencyProvider(latency_s)
     engine.providers.provider_from_env = lambda *a, **k: provider  # type: ignore[assignment]
@@ -137,9 +147,11 @@ class Replies:
     def answered(self, input_id: str) -> bool:
         return bool(self.stamps.get(input_id))
 
-    async def until(self, ids: set[str], within: float) -> None:
+    async def until(self, ids: set[str], within: float, at_least: int | None = None) -> None:
+        """Wait until every one of ``ids`` is answered (or ``at_least`` of them)."""
         deadline = time.monotonic() + within
-        while not all(self.answered(i) for i in ids):
+        wanted = len(ids) if at_least is None else min(at_least, len(ids))
+        while sum(1 for i in ids if self.answered(i)) < wanted:
             if time.monotonic() > deadline:
                 missing = sum(1 for i in ids if not self.answered(i))
                 raise TimeoutError(f"{missing} of {len(ids)} inputs unanswered after {within}s")
@@ -171,14 +183,19 @@ class Producer:
     async def stop(self) -> None:
         await self._producer.stop()
 
-    async def send(self, messages: list[tuple[str, str]]) -> list[str]:
-        """Send ``(session, agent_id)`` messages in order, await their acks; their ids."""
+    async def send(self, messages: list[tuple[str, str]], kind: str = "message") -> list[str]:
+        """Send ``(session, agent_id)`` inputs in order (customers' messages, or the host's
+        ``start`` of the agent's flow), await their acks; their ids."""
         pending = []
         for session, agent_id in messages:
             self._count += 1
             input_id = f"in.{self._count}.{uuid.uuid4().hex[:6]}"
-            value = {"session_id": session, "message": f"mensagem {self._count}",
-                     "id": input_id, "agent_id": agent_id}
+            value: dict[str, Any] = {"session_id": session, "agent_id": agent_id}
+            if kind == "start":
+                value["start"] = {"flow": "talk", "key": input_id}
+                input_id = f"start:{input_id}"  # the id its reply names
+            else:
+                value.update(message=f"mensagem {self._count}", id=input_id)
             self.sent_order[session].append(input_id)
             future = await self._producer.send(
                 self._topic, json.dumps(value).encode(), key=session.encode()
@@ -190,8 +207,15 @@ class Producer:
 
 
 def _flood(run: str, conversations: int, messages: int) -> list[tuple[str, str]]:
-    """The flood's messages, round robin over its conversations."""
+    """The flood's messages, round robin over its conversations (a broadcast: one each)."""
     return [(f"flood-{run}-{i % conversations}", "agent-ws-0") for i in range(messages)]
+
+
+async def _send_flood(producer: Producer, run: str, args: argparse.Namespace) -> list[str]:
+    """The flood, or with ``--broadcast`` the host's ``start`` to that many customers."""
+    if args.broadcast:
+        return await producer.send(_flood(run, args.broadcast, args.broadcast), kind="start")
+    return await producer.send(_flood(run, args.flood_conversations, args.flood))
 
 
 async def _trickle(
@@ -213,6 +237,28 @@ async def _trickle(
             return
 
 
+async def _newcomers(
+    producer: Producer, run: str, every_s: float, begin: asyncio.Event, stop: asyncio.Event,
+    sent: list[str],
+) -> None:
+    """New customers of the flooding workspace: from ``begin`` until ``stop``, a fresh
+    conversation of ``ws-0`` sends one message every ``every_s`` (a customer with nothing
+    served yet, in the workspace that floods)."""
+    stopped = asyncio.ensure_future(stop.wait())
+    began = asyncio.ensure_future(begin.wait())
+    await asyncio.wait({stopped, began}, return_when=asyncio.FIRST_COMPLETED)
+    began.cancel()
+    n = 0
+    while not stop.is_set():
+        sent.extend(await producer.send([(f"new-{run}-{n}", "agent-ws-0")]))
+        n += 1
+        try:
+            await asyncio.wait_for(asyncio.shield(stopped), timeout=every_s)
+        except TimeoutError:
+            continue
+    stopped.cancel()
+
+
 # -- checks and figures -----------------------------------------------------------------------
 
 
@@ -221,10 +267,14 @@ class Phase:
     name: str
     trickle: list[str] = field(default_factory=list)
     flood: list[str] = field(default_factory=list)
+    newcomers: list[str] = field(default_factory=list)
     flood_s: float | None = None
 
     def latencies(self, producer: Producer, replies: Replies) -> list[float]:
         return [replies.stamps[i][0] - producer.sent_ms[i] for i in self.trickle]
+
+    def newcomer_latencies(self, producer: Producer, replies: Replies) -> list[float]:
+        return [replies.stamps[i][0] - producer.sent_ms[i] for i in self.newcomers]
 
     def flood_rate(self) -> float | None:
         if not self.flood or self.flood_s is None:
@@ -235,7 +285,7 @@ class Phase:
 def _check(phase: Phase, producer: Producer, replies: Replies) -> list[str]:
     """The ledger's checks for a phase's inputs: answered, once, in order per conversation."""
     problems: list[str] = []
-    ids = set(phase.trickle) | set(phase.flood)
+    ids = set(phase.trickle) | set(phase.flood) | set(phase.newcomers)
     lost = [i for i in ids if not replies.answered(i)]
     twice = [i for i in ids if len(replies.stamps.get(i, ())) > 1]
     sessions = {s for s, sent in producer.sent_order.items() if ids & set(sent)}
@@ -275,7 +325,10 @@ class Sampler:
         import httpx
         from prometheus_client.parser import text_string_to_metric_families
 
-        wanted = {"turnflow_lookahead_records", "turnflow_lookahead_bytes"}
+        wanted = {"turnflow_lookahead_records", "turnflow_lookahead_bytes",
+                  "turnflow_lookahead_passed_over_records",
+                  "turnflow_lookahead_passed_over_age_seconds",
+                  "turnflow_lookahead_reread_records"}
         async with httpx.AsyncClient(timeout=2) as client:
             while True:
                 self.peak["rss_mb"] = max(self.peak["rss_mb"], self.rss_mb())
@@ -285,7 +338,8 @@ class Sampler:
                     text = ""
                 for family in text_string_to_metric_families(text):
                     if family.name in wanted:
-                        value = sum(s.value for s in family.samples)
+                        value = sum(s.value for s in family.samples
+                                    if not s.name.endswith("_created"))
                         self.peak[family.name] = max(self.peak[family.name], value)
                 await asyncio.sleep(0.2)
 
@@ -324,24 +378,35 @@ async def _flood_phase(
     with_trickle: bool,
 ) -> Phase:
     phase = Phase(name)
-    stop = asyncio.Event()
-    trickle_task = None
+    stop, begin = asyncio.Event(), asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
     if with_trickle:
-        trickle_task = asyncio.create_task(_trickle(
+        tasks.append(asyncio.create_task(_trickle(
             producer, run, args.workspaces, args.trickle_conversations,
             args.trickle_every_ms / 1000, stop, phase.trickle,
-        ))
+        )))
+        tasks.append(asyncio.create_task(_newcomers(
+            producer, run, args.newcomer_every_ms / 1000, begin, stop, phase.newcomers,
+        )))
     started = time.time()
-    phase.flood = await producer.send(_flood(run, args.flood_conversations, args.flood))
-    bound = 60 + args.flood * args.latency_ms / 1000 / args.max_in_flight * 4
+    phase.flood = await _send_flood(producer, run, args)
+    # Generous: a shared host may run several times slower than the slots allow.
+    bound = 60 + len(phase.flood) * args.latency_ms / 1000 / args.max_in_flight * 20
     try:
+        if with_trickle:
+            # New customers of the flooding workspace write once every conversation of the
+            # flood had a turn: from then on, "nothing served yet" sets them apart. During a
+            # broadcast (one input per conversation) they write from its first reply on.
+            first = 1 if args.broadcast else args.flood_conversations
+            await replies.until(set(phase.flood), within=bound, at_least=first)
+            begin.set()
         await replies.until(set(phase.flood), within=bound)
     finally:
         stop.set()
-        if trickle_task is not None:
-            await trickle_task
+        begin.set()
+        await asyncio.gather(*tasks)
     phase.flood_s = max(replies.stamps[i][0] for i in phase.flood) / 1000 - started
-    await replies.until(set(phase.trickle), within=60)
+    await replies.until(set(phase.trickle) | set(phase.newcomers), within=60)
     return phase
 
 
@@ -349,15 +414,21 @@ async def _trickle_phase(
     producer: Producer, replies: Replies, args: argparse.Namespace, run: str
 ) -> Phase:
     phase = Phase("trickle alone")
-    stop = asyncio.Event()
-    task = asyncio.create_task(_trickle(
-        producer, run, args.workspaces, args.trickle_conversations,
-        args.trickle_every_ms / 1000, stop, phase.trickle,
-    ))
+    stop, begin = asyncio.Event(), asyncio.Event()
+    begin.set()
+    tasks = [
+        asyncio.create_task(_trickle(
+            producer, run, args.workspaces, args.trickle_conversations,
+            args.trickle_every_ms / 1000, stop, phase.trickle,
+        )),
+        asyncio.create_task(_newcomers(
+            producer, run, args.newcomer_every_ms / 1000, begin, stop, phase.newcomers,
+        )),
+    ]
     await asyncio.sleep(args.trickle_seconds)
     stop.set()
-    await task
-    await replies.until(set(phase.trickle), within=60)
+    await asyncio.gather(*tasks)
+    await replies.until(set(phase.trickle) | set(phase.newcomers), within=60)
     return phase
 
 
@@ -388,9 +459,28 @@ async def run_once(servers: Servers, args: argparse.Namespace) -> int:
     })
     if servers.embedded_broker:
         env["KAFKA_FETCH_MAX_WAIT_MS"] = "10"
+    model = None
+    if args.model == "http":
+        from tests.fixtures.stand_in_model import StandInModel
+
+        model = StandInModel(free_port(), delay=args.latency_ms / 1000)
+        model.start()
+        env.pop(LATENCY_ENV, None)
+        env.update({"OPENAI_BASE_URL": model.base_url, "TURNFLOW_MODEL": "stand-in"})
     for item in args.env:
         name, _, value = item.partition("=")
         env[name] = value
+    try:
+        return await _run_consumer(env, servers, topics, port, args)
+    finally:
+        if model is not None:
+            model.kill()
+
+
+async def _run_consumer(
+    env: dict[str, str], servers: Servers, topics: dict[str, str], port: int,
+    args: argparse.Namespace,
+) -> int:
     consumer = _StandInConsumer(env)
     producer = Producer(servers.bootstrap, topics["INBOUND_TOPIC"])
     replies = Replies(servers.bootstrap, topics["MESSAGES_TOPIC"])
@@ -463,8 +553,10 @@ def _report(
     print()
     print(f"servers: {servers.where}; {os.cpu_count()} CPUs; model {args.latency_ms} ms a call; "
           f"MAX_IN_FLIGHT={args.max_in_flight}; {args.partitions} partitions; "
-          f"{args.workspaces} workspaces; flood {args.flood} messages over "
-          f"{args.flood_conversations} conversations; trickle {args.trickle_conversations} "
+          f"{args.workspaces} workspaces; "
+          + (f"broadcast of {args.broadcast} starts; " if args.broadcast else
+             f"flood {args.flood} messages over {args.flood_conversations} conversations; ")
+          + f"model {args.model}; trickle {args.trickle_conversations} "
           f"conversation(s) per other workspace, one message each every "
           f"{args.trickle_every_ms} ms; bursts {'merged' if args.merge_bursts else 'not merged'}"
           + (f"; env {' '.join(args.env)}" if args.env else ""))
@@ -482,6 +574,16 @@ def _report(
     bound = 2 * p99a + 1000
     print(f"trickle p99 during the flood: {p99d:.0f} ms; target <= 2 x p99 alone + 1 s = "
           f"{bound:.0f} ms: {'met' if p99d <= bound else 'NOT met'} ({p99d / p99a:.2f}x alone)")
+    new_alone = alone.newcomer_latencies(producer, replies)
+    new_during = together.newcomer_latencies(producer, replies)
+    if new_alone and new_during:
+        n50a, n99a = _ms(new_alone, 0.5), _ms(new_alone, 0.99)
+        n50d, n99d = _ms(new_during, 0.5), _ms(new_during, 0.99)
+        new_bound = 2 * n99a + 1000
+        print(f"new customers of the flooding workspace ({len(new_during)} during, "
+              f"{len(new_alone)} alone): p50 {n50d:.0f} / {n50a:.0f} ms ({n50d / n50a:.2f}x); "
+              f"p99 {n99d:.0f} ms, max {max(new_during):.0f} ms; target <= 2 x p99 alone + 1 s "
+              f"= {new_bound:.0f} ms: {'met' if n99d <= new_bound else 'NOT met'}")
     print(f"flood throughput with the trickle / alone: {rate_together / rate_alone:.2f}x "
           f"(target >= 0.90: {'met' if rate_together >= 0.9 * rate_alone else 'NOT met'})")
     if sampler is not None:
@@ -493,6 +595,11 @@ def _report(
         print(f"look-ahead at its peak (sampled): {shown}; consumer RSS {rss_start:.0f} MB at "
               f"start, {rss_idle:.0f} MB warm, {sampler.peak['rss_mb']:.0f} MB at the flood's "
               f"peak")
+        print(f"passed over at its peak (sampled): "
+              f"{sampler.peak.get('turnflow_lookahead_passed_over_records', 0):.0f} records, the "
+              f"oldest {sampler.peak.get('turnflow_lookahead_passed_over_age_seconds', 0):.1f} s "
+              f"old; records read again: "
+              f"{sampler.peak.get('turnflow_lookahead_reread_records', 0):.0f}")
     problems = [p for phase in phases for p in _check(phase, producer, replies)]
     if consumer.troubles:
         told = ", ".join(f"{n} {what}" for what, n in sorted(consumer.troubles.items()))
@@ -509,12 +616,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workspaces", type=int, default=2,
                         help="workspaces in all: one floods, the others trickle")
     parser.add_argument("--flood", type=int, default=6000)
+    parser.add_argument("--broadcast", type=int, default=0, metavar="N",
+                        help="instead of the flood: the host's start of the agent's flow for N "
+                        "customers of ws-0 (one conversation each)")
+    parser.add_argument("--model", choices=("in-process", "http"), default="in-process",
+                        help="the stand-in model in the consumer process, or an OpenAI-compatible "
+                        "stand-in server over HTTP answering after --latency-ms")
     parser.add_argument("--flood-conversations", type=int, default=600)
     parser.add_argument("--trickle-conversations", type=int, default=2,
                         help="conversations of each trickling workspace")
     parser.add_argument("--trickle-every-ms", type=int, default=1000)
     parser.add_argument("--trickle-seconds", type=float, default=8.0,
                         help="length of the trickle-alone phase")
+    parser.add_argument("--newcomer-every-ms", type=int, default=500,
+                        help="a new customer of the flooding workspace this often (alone, and "
+                        "during the flood once each of its conversations had a turn)")
     parser.add_argument("--partitions", type=int, default=12)
     parser.add_argument("--max-in-flight", type=int, default=64)
     parser.add_argument("--merge-bursts", action="store_true",

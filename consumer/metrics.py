@@ -211,6 +211,23 @@ LOOKAHEAD_BYTES = Gauge(
     "MAX_BUFFERED_BYTES.",
     registry=REGISTRY,
 )
+PASSED_OVER_RECORDS = Gauge(
+    "turnflow_lookahead_passed_over_records",
+    "Records of full partitions passed over (not held, read again once there is room), "
+    "bounded by MAX_PASSED_OVER; the partitions' commits wait at the lowest of them.",
+    registry=REGISTRY,
+)
+PASSED_OVER_AGE = Gauge(
+    "turnflow_lookahead_passed_over_age_seconds",
+    "Age (by its record's timestamp) of the oldest record passed over, 0 with none.",
+    registry=REGISTRY,
+)
+REREAD_RECORDS = Counter(
+    "turnflow_lookahead_reread_records_total",
+    "Records read again while reading what was passed over that had been held before: the "
+    "broker reads passing over costs.",
+    registry=REGISTRY,
+)
 TURNS_WAITING = Gauge(
     "turnflow_turns_waiting_for_slot",
     "Loaded turns waiting for a turn slot, by their workspace's plan (plans named in "
@@ -319,7 +336,8 @@ _CONSUMER = (
     MODEL_CALL_DURATION, MODEL_TOKENS, MODEL_ERRORS, VERSION_CONFLICTS, DLQ, REPLAYS_SKIPPED,
     INPUT_RETRIES, IN_FLIGHT, CONSUMER_LAG, PAUSED_PARTITIONS, INPUT_TO_OUTBOUND,
     MODEL_WAITING, MODEL_FALLBACKS, INPUTS_OFF_PARTITION, HISTORY_LOADS, HISTORY_WINDOWS,
-    LOOKAHEAD_RECORDS, LOOKAHEAD_BYTES, TURNS_WAITING, SLOT_WAIT, PLAN_CAP_WAITS,
+    LOOKAHEAD_RECORDS, LOOKAHEAD_BYTES, PASSED_OVER_RECORDS, PASSED_OVER_AGE, REREAD_RECORDS,
+    TURNS_WAITING, SLOT_WAIT, PLAN_CAP_WAITS,
     PLAN_MINUTE_WAITS, MODEL_BACKOFF_ACTIVE, MODEL_BACKOFFS,
     AGENT_VERSION_ROUTES, AGENT_VERSION_OUTCOMES, AGENT_VERSION_CREDITS,
 )

@@ -98,9 +98,18 @@ class Settings(BaseSettings):
         ge=1,
         description=(
             "Fetched records held unfinished (the look-ahead), shared by the owned partitions; a"
-            " partition at its share pauses alone (back-pressure). The turn slots go fairly"
-            " across workspaces only among the records read: see docs/production.md for sizing."
+            " partition at its share passes over the records of workspaces past their part of"
+            " it (`MAX_PASSED_OVER`) and pauses alone at twice its share (back-pressure). The"
+            " turn slots go fairly among the records held: see docs/production.md for sizing."
         ),
+    )
+    max_passed_over: int = Field(
+        200_000,
+        ge=0,
+        description="Records a consumer may pass over at most: a partition at its share of "
+        "the look-ahead keeps being read, holding the records of workspaces under their part "
+        "of it and passing over the others' (read again once there is room), so a flood never "
+        "hides what follows it; 0 pauses a full partition instead. About 250 bytes each.",
     )
     max_buffered_bytes: int = Field(
         64 << 20,

@@ -12,8 +12,8 @@ replies and timers out after the save.
 - ``parser``: a record into a turn input or a dead-letter reason;
 - ``decisions``: what a failed turn becomes (retry, dead letter, abandon);
 - ``partitions``: per-conversation queues and each partition's commit watermark;
-- ``fairness``, ``backpressure``, ``model_backoff``: which turn runs next, and when the loop reads
-  less or waits;
+- ``fairness``, ``backpressure``, ``passing``, ``model_backoff``: which turn runs next, which
+  records the loop holds, passes over (to read again) or stops reading, and when it waits;
 - ``placement``, ``refused_words``, ``knowledge``, ``model_calls``, ``crash``: the smaller duties
   of the loop (records on the wrong partition, refused words, the knowledge index, model-call
   metrics and spans, the fault tests' crash points);

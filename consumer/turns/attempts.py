@@ -113,6 +113,10 @@ class TurnAttempts:
                 return
             error: BaseException | None = None
             slot = slots.slot()
+            await slots.load(slot, work)  # a load permit, before it counts as work on ``tp``
+            if not owns(tp, item.epoch):
+                slot.give_back()
+                return
             busy[tp] += 1  # work on ``tp`` for a revoke to wait for, as ``busy_on``
             try:
                 try:

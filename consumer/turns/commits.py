@@ -28,6 +28,7 @@ from consumer import metrics
 from consumer.turns import crash
 from consumer.turns.ownership import Ownership
 from consumer.turns.partitions import OffsetWatermarks
+from consumer.turns.passing import LookAhead
 from consumer.turns.runtime import Runtime
 
 __all__ = ["Commits", "bounded"]
@@ -48,10 +49,18 @@ class Commits:
     """The done offsets of the owned partitions, what was committed of them, and where each
     partition's fetching started (the lag's base until its first commit)."""
 
-    def __init__(self, runtime: Runtime, ownership: Ownership) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        ownership: Ownership,
+        marks: OffsetWatermarks[TopicPartition],
+        lookahead: LookAhead[TopicPartition],
+    ) -> None:
         self._runtime = runtime
         self._ownership = ownership
-        self.marks: OffsetWatermarks[TopicPartition] = OffsetWatermarks()
+        self.marks = marks
+        # Records passed over are not done: no commit (or position) moves past them.
+        self._lookahead = lookahead
         self.committed: dict[TopicPartition, int] = {}
         self.starts: dict[TopicPartition, int] = {}
 
@@ -60,6 +69,7 @@ class Commits:
         fetched under is still current."""
         if self._ownership.owns(tp, epoch):
             self.marks.done(tp, offset)
+            self._lookahead.done(tp, offset)
 
     def assigned(self, tp: TopicPartition) -> None:
         """A new assignment of ``tp`` starts with no done offsets and nothing committed."""
@@ -96,7 +106,7 @@ class Commits:
             return
         offsets: dict[TopicPartition, int] = {}
         for tp in partitions:
-            mark = self.marks.committable(tp)
+            mark = self._lookahead.committable(tp)
             if mark is not None and mark > self.committed.get(tp, -1):
                 offsets[tp] = mark
         if not offsets:
@@ -131,7 +141,7 @@ class Commits:
         positions = runtime.positions
         if positions is None:
             return
-        positions.note({tp: self.marks.committable(tp) for tp in partitions})
+        positions.note({tp: self._lookahead.committable(tp) for tp in partitions})
         if positions.database_changed and not runtime.restart_wanted:
             log.error("the database failed over to a new timeline; restarting to continue "
                       "from the positions it holds")

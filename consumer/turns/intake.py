@@ -6,7 +6,9 @@ committed (``commits``) and the lag observed.
 
 Look-ahead. Back-pressure is per partition (``Backpressure``): only a partition whose unfinished
 records reach its share of ``max_buffered_records`` (or of ``max_buffered_bytes``) stops being
-fetched, so one hot conversation never makes the quiet ones on other partitions wait.
+fetched, so one hot conversation never makes the quiet ones on other partitions wait; before
+that, a full partition passes over the records of workspaces past their part of its share and
+reads them again later (``consumer.turns.passing``), so a flood never hides what follows it.
 
 A fetch error (a corrupt or oversized batch, a topic not readable, a broker gone) is logged at
 ERROR and fetching goes on after a growing delay, so one bad partition neither stops the others
@@ -28,6 +30,7 @@ from consumer.turns.dead_lettering import DeadLettering
 from consumer.turns.ownership import Ownership
 from consumer.turns.parser import Rejected, parse_record
 from consumer.turns.partitions import QueuedInput
+from consumer.turns.passing import LookAhead
 from consumer.turns.pipeline import TurnWork
 from consumer.turns.placement import PlacementCheck
 from consumer.turns.runtime import Runtime
@@ -53,6 +56,8 @@ class Intake:
         workers: SessionWorkers,
         dead_lettering: DeadLettering,
         side_tasks: SideTasks,
+        backpressure: Backpressure[TopicPartition],
+        lookahead: LookAhead[TopicPartition],
     ) -> None:
         self._runtime = runtime
         self._ownership = ownership
@@ -60,9 +65,9 @@ class Intake:
         self._workers = workers
         self._dead_lettering = dead_lettering
         self._side_tasks = side_tasks
-        self.backpressure: Backpressure[TopicPartition] = Backpressure(
-            runtime.settings.max_buffered_records, runtime.settings.max_buffered_bytes
-        )
+        self.backpressure = backpressure
+        # Records past a full partition's share: passed over, read again (consumer.turns.passing).
+        self.lookahead = lookahead
         self._placement = PlacementCheck()
 
     async def fetch_loop(self) -> None:
@@ -74,6 +79,7 @@ class Intake:
         failures = 0
         while not runtime.stopping.is_set():
             self._apply_backpressure(consumer)
+            self.lookahead.rewind(consumer, epochs)  # read what was passed over again
             try:
                 batches = await consumer.getmany(
                     timeout_ms=_FETCH_TIMEOUT_MS,
@@ -109,12 +115,14 @@ class Intake:
     def _apply_backpressure(self, consumer: AIOKafkaConsumer) -> None:
         """Pause the partitions that are behind, resume those that caught up; the others are
         not touched, so their conversations keep their normal latency."""
-        marks = self._commits.marks
+        marks, epochs = self._commits.marks, self._ownership.epochs
+        self.lookahead.owned(len(epochs))
         moves = self.backpressure.update(
-            set(self._ownership.epochs), marks.pending_count, marks.pending_bytes
+            set(epochs), self.lookahead.pressure, marks.pending_bytes
         )
         metrics.LOOKAHEAD_RECORDS.set(marks.pending_count())
         metrics.LOOKAHEAD_BYTES.set(marks.pending_bytes())
+        self.lookahead.observe()
         if moves.pause:
             consumer.pause(*moves.pause)
             log.info(
@@ -131,9 +139,12 @@ class Intake:
 
     def accept(self, tp: TopicPartition, record: ConsumerRecord[bytes, bytes], epoch: int) -> None:
         """Track ``record``'s offset, then queue it for its conversation or, refused by the
-        parser, send it to the DLQ."""
+        parser, send it to the DLQ; or, on a full partition, pass it over to read it again
+        later (``consumer.turns.passing``)."""
+        look = self.lookahead.first_look(tp, record.offset)
+        if look == "skip":
+            return  # held before (pending or done), or passed over once more
         size = len(record.key or b"") + len(record.value or b"")
-        self._commits.marks.track(tp, record.offset, size)
         source = SourceRecord(tp.topic, tp.partition, record.offset)
         parsed = parse_record(
             record.key,
@@ -141,6 +152,12 @@ class Intake:
             max_bytes=self._runtime.settings.max_record_bytes,
             source=f"{tp.topic}:{tp.partition}:{record.offset}",
         )
+        if not isinstance(parsed, Rejected) and look == "new" and not self.lookahead.admit(
+            tp, record.offset, parsed, record.timestamp,
+            active=self._workers.queues.is_active(parsed.session_id),
+        ):
+            return  # passed over: read again once the partition has room
+        self._commits.marks.track(tp, record.offset, size, again=look == "again")
         if isinstance(parsed, Rejected):
             log.warning(
                 "malformed record sent to the DLQ",

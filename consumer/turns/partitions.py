@@ -43,10 +43,11 @@ class OffsetWatermarks(Generic[P]):
         self._heaps: dict[P, list[int]] = {}
         self._next: dict[P, int] = {}
 
-    def track(self, partition: P, offset: int, size: int = 0) -> None:
+    def track(self, partition: P, offset: int, size: int = 0, *, again: bool = False) -> None:
         """Record a fetched offset as pending, its record ``size`` bytes long. Re-tracking a
-        known or older offset is ignored."""
-        if offset < self._next.get(partition, -1) and offset not in self._pending.get(
+        known or older offset is ignored, unless ``again``: a record read before but not held
+        then (``consumer.turns.passing``), so not done either."""
+        if not again and offset < self._next.get(partition, -1) and offset not in self._pending.get(
             partition, ()
         ):
             # An offset below the high mark that is not pending was already done: a refetch.

@@ -21,6 +21,7 @@ from consumer.dead_letters import RefusedRecords
 from consumer.turns.backpressure import Backpressure
 from consumer.turns.commits import Commits, final_commit_timeout_s
 from consumer.turns.ownership import Ownership
+from consumer.turns.passing import PassOver
 from consumer.turns.runtime import Runtime
 from consumer.turns.tasks import SideTasks
 from consumer.turns.workers import SessionWorkers
@@ -42,6 +43,7 @@ class Handover:
         backpressure: Backpressure[TopicPartition],
         refused: RefusedRecords,
         side_tasks: SideTasks,
+        passing: PassOver[TopicPartition],
     ) -> None:
         self._runtime = runtime
         self._ownership = ownership
@@ -50,6 +52,7 @@ class Handover:
         self._backpressure = backpressure
         self._refused = refused
         self._side_tasks = side_tasks
+        self._passing = passing  # the records passed over (``consumer.turns.passing``)
 
     async def seek_to_positions(self, assigned: set[TopicPartition]) -> None:
         """Start each assigned partition where the database says this group stands, not at
@@ -69,6 +72,7 @@ class Handover:
                 self._side_tasks.spawn(self._commits.note_start(consumer, tp, epoch))
         # A new assignment starts unpaused in the client; the next round pauses it if needed.
         self._backpressure.forget(assigned)
+        self._passing.forget(assigned)
         log.info(
             "partitions assigned",
             extra={"partitions": sorted(tp.partition for tp in assigned)},
@@ -115,6 +119,7 @@ class Handover:
         self._ownership.end(partitions)
         self._commits.released(partitions)
         self._backpressure.forget(partitions)
+        self._passing.forget(partitions)
         pipeline = self._runtime.pipeline
         if pipeline is not None:
             pipeline.forget_partitions({(tp.topic, tp.partition) for tp in partitions})

@@ -10,16 +10,18 @@ ends it, and work of an ended epoch can no longer publish or commit.
 
 The parts, each in its own module, and where they meet:
 
-- ``intake``: the fetch loop and the look-ahead (which partitions to pause); it hands each record
+- ``intake``: the fetch loop and the look-ahead (which partitions to pause, which records of a
+  full partition to pass over and read again: ``consumer.turns.passing``); it hands each record
   to ``workers`` or, refused by the parser, to ``dead_lettering``;
 - ``workers``: one task per conversation with queued inputs, taking bursts of messages together;
   each turn it takes is run by ``attempts``;
 - ``attempts``: one turn attempted until it is done: the retries, the model's fallback answer,
   the DLQ; it takes its engine turn's slot from ``slots``;
-- ``slots``: the fair turn slots with the plans' caps and weights, per-minute budgets and the
-  provider's shared back-off;
+- ``slots``: the fair load permits and turn slots with the plans' caps and weights, per-minute
+  budgets and the provider's shared back-off;
 - ``dead_lettering``: records to the DLQ once, in order, while their partition is owned;
-- ``commits``: done offsets, commits bounded in time, the lag;
+- ``commits``: done offsets (never past a record passed over), commits bounded in time, the
+  lag;
 - ``ownership``: the partitions' epochs and the work running on each, for a revoke to drain;
 - ``rebalance``: partitions taken on and given up (revoke, lost membership, shutdown);
 - ``lifecycle`` and ``runtime``: the clients opened at start, shared by the parts, and closed.
@@ -36,11 +38,14 @@ from aiokafka.structs import TopicPartition
 from consumer.closing import close_quietly
 from consumer.settings import Settings
 from consumer.turns.attempts import TurnAttempts
+from consumer.turns.backpressure import Backpressure
 from consumer.turns.commits import Commits
 from consumer.turns.dead_lettering import DeadLettering
 from consumer.turns.intake import Intake
 from consumer.turns.lifecycle import close_runtime, open_runtime
 from consumer.turns.ownership import Ownership
+from consumer.turns.partitions import OffsetWatermarks
+from consumer.turns.passing import LookAhead
 from consumer.turns.pipeline import TurnAgent
 from consumer.turns.rebalance import Handover, RebalanceListener
 from consumer.turns.runtime import Runtime
@@ -95,17 +100,25 @@ class ConsumerService:
         runtime = self._runtime = Runtime(settings, store)
         ownership = self._ownership = Ownership()
         side_tasks = self._side = SideTasks()
-        commits = self._commits = Commits(runtime, ownership)
-        slots = self._turn_slots = TurnSlots(runtime, ownership, side_tasks)
+        # The look-ahead: the unfinished records (``marks``), when a partition pauses
+        # (``backpressure``) and the records a full partition passes over (``lookahead``).
+        marks: OffsetWatermarks[TopicPartition] = OffsetWatermarks()
+        backpressure: Backpressure[TopicPartition] = Backpressure(
+            settings.max_buffered_records, settings.max_buffered_bytes
+        )
+        lookahead = LookAhead(marks, backpressure, settings.max_passed_over)
+        commits = self._commits = Commits(runtime, ownership, marks, lookahead)
+        slots = self._turn_slots = TurnSlots(runtime, ownership, side_tasks, lookahead)
         dead_lettering = self._dead_lettering = DeadLettering(runtime, ownership, commits)
         attempts = self._attempts = TurnAttempts(runtime, ownership, commits, slots, dead_lettering)
         workers = self._session_workers = SessionWorkers(runtime, attempts.process)
-        intake = self._intake = Intake(
-            runtime, ownership, commits, workers, dead_lettering, side_tasks
+        self._intake = Intake(
+            runtime, ownership, commits, workers, dead_lettering, side_tasks, backpressure,
+            lookahead,
         )
         self._handover = Handover(
-            runtime, ownership, commits, workers, intake.backpressure, dead_lettering.refused,
-            side_tasks,
+            runtime, ownership, commits, workers, backpressure, dead_lettering.refused,
+            side_tasks, lookahead.passing,
         )
         self._ready = False
         self.started = asyncio.Event()
@@ -194,6 +207,7 @@ class ConsumerService:
     _marks = _PartName("_commits", "marks")
     _commit = _PartName("_commits", "commit")
     _slots = _PartName("_turn_slots", "fair")
+    _lookahead = _PartName("_intake", "lookahead")
     _queues = _PartName("_session_workers", "queues")
     _workers = _PartName("_session_workers", "tasks")
     _side_tasks = _PartName("_side", "tasks")

@@ -5,7 +5,9 @@ weighted fair queue across workspaces picks (``consumer.turns.fairness``: plans'
 caps); before it queues, a turn also waits for its plan's per-minute budget
 (``store.model_budget``, shared by every consumer) and for the model provider's shared back-off
 after a rate-limit answer (``consumer.turns.model_backoff``). The turn holds no slot while it
-waits for either.
+waits for either. Loads are queued fairly too (``TurnSlots.load``): before its load, a turn waits
+for one of as many load permits as the store pools connections, so one workspace's thousands of
+new conversations do not hold the database pool while another's one waits.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from aiokafka.structs import TopicPartition
 
 from consumer import metrics
 from consumer.hosting.routing import Route
-from consumer.turns.fairness import FairSlots
+from consumer.turns.fairness import FairSlots, lane_of
 from consumer.turns.model_backoff import SharedBackoff
 from consumer.turns.ownership import Ownership
+from consumer.turns.passing import LookAhead
 from consumer.turns.pipeline import TurnWork
 from consumer.turns.runtime import Runtime
 from consumer.turns.tasks import SideTasks
@@ -45,14 +48,33 @@ class Slot:
     def __init__(self, slots: FairSlots) -> None:
         self._slots = slots
         self._held: str | None = None
+        self._loading: tuple[FairSlots, str] | None = None
 
-    async def take(self, tenant: str, *, weight: float, cap: int | None) -> None:
-        """Wait for a slot as a turn of workspace ``tenant`` (``consumer.turns.fairness``)."""
-        await self._slots.take(tenant, weight=weight, cap=cap)
+    async def load(self, loads: FairSlots, tenant: str, conversation: str, lane: str) -> None:
+        """Wait for a turn to load: loads go by the fair queue too, so one workspace's thousands
+        of new conversations do not queue on the database pool ahead of another's one."""
+        await loads.take(tenant, conversation=conversation, lane=lane)
+        self._loading = (loads, tenant)
+
+    def loaded(self) -> None:
+        """The load is over (the turn waits for its slot, or the attempt ended)."""
+        if self._loading is not None:
+            (loads, tenant), self._loading = self._loading, None
+            loads.give_back(tenant)
+
+    async def take(
+        self, tenant: str, *, weight: float, cap: int | None, conversation: str, lane: str
+    ) -> None:
+        """Wait for a slot as a turn of ``conversation`` in workspace ``tenant``
+        (``consumer.turns.fairness``: lanes take turns, the least served conversation first)."""
+        self.loaded()
+        await self._slots.take(tenant, weight=weight, cap=cap, conversation=conversation,
+                               lane=lane)
         self._held = tenant
         metrics.IN_FLIGHT.inc()
 
     def give_back(self) -> None:
+        self.loaded()
         if self._held is not None:
             tenant, self._held = self._held, None
             metrics.IN_FLIGHT.dec()
@@ -63,12 +85,20 @@ class TurnSlots:
     """The fair slots with the plans' limits, the per-minute budgets and the provider's
     back-off in front of them."""
 
-    def __init__(self, runtime: Runtime, ownership: Ownership, side_tasks: SideTasks) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        ownership: Ownership,
+        side_tasks: SideTasks,
+        lookahead: LookAhead[TopicPartition],
+    ) -> None:
         settings = runtime.settings
         self._runtime = runtime
         self._ownership = ownership
         self._side_tasks = side_tasks
+        self._lookahead = lookahead
         self.fair = FairSlots(settings.max_in_flight)
+        self.loads = FairSlots(min(settings.max_in_flight, 20))  # as many as pooled connections
         self._plan_weights = settings.plan_weight_map()
         self._plan_caps = settings.plan_cap_map()
         self._plan_per_minute = settings.plan_per_minute_map()
@@ -98,6 +128,11 @@ class TurnSlots:
         """A slot for one attempt of a turn, not yet taken."""
         return Slot(self.fair)
 
+    async def load(self, slot: Slot, work: TurnWork) -> None:
+        """Wait for ``work``'s turn to load, in the fair queue of loads as one of its workspace's
+        as far as known before the load (``consumer.turns.passing.Tenants``)."""
+        await slot.load(self.loads, *self._lookahead.guess(work.parsed))
+
     async def take(
         self, slot: Slot, tp: TopicPartition, epoch: int, work: TurnWork, route: Route
     ) -> bool:
@@ -110,7 +145,9 @@ class TurnSlots:
         workspace's (``""`` without one), weighted and capped by the workspace's plan. A wait
         of a millisecond or more is kept on ``work`` (``queued``), for ``turnflow inspect`` to
         show with the turn."""
+        slot.loaded()  # loaded: a plan's budget or the back-off must not hold up others' loads
         tenant = route.workspace or ""
+        self._lookahead.tenants.learn(work.parsed.session_id, work.parsed.agent_id, route.workspace)
         plan = route.plan or "default"
         # A turn of no workspace (``AGENT``) has no plan: no weight, no cap, no budget.
         cap = self._plan_caps.get(plan) if route.workspace is not None else None
@@ -136,7 +173,8 @@ class TurnSlots:
             if self._backoff.remaining(asyncio.get_running_loop().time()) > 0:
                 why.append("model-backoff")
                 await self._provider_backoff()
-            await slot.take(tenant, weight=weight, cap=cap)
+            await slot.take(tenant, weight=weight, cap=cap,
+                            conversation=work.parsed.session_id, lane=lane_of(work.parsed))
         finally:
             waiting.dec()
             waited = time.perf_counter() - started

@@ -299,6 +299,7 @@ class FakeKafkaConsumer:
         self.commit_gate: asyncio.Event | None = None
         self.commit_attempts = 0
         self.fetch_errors: list[BaseException] = []
+        self.seeks: list[tuple[TopicPartition, int]] = []
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
         """No topic metadata, so the placement check (``consumer.turns.placement``) checks nothing:
@@ -344,6 +345,14 @@ class FakeKafkaConsumer:
 
     def resume(self, *partitions: TopicPartition) -> None:
         self.paused_now.difference_update(partitions)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """The next round reads ``tp`` from ``offset`` (``seeks`` keeps every one made)."""
+        if offset < 0:
+            raise ValueError("Offset must be a positive integer")
+        self.positions[tp] = offset
+        self.seeks.append((tp, offset))
+        self._arrived.set()
 
     def assignment(self) -> set[TopicPartition]:
         return set(self.logs)

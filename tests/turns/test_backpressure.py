@@ -118,10 +118,12 @@ def record(session_id: str, n: int) -> tuple[bytes, bytes]:
 
 
 def service_on(consumer: FakeKafkaConsumer, agent: GatedAgent, store: FakeStore,
-               producer: FakeProducer, *, max_buffered: int) -> ConsumerService:
+               producer: FakeProducer, *, max_buffered: int,
+               max_passed_over: int = 0) -> ConsumerService:
     # One turn per record (no bursts): the test pins one reply per message and strict order.
+    # Passing over off by default: these tests pin the pausing of a full partition.
     settings = Settings(kafka_bootstrap_servers="127.0.0.1:1", max_buffered_records=max_buffered,
-                        max_in_flight=8, merge_bursts=False)
+                        max_in_flight=8, merge_bursts=False, max_passed_over=max_passed_over)
     service = ConsumerService(settings, agent, store=store)  # type: ignore[arg-type]
     service._consumer = consumer  # type: ignore[assignment]
     publisher = OutboxPublisher(store, producer)  # type: ignore[arg-type]

@@ -4,8 +4,10 @@ workspace beside quiet ones without mixing anything of one conversation into ano
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections import Counter, defaultdict
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -139,6 +141,169 @@ def test_a_weight_that_is_not_positive_is_refused() -> None:
     assert len(queue) == 0
 
 
+# --- least served first, within a workspace --------------------------------------------------
+
+
+def served_round(queue: FairQueue[str, str], tenant: str, conversations: list[str]) -> None:
+    """Each conversation queues a turn and is served once: a round of the flood."""
+    for conversation in conversations:
+        queue.push(tenant, conversation, conversation=conversation)
+    for _ in conversations:
+        assert queue.pop() is not None
+
+
+def test_a_new_conversation_goes_before_hundreds_that_already_had_turns() -> None:
+    """Six hundred conversations of one workspace each had three turns and each has its next
+    one waiting; a new conversation queued after all of them gets the very next slot, not the
+    one after six hundred turns (round robin)."""
+    queue: FairQueue[str, str] = FairQueue()
+    flood = [f"flood-{i}" for i in range(600)]
+    for _ in range(3):
+        served_round(queue, "ws", flood)
+    for conversation in flood:
+        queue.push("ws", conversation, conversation=conversation)
+    queue.push("ws", "new", conversation="new")
+    assert queue.pop() == ("ws", "new")
+    assert queue.served("ws", "new") == 1
+    # The flood then goes on in its own order, every conversation once before any twice.
+    assert [queue.pop()[1] for _ in range(600)] == flood  # type: ignore[index]
+    assert len(queue) == 0
+
+
+def test_turns_go_to_the_least_served_conversations_first_oldest_first_among_equals() -> None:
+    """Conversations that had 0, 1, 2 and 3 turns, queued in the opposite order, are served
+    fewest turns first; equals in the order they queued."""
+    queue: FairQueue[str, str] = FairQueue()
+    had = {"c3": 3, "c2": 2, "c2b": 2, "c1": 1, "c0": 0}
+    for conversation, turns in had.items():
+        for _ in range(turns):
+            queue.push("ws", conversation, conversation=conversation)
+            queue.pop()
+    for conversation in had:
+        queue.push("ws", conversation, conversation=conversation)
+    assert [queue.pop()[1] for _ in had] == ["c0", "c1", "c2", "c2b", "c3"]  # type: ignore[index]
+
+
+def test_the_service_counted_is_forgotten_when_the_busy_period_ends() -> None:
+    """Counts last as long as the workspace has turns waiting or running: ``end_busy`` (no turn
+    waiting, none running) forgets them, and a conversation back after the rush is new again;
+    ``end_busy`` with turns still waiting changes nothing."""
+    queue: FairQueue[str, str] = FairQueue()
+    served_round(queue, "ws", ["a", "b"])
+    queue.push("ws", "a", conversation="a")
+    queue.end_busy("ws")  # "a" still waits: the busy period goes on
+    assert queue.served("ws", "b") == 1
+    queue.pop()
+    queue.end_busy("ws")
+    assert queue.served("ws", "a") == 0 and queue.served("ws", "b") == 0
+
+
+async def test_slots_forget_a_workspaces_counts_once_it_holds_none_and_none_wait() -> None:
+    """Through ``FairSlots``: a conversation's turns count while its workspace holds a slot,
+    and are forgotten once the workspace holds none and has nothing waiting."""
+    slots = FairSlots(2)
+    await slots.take("ws", conversation="a")
+    await slots.take("ws", conversation="b")
+    slots.give_back("ws")
+    assert slots.served("ws", "a") == 1  # "b" still runs: the busy period goes on
+    slots.give_back("ws")
+    assert slots.served("ws", "a") == 0 and slots.free == 2
+
+
+def test_a_stream_of_new_conversations_does_not_starve_one_that_had_turns() -> None:
+    """One conversation that had a turn waits while a new conversation arrives at every grant,
+    for ever: it is still served within ``age_per_turn`` grants of its queueing, not never."""
+    queue: FairQueue[str, str] = FairQueue(age_per_turn=16, service_cap=4)
+    served_round(queue, "ws", ["old"])
+    queue.push("ws", "old", conversation="old")
+    for n in range(1000):
+        queue.push("ws", f"new-{n}", conversation=f"new-{n}")
+        if queue.pop()[1] == "old":  # type: ignore[index]
+            assert n <= 16 + 1, n
+            return
+    pytest.fail("the conversation that had a turn starved behind new ones")
+
+
+arrivals = st.lists(
+    st.one_of(
+        st.tuples(st.just("push"), st.sampled_from(["a", "b"]), st.integers(0, 30)),
+        st.tuples(st.just("pop"), st.just(""), st.just(0)),
+    ),
+    max_size=400,
+)
+
+
+@settings(max_examples=200)
+@given(arrivals, st.integers(1, 8), st.integers(0, 4))
+def test_no_conversation_waits_beyond_its_bound_whatever_arrives(
+    ops: list[tuple[str, str, int]], age: int, cap: int
+) -> None:
+    """Any sequence of arrivals and grants over two workspaces (a conversation queues again
+    only once its turn was served, as a conversation's worker does): every waiting turn is
+    granted within ``age x min(turns it had, cap)`` grants of its workspace plus the turns
+    waiting in that workspace, and nothing is lost or granted twice. The same bound holds
+    for every turn still waiting at the end."""
+    queue: FairQueue[str, tuple[str, int]] = FairQueue(age_per_turn=age, service_cap=cap)
+    grants: Counter[str] = Counter()  # per workspace
+    waiting: dict[tuple[str, int], tuple[int, int]] = {}  # -> (grants at queueing, bound)
+    most_waiting: Counter[str] = Counter()
+    served: Counter[tuple[str, int]] = Counter()
+    granted: list[tuple[str, int]] = []
+
+    def check_bounds() -> None:
+        for (tenant, _), (since, bound) in waiting.items():
+            assert grants[tenant] - since <= bound + most_waiting[tenant], (since, bound)
+
+    for op, tenant, conversation in ops:
+        if op == "push":
+            key = (tenant, conversation)
+            if key in waiting:
+                continue  # one turn waiting per conversation
+            waiting[key] = (grants[tenant], age * min(served[key], cap))
+            queue.push(tenant, key, conversation=conversation)
+            most_waiting[tenant] = max(most_waiting[tenant], queue.waiting(tenant))
+        elif (got := queue.pop()) is not None:
+            tenant, key = got
+            assert key in waiting and key[0] == tenant
+            del waiting[key]
+            grants[tenant] += 1
+            served[key] += 1
+            granted.append(key)
+        check_bounds()
+    while (got := queue.pop()) is not None:
+        tenant, key = got
+        del waiting[key]
+        grants[tenant] += 1
+        check_bounds()
+    assert not waiting and len(queue) == 0
+
+
+def test_tenants_tied_on_their_pass_serve_the_least_served_conversation_first() -> None:
+    """Two workspaces of equal weight start at the same pass: the one whose next turn is of a
+    conversation with nothing served goes first, whichever queued first."""
+    queue: FairQueue[str, str] = FairQueue()
+    served_round(queue, "old", ["x"])
+    queue.push("old", "x", conversation="x")
+    queue.push("new", "y", conversation="y")
+    assert queue.pop() == ("new", "y")
+
+
+def test_a_workspaces_lanes_take_turns_so_a_broadcast_never_hides_a_new_customer() -> None:
+    """A workspace's host lane holds a broadcast of 5,000 starts (5,000 conversations with
+    nothing served, queued first); a new customer's message of the same workspace, in the
+    customer lane, is granted next, and the lanes then alternate while both have turns."""
+    queue: FairQueue[str, str] = FairQueue()
+    for n in range(5000):
+        queue.push("ws", f"start-{n}", conversation=f"b{n}", lane="host")
+    queue.pop()
+    queue.push("ws", "hello", conversation="new", lane="customer")
+    queue.push("ws", "hi", conversation="new2", lane="customer")
+    assert [queue.pop()[1] for _ in range(4)] == [  # type: ignore[index]
+        "hello", "start-1", "hi", "start-2"]
+    assert queue.waiting("ws") == 4997
+    assert queue.remove("ws", "start-3") and queue.pop() == ("ws", "start-4")
+
+
 # --- the slots -------------------------------------------------------------------------------
 
 
@@ -221,7 +386,8 @@ class WorkspaceAgent:
     """Answers each conversation with its own count and the ids it saw; notes how many turns of
     each workspace run at once and the order turns ran in."""
 
-    def __init__(self) -> None:
+    def __init__(self, turn_s: float = 0.002) -> None:
+        self.turn_s = turn_s
         self.running: Counter[str] = Counter()
         self.peak: Counter[str] = Counter()
         self.order: list[str] = []
@@ -231,7 +397,7 @@ class WorkspaceAgent:
         workspace = session_id.split("-")[0]
         self.running[workspace] += 1
         self.peak[workspace] = max(self.peak[workspace], self.running[workspace])
-        await asyncio.sleep(0.002)
+        await asyncio.sleep(self.turn_s)
         self.running[workspace] -= 1
         self.order.append(session_id)
         state = dict(request["session"] or {"id": session_id, "n": 0, "seen": []})
@@ -261,8 +427,8 @@ class WorkspaceRouter:
 
 def service_for(consumer: FakeKafkaConsumer, agent: WorkspaceAgent, store: FakeStore,
                 producer: FakeProducer, **options: Any) -> ConsumerService:
-    settings = Settings(kafka_bootstrap_servers="127.0.0.1:1", merge_bursts=False,
-                        max_buffered_records=5000, **options)
+    options.setdefault("max_buffered_records", 5000)
+    settings = Settings(kafka_bootstrap_servers="127.0.0.1:1", merge_bursts=False, **options)
     service = ConsumerService(settings, agent, store=store)  # type: ignore[arg-type]
     service._consumer = consumer  # type: ignore[assignment]
     publisher = OutboxPublisher(store, producer)  # type: ignore[arg-type]
@@ -273,6 +439,53 @@ def service_for(consumer: FakeKafkaConsumer, agent: WorkspaceAgent, store: FakeS
     )
     service._on_assigned({PART})
     return service
+
+
+class OneConsumer:
+    """One consumer on ``PART`` with the fakes around it: the set-up every test below shares.
+    ``start`` builds the service with the settings a test needs, ``running`` runs its fetch
+    loop (stopped and awaited on the way out)."""
+
+    def __init__(self) -> None:
+        self.consumer = FakeKafkaConsumer([PART])
+        self.agent = WorkspaceAgent()
+        self.store = FakeStore()
+        self.producer = FakeProducer()
+        self.service: ConsumerService | None = None
+
+    def start(self, agent: WorkspaceAgent | None = None, **options: Any) -> ConsumerService:
+        if agent is not None:
+            self.agent = agent
+        self.service = service_for(self.consumer, self.agent, self.store, self.producer,
+                                   **options)
+        return self.service
+
+    def committed(self) -> int | None:
+        return self.consumer.committed(PART)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[ConsumerService]:
+        assert self.service is not None, "start() first"
+        loop = asyncio.create_task(self.service._fetch_loop())
+        try:
+            yield self.service
+        finally:
+            self.service.stop()
+            await loop
+
+    async def until_committed(self, count: int) -> None:
+        """Run until ``count`` inputs of the partition are committed."""
+        async with self.running():
+            await until(lambda: self.committed() == count, "every input is committed",
+                        within=30)
+
+    def check(self, sessions: list[str], per_session: int) -> None:
+        check_nothing_crossed(self.store, self.producer, sessions, per_session)
+
+
+@pytest.fixture
+def one() -> OneConsumer:
+    return OneConsumer()
 
 
 def enqueue(consumer: FakeKafkaConsumer, sessions: list[str], per_session: int) -> None:
@@ -299,68 +512,80 @@ def check_nothing_crossed(
         assert version == per_session
 
 
-async def test_a_flood_in_the_same_partition_does_not_hold_back_other_workspaces() -> None:
+async def test_a_flood_in_the_same_partition_does_not_hold_back_other_workspaces(
+    one: OneConsumer,
+) -> None:
     """Forty conversations of one workspace flood a partition with 400 inputs ahead of six
     quiet conversations of two other workspaces: with two turn slots taken fairly, the quiet
     conversations are all answered while most of the flood still waits, every conversation is
     answered in order with only its own replies, and the partition is committed to its end."""
-    consumer = FakeKafkaConsumer([PART])
-    agent, store, producer = WorkspaceAgent(), FakeStore(), FakeProducer()
-    service = service_for(consumer, agent, store, producer, max_in_flight=2)
+    one.start(max_in_flight=2)
     flood = [f"flood-{i}" for i in range(40)]
     quiet = [f"quiet-{i}" for i in range(3)] + [f"other-{i}" for i in range(3)]
-    enqueue(consumer, flood, 10)
-    enqueue(consumer, quiet, 3)
-    loop = asyncio.create_task(service._fetch_loop())
-    try:
-        await until(lambda: consumer.committed(PART) == 418, "every input is committed",
-                    within=30)
-    finally:
-        service.stop()
-        await loop
-    last_quiet = max(i for i, s in enumerate(agent.order) if not s.startswith("flood"))
+    enqueue(one.consumer, flood, 10)
+    enqueue(one.consumer, quiet, 3)
+    await one.until_committed(418)
+    last_quiet = max(i for i, s in enumerate(one.agent.order) if not s.startswith("flood"))
     # 18 quiet turns, alternating with the flood: done within the first ~40 turns of 418.
     assert last_quiet < 60, last_quiet
-    check_nothing_crossed(store, producer, flood, 10)
-    check_nothing_crossed(store, producer, quiet, 3)
+    one.check(flood, 10)
+    one.check(quiet, 3)
 
 
-async def test_a_plans_cap_holds_its_workspace_to_its_turns_in_flight() -> None:
+async def test_a_new_customer_of_the_flooding_workspace_is_answered_before_its_flood(
+    one: OneConsumer,
+) -> None:
+    """A hundred and fifty conversations of one workspace queue three inputs each on one
+    partition, two turn slots; once every one of them had a turn, a new customer of the same
+    workspace writes. Its turn runs within a few turns of its record being read, not after
+    one turn of each of the hundred and fifty (round robin); everything is answered once, in
+    order, with nothing crossed."""
+    one.start(WorkspaceAgent(turn_s=0.01), max_in_flight=2)
+    flood = [f"flood-{i}" for i in range(150)]
+    enqueue(one.consumer, flood, 3)
+    async with one.running():
+        await until(lambda: len(one.agent.order) >= 160, "every flood conversation had a turn",
+                    within=30)
+        assert one.service is not None
+        one.consumer.append(PART, b"flood-new", json.dumps(
+            {"session_id": "flood-new", "message": "oi", "id": "m0"}).encode())
+        queues = one.service._queues
+        await until(lambda: queues.is_active("flood-new"), "the new record is read")
+        read_at = len(one.agent.order)
+        await until(lambda: one.committed() == 451, "every input is committed", within=30)
+    ran_at = one.agent.order.index("flood-new")
+    # Read, it waits for the two turns running then and its own load: a handful of turns.
+    assert ran_at - read_at <= 8, (read_at, ran_at)
+    one.check(flood, 3)
+    one.check(["flood-new"], 1)
+
+
+async def test_a_plans_cap_holds_its_workspace_to_its_turns_in_flight(one: OneConsumer) -> None:
     """With the flood's plan capped at one turn in flight (of four slots), it never runs two at
     once; its turns wait, none is dropped or dead-lettered, each is answered once, in order,
     and the wait is counted under its plan's label."""
     before = metrics.PLAN_CAP_WAITS.labels(plan="free")._value.get()
-    consumer = FakeKafkaConsumer([PART])
-    agent, store, producer = WorkspaceAgent(), FakeStore(), FakeProducer()
-    service = service_for(consumer, agent, store, producer, max_in_flight=4,
-                          plan_max_in_flight="free=1", plan_weights="pro=2")
+    service = one.start(max_in_flight=4, plan_max_in_flight="free=1", plan_weights="pro=2")
     flood = [f"flood-{i}" for i in range(10)]
     quiet = [f"quiet-{i}" for i in range(4)]
-    enqueue(consumer, flood, 5)
-    enqueue(consumer, quiet, 5)
-    loop = asyncio.create_task(service._fetch_loop())
-    try:
-        await until(lambda: consumer.committed(PART) == 70, "every input is committed",
-                    within=30)
-    finally:
-        service.stop()
-        await loop
-    assert agent.peak["flood"] == 1
-    assert agent.peak["quiet"] > 1
-    check_nothing_crossed(store, producer, flood, 5)
-    check_nothing_crossed(store, producer, quiet, 5)
+    enqueue(one.consumer, flood, 5)
+    enqueue(one.consumer, quiet, 5)
+    await one.until_committed(70)
+    assert one.agent.peak["flood"] == 1
+    assert one.agent.peak["quiet"] > 1
+    one.check(flood, 5)
+    one.check(quiet, 5)
     assert metrics.PLAN_CAP_WAITS.labels(plan="free")._value.get() > before
     assert service._slots.free == 4
 
 
-async def test_a_turn_held_by_its_plans_cap_keeps_its_wait_for_the_inspector() -> None:
+async def test_a_turn_held_by_its_plans_cap_keeps_its_wait_for_the_inspector(
+    one: OneConsumer,
+) -> None:
     """A turn that waited because its plan's cap was reached carries the wait (milliseconds,
     the plan's label, ``plan-cap``) into what its turn log keeps for ``turnflow inspect``; a
     turn of the uncapped workspace is never marked as held by a cap."""
-    consumer = FakeKafkaConsumer([PART])
-    agent, store, producer = WorkspaceAgent(), FakeStore(), FakeProducer()
-    service = service_for(consumer, agent, store, producer, max_in_flight=4,
-                          plan_max_in_flight="free=1")
+    service = one.start(max_in_flight=4, plan_max_in_flight="free=1")
     assert service._pipeline is not None
     applied: list[TurnWork] = []
     apply = service._pipeline.apply
@@ -372,15 +597,9 @@ async def test_a_turn_held_by_its_plans_cap_keeps_its_wait_for_the_inspector() -
     service._pipeline.apply = noting  # type: ignore[method-assign]
     flood = [f"flood-{i}" for i in range(8)]
     quiet = [f"quiet-{i}" for i in range(4)]
-    enqueue(consumer, flood, 3)
-    enqueue(consumer, quiet, 3)
-    loop = asyncio.create_task(service._fetch_loop())
-    try:
-        await until(lambda: consumer.committed(PART) == 36, "every input is committed",
-                    within=30)
-    finally:
-        service.stop()
-        await loop
+    enqueue(one.consumer, flood, 3)
+    enqueue(one.consumer, quiet, 3)
+    await one.until_committed(36)
     held = [w for w in applied if w.queued and "plan-cap" in w.queued["why"]]
     assert held, "no turn of the capped workspace recorded its wait"
     assert {w.parsed.session_id.split("-")[0] for w in held} == {"flood"}
@@ -388,7 +607,7 @@ async def test_a_turn_held_by_its_plans_cap_keeps_its_wait_for_the_inspector() -
         assert work.queued is not None
         assert work.queued["plan"] == "free" and work.queued["waited_ms"] >= 1
         assert delivery(work)["queued"] == work.queued
-    check_nothing_crossed(store, producer, flood, 3)
+    one.check(flood, 3)
 
 
 @settings(deadline=None, max_examples=10)
@@ -470,36 +689,30 @@ class MinuteBudget:
         return 0
 
 
-async def test_a_plans_per_minute_budget_makes_its_turns_wait_for_the_next_minute() -> None:
+async def test_a_plans_per_minute_budget_makes_its_turns_wait_for_the_next_minute(
+    one: OneConsumer,
+) -> None:
     """With the flood's plan at three model turns a "minute" (0.3 s here), its thirty turns
     spread over ten minutes, at most three in each; none is dropped or answered twice, each
     conversation stays in order, the quiet workspace (no budget) is answered meanwhile, and
     the waits are counted under the plan's label."""
     before = metrics.PLAN_MINUTE_WAITS.labels(plan="free")._value.get()
-    consumer = FakeKafkaConsumer([PART])
-    agent, store, producer = WorkspaceAgent(), FakeStore(), FakeProducer()
-    service = service_for(consumer, agent, store, producer, max_in_flight=4,
-                          plan_model_turns_per_minute="free=3")
+    service = one.start(max_in_flight=4, plan_model_turns_per_minute="free=3")
     budget = service._budget = MinuteBudget(0.3)  # type: ignore[assignment]
     flood = [f"flood-{i}" for i in range(6)]
     quiet = [f"quiet-{i}" for i in range(3)]
-    enqueue(consumer, flood, 5)
-    enqueue(consumer, quiet, 2)
-    loop = asyncio.create_task(service._fetch_loop())
-    try:
+    enqueue(one.consumer, flood, 5)
+    enqueue(one.consumer, quiet, 2)
+    async with one.running():
         await until(lambda: all(
-            len([1 for _, k, _ in producer.sent if k == s.encode()]) == 2 for s in quiet
+            len([1 for _, k, _ in one.producer.sent if k == s.encode()]) == 2 for s in quiet
         ), "the quiet workspace is answered")
-        assert sum(1 for s in agent.order if s.startswith("flood")) < 30
-        await until(lambda: consumer.committed(PART) == 36, "every input is committed",
-                    within=30)
-    finally:
-        service.stop()
-        await loop
+        assert sum(1 for s in one.agent.order if s.startswith("flood")) < 30
+        await until(lambda: one.committed() == 36, "every input is committed", within=30)
     per_minute = [n for (w, _), n in budget.taken.items() if w == "flood"]
     assert sum(per_minute) == 30 and max(per_minute) <= 3
-    check_nothing_crossed(store, producer, flood, 5)
-    check_nothing_crossed(store, producer, quiet, 2)
+    one.check(flood, 5)
+    one.check(quiet, 2)
     assert metrics.PLAN_MINUTE_WAITS.labels(plan="free")._value.get() > before
 
 
@@ -547,25 +760,18 @@ class RateLimitedAgent(WorkspaceAgent):
         return await super().turn(request)
 
 
-async def test_a_rate_limit_answer_holds_every_conversation_back_once() -> None:
+async def test_a_rate_limit_answer_holds_every_conversation_back_once(one: OneConsumer) -> None:
     """After one 429 with a 0.4 s hint, no turn of any conversation or workspace starts until
     the hint has passed (bar the one already running); then the flood's retry and the quiet
     workspace's first turns run, every input answered once, in order, nothing dead-lettered."""
     before = metrics.MODEL_BACKOFFS._value.get()
-    consumer = FakeKafkaConsumer([PART])
-    agent, store, producer = RateLimitedAgent(0.4), FakeStore(), FakeProducer()
-    service = service_for(consumer, agent, store, producer, max_in_flight=2)
+    agent = RateLimitedAgent(0.4)
+    one.start(agent, max_in_flight=2)
     flood = [f"flood-{i}" for i in range(8)]
     quiet = [f"quiet-{i}" for i in range(3)]
-    enqueue(consumer, flood, 3)
-    enqueue(consumer, quiet, 2)
-    loop = asyncio.create_task(service._fetch_loop())
-    try:
-        await until(lambda: consumer.committed(PART) == 30, "every input is committed",
-                    within=30)
-    finally:
-        service.stop()
-        await loop
+    enqueue(one.consumer, flood, 3)
+    enqueue(one.consumer, quiet, 2)
+    await one.until_committed(30)
     assert agent.limited_at is not None
     after = [t for t, _ in agent.starts if t > agent.limited_at]
     early = [t for t in after if t < agent.limited_at + 0.4 - 0.02]
@@ -573,6 +779,6 @@ async def test_a_rate_limit_answer_holds_every_conversation_back_once() -> None:
     quiet_starts = [t for t, s in agent.starts if s.startswith("quiet")]
     assert quiet_starts and min(quiet_starts) < max(t for t, s in agent.starts
                                                     if s.startswith("flood"))
-    check_nothing_crossed(store, producer, flood, 3)
-    check_nothing_crossed(store, producer, quiet, 2)
+    one.check(flood, 3)
+    one.check(quiet, 2)
     assert metrics.MODEL_BACKOFFS._value.get() == before + 1
