@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
 from store import migrate
 from store.schema import TABLE_NAMES
+from tests.store.migration_dbs import execute as _admin
+from tests.store.migration_dbs import off_loop as _off_loop
+from tests.store.migration_dbs import scratch_url
 
-T = TypeVar("T")
-
-
-def _off_loop(function: Callable[..., T], *args: Any) -> T:
-    """Alembic's env calls asyncio.run, so run it away from any test loop."""
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(function, *args).result()
+__all__ = ["scratch_url"]  # the fixture, shared with the other migration tests
 
 
 def _tables(url: str) -> set[str]:
@@ -36,28 +29,6 @@ def _tables(url: str) -> set[str]:
             await connection.close()
 
     return _off_loop(asyncio.run, read())
-
-
-def _admin(url: str, sql: str) -> None:
-    async def run() -> None:
-        connection = await asyncpg.connect(url)
-        try:
-            await connection.execute(sql)
-        finally:
-            await connection.close()
-
-    _off_loop(asyncio.run, run())
-
-
-@pytest.fixture
-def scratch_url(database_url: str) -> Iterator[str]:
-    """An empty database beside the session's, dropped after the test."""
-    name = f"turnflow_m_{uuid.uuid4().hex[:12]}"
-    _admin(database_url, f'CREATE DATABASE "{name}"')
-    try:
-        yield make_url(database_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        _admin(database_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def test_migrations_go_up_down_and_up_again(scratch_url: str) -> None:
