@@ -8,8 +8,10 @@ runs the same work in a worker thread.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -24,6 +26,8 @@ import migrations
 from migrations import online
 from migrations.online import LockNotGranted
 from store.urls import async_url
+
+T = TypeVar("T")
 
 __all__ = [
     "LockNotGranted",
@@ -87,9 +91,8 @@ class Verdict:
 
 def _record(url: str) -> tuple[str | None, tuple[str, str] | None]:
     """The database's alembic revision and its compatibility record (revision, oldest)."""
-    found: list[tuple[str | None, tuple[str, str] | None]] = []
 
-    def _read(connection: Connection) -> None:
+    def _read(connection: Connection) -> tuple[str | None, tuple[str, str] | None]:
         current = MigrationContext.configure(connection).get_current_revision()
         record = None
         if connection.scalar(text("SELECT to_regclass('schema_compatibility')")) is not None:
@@ -97,18 +100,24 @@ def _record(url: str) -> tuple[str | None, tuple[str, str] | None]:
                 text("SELECT revision, oldest_compatible FROM schema_compatibility")
             ).first()
             record = None if row is None else (str(row[0]), str(row[1]))
-        found.append((current, record))
+        return current, record
 
-    async def _run() -> None:
+    return _read_on(url, _read)
+
+
+def _read_on(url: str, read: Callable[[Connection], T]) -> T:
+    """``read`` run on a connection to ``url``, from synchronous code (as alembic's commands
+    are called); its own event loop, so never from inside one."""
+
+    async def _run() -> T:
         engine = create_async_engine(async_url(url), poolclass=NullPool)
         try:
             async with engine.connect() as connection:
-                await connection.run_sync(_read)
+                return await connection.run_sync(read)
         finally:
             await engine.dispose()
 
-    asyncio.run(_run())
-    return found[0]
+    return asyncio.run(_run())
 
 
 def compatibility(url: str) -> Verdict | None:
@@ -157,21 +166,11 @@ def downgrade(url: str, revision: str = "base") -> None:
 
 def current(url: str) -> str | None:
     """Return the revision the database at `url` is at, or None when it is unmigrated."""
-    found: list[str | None] = []
 
-    def _read(connection: Connection) -> None:
-        found.append(MigrationContext.configure(connection).get_current_revision())
+    def _read(connection: Connection) -> str | None:
+        return MigrationContext.configure(connection).get_current_revision()
 
-    async def _run() -> None:
-        engine = create_async_engine(async_url(url), poolclass=NullPool)
-        try:
-            async with engine.connect() as connection:
-                await connection.run_sync(_read)
-        finally:
-            await engine.dispose()
-
-    asyncio.run(_run())
-    return found[0]
+    return _read_on(url, _read)
 
 
 async def upgrade_async(url: str, revision: str = "head") -> None:
