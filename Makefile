@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 	test-browser phoenix phoenix-serve bench-inspect bench bench-engine bench-store \
 	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks bench-pipeline \
 	bench-hosting bench-versions bench-window bench-fairness bench-prefix bench-tracing bench-peers \
-	bench-prefix-real bench-migrate bench-replication clean
+	bench-prefix-real bench-migrate bench-replication bench-capacity clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
