@@ -96,12 +96,7 @@ counts an ask of every field still missing, and the answer to the last ask is no
 leaves a customer four replies ("brakes please", "not sure yet", ...) to give both."""
 
 FIELDS: dict[str, dict[str, Any]] = {
-    # A ``description`` is what the understand call reads (the ``ask`` is what speak asks):
-    # said as what the value is and when it is null. Qwen2.5-Coder-1.5B, told who the assistant
-    # is or what a "no" looks like, answered the assistant's name and false for a message that
-    # gave neither.
     "name": {"type": "string", "ask": "Ask for the customer's first name.",
-             "description": "the first name the customer gives for themself, else null.",
              "extract": "anywhere"},
     "service": {
         "type": "string",
@@ -122,8 +117,6 @@ FIELDS: dict[str, dict[str, Any]] = {
     "confirmed": {
         "type": "boolean",
         "ask": "Ask them to confirm the booking (yes or no).",
-        "description": "true if the customer says yes to the booking, false if they say no, "
-        "else null.",
         "extract": "anywhere",
     },
     "booking_ref": {"type": "string", "description": "Set by the booking action."},
