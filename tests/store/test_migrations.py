@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import asyncpg
 import pytest
@@ -12,6 +11,7 @@ from store import migrate
 from store.schema import TABLE_NAMES
 from tests.store.migration_dbs import execute as _admin
 from tests.store.migration_dbs import off_loop as _off_loop
+from tests.store.migration_dbs import rows as _rows
 from tests.store.migration_dbs import scratch_url
 
 __all__ = ["scratch_url"]  # the fixture, shared with the other migration tests
@@ -96,17 +96,6 @@ def _of_a_partition(difference: object) -> bool:
     table = getattr(thing, "table", thing)
     return kind in ("remove_table", "remove_index") and str(getattr(table, "name", "")).startswith(
         "turns_p")
-
-
-def _rows(url: str, sql: str) -> list[tuple[Any, ...]]:
-    async def read() -> list[tuple[Any, ...]]:
-        connection = await asyncpg.connect(url)
-        try:
-            return [tuple(r) for r in await connection.fetch(sql)]
-        finally:
-            await connection.close()
-
-    return _off_loop(asyncio.run, read())
 
 
 def _waiting_session(session_id: str, key: str, at: str) -> str:
