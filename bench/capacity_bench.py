@@ -21,6 +21,7 @@ Then, on both databases, side by side:
 - dropping the oldest month (the filled one only): one ``DROP TABLE``.
 
     python bench/capacity_bench.py [--turns 10000000] [--sessions 1000000] [--calls 300]
+                                   [--no-json-trigrams]
     make bench-capacity ARGS="--turns 1000000"
 
 Uses DATABASE_URL (scratch databases are created there and dropped), else an embedded
@@ -143,12 +144,29 @@ _SECONDARY = (
 )
 
 
+async def _yield_priority(connection: asyncpg.Connection) -> None:
+    """When this benchmark runs niced (``make bench-capacity`` runs it under ``nice``), the
+    backend doing the fill gets the same priority and builds indexes without parallel workers
+    (which would run at the server's): an hour-long fill then leaves the host's other work its
+    share. Only for a server on this host, and only where this process may renice it."""
+    niceness = os.getpriority(os.PRIO_PROCESS, 0)
+    if niceness <= 0:
+        return
+    pid = await connection.fetchval("SELECT pg_backend_pid()")
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, niceness)
+    except OSError:  # another host's server, or not ours to renice
+        return
+    await connection.execute("SET max_parallel_maintenance_workers = 0")
+
+
 async def _fill(url: str, turns: int, sessions: int) -> dict[str, float]:
     """Fill the turn log (and one session row per conversation); time and disk."""
     start = await _layout(url)
     per = max(1, turns // sessions)
     connection = await asyncpg.connect(url)
     try:
+        await _yield_priority(connection)
         await connection.execute("SET maintenance_work_mem = '512MB'")
         definitions = {r["indexname"]: r["indexdef"] for r in await connection.fetch(
             "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'turns'"
@@ -168,11 +186,13 @@ async def _fill(url: str, turns: int, sessions: int) -> dict[str, float]:
                    TIMESTAMPTZ '{start.isoformat()}', now(), TIMESTAMPTZ '{start.isoformat()}'
             FROM generate_series(0, {sessions - 1}) AS s""")
         filled = time.perf_counter() - began
-        for definition in definitions.values():  # on every partition, not ON ONLY the parent
+        for name, definition in definitions.items():  # on every partition, not ON ONLY
             await connection.execute(definition.replace(" ON ONLY ", " ON "))
+            print(f"  built {name} ({time.perf_counter() - began:.0f} s)", file=sys.stderr)
         indexed = time.perf_counter() - began - filled
         await connection.execute("VACUUM ANALYZE turns")
         await connection.execute("VACUUM ANALYZE sessions")
+        print(f"  vacuumed ({time.perf_counter() - began:.0f} s)", file=sys.stderr)
         size = await connection.fetchval("SELECT pg_database_size(current_database())")
     finally:
         await connection.close()
@@ -233,7 +253,7 @@ async def _saves(store: Store, label: str, sessions: int, calls: int, versions: 
 
 
 async def _measure(url: str, sessions: int, per: int, calls: int, *, filled: bool,
-                   drop: bool) -> Figures:
+                   drop: bool, json_trigrams: bool) -> Figures:
     figures = Figures()
     store = await Store.connect(url, pool_size=1, max_overflow=0)
     reader = Reader(url, pool_size=1)
@@ -257,10 +277,12 @@ async def _measure(url: str, sessions: int, per: int, calls: int, *, filled: boo
         versions.update({f"conv-{g}": 0 for g in gone})  # a later turn starts them again
         await _sql(url, "DROP INDEX ix_turns_words")
         await _saves(store, "no search index", sessions, calls, versions, figures, 2 * 10**9)
-        began = time.perf_counter()
-        await _sql(url, _JSON_TRIGRAMS)
-        figures.rows["build whole-JSON trigram index s"] = time.perf_counter() - began
-        await _saves(store, "whole-JSON trigrams", sessions, calls, versions, figures, 3 * 10**9)
+        if json_trigrams:
+            began = time.perf_counter()
+            await _sql(url, _JSON_TRIGRAMS)
+            figures.rows["build whole-JSON trigram index s"] = time.perf_counter() - began
+            await _saves(store, "whole-JSON trigrams", sessions, calls, versions, figures,
+                         3 * 10**9)
         if drop:
             oldest = min((p for p in await partitions.partitions(store.engine)
                           if p.start is not None and not p.default), key=lambda p: p.start)
@@ -291,7 +313,7 @@ async def _fetchval(url: str, sql: str) -> Any:
         await connection.close()
 
 
-def run(turns: int, sessions: int, calls: int) -> dict[str, Any]:
+def run(turns: int, sessions: int, calls: int, *, json_trigrams: bool = True) -> dict[str, Any]:
     """The whole benchmark; returns the figures (also printed)."""
     with ExitStack() as stack:
         empty = scratch_database(stack, prefix="turnflow-capacity")
@@ -304,8 +326,9 @@ def run(turns: int, sessions: int, calls: int) -> dict[str, Any]:
         small = min(sessions, calls)
         asyncio.run(_fill(empty.url, small * per, small))
         at_empty = asyncio.run(_measure(empty.url, small, per, calls, filled=True,
-                                        drop=False))
-        at_full = asyncio.run(_measure(full.url, sessions, per, calls, filled=True, drop=True))
+                                        drop=False, json_trigrams=json_trigrams))
+        at_full = asyncio.run(_measure(full.url, sessions, per, calls, filled=True, drop=True,
+                                       json_trigrams=json_trigrams))
     report = {"turns": turns, "sessions": sessions, "calls": calls, "fill": fill,
               "empty": at_empty.rows, "filled": at_full.rows}
     print(f"\nfill: {turns:,} turns in {fill['fill_s']:.0f} s ({fill['turns_per_s']:,.0f}/s),"
@@ -326,9 +349,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=None,
                         help="conversations (default: a tenth of --turns)")
     parser.add_argument("--calls", type=int, default=300, help="calls per measured operation")
+    parser.add_argument("--no-json-trigrams", dest="json_trigrams", action="store_false",
+                        help="skip the saves with the whole-JSON trigram index the search used "
+                        "to have (building it on 10,000,000 turns takes about an hour)")
     args = parser.parse_args(argv)
+    if args.turns < 1 or args.calls < 1 or (args.sessions is not None and args.sessions < 1):
+        parser.error("--turns, --sessions and --calls must be at least 1")
     sessions = args.sessions or max(1, args.turns // 10)
-    run(args.turns, sessions, args.calls)
+    run(args.turns, sessions, args.calls, json_trigrams=args.json_trigrams)
     return 0
 
 

@@ -24,3 +24,25 @@ def test_the_capacity_bench_runs_at_a_tiny_size(
     dropped = [k for k in report["filled"] if k.startswith("drop a month")]
     assert len(dropped) == 1 and "turns)" in dropped[0]
     assert all(not math.isnan(v) for v in report["filled"].values())
+
+
+def test_without_the_json_trigrams_the_run_leaves_out_only_their_rows(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    report = capacity_bench.run(turns=600, sessions=60, calls=6, json_trigrams=False)
+    for side in ("empty", "filled"):
+        assert not any("whole-JSON" in name for name in report[side]), report[side]
+        assert report[side]["save p50 ms (no search index)"] > 0
+        assert report[side]["history read p50 ms"] > 0
+
+
+@pytest.mark.parametrize("argv", [["--turns", "0"], ["--calls", "0"], ["--sessions", "0"],
+                                  ["--turns", "ten"]])
+def test_bad_sizes_are_refused_with_a_reason(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        capacity_bench.main(argv)
+    assert exit_.value.code == 2
+    assert "--" in capsys.readouterr().err
