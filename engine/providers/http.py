@@ -37,6 +37,7 @@ from engine import strict_json
 from engine.clock import Clock, SystemClock
 from engine.errors import MAX_RETRY_AFTER_S, ProviderError, ProviderErrorKind, UnusableReply
 from engine.providers.base import CallRecord, ModelRequest, ModelResponse, ProviderHooks, Usage
+from engine.providers.pool import ShardedTransport
 from engine.records import record
 
 log = logging.getLogger(__name__)
@@ -224,12 +225,23 @@ def _transport_kind(exc: httpx.HTTPError) -> ProviderErrorKind:
     return "retryable"
 
 
+DEFAULT_CONNECTIONS = 100
+"""Connections one provider opens to its server at most, and keeps alive between calls:
+httpx's own ceiling, above the 64 model calls a consumer runs at once by default
+(``MAX_IN_FLIGHT``); a host running more passes its own number."""
+
+
 class JsonApi:
     """POSTs JSON to one API and returns the decoded JSON object, or raises ``ProviderError``.
 
     Owns its ``httpx.AsyncClient`` (created on first use, closed by ``aclose``) unless one is
     passed in, in which case the caller closes it. ``timeout`` bounds the whole call, not only
     each read, so a server that trickles bytes still times out.
+
+    The client it owns keeps alive as many connections as it may open (``connections``, over a
+    ``ShardedTransport``): a service runs many calls at once, and httpx's default keeps only 20
+    of its 100, so with more than 20 calls in the air most calls would connect afresh (a TCP,
+    and for an ``https`` server a TLS, handshake) and close their connection after the answer.
     """
 
     def __init__(
@@ -243,8 +255,12 @@ class JsonApi:
         clock: Clock | None = None,
         client: httpx.AsyncClient | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        connections: int = DEFAULT_CONNECTIONS,
     ) -> None:
+        if connections < 1:
+            raise ValueError(f"connections must be at least 1; got {connections}")
         self.provider = provider
+        self.connections = connections
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self._headers = dict(headers)
@@ -260,7 +276,8 @@ class JsonApi:
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
             self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout), transport=self._transport
+                timeout=httpx.Timeout(self.timeout),
+                transport=self._transport or ShardedTransport(self.connections),
             )
         return self._client
 
@@ -465,6 +482,7 @@ class HttpOptions(TypedDict, total=False):
     clock: Clock | None
     client: httpx.AsyncClient | None
     transport: httpx.AsyncBaseTransport | None
+    connections: int
     timer: Callable[[], float]
     env: Mapping[str, str] | None
 
@@ -501,6 +519,7 @@ class JsonApiProvider:
         clock: Clock | None = None,
         client: httpx.AsyncClient | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        connections: int = DEFAULT_CONNECTIONS,
         timer: Callable[[], float] = time.perf_counter,
         env: Mapping[str, str] | None = None,
     ) -> None:
@@ -519,6 +538,7 @@ class JsonApiProvider:
             clock=clock,
             client=client,
             transport=transport,
+            connections=connections,
         )
 
     @property
@@ -560,6 +580,7 @@ class JsonApiProvider:
 
 
 __all__ = [
+    "DEFAULT_CONNECTIONS",
     "DETAIL_LIMIT",
     "NOT_JSON",
     "REFUSED_SHAPE_HINTS",
