@@ -15,6 +15,7 @@ small pool's cost.
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 
@@ -27,8 +28,11 @@ class ShardedTransport(httpx.AsyncBaseTransport):
     """``connections`` connections at most, all kept alive between calls, spread over pools of
     ``SHARD_CONNECTIONS``; a request goes to the pool with the fewest requests in the air.
 
-    A request's body is read before its pool is counted free again, so the response it returns
-    is complete (a JSON API reads the whole body anyway)."""
+    A request stays counted against its pool until its response body is read to the end,
+    fails or is closed, whichever comes first (the connection is its pool's until then), or
+    until sending it fails. The body is never read here: the caller streams it, and may stop
+    early (a reply over its size bound), so a body is never read further than the caller
+    asks."""
 
     def __init__(self, connections: int, *, shard_connections: int = SHARD_CONNECTIONS) -> None:
         if connections < 1 or shard_connections < 1:
@@ -43,23 +47,63 @@ class ShardedTransport(httpx.AsyncBaseTransport):
     def shards(self) -> int:
         return len(self._pools)
 
+    @property
+    def busy(self) -> tuple[int, ...]:
+        """Requests in the air on each pool: sent or being sent, their bodies not yet read to
+        the end nor closed."""
+        return tuple(self._busy)
+
+    def _releaser(self, index: int) -> Callable[[], None]:
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._busy[index] -= 1
+
+        return release
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         index = min(range(len(self._pools)), key=self._busy.__getitem__)
         self._busy[index] += 1
+        release = self._releaser(index)
         try:
             response = await self._pools[index].handle_async_request(request)
-            try:
-                await response.aread()
-            except BaseException:
-                await response.aclose()
-                raise
-            return response
-        finally:
-            self._busy[index] -= 1
+        except BaseException:
+            release()
+            raise
+        if isinstance(response.stream, httpx.AsyncByteStream):
+            response.stream = _ReleasingStream(response.stream, release)
+        else:  # an async pool always streams asynchronously; nothing to wait for otherwise
+            release()
+        return response
 
     async def aclose(self) -> None:
         for pool in self._pools:
             await pool.aclose()
+
+
+class _ReleasingStream(httpx.AsyncByteStream):
+    """A response body that calls ``release`` once: when read to the end, when reading it
+    fails or is cancelled, or when it is closed, whichever comes first."""
+
+    def __init__(self, stream: httpx.AsyncByteStream, release: Callable[[], None]) -> None:
+        self._stream = stream
+        self._release = release
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._stream:
+                yield chunk
+        finally:
+            self._release()
+
+    async def aclose(self) -> None:
+        try:
+            await self._stream.aclose()
+        finally:
+            self._release()
 
 
 __all__ = ["SHARD_CONNECTIONS", "ShardedTransport"]
