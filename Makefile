@@ -8,8 +8,8 @@ STAMP  := $(VENV)/.installed
 .PHONY: install test lint unit run run-local-model test-real-model prometheus chromium \
 	test-browser phoenix phoenix-serve bench-inspect bench bench-engine bench-store \
 	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks bench-pipeline \
-	bench-hosting bench-versions bench-window bench-fairness bench-prefix bench-tracing bench-peers \
-	bench-prefix-real bench-migrate bench-replication bench-capacity clean
+	bench-hosting bench-versions bench-window bench-fairness bench-model-pool bench-prefix \
+	bench-tracing bench-peers bench-prefix-real bench-migrate bench-replication bench-capacity clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -202,6 +202,10 @@ bench-hosting: $(STAMP)
 # the flood's throughput, each against running alone (Apache Kafka unless --broker tansu).
 bench-fairness: $(STAMP)
 	$(BIN)/python bench/fairness_bench.py $(ARGS)
+
+# Bursts of model calls at once over HTTP: connections opened per call, by connection pool.
+bench-model-pool: $(STAMP)
+	$(BIN)/python bench/model_pool_bench.py $(ARGS)
 
 # The memory and turns/s of holding one to five versions of one agent in a consumer.
 bench-versions: $(STAMP)

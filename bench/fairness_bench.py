@@ -48,6 +48,7 @@ import asyncio
 import json
 import os
 import sys
+import tempfile
 import time
 import uuid
 from collections import defaultdict
@@ -73,6 +74,9 @@ from e2e_bench import (  # noqa: E402
 )
 
 STAND_IN_FLAG = "--consume-with-stand-in-model"
+POOL_ENV = "BENCH_MODEL_POOL"
+"""``--model-pool httpx-default``: the provider's client on one pool with httpx's default limits
+(100 connections, 20 of them kept alive) instead of its own ``ShardedTransport``."""
 
 
 def _definition(workspace: str) -> dict[str, Any]:
@@ -99,6 +103,15 @@ def consume_with_stand_in() -> int:
 
     if os.environ.get("OPENAI_BASE_URL"):  # --model http: the real provider, over HTTP
         from consumer.cli import main as consume
+
+        if os.environ.get(POOL_ENV) == "httpx-default":  # --model-pool: for comparison
+            import httpx
+
+            import engine.providers.http
+
+            engine.providers.http.ShardedTransport = (  # type: ignore[assignment,misc]
+                lambda _connections: httpx.AsyncHTTPTransport()
+            )
 
         return consume(["consume"])
     latency_s = float(os.environ.get(LATENCY_ENV, "0")) / 1000
@@ -463,9 +476,12 @@ async def run_once(servers: Servers, args: argparse.Namespace) -> int:
     if args.model == "http":
         from tests.fixtures.stand_in_model import StandInModel
 
-        model = StandInModel(free_port(), delay=args.latency_ms / 1000)
+        connections = Path(tempfile.mkdtemp(prefix="turnflow-fairness-")) / "connections"
+        model = StandInModel(free_port(), delay=args.latency_ms / 1000,
+                             keep_alive=not args.model_closes, connections=str(connections))
         model.start()
         env.pop(LATENCY_ENV, None)
+        env[POOL_ENV] = args.model_pool
         env.update({"OPENAI_BASE_URL": model.base_url, "TURNFLOW_MODEL": "stand-in"})
     for item in args.env:
         name, _, value = item.partition("=")
@@ -475,6 +491,10 @@ async def run_once(servers: Servers, args: argparse.Namespace) -> int:
     finally:
         if model is not None:
             model.kill()
+            opened = len(connections.read_text().splitlines()) if connections.exists() else 0
+            print(f"model server: {opened:,} connections accepted (pool "
+                  f"{args.model_pool}, server {'closes' if args.model_closes else 'keeps'} "
+                  "them)")
 
 
 async def _run_consumer(
@@ -622,6 +642,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", choices=("in-process", "http"), default="in-process",
                         help="the stand-in model in the consumer process, or an OpenAI-compatible "
                         "stand-in server over HTTP answering after --latency-ms")
+    parser.add_argument("--model-pool", choices=("sized", "httpx-default"), default="sized",
+                        help="--model http: the provider's connection pool as the service sizes "
+                        "it (as many kept alive as opened), or httpx's default (20 kept alive)")
+    parser.add_argument("--model-closes", action="store_true",
+                        help="--model http: the server closes each connection after one reply "
+                        "(by default it keeps connections alive, as model servers do)")
     parser.add_argument("--flood-conversations", type=int, default=600)
     parser.add_argument("--trickle-conversations", type=int, default=2,
                         help="conversations of each trickling workspace")

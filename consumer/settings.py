@@ -85,7 +85,9 @@ class Settings(BaseSettings):
         64,
         ge=1,
         description="Engine turns (their model calls) one consumer runs at once (an input's "
-        "load runs before it takes one, the turn's save and publish after it gave it back).",
+        "load runs before it takes one, the turn's save and publish after it gave it back). "
+        "An HTTP model provider opens up to this many connections to its server (100 when "
+        "this is smaller) and keeps them alive.",
     )
     consume_workers: int = Field(
         0,

@@ -67,6 +67,7 @@ def registry_router(settings: Any, store: Any, fallback: Any = None) -> Registry
     from consumer.turns.model_calls import observe_model_calls
     from engine.clock import SystemClock
     from engine.providers import provider_from_env
+    from engine.providers.http import DEFAULT_CONNECTIONS
     from engine.recording import recorded_agent
 
     def prepare(agent: Any) -> Any:
@@ -76,7 +77,10 @@ def registry_router(settings: Any, store: Any, fallback: Any = None) -> Registry
     return RegistryRouter(
         Hosting(store.engine),
         load_packs(settings.packs),
-        provider=provider_from_env(),
+        # as many kept-alive connections as turns call the model at once (MAX_IN_FLIGHT)
+        provider=provider_from_env(
+            connections=max(DEFAULT_CONNECTIONS, settings.max_in_flight)
+        ),
         clock=SystemClock(),
         fallback=fallback,
         cache_size=settings.agent_cache_size,

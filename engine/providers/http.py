@@ -37,6 +37,8 @@ from engine import strict_json
 from engine.clock import Clock, SystemClock
 from engine.errors import MAX_RETRY_AFTER_S, ProviderError, ProviderErrorKind, UnusableReply
 from engine.providers.base import CallRecord, ModelRequest, ModelResponse, ProviderHooks, Usage
+from engine.providers.pool import ShardedTransport
+from engine.providers.reply_body import ACCEPT_ENCODING, BodyOverLimit, UnreadableBody, read_body
 from engine.records import record
 
 log = logging.getLogger(__name__)
@@ -224,12 +226,23 @@ def _transport_kind(exc: httpx.HTTPError) -> ProviderErrorKind:
     return "retryable"
 
 
+DEFAULT_CONNECTIONS = 100
+"""Connections one provider opens to its server at most, and keeps alive between calls:
+httpx's own ceiling, above the 64 model calls a consumer runs at once by default
+(``MAX_IN_FLIGHT``); a host running more passes its own number."""
+
+
 class JsonApi:
     """POSTs JSON to one API and returns the decoded JSON object, or raises ``ProviderError``.
 
     Owns its ``httpx.AsyncClient`` (created on first use, closed by ``aclose``) unless one is
     passed in, in which case the caller closes it. ``timeout`` bounds the whole call, not only
     each read, so a server that trickles bytes still times out.
+
+    The client it owns keeps alive as many connections as it may open (``connections``, over a
+    ``ShardedTransport``): a service runs many calls at once, and httpx's default keeps only 20
+    of its 100, so with more than 20 calls in the air most calls would connect afresh (a TCP,
+    and for an ``https`` server a TLS, handshake) and close their connection after the answer.
     """
 
     def __init__(
@@ -243,11 +256,16 @@ class JsonApi:
         clock: Clock | None = None,
         client: httpx.AsyncClient | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        connections: int = DEFAULT_CONNECTIONS,
     ) -> None:
+        if connections < 1:
+            raise ValueError(f"connections must be at least 1; got {connections}")
         self.provider = provider
+        self.connections = connections
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        self._headers = dict(headers)
+        # only the codings a reply can be inflated in within its bound (``reply_body``)
+        self._headers = {"Accept-Encoding": ACCEPT_ENCODING, **headers}
         self._secrets = secrets
         self._clock: Clock = clock or SystemClock()
         self._client = client
@@ -260,7 +278,8 @@ class JsonApi:
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
             self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout), transport=self._transport
+                timeout=httpx.Timeout(self.timeout),
+                transport=self._transport or ShardedTransport(self.connections),
             )
         return self._client
 
@@ -273,11 +292,24 @@ class JsonApi:
         self, path: str, body: Mapping[str, Any], *, max_reply_bytes: int | None = None
     ) -> dict[str, Any]:
         """The decoded JSON object of a 2xx answer; ``max_reply_bytes`` bounds its body (see
-        ``reply_byte_limit``): a bigger one is an ``UnusableReply``, never decoded."""
+        ``reply_byte_limit``): a bigger one is an ``UnusableReply``, never decoded, and never
+        read further than the bound (the body is streamed, a ``Content-Length`` over it refused
+        unread). ``timeout`` covers reading the body too."""
         url = f"{self.base_url}/{path.lstrip('/')}"
         try:
             async with asyncio.timeout(self.timeout):
-                response = await self._http().post(url, json=body, headers=self._headers)
+                client = self._http()
+                request = client.build_request("POST", url, json=body, headers=self._headers)
+                response = await client.send(request, stream=True)
+                try:
+                    if not response.is_success:
+                        raise error_for_status(
+                            await _error_response(response), provider=self.provider,
+                            now=self._clock.now(), secrets=self._secrets,
+                        )
+                    content = await self._reply_body(response, max_reply_bytes)
+                finally:
+                    await response.aclose()
         except TimeoutError:
             raise ProviderError(
                 f"{self.provider}: no answer within {self.timeout:g}s", kind="retryable"
@@ -292,23 +324,48 @@ class JsonApi:
             raise ProviderError(
                 f"{self.provider}: {type(exc).__name__}: {detail}", kind=_transport_kind(exc)
             ) from None
-        if not response.is_success:
-            raise error_for_status(
-                response, provider=self.provider, now=self._clock.now(), secrets=self._secrets
-            )
-        size = len(response.content)
-        if max_reply_bytes is not None and size > max_reply_bytes:
-            raise unusable_reply(
-                self.provider, f"a reply body of {size} bytes, over the {max_reply_bytes} its "
-                "token cap allows; not used")
         try:
-            decoded = strict_json.loads(response.content)
+            decoded = strict_json.loads(content)
         except (ValueError, UnicodeDecodeError, RecursionError):
             decoded = None
         if not isinstance(decoded, dict):
             raise malformed(self.provider, f"HTTP {response.status_code} body is not a JSON object",
                             status=response.status_code)
         return decoded
+
+    async def _reply_body(self, response: httpx.Response, max_reply_bytes: int | None) -> bytes:
+        """A 2xx body, read no further than ``max_reply_bytes`` (and the chunk that passes it)."""
+        try:
+            if max_reply_bytes is None:
+                return await response.aread()
+            return await read_body(response, max_reply_bytes)
+        except BodyOverLimit as over:
+            raise unusable_reply(
+                self.provider, f"a reply body of {over.describe()}, over the {max_reply_bytes} "
+                "its token cap allows; not used") from None
+        except UnreadableBody as exc:
+            raise malformed(self.provider, f"HTTP {response.status_code}: {exc}",
+                            status=response.status_code) from None
+
+
+ERROR_BODY_BYTES = 64 * 1024
+"""How much of an error reply's body is read: room for an API's error object (a validation
+error lists every field) well past ``DETAIL_LIMIT``; the rest is never read."""
+
+
+async def _error_response(response: httpx.Response) -> httpx.Response:
+    """A non-2xx streamed ``response`` as one read into memory for ``error_for_status``: its
+    status and headers, and at most ``ERROR_BODY_BYTES`` of its body, decoded (none if its
+    coding cannot be read)."""
+    try:
+        content = await read_body(response, ERROR_BODY_BYTES, cut=True)
+    except UnreadableBody:
+        content = b""
+    headers = httpx.Headers(response.headers)
+    for name in ("content-encoding", "content-length", "transfer-encoding"):
+        headers.pop(name, None)
+    return httpx.Response(response.status_code, headers=headers, content=content,
+                          request=response.request)
 
 
 def malformed(provider: str, why: str, *, status: int | None = None) -> ProviderError:
@@ -465,6 +522,7 @@ class HttpOptions(TypedDict, total=False):
     clock: Clock | None
     client: httpx.AsyncClient | None
     transport: httpx.AsyncBaseTransport | None
+    connections: int
     timer: Callable[[], float]
     env: Mapping[str, str] | None
 
@@ -501,6 +559,7 @@ class JsonApiProvider:
         clock: Clock | None = None,
         client: httpx.AsyncClient | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        connections: int = DEFAULT_CONNECTIONS,
         timer: Callable[[], float] = time.perf_counter,
         env: Mapping[str, str] | None = None,
     ) -> None:
@@ -519,6 +578,7 @@ class JsonApiProvider:
             clock=clock,
             client=client,
             transport=transport,
+            connections=connections,
         )
 
     @property
@@ -560,6 +620,7 @@ class JsonApiProvider:
 
 
 __all__ = [
+    "DEFAULT_CONNECTIONS",
     "DETAIL_LIMIT",
     "NOT_JSON",
     "REFUSED_SHAPE_HINTS",

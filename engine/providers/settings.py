@@ -24,6 +24,7 @@ from typing import NamedTuple
 from engine.providers import anthropic, openai
 from engine.providers.anthropic import AnthropicProvider
 from engine.providers.base import ProviderHooks
+from engine.providers.http import DEFAULT_CONNECTIONS
 from engine.providers.openai import OpenAIProvider
 from engine.providers.rules import RuleProvider
 
@@ -176,10 +177,15 @@ def _max_tokens(environ: Mapping[str, str]) -> int:
 
 
 def provider_from_env(
-    env: Mapping[str, str] | None = None, *, hooks: ProviderHooks | None = None
+    env: Mapping[str, str] | None = None,
+    *,
+    hooks: ProviderHooks | None = None,
+    connections: int = DEFAULT_CONNECTIONS,
 ) -> ChosenProvider:
     """The provider the environment names (see the module docstring); ``.description`` says
-    which was chosen. ``ValueError`` naming the variable when a tuning value is unreadable."""
+    which was chosen. ``ValueError`` naming the variable when a tuning value is unreadable.
+    ``connections``: how many connections an HTTP provider opens and keeps alive, at least as
+    many as the calls its host runs at once."""
     environ = os.environ if env is None else env
     model = environ.get("TURNFLOW_MODEL") or None
     openai_key = next((environ[n] for n in openai.API_KEY_ENV if environ.get(n)), None)
@@ -196,6 +202,7 @@ def provider_from_env(
             layout=_layout(environ),
             slots=_slots(environ),
             hooks=hooks,
+            connections=connections,
         )
     anthropic_key = environ.get(anthropic.API_KEY_ENV) or None
     if anthropic_key:
@@ -207,6 +214,7 @@ def provider_from_env(
             max_tokens=_max_tokens(environ),
             prompt_cache=_prompt_cache(environ) != "off",
             hooks=hooks,
+            connections=connections,
         )
     return RuleProvider(hooks=hooks)
 
