@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import os
 import random
+import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -52,6 +53,7 @@ from consumer.inspect.reading import Reader
 from store import Store, partitions
 from store.history import turn_entries
 from store.scratch import scratch_database
+from store.search_text import SESSION_TEXT, TURN_TEXT, TURN_WORDS, like_pattern
 
 MONTHS = 3
 BATCH = 200_000
@@ -62,13 +64,6 @@ _JSON_TRIGRAMS = (
     "|| coalesce(source_topic || ':' || CAST(source_partition AS text) || ':' "
     "|| CAST(source_offset AS text), '')) gin_trgm_ops)"
 )
-
-
-@dataclass
-class Figures:
-    """One database's measurements (ms, CPU ms per save)."""
-
-    rows: dict[str, float] = field(default_factory=dict)
 
 
 def _fill_sql(first: int, last: int, sessions: int, per: int, start: datetime) -> str:
@@ -231,70 +226,147 @@ def _p(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _saves(store: Store, label: str, sessions: int, calls: int, versions: dict[str, int],
-                 figures: Figures, offset: int) -> None:
-    pid = await _backend(store)
-    chosen = random.Random(sum(label.encode())).sample(range(sessions), min(calls, sessions))
+@dataclass
+class Side:
+    """One database under measurement: its pools, each conversation's last version, who was
+    erased, and every round's figures (figure -> one value per round)."""
+
+    url: str
+    sessions: int
+    per: int
+    store: Store
+    reader: Reader
+    versions: dict[str, int]
+    erased: set[int] = field(default_factory=set)
+    samples: dict[str, list[float]] = field(default_factory=dict)
+
+    def put(self, name: str, value: float) -> None:
+        self.samples.setdefault(name, []).append(value)
+
+
+async def _open(url: str, sessions: int, per: int) -> Side:
+    store = await Store.connect(url, pool_size=1, max_overflow=0)
+    side = Side(url, sessions, per, store, Reader(url, pool_size=1),
+                {f"conv-{s}": per for s in range(sessions)})
+    for warm in range(20):  # prepared statements, caches
+        await store.load(f"conv-{warm}")
+    return side
+
+
+async def _saves(side: Side, label: str, calls: int, offset: int, seed: int) -> None:
+    pid = await _backend(side.store)
+    chosen = random.Random(seed).sample(range(side.sessions), min(calls, side.sessions))
 
     async def save(i: int) -> None:
         sid = f"conv-{chosen[i % len(chosen)]}"
-        version = versions.get(sid, 0) + 1
+        version = side.versions.get(sid, 0) + 1
         request = turn_request(sid, version, n=offset + i, partition=99)
-        await store.save_turn(replace(request, turn=replace(request.turn, created_at=None,
-                                                            clock_at=None)))
-        versions[sid] = version
+        await side.store.save_turn(replace(request, turn=replace(request.turn, created_at=None,
+                                                                 clock_at=None)))
+        side.versions[sid] = version
 
     cpu = _cpu_ms(pid)
     wall = await _timed(len(chosen), save)
     cpu = (_cpu_ms(pid) - cpu) / len(chosen)
-    figures.rows[f"save p50 ms ({label})"] = _p(wall, 0.5)
-    figures.rows[f"save p99 ms ({label})"] = _p(wall, 0.99)
-    figures.rows[f"save CPU ms ({label})"] = cpu
+    side.put(f"save p50 ms ({label})", _p(wall, 0.5))
+    side.put(f"save p99 ms ({label})", _p(wall, 0.99))
+    side.put(f"save CPU ms ({label})", cpu)
 
 
-async def _measure(url: str, sessions: int, per: int, calls: int, *, filled: bool,
-                   drop: bool, json_trigrams: bool) -> Figures:
-    figures = Figures()
-    store = await Store.connect(url, pool_size=1, max_overflow=0)
-    reader = Reader(url, pool_size=1)
-    versions = {f"conv-{s}": per if filled else 0 for s in range(sessions)}
+async def _indexed_round(side: Side, calls: int, round_: int) -> None:
+    """With the turn log's indexes as migrated: saves, loads, the inspector, erases."""
+    await _saves(side, "word index", calls, 10**9 + round_ * calls, seed=11 + round_)
+    rng = random.Random(7 + round_)
+    sessions = side.sessions
+    picks = [f"conv-{rng.randrange(sessions)}" for _ in range(calls)]
+    loads = await _timed(calls, lambda i: side.store.load(picks[i], history_limit=20))
+    side.put("history read p50 ms", _p(loads, 0.5))
+    names = [f"Cliente {rng.randrange(1, sessions + 1)}" for _ in range(max(10, calls // 10))]
+    searches = await _timed(len(names), lambda i: side.reader.search(names[i], limit=20))
+    side.put("inspector search p50 ms", _p(searches, 0.5))
+    pages = await _timed(calls, lambda i: side.reader.conversation(picks[i], turns=50))
+    side.put("inspector page p50 ms", _p(pages, 0.5))
+    left = [s for s in range(sessions) if s not in side.erased]
+    gone = rng.sample(left, min(max(1, calls // 10), len(left)))  # a tenth, each round
+    erases = await _timed(len(gone), lambda i: side.store.erase(session_id=f"conv-{gone[i]}"))
+    side.put("erase p50 ms", _p(erases, 0.5))
+    side.erased.update(gone)
+    side.versions.update({f"conv-{g}": 0 for g in gone})  # a later turn starts them again
+
+
+async def _plans(side: Side) -> list[str]:
+    """What PostgreSQL does for one name's search of turns and of conversations."""
+    name = f"Cliente {side.sessions // 2}"
+    out = []
+    connection = await asyncpg.connect(side.url)
     try:
-        for warm in range(20):  # prepared statements, caches
-            await store.load(f"conv-{warm}")
-        await _saves(store, "word index", sessions, calls, versions, figures, 10**9)
-        rng = random.Random(7)
-        picks = [f"conv-{rng.randrange(sessions)}" for _ in range(calls)]
-        loads = await _timed(calls, lambda i: store.load(picks[i], history_limit=20))
-        figures.rows["history read p50 ms"] = _p(loads, 0.5)
-        names = [f"Cliente {rng.randrange(1, sessions + 1)}" for _ in range(max(10, calls // 10))]
-        searches = await _timed(len(names), lambda i: reader.search(names[i], limit=20))
-        figures.rows["inspector search p50 ms"] = _p(searches, 0.5)
-        pages = await _timed(calls, lambda i: reader.conversation(picks[i], turns=50))
-        figures.rows["inspector page p50 ms"] = _p(pages, 0.5)
-        gone = rng.sample(range(sessions), min(max(10, calls // 10), sessions))
-        erases = await _timed(len(gone), lambda i: store.erase(session_id=f"conv-{gone[i]}"))
-        figures.rows["erase p50 ms"] = _p(erases, 0.5)
-        versions.update({f"conv-{g}": 0 for g in gone})  # a later turn starts them again
-        await _sql(url, "DROP INDEX ix_turns_words")
-        await _saves(store, "no search index", sessions, calls, versions, figures, 2 * 10**9)
-        if json_trigrams:
-            began = time.perf_counter()
-            await _sql(url, _JSON_TRIGRAMS)
-            figures.rows["build whole-JSON trigram index s"] = time.perf_counter() - began
-            await _saves(store, "whole-JSON trigrams", sessions, calls, versions, figures,
-                         3 * 10**9)
-        if drop:
-            oldest = min((p for p in await partitions.partitions(store.engine)
-                          if p.start is not None and not p.default), key=lambda p: p.start)
-            rows = await _fetchval(url, f"SELECT count(*) FROM {oldest.name}")
-            began = time.perf_counter()
-            await _sql(url, f"DROP TABLE {oldest.name}")
-            figures.rows[f"drop a month ({rows:,} turns) ms"] = (
-                time.perf_counter() - began) * 1000
+        for label, sql, args in (
+            ("turns", f"SELECT id FROM turns WHERE {TURN_WORDS} @@ plainto_tsquery('simple', $1)"
+                      f" AND {TURN_TEXT} ILIKE $2 ORDER BY created_at DESC, id DESC LIMIT 20",
+             (name, like_pattern(name))),
+            ("sessions", f"SELECT id FROM sessions WHERE {SESSION_TEXT} ILIKE $1"
+                         " ORDER BY updated_at DESC, id DESC LIMIT 20", (like_pattern(name),)),
+        ):
+            rows = await connection.fetch(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", *args)
+            out += [f"-- the search of {label} for {name!r}"] + [r[0] for r in rows]
     finally:
-        await reader.close()
-        await store.close()
-    return figures
+        await connection.close()
+    return out
+
+
+async def _unindexed_round(side: Side, calls: int, round_: int) -> None:
+    await _saves(side, "no search index", calls, 2 * 10**9 + round_ * calls, seed=23 + round_)
+
+
+async def _finish(side: Side, calls: int, *, json_trigrams: bool, drop: bool) -> None:
+    """Once, at the end (each changes the database for good): the saves with the whole-JSON
+    trigram index, then the oldest month dropped."""
+    if json_trigrams:
+        began = time.perf_counter()
+        await _sql(side.url, _JSON_TRIGRAMS)
+        side.put("build whole-JSON trigram index s", time.perf_counter() - began)
+        await _saves(side, "whole-JSON trigrams", calls, 3 * 10**9, seed=31)
+    if drop:
+        months = [p for p in await partitions.partitions(side.store.engine)
+                  if p.start is not None and not p.default]
+        oldest = min(months, key=lambda p: p.start or datetime.max.replace(tzinfo=UTC))
+        rows = await _fetchval(side.url, f"SELECT count(*) FROM {oldest.name}")
+        began = time.perf_counter()
+        await _sql(side.url, f"DROP TABLE {oldest.name}")
+        side.put(f"drop a month ({rows:,} turns) ms", (time.perf_counter() - began) * 1000)
+
+
+async def _measure(empty: Side, full: Side, calls: int, rounds: int, *,
+                   json_trigrams: bool) -> list[str]:
+    """Both databases, round by round, one after the other within each round, so that a
+    change in the host's load falls on both; the plans of the search on the filled one."""
+    for round_ in range(rounds):
+        for side in (empty, full):
+            await _indexed_round(side, calls, round_)
+        print(f"  round {round_ + 1} of {rounds} with the word index", file=sys.stderr)
+    plans = await _plans(full)
+    for side in (empty, full):
+        await _sql(side.url, "DROP INDEX ix_turns_words")
+    for round_ in range(rounds):
+        for side in (empty, full):
+            await _unindexed_round(side, calls, round_)
+    await _finish(empty, calls, json_trigrams=json_trigrams, drop=False)
+    await _finish(full, calls, json_trigrams=json_trigrams, drop=True)
+    return plans
+
+
+async def _measured(empty_url: str, full_url: str, small: int, sessions: int, per: int,
+                    calls: int, rounds: int, *, json_trigrams: bool
+                    ) -> tuple[Side, Side, list[str]]:
+    empty = await _open(empty_url, small, per)
+    full = await _open(full_url, sessions, per)
+    try:
+        plans = await _measure(empty, full, calls, rounds, json_trigrams=json_trigrams)
+    finally:
+        for side in (empty, full):
+            await side.reader.close()
+            await side.store.close()
+    return empty, full, plans
 
 
 async def _sql(url: str, sql: str) -> None:
@@ -313,8 +385,14 @@ async def _fetchval(url: str, sql: str) -> Any:
         await connection.close()
 
 
-def run(turns: int, sessions: int, calls: int, *, json_trigrams: bool = True) -> dict[str, Any]:
-    """The whole benchmark; returns the figures (also printed)."""
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def run(turns: int, sessions: int, calls: int, *, rounds: int = 3,
+        json_trigrams: bool = True) -> dict[str, Any]:
+    """The whole benchmark; returns the figures (also printed): per figure, the median over
+    the rounds on each database, and the range of the rounds' ratios."""
     with ExitStack() as stack:
         empty = scratch_database(stack, prefix="turnflow-capacity")
         full = scratch_database(stack, prefix="turnflow-capacity")
@@ -325,21 +403,29 @@ def run(turns: int, sessions: int, calls: int, *, json_trigrams: bool = True) ->
         # The near-empty log: only as many conversations (of the same length) as are measured.
         small = min(sessions, calls)
         asyncio.run(_fill(empty.url, small * per, small))
-        at_empty = asyncio.run(_measure(empty.url, small, per, calls, filled=True,
-                                        drop=False, json_trigrams=json_trigrams))
-        at_full = asyncio.run(_measure(full.url, sessions, per, calls, filled=True, drop=True,
-                                       json_trigrams=json_trigrams))
-    report = {"turns": turns, "sessions": sessions, "calls": calls, "fill": fill,
-              "empty": at_empty.rows, "filled": at_full.rows}
+        at_empty, at_full, plans = asyncio.run(_measured(
+            empty.url, full.url, small, sessions, per, calls, rounds,
+            json_trigrams=json_trigrams))
+    medians = {side: {name: _median(v) for name, v in figures.samples.items()}
+               for side, figures in (("empty", at_empty), ("filled", at_full))}
+    spreads = {name: [f / e for f, e in zip(values, at_empty.samples[name], strict=True) if e]
+               for name, values in at_full.samples.items() if name in at_empty.samples}
+    report = {"turns": turns, "sessions": sessions, "calls": calls, "rounds": rounds,
+              "fill": fill, "empty": medians["empty"], "filled": medians["filled"],
+              "ratios": spreads, "plans": plans}
+    print("\n".join(plans))
     print(f"\nfill: {turns:,} turns in {fill['fill_s']:.0f} s ({fill['turns_per_s']:,.0f}/s),"
           f" indexes built in {fill['index_s']:.0f} s, database {fill['disk_gb']:.2f} GB")
-    print(f"\n| {'':38} | {min(sessions, calls) * per:,} turns | {turns:,} turns | ratio |")
-    print("|---|---|---|---|")
-    for name, value in at_full.rows.items():
-        base = at_empty.rows.get(name)
+    print(f"medians of {rounds} round(s), the two databases one after the other in each round")
+    print(f"\n| {'':38} | {small * per:,} turns | {turns:,} turns | ratio | rounds' ratios |")
+    print("|---|---|---|---|---|")
+    for name, value in medians["filled"].items():
+        base = medians["empty"].get(name)
         ratio = f"{value / base:.2f}x" if base else ""
         shown = f"{base:.2f}" if base is not None else ""
-        print(f"| {name:38} | {shown} | {value:.2f} | {ratio} |")
+        spread = spreads.get(name) or []
+        ranged = f"{min(spread):.2f}-{max(spread):.2f}x" if len(spread) > 1 else ""
+        print(f"| {name:38} | {shown} | {value:.2f} | {ratio} | {ranged} |")
     return report
 
 
@@ -349,14 +435,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=None,
                         help="conversations (default: a tenth of --turns)")
     parser.add_argument("--calls", type=int, default=300, help="calls per measured operation")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of measurements, alternating the two databases")
     parser.add_argument("--no-json-trigrams", dest="json_trigrams", action="store_false",
                         help="skip the saves with the whole-JSON trigram index the search used "
                         "to have (building it on 10,000,000 turns takes about an hour)")
     args = parser.parse_args(argv)
-    if args.turns < 1 or args.calls < 1 or (args.sessions is not None and args.sessions < 1):
-        parser.error("--turns, --sessions and --calls must be at least 1")
+    if (args.turns < 1 or args.calls < 1 or args.rounds < 1
+            or (args.sessions is not None and args.sessions < 1)):
+        parser.error("--turns, --sessions, --calls and --rounds must be at least 1")
     sessions = args.sessions or max(1, args.turns // 10)
-    run(args.turns, sessions, args.calls, json_trigrams=args.json_trigrams)
+    run(args.turns, sessions, args.calls, rounds=args.rounds, json_trigrams=args.json_trigrams)
     return 0
 
 

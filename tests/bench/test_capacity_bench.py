@@ -16,6 +16,14 @@ def test_the_capacity_bench_runs_at_a_tiny_size(
     monkeypatch.setenv("DATABASE_URL", database_url)
     report = capacity_bench.run(turns=3000, sessions=300, calls=12)
     assert report["fill"]["disk_gb"] > 0 and report["fill"]["turns_per_s"] > 0
+    assert report["rounds"] == 3
+    for name, ratios in report["ratios"].items():  # one a round; the whole-JSON saves once
+        if "CPU" in name:  # read in clock ticks of 10 ms: a dozen saves may show none
+            assert all(r >= 0 for r in ratios), (name, ratios)
+            continue
+        assert len(ratios) == (1 if "whole-JSON" in name else 3), (name, ratios)
+        assert all(r > 0 for r in ratios), (name, ratios)
+    assert any("the search of sessions" in line for line in report["plans"])
     for name in ("save p50 ms (word index)", "save p50 ms (whole-JSON trigrams)",
                  "history read p50 ms", "inspector search p50 ms", "inspector page p50 ms",
                  "erase p50 ms"):
