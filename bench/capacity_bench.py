@@ -298,7 +298,7 @@ async def _plans(side: Side) -> list[str]:
     """What PostgreSQL does for one name's search of turns and of conversations."""
     name = f"Cliente {side.sessions // 2}"
     out = []
-    connection = await asyncpg.connect(side.url)
+    connection = await asyncpg.connect(side.url, server_settings={"jit": "off"})  # as Reader
     try:
         for label, sql, args in (
             ("turns", f"SELECT id FROM turns WHERE {TURN_WORDS} @@ plainto_tsquery('simple', $1)"

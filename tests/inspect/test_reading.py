@@ -212,6 +212,25 @@ async def test_pending_timers_and_unpublished_rows_are_shown_as_such(filled: Fil
     assert view.conversation_view(untouched).pending_timers == []
 
 
+async def test_the_readers_queries_are_never_jit_compiled(filled: Filled) -> None:
+    """On a log of millions of turns a search's estimated cost passes ``jit_above_cost`` and
+    compiling it cost more than running it: the reader's connections run without JIT, even
+    where the server would compile everything."""
+    reader = Reader(filled.database_url)
+    try:
+        async with reader._reading() as connection:
+            assert (await connection.execute(text("SHOW jit"))).scalar_one() == "off"
+            await connection.execute(text("SET LOCAL jit_above_cost = 0"))
+            plan = (await connection.execute(
+                text("EXPLAIN (ANALYZE, FORMAT JSON) SELECT count(*) FROM turns"))).scalar_one()
+            assert "JIT" not in (plan if isinstance(plan, str) else json.dumps(plan))
+        async with reader._statement() as connection:
+            assert (await connection.execute(text("SHOW jit"))).scalar_one() == "off"
+        assert (await reader.search("cliente")).query == "cliente"
+    finally:
+        await reader.close()
+
+
 async def test_the_reader_cannot_write(filled: Filled) -> None:
     reader = Reader(filled.database_url)
     try:
