@@ -195,6 +195,10 @@ class RunResult:
     history_turns: int = 0  # earlier turns every session had before the run
     # The database server's CPU per turn over the same window, when it runs on this host.
     db_cpu_ms_per_turn: float | None = None
+    # WAL the server wrote (its whole cluster) and the scratch database's growth, per turn,
+    # over the same window: what a deployment's disk, replication and backups pay a turn.
+    wal_bytes_per_turn: float | None = None
+    db_bytes_per_turn: float | None = None
     # Log lines that mean a turn did not simply run once (see ConsumerProcess.TROUBLES).
     troubles: dict[str, int] = field(default_factory=dict)
     # The consumer's time in garbage collections per turn over the backlog (one process only:
@@ -252,6 +256,28 @@ def _database_cpu_seconds(url: str) -> float | None:
             found = True
             ticks += sum(int(fields[i]) for i in (11, 12, 13, 14))
     return ticks / os.sysconf("SC_CLK_TCK") if found else None
+
+
+async def _wal_and_size(url: str) -> tuple[int, int] | None:
+    """The server's WAL position and the database's size, in bytes; None when unreadable
+    (a role without the right to read them)."""
+    import asyncpg
+
+    from store.urls import plain_url
+
+    try:
+        connection = await asyncpg.connect(plain_url(url))
+    except (OSError, asyncpg.PostgresError):
+        return None
+    try:
+        row = await connection.fetchrow(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint AS wal,"
+            " pg_database_size(current_database()) AS size")
+    except asyncpg.PostgresError:
+        return None
+    finally:
+        await connection.close()
+    return None if row is None else (int(row["wal"]), int(row["size"]))
 
 
 def _percentile(values: list[float], share: float) -> float:
@@ -595,6 +621,7 @@ async def run_once(
         cpu_before = _cpu_seconds(consumer.pid)
         gc_before = await _gc_seconds(metrics_port)
         db_before = _database_cpu_seconds(servers.database_url)
+        disk_before = await _wal_and_size(servers.database_url)
         # Generous bound: the model alone needs inputs x calls x latency / max_in_flight.
         within = 60 + inputs * 2 * latency_ms / 1000 / max_in_flight * 3
         await replies.until(backlog, within=within)
@@ -603,6 +630,9 @@ async def run_once(
         gc = None if gc_before is None or gc_after is None else gc_after - gc_before
         db_after = _database_cpu_seconds(servers.database_url)
         db_cpu = None if db_before is None or db_after is None else db_after - db_before
+        disk_after = await _wal_and_size(servers.database_url)
+        grown = (None if disk_before is None or disk_after is None
+                 else (disk_after[0] - disk_before[0], disk_after[1] - disk_before[1]))
         stamps = [replies.first_reply_ms[i] for i in backlog]
         span_s = max(1e-3, (max(stamps) - min(stamps)) / 1000)
         rate = (len(backlog) - 1) / span_s
@@ -623,6 +653,8 @@ async def run_once(
         p95_ms=_percentile(latencies, 0.95), p99_ms=_percentile(latencies, 0.99),
         workers=workers, history_turns=history_turns, troubles=dict(consumer.troubles),
         gc_ms_per_turn=None if gc is None else gc * 1000 / len(backlog),
+        wal_bytes_per_turn=None if grown is None else grown[0] / len(backlog),
+        db_bytes_per_turn=None if grown is None else grown[1] / len(backlog),
     )
 
 
@@ -1055,9 +1087,12 @@ def run(args: argparse.Namespace) -> int:
               "host):")
         for r in results:
             if r.db_cpu_ms_per_turn is not None:
+                disk = ("" if r.wal_bytes_per_turn is None or r.db_bytes_per_turn is None else
+                        f", WAL {r.wal_bytes_per_turn / 1024:.1f} KB, database "
+                        f"{r.db_bytes_per_turn / 1024:.1f} KB")
                 print(f"  {r.latency_ms} ms, {r.partitions} partition(s), {r.workers} "
                       f"process(es), sessions {r.history_turns} turns in: "
-                      f"{r.db_cpu_ms_per_turn:.2f} ms")
+                      f"{r.db_cpu_ms_per_turn:.2f} ms" + disk)
     single = {
         r.partitions: r
         for r in results
