@@ -236,10 +236,19 @@ class Settings(BaseSettings):
     )
     turn_retention_days: float = Field(
         0, ge=0, le=MAX_RETENTION_DAYS, allow_inf_nan=False,
-        description="Months of the turn log wholly older than this are dropped by the relay "
-        "(and by `turnflow prune`), one partition each, with the sessions nothing is then left "
-        "of (no turn, no run in progress, no timer, no unsent reply); 0 keeps the turn log. "
-        "Whole months: a turn goes at most a month after this. At most 36500."
+        description="Partitions of the turn log (months, or days: `TURN_PARTITION`) wholly "
+        "older than this are dropped by the relay (and by `turnflow prune`), one `DROP TABLE` "
+        "each, with the sessions nothing is then left of (no turn, no run in progress, no "
+        "timer, no unsent reply); 0 keeps the turn log. Whole partitions: a turn goes at most "
+        "one partition's span after this. At most 36500."
+    )
+    turn_partition: Literal["month", "day"] = Field(
+        "month",
+        description="The span of one turn log partition: `month` or `day`. The relay (and "
+        "`turnflow prune`) makes them ahead (two months, fourteen days) and retention drops "
+        "them whole; at millions of turns a day, `day` keeps each partition small. A change "
+        "takes effect from the next period: partitions not yet started and empty are made "
+        "again in the new span."
     )
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="Port of `/metrics`, `/healthz`, `/readyz` (0: off). "

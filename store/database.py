@@ -413,13 +413,16 @@ class Store:
 
     # -- the turn log's partitions ---------------------------------------------------------
 
-    async def ensure_turn_partitions(self, *, months: int = 2) -> list[str]:
-        """Make the turn log's partitions of this month and the next ``months`` (those
-        missing); their names (store/partitions.py)."""
-        return await partitions.ensure_ahead(self._engine, months=months)
+    async def ensure_turn_partitions(
+        self, *, unit: partitions.Unit = "month", months: int | None = None
+    ) -> list[str]:
+        """Make the turn log's partitions of this period and the next ones (those missing;
+        ``months`` of them for a monthly log, else ``partitions.AHEAD``), by month or by day;
+        their names (store/partitions.py)."""
+        return await partitions.ensure_ahead(self._engine, unit=unit, months=months)
 
     async def drop_expired_turns(self, *, older_than: timedelta) -> partitions.Dropped:
-        """Drop the turn log's months wholly older than ``older_than``, then what is left of
+        """Drop the turn log's partitions wholly older than ``older_than``, then what is left of
         them: burst sources and sessions with no turn and nothing in progress."""
         return await partitions.drop_expired(self._engine, older_than=older_than)
 

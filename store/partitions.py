@@ -1,13 +1,20 @@
-"""The turn log's monthly partitions: made ahead of time, dropped whole past the retention.
+"""The turn log's partitions by month or by day: made ahead of time, dropped whole past the
+retention.
 
 `turns` is partitioned by range on `created_at` (migration 0023), one partition per calendar
-month (UTC), named ``turns_pYYYY_MM``; ``turns_p_history`` holds the turns saved before the log
-was partitioned, and ``turns_p_default`` catches a turn whose month has no partition (the
-safety net: a save never fails for want of one).
+month (UTC), named ``turns_pYYYY_MM``, or per day, ``turns_pYYYY_MM_DD`` (`TURN_PARTITION`): a
+deployment writing millions of turns a day keeps and drops them a day at a time instead of a
+month's terabytes at once. ``turns_p_history`` holds the turns saved before the log was
+partitioned, and ``turns_p_default`` catches a turn whose period has no partition (the safety
+net: a save never fails for want of one).
 
-`ensure_ahead` makes the partitions of this month and the next ``months`` months. It runs at
-migration, and in every retention pass (the relay's, `turnflow prune`), so a month's partition
-exists weeks before its first turn. A new partition is made as a plain table and then attached,
+`ensure_ahead` makes the partitions of this period and the next ones (two months, or fourteen
+days). It runs at migration, and in every retention pass (the relay's, `turnflow prune`), so a
+partition exists long before its first turn. When the unit changes, the partitions of the
+other unit that have not started and hold no row are dropped and made again in the new unit;
+a partition already started keeps its range, and the rest of its period that no partition
+covers gets one of its own (a month's remainder after daily partitions, say), so the log has
+no gap. A new partition is made as a plain table and then attached,
 which locks the log only in SHARE UPDATE EXCLUSIVE mode (saves and reads go on); if the default
 partition already holds rows of that month (the passes did not run for a month) the month is
 left to the default partition and a warning is logged.
@@ -26,14 +33,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 from sqlalchemy import TextClause, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = [
-    "LOCK_TIMEOUT", "Dropped", "Partition", "compact_closed", "drop_expired", "ensure_ahead",
-    "partitions",
+    "AHEAD", "LOCK_TIMEOUT", "UNITS", "Dropped", "Partition", "Unit", "compact_closed",
+    "drop_expired", "ensure_ahead", "partitions", "period_start",
 ]
 
 log = logging.getLogger("turnflow.store")
@@ -43,6 +51,13 @@ LOCK_TIMEOUT = "200ms"
 until the next pass: the longest a save can wait behind it."""
 
 DEFAULT = "turns_p_default"
+
+Unit = Literal["month", "day"]
+UNITS: tuple[Unit, ...] = ("month", "day")
+
+AHEAD: dict[Unit, int] = {"month": 2, "day": 14}
+"""Periods made ahead of the current one: a partition exists weeks before its first turn,
+and a retention pass that did not run for a while still finds the next ones made."""
 
 
 @dataclass(frozen=True)
@@ -72,8 +87,49 @@ def month_start(at: datetime, ahead: int = 0) -> datetime:
     return datetime(months // 12, months % 12 + 1, 1, tzinfo=UTC)
 
 
-def partition_name(start: datetime) -> str:
-    return f"turns_p{start:%Y_%m}"
+def day_start(at: datetime, ahead: int = 0) -> datetime:
+    """The first instant (UTC) of the day ``ahead`` days after ``at``'s."""
+    at = at.astimezone(UTC)
+    return datetime(at.year, at.month, at.day, tzinfo=UTC) + timedelta(days=ahead)
+
+
+def period_start(at: datetime, unit: Unit, ahead: int = 0) -> datetime:
+    """The first instant (UTC) of the month or day ``ahead`` periods after ``at``'s."""
+    return month_start(at, ahead) if unit == "month" else day_start(at, ahead)
+
+
+def partition_name(start: datetime, unit: Unit = "month") -> str:
+    """``turns_pYYYY_MM`` for a month from its first day, ``turns_pYYYY_MM_DD`` otherwise."""
+    if unit == "month" and start == month_start(start):
+        return f"turns_p{start:%Y_%m}"
+    return f"turns_p{start:%Y_%m_%d}"
+
+
+def _is_unit(partition: Partition, unit: Unit) -> bool:
+    """Whether the partition spans exactly one period of ``unit``."""
+    start, end = partition.start, partition.end
+    if start is None or end is None:
+        return False
+    return start == period_start(start, unit) and end == period_start(start, unit, 1)
+
+
+def _gaps(start: datetime, end: datetime, have: list[Partition]) -> list[tuple[datetime,
+                                                                                datetime]]:
+    """The parts of [start, end) no partition of ``have`` covers."""
+    spans = sorted((p.start or datetime.min.replace(tzinfo=UTC),
+                    p.end or datetime.max.replace(tzinfo=UTC)) for p in have)
+    out, at = [], start
+    for lower, upper in spans:
+        if upper <= at or lower >= end:
+            continue
+        if lower > at:
+            out.append((at, lower))
+        at = max(at, upper)
+        if at >= end:
+            break
+    if at < end:
+        out.append((at, end))
+    return out
 
 
 _PARTITIONS = text("""
@@ -109,31 +165,65 @@ async def partitions(engine: AsyncEngine) -> list[Partition]:
     return [_parse(str(r[0]), str(r[1])) for r in rows]
 
 
-async def ensure_ahead(engine: AsyncEngine, *, months: int = 2) -> list[str]:
-    """Make the partitions of this month and the ``months`` after it that do not exist and
-    whose range no partition covers; the names made."""
+async def ensure_ahead(
+    engine: AsyncEngine, *, unit: Unit = "month", ahead: int | None = None,
+    months: int | None = None,
+) -> list[str]:
+    """Make the partitions of this period and the ``ahead`` after it (``AHEAD`` by default;
+    ``months`` is ``ahead`` for a monthly log) where no partition covers their range; the
+    names made. Partitions of the other unit that have not started and hold no row are
+    dropped first, so a change of unit takes effect from the next period."""
+    if unit not in UNITS:
+        raise ValueError(f"a turn log partition is a month or a day, not {unit!r}")
+    periods = ahead if ahead is not None else months if months is not None else AHEAD[unit]
     async with engine.connect() as connection:
         now = (await connection.execute(text("SELECT now()"))).scalar_one()
     have = [p for p in await partitions(engine) if not p.default]
+    have = [p for p in have if not await _unused_other_unit(engine, p, unit, now)]
     made = []
-    for ahead in range(months + 1):
-        start, end = month_start(now, ahead), month_start(now, ahead + 1)
-        if any((p.start is None or p.start < end) and (p.end is None or p.end > start)
-               for p in have):
-            continue
-        name = partition_name(start)
-        try:
-            await _attach(engine, name, start, end)
-        except DBAPIError as exc:
-            log.warning("turn log partition not made", extra={
-                "partition": name, "error": type(exc.orig).__name__})
-            continue
-        made.append(name)
+    for n in range(periods + 1):
+        start, end = period_start(now, unit, n), period_start(now, unit, n + 1)
+        for lower, upper in _gaps(start, end, have):
+            whole = (lower, upper) == (start, end)
+            name = partition_name(lower, unit if whole else "day")
+            try:
+                await _attach(engine, name, lower, upper)
+            except DBAPIError as exc:
+                log.warning("turn log partition not made", extra={
+                    "partition": name, "error": type(exc.orig).__name__})
+                continue
+            have.append(Partition(name, lower, upper))
+            made.append(name)
     return made
 
 
+async def _unused_other_unit(engine: AsyncEngine, partition: Partition, unit: Unit,
+                             now: datetime) -> bool:
+    """Drop ``partition`` when it is of another unit than ``unit``, has not started and holds
+    no row; whether it was dropped."""
+    if partition.start is None or partition.start <= now or _is_unit(partition, unit):
+        return False
+    try:
+        async with engine.connect() as plain:
+            connection = await plain.execution_options(isolation_level="READ COMMITTED")
+            async with connection.begin():
+                await connection.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+                held = (await connection.execute(text(
+                    f"SELECT EXISTS (SELECT 1 FROM {partition.name})"))).scalar_one()
+                if held:
+                    return False
+                await connection.execute(text(f"DROP TABLE {partition.name}"))
+    except DBAPIError as exc:
+        log.warning("turn log partition of another unit not dropped", extra={
+            "partition": partition.name, "error": type(exc.orig).__name__})
+        return False
+    log.info("turn log partition dropped for the new unit",
+             extra={"partition": partition.name, "unit": unit})
+    return True
+
+
 async def _attach(engine: AsyncEngine, name: str, start: datetime, end: datetime) -> None:
-    """A month's partition: made as a table, then attached (SHARE UPDATE EXCLUSIVE on the log;
+    """A partition: made as a table, then attached (SHARE UPDATE EXCLUSIVE on the log;
     the default partition is checked for rows of that month, ACCESS EXCLUSIVE on it alone)."""
     async with engine.connect() as plain:
         connection = await plain.execution_options(isolation_level="READ COMMITTED")
@@ -228,11 +318,11 @@ _WORD_INDEXES = text("""
 
 
 async def compact_closed(engine: AsyncEngine) -> list[str]:
-    """Rebuild, once, the search index of each month that has ended (REINDEX CONCURRENTLY:
-    reads and saves go on). A GIN index grown a row at a time is two to four times the size of
-    one built in one pass over the same rows (tests/store/test_search_size.py); a month that
-    has ended gets no more turns, so one rebuild keeps it at the smaller size. Returns the
-    indexes rebuilt."""
+    """Rebuild, once, the search index of each partition whose period has ended (REINDEX
+    CONCURRENTLY: reads and saves go on). A GIN index grown a row at a time is two to four
+    times the size of one built in one pass over the same rows
+    (tests/store/test_search_size.py); a period that has ended gets no more turns, so one
+    rebuild keeps it at the smaller size. Returns the indexes rebuilt."""
     async with engine.connect() as connection:
         now = (await connection.execute(text("SELECT now()"))).scalar_one()
         rows = (await connection.execute(_WORD_INDEXES)).all()

@@ -4,10 +4,10 @@ Four things are kept for a while and then dropped: model recordings (the model's
 turn, for replays; `MODEL_RECORDING_RETENTION_DAYS`), outbox rows already published
 (`OUTBOX_RETENTION_DAYS`), dead letters: records kept in full in the `dead_letters` table
 and the sources of records sent to the DLQ (`DEAD_LETTER_RETENTION_DAYS`), and the turn log's
-months (`TURN_RETENTION_DAYS`, off by default), each dropped whole. It also makes the turn
-log's partitions of the coming months. The relay does all of it by itself every few minutes;
-this command is for a cron job, for a deployment that runs no relay, or to drop them sooner
-than configured.
+partitions, months or days (`TURN_RETENTION_DAYS`, off by default; `TURN_PARTITION`), each
+dropped whole. It also makes the turn log's coming partitions. The relay does all of it by
+itself every few minutes; this command is for a cron job, for a deployment that runs no relay,
+or to drop them sooner than configured.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--turns-older-than-days", type=_days, default=None,
-        help="drop the turn log's months wholly older than this many days, and the sessions "
+        help="drop the turn log's partitions wholly older than this many days, and the sessions "
         "nothing is then left of (default: $TURN_RETENTION_DAYS; 0 there keeps the log)",
     )
 
@@ -96,12 +96,12 @@ def run(args: argparse.Namespace) -> int:
         store = await Store.connect(url, pool_size=1)
         try:
             dropped = deleted = letters = None
-            made = await store.ensure_turn_partitions()
+            made = await store.ensure_turn_partitions(unit=settings.turn_partition)
             if made:
                 print(f"turnflow: made the turn log's partitions {', '.join(made)}")
             compacted = await store.compact_turn_search()
             if compacted:
-                print("turnflow: rebuilt the search indexes of ended months "
+                print("turnflow: rebuilt the search indexes of ended partitions "
                       + ", ".join(compacted))
             if turn_days is not None:
                 turns = await store.drop_expired_turns(older_than=timedelta(days=turn_days))
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"turnflow: deleted {letters[0]} kept dead letters and {letters[1]} dead-lettered"
               f" sources stored more than {letter_days:g} days ago")
     if turns is not None:
-        months = ", ".join(turns.partitions) or "no whole month"
+        months = ", ".join(turns.partitions) or "no whole partition"
         print(f"turnflow: dropped {months} of the turn log (older than {turn_days:g} days),"
               f" {turns.default_rows} turns from its default partition, {turns.turn_sources}"
               f" burst sources and {turns.sessions} sessions nothing was left of")

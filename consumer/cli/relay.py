@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
                 outbox_retention=settings.outbox_retention(),
                 dead_letter_retention=settings.dead_letter_retention(),
                 turn_retention=settings.turn_retention(),
+                turn_partition=settings.turn_partition,
             )
             task = asyncio.create_task(relay.run())
             trips = RoundTrips({"broker": broker_probe(producer.client),

@@ -18,6 +18,7 @@ from consumer import metrics
 from consumer.outbox import OutboxPublisher
 from consumer.stopping import stopped_within
 from store import Store
+from store.partitions import Unit
 
 PRUNE_EVERY_S = 600.0
 """How often the relay drops expired model recordings and published outbox rows past their
@@ -44,6 +45,7 @@ class OutboxRelay:
         outbox_retention: timedelta | None = None,
         dead_letter_retention: timedelta | None = None,
         turn_retention: timedelta | None = None,
+        turn_partition: Unit = "month",
         prune_every_s: float = PRUNE_EVERY_S,
     ) -> None:
         self._publisher = publisher
@@ -55,6 +57,7 @@ class OutboxRelay:
         self._outbox_retention = outbox_retention
         self._dead_letter_retention = dead_letter_retention
         self._turn_retention = turn_retention
+        self._turn_partition = turn_partition
         self._prune_every_s = prune_every_s
         self._next_prune = 0.0
 
@@ -105,14 +108,15 @@ class OutboxRelay:
         return dropped, deleted, letters
 
     async def _turn_log(self) -> None:
-        """The turn log's partitions: next months' made ahead, months past ``turn_retention``
-        dropped whole (store/partitions.py)."""
-        made = await self._store.ensure_turn_partitions()
+        """The turn log's partitions: the next months' or days' (``turn_partition``) made
+        ahead, those past ``turn_retention`` dropped whole (store/partitions.py)."""
+        made = await self._store.ensure_turn_partitions(unit=self._turn_partition)
         if made:
             log.info("relay made turn log partitions", extra={"partitions": made})
         compacted = await self._store.compact_turn_search()
         if compacted:
-            log.info("relay compacted ended months' search indexes", extra={"indexes": compacted})
+            log.info("relay compacted ended partitions' search indexes",
+                     extra={"indexes": compacted})
         if self._turn_retention is not None:
             gone = await self._store.drop_expired_turns(older_than=self._turn_retention)
             if gone.partitions or gone.default_rows or gone.sessions:

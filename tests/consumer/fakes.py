@@ -53,6 +53,7 @@ class FakeStore:
         self.kept: dict[int, DeadLetterRecord] = {}  # the dead_letters table
         self.duplicates: set[tuple[str, int, int]] = set()  # sources a load found a copy of
         self.dead_lettered: dict[tuple[str, int, int], tuple[str, str]] = {}  # -> session, reason
+        self.partition_units: list[str] = []
         self.positions: dict[tuple[str, str, int], int] = {}  # (group, topic, partition) -> next
         self.database_changed = False
 
@@ -71,8 +72,10 @@ class FakeStore:
             key = (group, topic, partition)
             self.positions[key] = max(offset, self.positions.get(key, -1))
 
-    async def ensure_turn_partitions(self) -> list[str]:
-        """No months to make: the turn log here is a list (the relay asks on every pass)."""
+    async def ensure_turn_partitions(self, *, unit: str = "month") -> list[str]:
+        """No partitions to make: the turn log here is a list (the relay asks on every pass,
+        in its ``TURN_PARTITION`` unit)."""
+        self.partition_units.append(unit)
         return []
 
     async def compact_turn_search(self) -> list[str]:

@@ -308,3 +308,20 @@ def test_any_safe_field_value_makes_one_bounded_json_line(extra: dict[str, objec
         else:
             assert shown == value
     json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+
+
+@pytest.mark.parametrize("raw", ["week", "", "DAY ", "months", "0"])
+def test_a_turn_partition_other_than_month_or_day_is_refused(
+    raw: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TURN_PARTITION", raw)
+    with pytest.raises(ValidationError, match="turn_partition"):
+        Settings()
+
+
+@pytest.mark.parametrize("raw", ["month", "day"])
+def test_a_turn_partition_of_a_month_or_a_day_is_taken(
+    raw: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TURN_PARTITION", raw)
+    assert Settings().turn_partition == raw

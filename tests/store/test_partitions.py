@@ -4,6 +4,7 @@ hot reads touch only the partitions they need, and retention drops months whole.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -323,3 +324,102 @@ async def test_an_ended_month_s_search_index_is_rebuilt_once(aged: Store) -> Non
     finally:
         await reader.close()
     assert [t["session_id"] for t in found.turns] == ["m17"]
+
+
+# -- partitions by day -----------------------------------------------------------------------
+
+
+def _covering(parts: list[partitions.Partition], start: datetime, end: datetime) -> None:
+    """No two partitions overlap, and every instant of [start, end) has one."""
+    spans = sorted((p.start or datetime.min.replace(tzinfo=UTC),
+                    p.end or datetime.max.replace(tzinfo=UTC), p.name)
+                   for p in parts if not p.default)
+    for (_, upper, a), (lower, _, b) in itertools.pairwise(spans):
+        assert upper <= lower, f"{a} and {b} overlap"
+    at = start
+    for lower, upper, name in spans:
+        if upper <= at:
+            continue
+        assert lower <= at, f"nothing covers {at} (next: {name} from {lower})"
+        at = upper
+        if at >= end:
+            return
+    raise AssertionError(f"nothing covers {at}")
+
+
+async def test_a_change_to_days_and_back_leaves_no_gap_and_keeps_what_holds_turns(
+    aged: Store, scratch_url: str
+) -> None:
+    """Days: the months made ahead and still empty are made again as days from the next month
+    on (the current month keeps its partition); back to months, the days not yet started and
+    empty go, the one holding a turn stays, and the rest of its month gets a partition."""
+    now = datetime.now(UTC)
+    await aged.ensure_turn_partitions(months=2)
+    next_month = partitions.month_start(now, 1)
+    horizon = (next_month - partitions.day_start(now)).days + 5  # five days into next month
+    made = await partitions.ensure_ahead(aged.engine, unit="day", ahead=horizon)
+    parts = await partitions.partitions(aged.engine)
+    _covering(parts, partitions.month_start(now), partitions.day_start(now, horizon + 1))
+    days = {partitions.partition_name(partitions.day_start(next_month, n), "day")
+            for n in range(5)}
+    assert days <= set(made) and days <= {p.name for p in parts}
+    assert partitions.partition_name(next_month) not in {p.name for p in parts}
+    assert partitions.partition_name(partitions.month_start(now)) in {p.name for p in parts}
+    assert await partitions.ensure_ahead(aged.engine, unit="day", ahead=horizon) == []
+
+    second = next_month + timedelta(days=1, hours=3)
+    await _save(aged, "daily", 1, second)
+    rows = await _fetch(scratch_url, "SELECT tableoid::regclass::text AS p FROM turns")
+    assert [r["p"] for r in rows] == [partitions.partition_name(
+        partitions.day_start(second), "day")]
+
+    await aged.ensure_turn_partitions(unit="month", months=3)
+    parts = await partitions.partitions(aged.engine)
+    names = {p.name for p in parts}
+    _covering(parts, partitions.month_start(now), partitions.month_start(now, 4))
+    assert partitions.partition_name(partitions.day_start(second), "day") in names  # holds a turn
+    rest = [p for p in parts if p.start is not None and p.end is not None
+            and p.start <= next_month + timedelta(days=3) < p.end]
+    assert len(rest) == 1 and rest[0].end == partitions.month_start(now, 2), rest  # one, not days
+    assert partitions.partition_name(partitions.month_start(now, 2)) in names
+
+
+async def test_retention_drops_whole_days(scratch_url: str) -> None:
+    """A log by day: the days wholly past the retention are dropped one `DROP TABLE` each; the
+    turns of the days kept stay, and so do the conversations that have one."""
+    await migrate.upgrade_async(scratch_url)
+    await _admin(scratch_url, "DROP TABLE turns_p_history")
+    store = await Store.connect(scratch_url, pool_size=2)
+    try:
+        for p in await partitions.partitions(store.engine):
+            if not p.default:
+                await _admin(scratch_url, f"DROP TABLE {p.name}")
+        now = datetime.now(UTC)
+        for ago in range(10, 0, -1):
+            start = partitions.day_start(now, -ago)
+            await partitions._attach(store.engine, partitions.partition_name(start, "day"),
+                                     start, partitions.day_start(now, -ago + 1))
+        await store.ensure_turn_partitions(unit="day")
+        for n in range(40):  # conversations spread over the last ten days
+            await _save(store, f"c{n}", 1, now - timedelta(days=n % 10, hours=1))
+        await _admin(scratch_url, "UPDATE outbox SET published_at = now()")
+        await _admin(scratch_url, "UPDATE sessions SET updated_at = t.created_at FROM turns AS t"
+                     " WHERE t.session_id = sessions.id")
+
+        dropped = await store.drop_expired_turns(older_than=timedelta(days=5))
+
+        expected = {partitions.partition_name(partitions.day_start(now, -ago), "day")
+                    for ago in range(10, 5, -1)}
+        assert set(dropped.partitions) == expected and dropped.default_rows == 0
+        kept = await _fetch(scratch_url, "SELECT session_id, created_at FROM turns")
+        assert kept and all(r["created_at"] >= partitions.day_start(now, -5) for r in kept)
+        gone = {f"c{n}" for n in range(40)} - {r["session_id"] for r in kept}
+        sessions = {r["id"] for r in await _fetch(scratch_url, "SELECT id FROM sessions")}
+        assert sessions == {r["session_id"] for r in kept} and not gone & sessions
+    finally:
+        await store.close()
+
+
+def test_a_partition_unit_other_than_a_month_or_a_day_is_refused() -> None:
+    with pytest.raises(ValueError, match="a month or a day"):
+        asyncio.run(partitions.ensure_ahead(None, unit="week"))  # type: ignore[arg-type]

@@ -123,6 +123,7 @@ class _PruningStore:
     def __init__(self) -> None:
         self.prunes: list[float] = []
         self.deletes: list[float] = []
+        self.partition_units: list[str] = []
 
     async def prune_recordings(self, *, older_than: Any) -> int:
         self.prunes.append(older_than.total_seconds())
@@ -132,7 +133,8 @@ class _PruningStore:
         self.deletes.append(older_than.total_seconds())
         return 5
 
-    async def ensure_turn_partitions(self) -> list[str]:
+    async def ensure_turn_partitions(self, *, unit: str = "month") -> list[str]:
+        self.partition_units.append(unit)
         return []
 
     async def compact_turn_search(self) -> list[str]:
@@ -169,6 +171,17 @@ async def test_the_relay_deletes_published_outbox_rows_past_their_retention() ->
     assert await relay.prune() == (3, 5, 0)
     assert await relay.prune() == (0, 0, 0)
     assert store.deletes == [7 * 86400]
+
+
+async def test_the_relay_makes_the_turn_log_s_partitions_in_its_unit() -> None:
+    """The relay's pass makes the coming partitions by month unless told days."""
+    from consumer.relay import OutboxRelay
+
+    store = _PruningStore()
+    await OutboxRelay(None, store, interval_s=1, grace_s=1).prune()  # type: ignore[arg-type]
+    await OutboxRelay(None, store, interval_s=1, grace_s=1,  # type: ignore[arg-type]
+                      turn_partition="day").prune()
+    assert store.partition_units == ["month", "day"]
 
 
 async def test_an_agent_that_does_not_record_saves_no_recording() -> None:
