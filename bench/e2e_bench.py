@@ -199,6 +199,10 @@ class RunResult:
     # over the same window: what a deployment's disk, replication and backups pay a turn.
     wal_bytes_per_turn: float | None = None
     db_bytes_per_turn: float | None = None
+    # Record bytes (keys and values) per turn over the backlog: the input the consumer read,
+    # and the replies it wrote to ``outbound.messages`` (its timers' records are not counted).
+    kafka_in_bytes_per_turn: float | None = None
+    kafka_out_bytes_per_turn: float | None = None
     # Log lines that mean a turn did not simply run once (see ConsumerProcess.TROUBLES).
     troubles: dict[str, int] = field(default_factory=dict)
     # The consumer's time in garbage collections per turn over the backlog (one process only:
@@ -298,6 +302,7 @@ class ReplyReader:
             enable_auto_commit=False, max_partition_fetch_bytes=4 << 20,
         )
         self.first_reply_ms: dict[str, int] = {}
+        self.bytes_read = 0  # keys and values of every reply record read
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -309,6 +314,7 @@ class ReplyReader:
             batches = await self._consumer.getmany(timeout_ms=200, max_records=5000)
             for records in batches.values():
                 for record in records:
+                    self.bytes_read += len(record.key or b"") + len(record.value or b"")
                     input_id = json.loads(record.value).get("input_id")
                     if input_id is not None:
                         self.first_reply_ms.setdefault(input_id, record.timestamp)
@@ -339,6 +345,7 @@ class InputProducer:
         self._sessions = sessions
         self._next = 0
         self.sent_ms: dict[str, int] = {}
+        self.bytes_sent = 0  # keys and values of every input record sent
 
     async def start(self) -> None:
         await self._producer.start()
@@ -358,6 +365,7 @@ class InputProducer:
         """Send ``count`` inputs, await every ack; their ids."""
         pending = []
         for input_id, key, value in self._records(count):
+            self.bytes_sent += len(key) + len(value)
             pending.append((input_id, await self._producer.send(self._topic, value, key=key)))
         for input_id, ack in pending:
             self.sent_ms[input_id] = (await ack).timestamp
@@ -625,6 +633,7 @@ async def run_once(
         # Generous bound: the model alone needs inputs x calls x latency / max_in_flight.
         within = 60 + inputs * 2 * latency_ms / 1000 / max_in_flight * 3
         await replies.until(backlog, within=within)
+        replied_bytes, input_bytes = replies.bytes_read, producer.bytes_sent
         cpu = _cpu_seconds(consumer.pid) - cpu_before
         gc_after = await _gc_seconds(metrics_port)
         gc = None if gc_before is None or gc_after is None else gc_after - gc_before
@@ -655,6 +664,8 @@ async def run_once(
         gc_ms_per_turn=None if gc is None else gc * 1000 / len(backlog),
         wal_bytes_per_turn=None if grown is None else grown[0] / len(backlog),
         db_bytes_per_turn=None if grown is None else grown[1] / len(backlog),
+        kafka_in_bytes_per_turn=input_bytes / len(backlog),
+        kafka_out_bytes_per_turn=replied_bytes / len(backlog),
     )
 
 
@@ -1090,6 +1101,9 @@ def run(args: argparse.Namespace) -> int:
                 disk = ("" if r.wal_bytes_per_turn is None or r.db_bytes_per_turn is None else
                         f", WAL {r.wal_bytes_per_turn / 1024:.1f} KB, database "
                         f"{r.db_bytes_per_turn / 1024:.1f} KB")
+                if r.kafka_in_bytes_per_turn is not None:
+                    disk += (f"; Kafka records in {r.kafka_in_bytes_per_turn:.0f} B, replies out"
+                             f" {r.kafka_out_bytes_per_turn or 0:.0f} B")
                 print(f"  {r.latency_ms} ms, {r.partitions} partition(s), {r.workers} "
                       f"process(es), sessions {r.history_turns} turns in: "
                       f"{r.db_cpu_ms_per_turn:.2f} ms" + disk)
