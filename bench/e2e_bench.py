@@ -925,6 +925,18 @@ def _bound_cells(r: RunResult, max_in_flight: int, per_turn: float) -> tuple[str
     return f"{bound:7.0f}", f"{r.turns_per_s / bound:6.2f}"
 
 
+def _bytes_text(r: RunResult) -> str:
+    """``, WAL 5.1 KB, database 4.0 KB; Kafka records in 98 B, replies out 402 B`` (what is
+    known of the row's bytes per turn)."""
+    text = ("" if r.wal_bytes_per_turn is None or r.db_bytes_per_turn is None else
+            f", WAL {r.wal_bytes_per_turn / 1024:.1f} KB, database "
+            f"{r.db_bytes_per_turn / 1024:.1f} KB")
+    if r.kafka_in_bytes_per_turn is not None:
+        text += (f"; Kafka records in {r.kafka_in_bytes_per_turn:.0f} B, replies out"
+                 f" {r.kafka_out_bytes_per_turn or 0:.0f} B")
+    return text
+
+
 def run_brokers(args: argparse.Namespace, brokers: list[str]) -> int:
     """The latency rows on each broker in turn, one table with a broker column. Everything
     else is the same for every broker: database, agent, sessions, inputs, settings."""
@@ -964,6 +976,12 @@ def run_brokers(args: argparse.Namespace, brokers: list[str]) -> int:
         print(f"{broker:>6} {r.latency_ms:>10} ms {r.partitions:>5} {r.turns_per_s:>8.0f} "
               f"{bound_text} {ratio_text} {r.cpu_ms_per_turn:>11.2f} {r.paced_rate:>8.0f} "
               f"{r.p50_ms:>8.0f} {r.p95_ms:>8.0f} {r.p99_ms:>8.0f}")
+    print("per turn over the backlog: consumer CPU; the database server's CPU (PostgreSQL on "
+          "this host), WAL and growth; Kafka record bytes")
+    for broker, r in rows:
+        db = "" if r.db_cpu_ms_per_turn is None else f", database {r.db_cpu_ms_per_turn:.2f} ms"
+        print(f"  {broker}, {r.latency_ms} ms, {r.partitions} partitions: consumer "
+              f"{r.cpu_ms_per_turn:.2f} ms{db}{_bytes_text(r)}")
     for broker, r in rows:
         if r.troubles:
             told = ", ".join(f"{count} {name}" for name, count in sorted(r.troubles.items()))
@@ -1098,15 +1116,9 @@ def run(args: argparse.Namespace) -> int:
               "host):")
         for r in results:
             if r.db_cpu_ms_per_turn is not None:
-                disk = ("" if r.wal_bytes_per_turn is None or r.db_bytes_per_turn is None else
-                        f", WAL {r.wal_bytes_per_turn / 1024:.1f} KB, database "
-                        f"{r.db_bytes_per_turn / 1024:.1f} KB")
-                if r.kafka_in_bytes_per_turn is not None:
-                    disk += (f"; Kafka records in {r.kafka_in_bytes_per_turn:.0f} B, replies out"
-                             f" {r.kafka_out_bytes_per_turn or 0:.0f} B")
                 print(f"  {r.latency_ms} ms, {r.partitions} partition(s), {r.workers} "
                       f"process(es), sessions {r.history_turns} turns in: "
-                      f"{r.db_cpu_ms_per_turn:.2f} ms" + disk)
+                      f"{r.db_cpu_ms_per_turn:.2f} ms" + _bytes_text(r))
     single = {
         r.partitions: r
         for r in results
