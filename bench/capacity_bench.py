@@ -385,10 +385,6 @@ async def _fetchval(url: str, sql: str) -> Any:
         await connection.close()
 
 
-def _median(values: list[float]) -> float:
-    return statistics.median(values)
-
-
 def run(turns: int, sessions: int, calls: int, *, rounds: int = 3,
         json_trigrams: bool = True) -> dict[str, Any]:
     """The whole benchmark; returns the figures (also printed): per figure, the median over
@@ -406,7 +402,7 @@ def run(turns: int, sessions: int, calls: int, *, rounds: int = 3,
         at_empty, at_full, plans = asyncio.run(_measured(
             empty.url, full.url, small, sessions, per, calls, rounds,
             json_trigrams=json_trigrams))
-    medians = {side: {name: _median(v) for name, v in figures.samples.items()}
+    medians = {side: {name: statistics.median(v) for name, v in figures.samples.items()}
                for side, figures in (("empty", at_empty), ("filled", at_full))}
     spreads = {name: [f / e for f, e in zip(values, at_empty.samples[name], strict=True) if e]
                for name, values in at_full.samples.items() if name in at_empty.samples}

@@ -178,8 +178,10 @@ async def ensure_ahead(
     periods = ahead if ahead is not None else months if months is not None else AHEAD[unit]
     async with engine.connect() as connection:
         now = (await connection.execute(text("SELECT now()"))).scalar_one()
-    have = [p for p in await partitions(engine) if not p.default]
-    have = [p for p in have if not await _unused_other_unit(engine, p, unit, now)]
+    have = []
+    for partition in await partitions(engine):
+        if not partition.default and not await _drop_if_other_unit(engine, partition, unit, now):
+            have.append(partition)
     made = []
     for n in range(periods + 1):
         start, end = period_start(now, unit, n), period_start(now, unit, n + 1)
@@ -197,8 +199,8 @@ async def ensure_ahead(
     return made
 
 
-async def _unused_other_unit(engine: AsyncEngine, partition: Partition, unit: Unit,
-                             now: datetime) -> bool:
+async def _drop_if_other_unit(engine: AsyncEngine, partition: Partition, unit: Unit,
+                              now: datetime) -> bool:
     """Drop ``partition`` when it is of another unit than ``unit``, has not started and holds
     no row; whether it was dropped."""
     if partition.start is None or partition.start <= now or _is_unit(partition, unit):
