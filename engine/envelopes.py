@@ -71,6 +71,9 @@ class UnderstandPlan:
     # Known correctable fields offered for a change (the floor run's flow collects them): a
     # new value replaces the old one with a ``corrected`` outcome.
     corrections: set[str] = field(default_factory=set)
+    # The floor run's flow, when it is asking and scored beside others: what it waits for
+    # (by flow id), so the model scores a bare answer ("wednesday") as that flow's.
+    asking: dict[str, str] = field(default_factory=dict)
 
     def aliases(self) -> dict[str, str]:
         """alias (q1, q2, ...) -> full branch id, in branch order."""

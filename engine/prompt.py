@@ -121,7 +121,10 @@ def build_speak(
         lines = []
         for name in pending:
             spec = config.fields[name]
-            lines.append(f"- {name}: {spec.ask or spec.description or 'ask for it'}")
+            # The values the envelope takes, said: the schema's enum is a grammar or nothing
+            # to a small model, which then leaves "my brakes are squeaking" unread as a service.
+            values = f" (one of: {', '.join(map(str, spec.enum))})" if spec.enum else ""
+            lines.append(f"- {name}{values}: {spec.ask or spec.description or 'ask for it'}")
         blocks.append(_block("Still needed (ask for these)", "\n".join(lines)))
     # The known fields (``engine.values.is_known``), read in the one pass over ``data``.
     known = {k: v for k, v in state.session.data.items() if v is not None and v != ""}
@@ -228,12 +231,14 @@ def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
         lines = []
         for flow_id, phrases in plan.flows.items():
             flow = config.flow_map[flow_id]
+            waits = plan.asking.get(flow_id)
+            asking = f" — waiting for the customer's answer on: {waits}" if waits else ""
             if flow_id in topics:
-                lines.append(f"- {flow_id}: {flow.name or flow_id}")
+                lines.append(f"- {flow_id}: {flow.name or flow_id}{asking}")
                 continue
             about = f" — {flow.description}" if flow.description else ""
             examples = f" (e.g. {'; '.join(phrases)})" if phrases else ""
-            lines.append(f"- {flow_id}: {flow.name or flow_id}{about}{examples}")
+            lines.append(f"- {flow_id}: {flow.name or flow_id}{about}{examples}{asking}")
         blocks.append(
             _block(FLOWS_HEADING, "\n".join(lines))
         )
@@ -264,6 +269,7 @@ def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
         "branches": {alias: plan.branches[full] for alias, full in plan.aliases().items()},
         "fields": {n: _spec_meta(s) for n, s in plan.fields.items()},
         **({"corrections": sorted(plan.corrections)} if plan.corrections else {}),
+        **({"asking": dict(plan.asking)} if plan.asking else {}),
         "extract": {m: {p: _spec_meta(s) for p, s in ps.items()} for m, ps in plan.extract.items()},
         "message": state.request.text,
         "messages": _parts(state),

@@ -193,6 +193,9 @@ def main() -> int:
             if framework in REALS and args.real:
                 chosen = "" if args.real_conversations == "all" else args.real_conversations
                 extra = ("--conversations", chosen, "--model", args.real, "--timeout", "900")
+                if framework == REAL:
+                    # As a deployment on llama.cpp sets TURNFLOW_MODEL_SLOTS: the server's slots.
+                    extra += ("--slots", str(llama_server.PARALLEL_SLOTS))
             why = run_framework(framework, python, base_url, args.out, extra)
             print(f"{framework}: {'done' if why is None else why} "
                   f"({time.perf_counter() - started:.1f} s)", flush=True)

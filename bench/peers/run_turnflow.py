@@ -76,13 +76,15 @@ async def conversation(base_url: str, timings: Timings, cid: str,
 
 async def run(base_url: str, out: Path, *, framework: str = FRAMEWORK,
               prompt_cache: PromptCache = "off", conversations: list[str] | None = None,
-              model: str = "scripted", call_timeout: float = 60.0) -> dict[str, list[str]]:
+              model: str = "scripted", call_timeout: float = 60.0,
+              slots: int = 0) -> dict[str, list[str]]:
     """Every conversation, one after another; the replies of each. ``prompt_cache`` is the
     provider's (``TURNFLOW_MODEL_PROMPT_CACHE``): other than ``off``, the prompt is laid out for
-    a prefix cache."""
+    a prefix cache. ``slots`` is ``TURNFLOW_MODEL_SLOTS``: with a llama.cpp server's slot count
+    (two or more), understand and speak calls each keep a slot, so each finds its own prefix."""
     timings = Timings(out, framework)
     provider = OpenAIProvider(api_key="", base_url=base_url, model=model,
-                              prompt_cache=prompt_cache, timeout=call_timeout)
+                              prompt_cache=prompt_cache, timeout=call_timeout, slots=slots)
     replies = {}
     try:
         for cid in conversations or list(CONVERSATIONS):
@@ -101,6 +103,9 @@ def main() -> None:
     parser.add_argument("--conversations", default="", help="a subset, comma-separated")
     parser.add_argument("--model", default="scripted")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds a call may take")
+    parser.add_argument("--slots", type=int, default=0,
+                        help="the llama.cpp server's slots (TURNFLOW_MODEL_SLOTS); 0: the "
+                        "server picks")
     args = parser.parse_args()
     chosen = [c for c in args.conversations.split(",") if c] or None
     unknown = [c for c in chosen or [] if c not in CONVERSATIONS]
@@ -108,7 +113,8 @@ def main() -> None:
         parser.error(f"no conversation {', '.join(unknown)}")
     replies = asyncio.run(run(args.base_url, args.out, framework=args.framework,
                               prompt_cache=args.prompt_cache, conversations=chosen,
-                              model=args.model, call_timeout=args.timeout))
+                              model=args.model, call_timeout=args.timeout,
+                              slots=args.slots))
     for cid, said in replies.items():
         print(f"{args.framework} {cid}: " + " | ".join(said), flush=True)
 

@@ -152,6 +152,10 @@ def plan(state: TurnState) -> Candidates:
     if floor is not None and floor.status == "asking" and floor_flow is not None:
         step = floor_flow.step(floor.step_id)
         if isinstance(step, TalkStep):
+            if floor_flow.id in found.plan.flows:
+                waits = _waits_for(state, pending(state, floor, step))
+                if waits:
+                    found.plan.asking[floor_flow.id] = waits
             for index, branch in enumerate(step.branches):
                 if branch.when:
                     found.plan.branches[f"{floor.id}/{step.id}/{index}"] = branch.when
@@ -189,6 +193,18 @@ def plan(state: TurnState) -> Candidates:
             found.plan.fields.update(correctable)
             found.plan.corrections = set(correctable)
     return found
+
+
+def _waits_for(state: TurnState, names: list[str]) -> str:
+    """What an asking step waits for, as the understand prompt names it: each pending field by
+    name, with its question when its ``ask`` is one. Without it a small model scores a bare
+    answer ("wednesday" after another flow's reply) as whichever topic came last."""
+    fields = state.config.fields
+    said = [
+        f"{n} ({ask})" if (ask := (fields[n].ask or "").strip()).endswith("?") else n
+        for n in names
+    ]
+    return ", ".join(said)
 
 
 def _correctable(

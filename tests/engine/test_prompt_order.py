@@ -130,3 +130,25 @@ async def test_without_a_message_the_prompt_says_the_assistant_speaks_first() ->
     assert NO_MESSAGE_NOTE not in with_message
     order = positions(speaks_first, ["STEP_INSTRUCTION_X", NO_MESSAGE_NOTE, "ALREADY_SENT_X"])
     assert order == sorted(order)
+
+
+async def test_a_pending_field_with_fixed_values_names_them() -> None:
+    """A pending field whose values are fixed (``enum``) says them beside its ask, so a model
+    that reads no grammar can map "my brakes are squeaking" to ``brakes``; a free field does
+    not, and a known field is not asked at all."""
+    provider = MockProvider([{"message": "Which one?", "service": None, "note": None}])
+    agent = Agent(
+        name="Ana", provider=provider, clock=FakeClock("2026-01-05T09:00:00Z"),
+        fields={"service": {"type": "string", "enum": ["tune-up", "flat-tire", "brakes"],
+                            "ask": "Which service?"},
+                "note": {"type": "string", "ask": "Anything else?"},
+                "day": {"type": "string", "enum": ["monday", "friday"], "ask": "Which day?"}},
+        flows=[{"id": "booking", "on": [{"message": []}],
+                "steps": [{"id": "what", "collect": ["service", "note", "day"]}]}],
+    )
+    await agent.turn({"session_id": "s1", "message": "my brakes are squeaking", "id": "m1",
+                      "session": {**session(), "data": {"day": "friday"}}})
+    lines = provider.calls[0].system.splitlines()
+    assert "- service (one of: tune-up, flat-tire, brakes): Which service?" in lines
+    assert "- note: Anything else?" in lines
+    assert not any(line.startswith("- day (one of") for line in lines)

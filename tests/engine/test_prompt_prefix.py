@@ -244,11 +244,50 @@ def test_the_flow_catalogue_is_part_of_every_understand_calls_fixed_prefix() -> 
         scored = turn.split("\n\n")[0].splitlines()
         assert scored[0] == f"## {FLOWS_HEADING}"
         for line, flow_id in zip(scored[1:], r.meta["flows"], strict=True):
+            waits = r.meta.get("asking", {}).get(flow_id)
+            asking = f" — waiting for the customer's answer on: {waits}" if waits else ""
             if flow_id in catalogue:
-                assert line == catalogue[flow_id].split(" — ")[0].split(" (e.g.")[0]
+                assert line == catalogue[flow_id].split(" — ")[0].split(" (e.g.")[0] + asking
             else:
                 assert line.startswith(f"- {flow_id}: ") and " — " in line
+                assert line.endswith(asking)
     assert any("- welcome: Welcome — " in r.system[r.turn_sections_at or 0:] for r in calls)
+    # The asking booking, scored beside the hours: its line says what it waits for.
+    assert any(r.meta.get("asking", {}).get("booking") for r in calls)
+
+
+def test_an_asking_flow_scored_beside_others_says_what_it_waits_for() -> None:
+    """A bare answer ("wednesday") after another flow's reply is the asking flow's: its line in
+    the understand prompt names the question still open, in every conversation, and only that
+    flow's; with nobody asking, no line says it."""
+    provider = Capturing()
+    agent = build_agent(provider=provider, clock=FakeClock(datetime(2026, 1, 5, 9, tzinfo=UTC)))
+    scripts = {f"a{i}": ["hi, I'm Lee", f"I need the {service} fixed", "what are your hours?",
+                         day] for i, (service, day) in enumerate(
+                             [("brakes", "wednesday"), ("flat tire", "friday"),
+                              ("tune-up", "monday")])}
+
+    async def all_at_once() -> None:
+        await asyncio.gather(*(_converse(agent, sid, t) for sid, t in scripts.items()))
+
+    asyncio.run(all_at_once())
+    for sid, texts in scripts.items():
+        calls = [r for r in provider.requests[sid]
+                 if r.schema_name == "understand" and r.meta["flows"]]
+        last = calls[-1]
+        assert last.meta["message"] == texts[-1]
+        assert last.meta["asking"] == {
+            "booking": "day (Which day suits you, Monday to Saturday?)"}, sid
+        turn = last.system[last.turn_sections_at or 0:]
+        assert ("- booking: Book a repair — waiting for the customer's answer on: "
+                "day (Which day suits you, Monday to Saturday?)") in turn.splitlines()
+        assert not any("waiting for" in line for line in turn.splitlines()
+                       if not line.startswith("- booking:"))
+        # Every other conversation's open question never shows here.
+        assert all(t[-1] not in turn for other, t in scripts.items() if other != sid)
+    first = [r for r in provider.requests["a0"] if r.schema_name == "understand"][0]
+    assert "asking" not in first.meta
+    assert "waiting for" not in first.system
 
 
 def test_understand_without_flows_to_score_splits_after_the_task() -> None:
