@@ -285,7 +285,7 @@ def test_an_asking_flow_scored_beside_others_says_what_it_waits_for() -> None:
                        if not line.startswith("- booking:"))
         # Every other conversation's open question never shows here.
         assert all(t[-1] not in turn for other, t in scripts.items() if other != sid)
-    first = [r for r in provider.requests["a0"] if r.schema_name == "understand"][0]
+    first = next(r for r in provider.requests["a0"] if r.schema_name == "understand")
     assert "asking" not in first.meta
     assert "waiting for" not in first.system
 
