@@ -44,6 +44,7 @@ from bench.peers.outcomes import (  # noqa: E402
     judge_rows,
     outcome_table,
     outcome_totals,
+    real_table,
     real_verdict,
 )
 from consumer.processes import free_port  # noqa: E402
@@ -241,6 +242,9 @@ def report(args: argparse.Namespace, frameworks: list[str], failed: dict[str, st
     print("\nOutcomes, judged by code from what each framework did (bench/peers/outcomes.py):\n")
     print(outcome_table(judged))
     print("\n" + outcome_totals(judged))
+    if args.real:
+        print(f"\nOn the real model ({llama_server.MODELS[args.real].name}), per conversation:\n")
+        print(real_table(summary, judged, [f for f in REALS if f in ran]))
     if args.real and all(f in ran for f in REALS):
         print("\n" + real_verdict(summary, judged, REAL, PEER_REAL))
     ratios, fewer = verdict(summary, "turnflow",

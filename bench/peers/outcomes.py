@@ -30,7 +30,7 @@ from typing import Any
 from bench.peers.conversations import CONVERSATIONS, known_after
 
 __all__ = ["CHECKS", "Judged", "hours_right", "judge", "judge_rows", "normal", "outcome_table",
-           "outcome_totals", "real_verdict"]
+           "outcome_totals", "real_table", "real_verdict"]
 
 CHECKS = ("booked", "changed", "paid", "no_unasked", "hours")
 
@@ -160,6 +160,43 @@ def outcome_totals(judged: dict[tuple[str, str], Judged]) -> str:
         checks = ", ".join(f"{c} {sum(v.passed.get(c, False) for v in mine)}" for c in CHECKS)
         lines.append(f"{framework}: {sum(v.correct for v in mine)} of {len(mine)} "
                      f"conversations correct ({checks})")
+    return "\n".join(lines)
+
+
+def real_table(summary: dict[tuple[str, str], Any], judged: dict[tuple[str, str], Judged],
+               frameworks: Iterable[str]) -> str:
+    """The Markdown table of the real-model rows, per conversation then over all of them: turns,
+    correct, model calls, prompt tokens as the model read them (llama.cpp's count) and the share
+    of those from its cache, completion tokens and seconds, each per customer turn."""
+    wanted = list(frameworks)
+    lines = ["| conversation | framework | turns | correct | model calls / turn | prompt tokens / "
+             "turn as read | of those from llama.cpp's cache | completion tokens / turn | "
+             "seconds / turn |", "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+
+    def row(name: str, framework: str, counted: list[Any], right: str) -> str:
+        turns = sum(c.turns for c in counted) or 1
+        read = sum(c.server_prompt_tokens for c in counted)
+        basis = sum(c.cache_basis_tokens for c in counted) or 1
+        return (f"| {name} | {framework} | {turns} | {right} | "
+                f"{sum(c.calls for c in counted) / turns:.2f} | {read / turns:,.0f} | "
+                f"{sum(c.cached_tokens for c in counted) / basis:.0%} | "
+                f"{sum(c.completion_tokens for c in counted) / turns:,.0f} | "
+                f"{sum(c.seconds for c in counted) / turns:.1f} |")
+
+    conversations = sorted({c for fw, c in summary if fw in wanted})
+    for conversation in conversations:
+        for framework in wanted:
+            if (framework, conversation) in summary:
+                verdict = judged.get((framework, conversation))
+                right = "-" if verdict is None else "yes" if verdict.correct else "no"
+                lines.append(row(conversation, framework, [summary[(framework, conversation)]],
+                                 right))
+    for framework in wanted:
+        mine = [summary[(framework, c)] for c in conversations if (framework, c) in summary]
+        if mine:
+            done = [judged[(framework, c)] for c in conversations if (framework, c) in judged]
+            right = f"{sum(v.correct for v in done)} of {len(done)}"
+            lines.append(row(f"all {len(mine)}", framework, mine, right))
     return "\n".join(lines)
 
 

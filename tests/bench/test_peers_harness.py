@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 from bench.peers.bench_peers import start_server
 from bench.peers.conversations import CONVERSATIONS, booking_ref, tool_for
 from bench.peers.counting import count, prompt_text, schema_text, summarize, verdict
-from bench.peers.outcomes import CHECKS, hours_right, judge, judge_rows, real_verdict
+from bench.peers.outcomes import (
+    CHECKS,
+    hours_right,
+    judge,
+    judge_rows,
+    real_table,
+    real_verdict,
+)
 from bench.peers.run_turnflow import run
 from bench.peers.scripted_server import embedding, reply_for
 from consumer.processes import free_port
@@ -262,6 +269,33 @@ def test_the_real_verdict_compares_correct_tokens_the_server_read_and_seconds() 
     assert "fewer: yes" in said and "no more: yes" in said
     said = real_verdict(summary, judge_rows(rows), "theirs", "ours")
     assert "more: no" in said and "fewer: no" in said and "no more: no" in said
+
+
+def test_the_real_table_gives_each_conversation_and_the_totals_per_turn() -> None:
+    """The per-conversation table of the real rows: the verdict, calls, tokens as the server
+    read them, the cache's share of them, completion tokens and seconds, each per customer turn,
+    and a total row per framework over the conversations it ran."""
+    rows = [{**row, "framework": fw, "conversation": cid, "seconds": seconds}
+            for cid in ("c02", "c03")
+            for fw, seconds in (("ours", 1.0), ("theirs", 3.0))
+            for row in _tool_agent_rows(cid)]
+    rows[-1]["actions"] = []  # theirs never took c03's payment
+    requests = [{"framework": fw, "conversation": cid, "turn": 0, "path": "/v1/chat/completions",
+                 "body": {"messages": []}, "reply": {"role": "assistant", "content": "ab"},
+                 "server_prompt_tokens": tokens, "server_cached": tokens // 4}
+                for cid in ("c02", "c03") for fw, tokens in (("ours", 300), ("theirs", 500))]
+    summary = summarize(count(requests, rows, chars))
+    turns = {cid: len(CONVERSATIONS[cid]) for cid in ("c02", "c03")}
+    lines = real_table(summary, judge_rows(rows), ["ours", "theirs"]).splitlines()
+    assert len(lines) == 2 + 4 + 2
+    assert lines[2].startswith(f"| c02 | ours | {turns['c02']} | yes | "
+                               f"{1 / turns['c02']:.2f} | {300 / turns['c02']:,.0f} | 25% |")
+    assert lines[5].startswith(f"| c03 | theirs | {turns['c03']} | no |")
+    total = turns["c02"] + turns["c03"]
+    assert lines[6] == (f"| all 2 | ours | {total} | 2 of 2 | {2 / total:.2f} | "
+                        f"{600 / total:,.0f} | 25% | {4 / total:,.0f} | 1.0 |")
+    assert lines[7].startswith(f"| all 2 | theirs | {total} | 1 of 2 |")
+    assert lines[7].endswith("| 3.0 |")
 
 
 PARLANT_CHECKS_SCHEMA = {
