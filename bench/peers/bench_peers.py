@@ -57,15 +57,21 @@ RUNNERS = {"turnflow": ["run_turnflow.py"],
            "langgraph": ["run_langgraph.py"], "parlant": ["run_parlant.py"],
            "turnflow-real": ["run_turnflow.py", "--framework", "turnflow-real",
                              "--prompt-cache", "llama.cpp"],
-           "langgraph-real": ["run_langgraph.py", "--framework", "langgraph-real"]}
+           "langgraph-real": ["run_langgraph.py", "--framework", "langgraph-real"],
+           "parlant-real": ["run_parlant.py", "--framework", "parlant-real"]}
 REAL = "turnflow-real"
 """turnflow on a real model (``--real``): its calls go on to llama.cpp's server."""
 PEER_REAL = "langgraph-real"
 """LangGraph's agent on the same real model, through the same server."""
 REALS = (REAL, PEER_REAL)
+PARLANT_REAL = "parlant-real"
+"""Parlant on the same real model (``--real-parlant``): minutes a turn here, so only asked for."""
+UPSTREAM = (*REALS, PARLANT_REAL)
+"""The rows whose chat calls the scripted server sends on to the real model (embeddings stay
+scripted: llama.cpp serves one chat model, and Parlant's retrieval needs an embedding one)."""
 OURS = ("turnflow", "turnflow-cache", REAL)
 RUN_TIMEOUT_S = {"turnflow": 300, "turnflow-cache": 300, "langgraph": 300, "parlant": 1200,
-                 REAL: 3 * 3600, PEER_REAL: 3 * 3600}
+                 REAL: 3 * 3600, PEER_REAL: 3 * 3600, PARLANT_REAL: 3 * 3600}
 SOURCE = "script"
 """Every row here is answered by the scripted server, none by a real model."""
 
@@ -97,7 +103,7 @@ def _listening(port: int) -> bool:
 def start_server(port: int, record: Path, log: Path,
                  upstream: str | None = None) -> subprocess.Popen[bytes]:
     """The scripted server; with ``upstream``, the real rows' calls go to that server."""
-    extra = ["--upstream", upstream, "--upstream-for", ",".join(REALS)] if upstream else []
+    extra = ["--upstream", upstream, "--upstream-for", ",".join(UPSTREAM)] if upstream else []
     with log.open("wb") as sink:
         child = subprocess.Popen(
             [sys.executable, str(HERE / "scripted_server.py"), "--port", str(port),
@@ -152,6 +158,10 @@ def main() -> int:
                         help="llama.cpp's threads for the real model: 1 on a shared host, "
                         "where two threads at the lowest priority wait on each other at every "
                         "step (0.1-0.3 generated tokens a second measured); 2 on a quiet one")
+    parser.add_argument("--real-frameworks", default=",".join(REALS),
+                        help=f"with --real, which of {', '.join(UPSTREAM)} run on it "
+                        f"(default {','.join(REALS)}: {PARLANT_REAL} sends about 29,000 prompt "
+                        "tokens a customer turn, minutes a turn here)")
     parser.add_argument("--recount", action="store_true",
                         help="run nothing: count again what a run left in --out")
     args = parser.parse_args()
@@ -174,8 +184,12 @@ def main() -> int:
         print(f"bench-peers: --real must be one of {', '.join(llama_server.MODELS)}",
               file=sys.stderr)
         return 2
+    reals = [f for f in args.real_frameworks.split(",") if f] if args.real else []
+    if any(f not in UPSTREAM for f in reals):
+        print(f"bench-peers: --real-frameworks takes {', '.join(UPSTREAM)}", file=sys.stderr)
+        return 2
     if args.recount:
-        return report(args, frameworks + (list(REALS) if args.real else []), {}, llama_server)
+        return report(args, frameworks + reals, {}, llama_server)
     record = args.out / "requests.jsonl"
     record.unlink(missing_ok=True)
     real = None
@@ -183,7 +197,7 @@ def main() -> int:
         os.environ["TURNFLOW_LOCAL_MODEL"] = args.real
         real = llama_server.start(args.out / "llama-real.log", threads=args.real_threads)
         os.environ.pop("TURNFLOW_LOCAL_MODEL")
-        frameworks += list(REALS)
+        frameworks += reals
     server = start_server(port, record, args.out / "server.log",
                           upstream=real.base_url if real else None)
     try:
@@ -191,9 +205,10 @@ def main() -> int:
             python = sys.executable if framework in OURS else args.peers_python
             started = time.perf_counter()
             extra: tuple[str, ...] = ()
-            if framework in REALS and args.real:
+            if framework in UPSTREAM and args.real:
                 chosen = "" if args.real_conversations == "all" else args.real_conversations
-                extra = ("--conversations", chosen, "--model", args.real, "--timeout", "900")
+                timeout = "3600" if framework == PARLANT_REAL else "900"  # a call, or a turn
+                extra = ("--conversations", chosen, "--model", args.real, "--timeout", timeout)
                 if framework == REAL:
                     # As a deployment on llama.cpp sets TURNFLOW_MODEL_SLOTS: the server's slots.
                     extra += ("--slots", str(llama_server.PARALLEL_SLOTS))
@@ -229,11 +244,12 @@ def report(args: argparse.Namespace, frameworks: list[str], failed: dict[str, st
     ran = [f for f in frameworks if f not in failed]
     turns = sum(len(t) for t in CONVERSATIONS.values())
     print(f"\n{len(CONVERSATIONS)} conversations, {turns} customer turns; every row answered "
-          f"by the scripted server but {' and '.join(REALS)}'s; tokens by llama.cpp's "
+          f"by the scripted server but the real model's ({', '.join(UPSTREAM)}); tokens by "
+          "llama.cpp's "
           f"tokenizer of {llama_server.MODEL_NAME}\n")
     sources = {f: SOURCE for f in ran}
     if args.real:
-        for framework in REALS:
+        for framework in UPSTREAM:
             sources[framework] = f"real model: {llama_server.MODELS[args.real].name}"
     print(table(summary, ran, sources))
     for framework, why in failed.items():
@@ -244,11 +260,11 @@ def report(args: argparse.Namespace, frameworks: list[str], failed: dict[str, st
     print("\n" + outcome_totals(judged))
     if args.real:
         print(f"\nOn the real model ({llama_server.MODELS[args.real].name}), per conversation:\n")
-        print(real_table(summary, judged, [f for f in REALS if f in ran]))
+        print(real_table(summary, judged, [f for f in UPSTREAM if f in ran]))
     if args.real and all(f in ran for f in REALS):
         print("\n" + real_verdict(summary, judged, REAL, PEER_REAL))
     ratios, fewer = verdict(summary, "turnflow",
-                            [f for f in ran if f not in OURS and f not in REALS])
+                            [f for f in ran if f not in OURS and f not in UPSTREAM])
     if fewer:
         print("\n" + ratios + "\n")
     for peer, held in fewer.items():

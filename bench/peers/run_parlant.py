@@ -31,11 +31,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.peers.conversations import CONVERSATIONS, HOURS, booking_ref
+from bench.peers.outcomes import normal
 from bench.peers.timing import Timings, tag
 
 FRAMEWORK = "parlant"
-CURRENT = {"conversation": ""}
+CURRENT: dict[str, Any] = {"conversation": "", "actions": []}
+SERVICES = ("tune-up", "flat-tire", "brakes")
+DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
 TURN_TIMEOUT_S = 120
+"""A turn's limit on the scripted server; ``--timeout`` sets it on a real model."""
 
 
 def _free_port() -> int:
@@ -47,7 +51,7 @@ def _free_port() -> int:
 def _post(url: str, payload: dict[str, Any]) -> None:
     request = urllib.request.Request(url, data=json.dumps(payload).encode(),
                                      headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=60) as response:
         response.read()
 
 
@@ -84,7 +88,9 @@ def label_requests(base_url: str) -> None:
     openai_service.OpenAISchematicGenerator._do_generate = labelled
 
 
-async def main_async(base_url: str, out: Path) -> None:
+async def main_async(base_url: str, out: Path, framework: str = FRAMEWORK,
+                     chosen: list[str] | None = None, real: bool = False,
+                     turn_timeout: float = TURN_TIMEOUT_S) -> None:
     import parlant.sdk as p
 
     @p.tool
@@ -96,17 +102,25 @@ async def main_async(base_url: str, out: Path) -> None:
     async def book_repair(context: p.ToolContext, service: str, day: str,
                           name: str | None = None) -> p.ToolResult:
         """Book a repair. service: tune-up, flat-tire or brakes; day: monday to saturday."""
-        return p.ToolResult({"booking_ref": booking_ref(CURRENT["conversation"], service, day),
-                             "status": "booked, awaiting payment"})
+        # Recorded as run_langgraph.py records it, so outcomes.py judges both the same way.
+        service, day = normal(service), normal(day)
+        service = next((known for known in SERVICES if service[:4] == known[:4]), service)
+        if service not in SERVICES or day not in DAYS:
+            return p.ToolResult({"error": f"cannot book {service!r} on {day!r}"})
+        ref = booking_ref(CURRENT["conversation"], service, day)
+        CURRENT["actions"].append({"action": "book", "service": service, "day": day,
+                                   "ref": ref})
+        return p.ToolResult({"booking_ref": ref, "status": "booked, awaiting payment"})
 
     @p.tool
     async def check_payment(context: p.ToolContext, booking_ref: str) -> p.ToolResult:
         """Whether the booking's payment has arrived."""
+        CURRENT["actions"].append({"action": "pay", "ref": booking_ref})
         return p.ToolResult({"booking_ref": booking_ref, "status": "paid"})
 
-    timings = Timings(out, FRAMEWORK)
+    timings = Timings(out, framework)
     port = _free_port()
-    tag(base_url, FRAMEWORK, "", -1)
+    tag(base_url, framework, "", -1)
     async with p.Server(host="127.0.0.1", port=port, tool_service_port=_free_port(),
                         nlp_service=p.NLPServices.openai,
                         log_level=p.LogLevel.WARNING) as server:
@@ -135,47 +149,61 @@ async def main_async(base_url: str, out: Path) -> None:
             "thank them", tools=[check_payment])
         # The API serves once the block is left (its set-up evaluations then run): the
         # conversations run in a task that waits for it and then stops the server.
-        driver = asyncio.create_task(_conversations(server, agent.id, port, base_url, timings))
+        driver = asyncio.create_task(_conversations(server, agent.id, port, base_url, timings,
+                                                    framework, chosen or list(CONVERSATIONS),
+                                                    real, turn_timeout))
         driver.add_done_callback(lambda _: os.kill(os.getpid(), signal.SIGINT))
     if driver.done() and driver.exception() is not None:
         raise driver.exception()  # type: ignore[misc]
 
 
 async def _conversations(server: Any, agent_id: str, port: int, base_url: str,
-                         timings: Timings) -> None:
+                         timings: Timings, framework: str, chosen: list[str],
+                         real: bool, turn_timeout: float) -> None:
     import httpx
 
     await server.ready.wait()
     api = f"http://127.0.0.1:{port}"
-    async with httpx.AsyncClient(base_url=api, timeout=TURN_TIMEOUT_S + 10) as client:
-        for cid, turns in CONVERSATIONS.items():
+    async with httpx.AsyncClient(base_url=api, timeout=turn_timeout + 10) as client:
+        for cid in chosen:
             CURRENT["conversation"] = cid
-            tag(base_url, FRAMEWORK, cid, -1)
+            tag(base_url, framework, cid, -1)
             session = (await client.post("/sessions", json={"agent_id": agent_id})).json()
             said: list[str] = []
             offset = 0
-            for index, turn in enumerate(turns):
-                tag(base_url, FRAMEWORK, cid, index)
+            for index, turn in enumerate(CONVERSATIONS[cid]):
+                tag(base_url, framework, cid, index)
+                CURRENT["actions"] = []
                 with timings.turn(cid, index, kind=turn.kind) as row:
                     posted = (await client.post(
                         f"/sessions/{session['id']}/events",
                         json={"kind": "message", "source": "customer",
                               "message": turn.text})).json()
                     offset = posted["offset"] + 1
-                    replies, offset = await _until_ready(client, session["id"], offset)
+                    try:
+                        replies, offset = await _until_ready(client, session["id"], offset,
+                                                             turn_timeout)
+                    except (RuntimeError, TimeoutError) as exc:
+                        if not real:
+                            raise
+                        # A real model's bad step: recorded, the conversation goes on.
+                        row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                        replies = []
                     row["replies"] = replies
+                    row["actions"] = list(CURRENT["actions"])
                 said += replies
-                tag(base_url, FRAMEWORK, cid, -1)
-            print(f"parlant {cid}: " + " | ".join(said), flush=True)
+                tag(base_url, framework, cid, -1)
+            print(f"{framework} {cid}: " + " | ".join(said), flush=True)
 
 
-async def _until_ready(client: Any, session_id: str, offset: int) -> tuple[list[str], int]:
+async def _until_ready(client: Any, session_id: str, offset: int,
+                       turn_timeout: float = TURN_TIMEOUT_S) -> tuple[list[str], int]:
     """The agent's messages after ``offset`` until the session reports ``ready`` after its
     answer."""
     replies: list[str] = []
     answered = False
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + TURN_TIMEOUT_S
+    deadline = loop.time() + turn_timeout
     while loop.time() < deadline:
         events = (await client.get(f"/sessions/{session_id}/events",
                                    params={"min_offset": offset, "wait_for_data": 30})).json()
@@ -196,14 +224,24 @@ async def _until_ready(client: Any, session_id: str, offset: int) -> tuple[list[
                 return replies, offset
             if event["kind"] == "status" and data.get("status") == "error":
                 raise RuntimeError(f"Parlant reported an error: {data}")
-    raise TimeoutError(f"no reply within {TURN_TIMEOUT_S} s")
+    raise TimeoutError(f"no reply within {turn_timeout:.0f} s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--framework", default=FRAMEWORK, help="the name its rows carry")
+    parser.add_argument("--conversations", default="", help="a subset, comma-separated")
+    parser.add_argument("--model", default="scripted",
+                        help="a real model's name: its turns may fail and are recorded so")
+    parser.add_argument("--timeout", type=float, default=TURN_TIMEOUT_S,
+                        help="seconds a customer turn may take")
     args = parser.parse_args()
+    chosen = [c for c in args.conversations.split(",") if c] or None
+    unknown = [c for c in chosen or [] if c not in CONVERSATIONS]
+    if unknown:
+        parser.error(f"no conversation {', '.join(unknown)}")
     os.environ["OPENAI_BASE_URL"] = args.base_url
     os.environ.setdefault("OPENAI_API_KEY", "unused")
     # A fresh home each run (Parlant caches its guideline evaluations there), set before
@@ -212,7 +250,8 @@ def main() -> None:
         os.environ["PARLANT_HOME"] = home
         offline_tokenizer()
         label_requests(args.base_url)
-        asyncio.run(main_async(args.base_url, args.out))
+        asyncio.run(main_async(args.base_url, args.out, args.framework, chosen,
+                               real=args.model != "scripted", turn_timeout=args.timeout))
 
 
 if __name__ == "__main__":

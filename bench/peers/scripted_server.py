@@ -45,8 +45,10 @@ import json
 import math
 import re
 import sys
+import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -79,14 +81,18 @@ class Script:
         self.tag: dict[str, Any] = {"framework": "", "conversation": "", "turn": -1}
         self.record = record
         self.upstream, self.upstream_for = upstream, upstream_for
+        # Forwarded calls wait in threads of their own, as many as a framework sends at once.
+        self.forwarding = ThreadPoolExecutor(max_workers=64, thread_name_prefix="forward")
+        self._writing = threading.Lock()
 
     def write(self, path: str, body: Any, reply: Any, headers: dict[str, str],
-              **extra: Any) -> None:
+              tag: dict[str, Any] | None = None, **extra: Any) -> None:
+        """Record one request under ``tag`` (the turn it was sent in; default: the current)."""
         if self.record is None:
             return
-        line = {**self.tag, "path": path, "body": body, "reply": reply, "at": time.time(),
-                "schema": headers.get("x-bench-schema"), **extra}
-        with self.record.open("a") as sink:
+        line = {**(tag or self.tag), "path": path, "body": body, "reply": reply,
+                "at": time.time(), "schema": headers.get("x-bench-schema"), **extra}
+        with self._writing, self.record.open("a") as sink:
             sink.write(json.dumps(line) + "\n")
 
 
@@ -260,9 +266,10 @@ def answer(script: Script, method: str, path: str, body: Any,
         return 200, {"ok": True}
     if method == "POST" and path.endswith("/chat/completions") and script.upstream and \
             script.tag.get("framework") in script.upstream_for:
+        sent_in = dict(script.tag)  # the reply may come back after the next turn's tag
         payload = forwarded(script.upstream, body)
         message = ((payload.get("choices") or [{}])[0]).get("message") or {}
-        script.write(path, body, message, headers, source="real",
+        script.write(path, body, message, headers, tag=sent_in, source="real",
                      server_cached=server_cached(payload),
                      server_prompt_tokens=(payload.get("usage") or {}).get("prompt_tokens"))
         return 200, payload
@@ -277,10 +284,21 @@ def answer(script: Script, method: str, path: str, body: Any,
     return 404, {"error": {"message": f"no {method} {path}"}}
 
 
+def _forwards(script: Script, method: str, path: str) -> bool:
+    """Whether this request goes on to the real model (and so waits for it)."""
+    return bool(method == "POST" and path.endswith("/chat/completions") and script.upstream
+                and script.tag.get("framework") in script.upstream_for)
+
+
 async def _answer(script: Script, method: str, path: str, body: Any,
                   headers: dict[str, str]) -> tuple[int, Any]:
-    # A forwarded request waits for a real model: off the loop, so /health still answers.
-    return await asyncio.to_thread(answer, script, method, path, body, headers)
+    # A forwarded request waits for a real model, minutes when a framework sends many at once
+    # (Parlant's guideline matching): in a thread of its own, so the loop, and the quick
+    # requests answered on it (a turn's tag, a schema, embeddings), never wait behind it.
+    if _forwards(script, method, path):
+        return await asyncio.get_running_loop().run_in_executor(
+            script.forwarding, answer, script, method, path, body, headers)
+    return answer(script, method, path, body, headers)
 
 
 async def _handle(script: Script, reader: asyncio.StreamReader,
