@@ -9,7 +9,8 @@ in its "paid" step, a peer's ``check_payment`` tool called); and ``replies``, th
 
 The checks of one conversation, each passed or failed with one line saying why:
 
-- ``booked``: exactly one booking, of the service and day the customer last stated;
+- ``booked``: exactly one booking, of the service and day the customer last stated, made on
+  the customer's yes (not a later turn, whatever the model read into that one);
 - ``changed``: the booking is on the day the customer changed to, not the first one asked;
 - ``paid``: a payment taken on or after the customer's "I've paid" turn, of that booking (by
   reference, when the framework passes one);
@@ -98,6 +99,9 @@ def judge(framework: str, conversation: str, turns: list[dict[str, Any]]) -> Jud
         if (service, day) != (final.get("service"), final.get("day")):
             out.fail("booked", f"booked {service} on {day}, asked {final.get('service')} on "
                      f"{final.get('day')}")
+        if bookings[0][0] > confirm:
+            out.fail("booked", f"booked on turn {bookings[0][0] + 1}, not on the customer's "
+                     f"yes (turn {confirm + 1})")
         if day != final.get("day"):
             out.fail("changed", f"booked on {day}" + (
                 f", the day before the change ({first_day})" if day == first_day else

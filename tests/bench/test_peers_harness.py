@@ -184,9 +184,9 @@ def _at(rows: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 
 def test_each_way_of_failing_the_job_fails_its_check_with_a_reason() -> None:
-    """Not booked, booked on the day before the change, booked twice or before the yes, paid
-    for another booking or before the customer said so, the hours answered wrong: each fails
-    the check it is about, and says why in one line."""
+    """Not booked, booked on the day before the change, booked twice, before the yes or after
+    it, paid for another booking or before the customer said so, the hours answered wrong: each
+    fails the check it is about, and says why in one line."""
     def failed(rows: list[dict[str, Any]]) -> dict[str, str]:
         verdict_ = judge("peer", "c01", rows)
         assert not verdict_.correct and set(verdict_.why) <= set(CHECKS)
@@ -208,6 +208,12 @@ def test_each_way_of_failing_the_job_fails_its_check_with_a_reason() -> None:
     why = failed(rows)
     assert set(why) == {"booked", "no_unasked"} and "before the customer confirmed" in \
         why["no_unasked"]
+
+    rows = _tool_agent_rows("c01")
+    _at(rows, "pay")["actions"][:0] = _at(rows, "confirm")["actions"]  # booked a turn late
+    _at(rows, "confirm")["actions"] = []
+    why = failed(rows)
+    assert set(why) == {"booked"} and "not on the customer's yes" in why["booked"]
 
     rows = _tool_agent_rows("c01")
     _at(rows, "pay")["actions"][0]["ref"] = "R-000000"
