@@ -401,3 +401,61 @@ def test_a_real_rows_calls_go_upstream_and_its_cache_count_is_kept(tmp_path: Pat
     assert counted.cached_tokens == 3
     assert server_cached({"timings": {"cache_n": 7}, "usage": {}}) == 7
     assert server_cached({"usage": {"prompt_tokens": 5}}) is None
+
+
+def test_a_slow_real_model_holds_up_neither_tags_nor_other_calls(tmp_path: Path) -> None:
+    """While calls wait for a slow real model (as many as Parlant sends at once), the quick
+    requests (a turn's tag, an embedding) are answered at once, and each forwarded call is
+    recorded under the turn it was sent in, not the one tagged when its answer came back."""
+    import http.server
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    release = threading.Event()
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            release.wait(30)
+            data = json.dumps({"choices": [{"message": {"role": "assistant",
+                                                        "content": "late"}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    slow = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=slow.serve_forever, daemon=True).start()
+    port = free_port()
+    proxy = start_server(port, tmp_path / "proxy.jsonl", tmp_path / "p.log",
+                         upstream=f"http://127.0.0.1:{slow.server_address[1]}/v1")
+    url = f"http://127.0.0.1:{port}"
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    try:
+        _post(f"{url}/bench/turn", {"framework": "turnflow-real", "conversation": "c01",
+                                    "turn": 0})
+        with ThreadPoolExecutor(12) as pool:
+            waiting = [pool.submit(_post, f"{url}/v1/chat/completions", body)
+                       for _ in range(12)]
+            time.sleep(0.5)  # all twelve now wait upstream
+            started = time.monotonic()
+            _post(f"{url}/bench/turn", {"framework": "turnflow-real", "conversation": "c01",
+                                        "turn": 1})
+            assert _post(f"{url}/v1/embeddings", {"input": ["a"]})["data"]
+            assert time.monotonic() - started < 2.0
+            assert not any(f.done() for f in waiting)
+            release.set()
+            assert all(f.result(timeout=30)["choices"] for f in waiting)
+    finally:
+        release.set()
+        proxy.terminate()
+        proxy.wait(timeout=10)
+        slow.shutdown()
+        slow.server_close()
+    recorded = [json.loads(line) for line in (tmp_path / "proxy.jsonl").read_text().splitlines()]
+    forwarded = [r for r in recorded if r.get("source") == "real"]
+    assert len(forwarded) == 12 and {r["turn"] for r in forwarded} == {0}
