@@ -207,7 +207,10 @@ def main() -> int:
             extra: tuple[str, ...] = ()
             if framework in UPSTREAM and args.real:
                 chosen = "" if args.real_conversations == "all" else args.real_conversations
-                timeout = "3600" if framework == PARLANT_REAL else "900"  # a call, or a turn
+                # LangGraph's and turnflow's limit is a call's; Parlant's a customer turn's (3-4
+                # minutes measured here): a turn Parlant gives up on without a word or an error
+                # event (its answer failing to parse) is recorded as timed out after it.
+                timeout = "900"
                 extra = ("--conversations", chosen, "--model", args.real, "--timeout", timeout)
                 if framework == REAL:
                     # As a deployment on llama.cpp sets TURNFLOW_MODEL_SLOTS: the server's slots.
