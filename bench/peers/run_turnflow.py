@@ -33,8 +33,12 @@ START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
 
 async def conversation(base_url: str, timings: Timings, cid: str,
-                       provider: OpenAIProvider, framework: str = FRAMEWORK) -> list[str]:
-    """Run one conversation; its replies, in order."""
+                       provider: OpenAIProvider, framework: str = FRAMEWORK,
+                       real: bool = False) -> list[str]:
+    """Run one conversation; its replies, in order. On a ``real`` model a turn that raises
+    (a reply the engine cannot use where it has no fallback, such as the idle speaker's) is
+    recorded with its error, as a host would log it, and the conversation goes on from the
+    session before it."""
     clock = FakeClock(START)
     agent = build_agent(provider=provider, clock=clock)
     history: list[dict[str, Any]] = []
@@ -52,7 +56,13 @@ async def conversation(base_url: str, timings: Timings, cid: str,
                 request: dict[str, Any] = {"session_id": cid, **given, "history": list(history)}
                 if session is not None:
                     request["session"] = session
-                result = await agent.turn(request)
+                try:
+                    result = await agent.turn(request)
+                except Exception as exc:  # a real model's bad turn: recorded, the chat goes on
+                    if not real:
+                        raise
+                    row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                    continue
                 session = result.session
                 replies += [m.text for m in result.messages if m.text]
                 # What the agent's code did: a booking its action made, a payment its wait
@@ -88,7 +98,8 @@ async def run(base_url: str, out: Path, *, framework: str = FRAMEWORK,
     replies = {}
     try:
         for cid in conversations or list(CONVERSATIONS):
-            replies[cid] = await conversation(base_url, timings, cid, provider, framework)
+            replies[cid] = await conversation(base_url, timings, cid, provider, framework,
+                                              real=model != "scripted")
     finally:
         await provider.aclose()
     return replies

@@ -123,6 +123,39 @@ def test_any_recorded_body_renders_without_raising(body: Any) -> None:
     assert isinstance(prompt_text(body if isinstance(body, dict) else {"messages": body}), str)
 
 
+def test_a_real_models_failed_turn_is_recorded_and_the_conversation_goes_on(
+        tmp_path: Path) -> None:
+    """On a real model a turn whose model call fails is recorded with its error and the next
+    customer message still runs; on the scripted server the same failure is raised."""
+    import pytest
+
+    from bench.peers.run_turnflow import conversation
+    from bench.peers.timing import Timings
+    from engine import ProviderError
+
+    class Down:
+        async def generate(self, request: Any) -> Any:
+            raise ProviderError("the model is down", kind="retryable")
+
+    port = free_port()
+    server = start_server(port, tmp_path / "requests.jsonl", tmp_path / "server.log")
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        timings = Timings(tmp_path / "rows.jsonl", "turnflow-real")
+        asyncio.run(conversation(url, timings, "c05", Down(), "turnflow-real",
+                                 real=True))
+        with pytest.raises(ProviderError):
+            asyncio.run(conversation(url, Timings(tmp_path / "scripted.jsonl", "turnflow"),
+                                     "c05", Down(), real=False))
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [r["turn"] for r in rows] == list(range(len(CONVERSATIONS["c05"])))
+    assert all("the model is down" in r["error"] for r in rows if r["kind"] != "pay")
+    assert not judge_rows(rows)[("turnflow-real", "c05")].correct
+
+
 def test_turnflow_books_and_is_paid_in_every_conversation(tmp_path: Path) -> None:
     """Through its OpenAI provider against the scripted server, the demo agent books and is
     paid in every conversation, at most two model calls a customer message, each request
