@@ -152,15 +152,14 @@ def plan(state: TurnState) -> Candidates:
     if floor is not None and floor.status == "asking" and floor_flow is not None:
         step = floor_flow.step(floor.step_id)
         if isinstance(step, TalkStep):
-            if floor_flow.id in found.plan.flows:
-                waits = _waits_for(state, pending(state, floor, step))
-                if waits:
-                    found.plan.asking[floor_flow.id] = waits
+            waiting = pending(state, floor, step)
+            if waiting and floor_flow.id in found.plan.flows:
+                found.plan.asking[floor_flow.id] = _waits_for(state, waiting)
             for index, branch in enumerate(step.branches):
                 if branch.when:
                     found.plan.branches[f"{floor.id}/{step.id}/{index}"] = branch.when
             if step.question:
-                for name in pending(state, floor, step):
+                for name in waiting:
                     worth_fields[name] = config.fields[name]
     if floor_flow is not None:
         worth_fields.update(_anywhere(state, floor_flow))
