@@ -12,6 +12,7 @@ it too.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,6 +127,31 @@ def known_after(conversation: str, turn: int) -> dict[str, Any]:
     for said in CONVERSATIONS[conversation][: turn + 1]:
         known.update(said.states)
     return known
+
+
+SERVICES = ("tune-up", "flat-tire", "brakes")
+DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
+
+
+def normal(value: Any) -> str:
+    """A service or day as the shop writes it: lower case, words joined by hyphens
+    ("Flat tire" -> "flat-tire", "Friday" -> "friday")."""
+    return re.sub(r"[\s_]+", "-", str(value or "").strip().lower())
+
+
+def peer_booking(conversation: str, service: str, day: str) -> dict[str, str]:
+    """What a peer's booking tool does with the model's arguments: a service or day in any case
+    or spacing ("Flat tire", "Friday", "brake") is booked as the action the judge reads
+    (``{"action": "book", "service", "day", "ref"}``); anything else is refused with an
+    ``error`` the model reads, as the demo's own booking action refuses what it cannot book."""
+    service, day = normal(service), normal(day)
+    # "flat tire fix", "tune up", "brake": the service its first four letters name.
+    service = next((known for known in SERVICES if service[:4] == known[:4]), service)
+    if service not in SERVICES or day not in DAYS:
+        return {"error": f"cannot book {service!r} on {day!r}: service is one of "
+                f"{', '.join(SERVICES)}, day one of {', '.join(DAYS)}"}
+    return {"action": "book", "service": service, "day": day,
+            "ref": booking_ref(conversation, service, day)}
 
 
 def booking_ref(conversation: str, service: str, day: str) -> str:

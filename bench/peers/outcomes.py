@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.peers.conversations import CONVERSATIONS, known_after
+from bench.peers.conversations import CONVERSATIONS, known_after, normal
 
 __all__ = ["CHECKS", "Judged", "hours_right", "judge", "judge_rows", "normal", "outcome_table",
            "outcome_totals", "real_table", "real_verdict"]
@@ -42,12 +42,6 @@ _CLOSE = re.compile(r"\b(?:18(?::00|\.00|h)?|6(?::00|\.00)?\s*(?:pm|p\.m\.))", r
 def hours_right(text: str) -> bool:
     """Whether a reply gives the shop's hours: opening at 9 and closing at 18:00 (or 6 pm)."""
     return bool(_OPEN.search(text)) and bool(_CLOSE.search(text))
-
-
-def normal(value: Any) -> str:
-    """A service or day as the shop writes it: lower case, words joined by hyphens
-    ("Flat tire" -> "flat-tire", "Friday" -> "friday")."""
-    return re.sub(r"[\s_]+", "-", str(value or "").strip().lower())
 
 
 @dataclass

@@ -31,8 +31,7 @@ from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt import create_react_agent
 
-from bench.peers.conversations import CONVERSATIONS, HOURS, booking_ref
-from bench.peers.outcomes import normal
+from bench.peers.conversations import CONVERSATIONS, HOURS, peer_booking
 from bench.peers.timing import Timings, tag
 
 FRAMEWORK = "langgraph"
@@ -46,8 +45,6 @@ PROMPT = (
     "opening_hours."
 )
 CURRENT: dict[str, Any] = {"conversation": "", "actions": []}
-SERVICES = ("tune-up", "flat-tire", "brakes")
-DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
 STEP_LIMIT = 12
 """The graph's recursion limit on a real model (LangGraph's default is 25): about five tool
 calls a turn, so a model that loops costs a bounded number of calls."""
@@ -63,15 +60,11 @@ def opening_hours() -> str:
 def book_repair(service: str, day: str, name: str | None = None) -> dict[str, str]:
     """Book a repair. service: tune-up, flat-tire or brakes; day: monday to saturday; name:
     the customer's first name if known. Returns the booking reference."""
-    service, day = normal(service), normal(day)
-    # "flat tire fix", "tune up", "brake": the service its first four letters name.
-    service = next((known for known in SERVICES if service[:4] == known[:4]), service)
-    if service not in SERVICES or day not in DAYS:
-        return {"error": f"cannot book {service!r} on {day!r}: service is one of "
-                f"{', '.join(SERVICES)}, day one of {', '.join(DAYS)}"}
-    ref = booking_ref(CURRENT["conversation"], service, day)
-    CURRENT["actions"].append({"action": "book", "service": service, "day": day, "ref": ref})
-    return {"booking_ref": ref, "status": "booked, awaiting payment"}
+    booked = peer_booking(CURRENT["conversation"], service, day)
+    if "error" in booked:
+        return booked
+    CURRENT["actions"].append(booked)
+    return {"booking_ref": booked["ref"], "status": "booked, awaiting payment"}
 
 
 @tool

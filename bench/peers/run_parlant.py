@@ -30,14 +30,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.peers.conversations import CONVERSATIONS, HOURS, booking_ref
-from bench.peers.outcomes import normal
+from bench.peers.conversations import CONVERSATIONS, HOURS, peer_booking
 from bench.peers.timing import Timings, tag
 
 FRAMEWORK = "parlant"
 CURRENT: dict[str, Any] = {"conversation": "", "actions": []}
-SERVICES = ("tune-up", "flat-tire", "brakes")
-DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
 TURN_TIMEOUT_S = 120
 """A turn's limit on the scripted server; ``--timeout`` sets it on a real model."""
 
@@ -103,14 +100,11 @@ async def main_async(base_url: str, out: Path, framework: str = FRAMEWORK,
                           name: str | None = None) -> p.ToolResult:
         """Book a repair. service: tune-up, flat-tire or brakes; day: monday to saturday."""
         # Recorded as run_langgraph.py records it, so outcomes.py judges both the same way.
-        service, day = normal(service), normal(day)
-        service = next((known for known in SERVICES if service[:4] == known[:4]), service)
-        if service not in SERVICES or day not in DAYS:
-            return p.ToolResult({"error": f"cannot book {service!r} on {day!r}"})
-        ref = booking_ref(CURRENT["conversation"], service, day)
-        CURRENT["actions"].append({"action": "book", "service": service, "day": day,
-                                   "ref": ref})
-        return p.ToolResult({"booking_ref": ref, "status": "booked, awaiting payment"})
+        booked = peer_booking(CURRENT["conversation"], service, day)
+        if "error" in booked:
+            return p.ToolResult(booked)
+        CURRENT["actions"].append(booked)
+        return p.ToolResult({"booking_ref": booked["ref"], "status": "booked, awaiting payment"})
 
     @p.tool
     async def check_payment(context: p.ToolContext, booking_ref: str) -> p.ToolResult:

@@ -492,3 +492,18 @@ def test_a_slow_real_model_holds_up_neither_tags_nor_other_calls(tmp_path: Path)
     recorded = [json.loads(line) for line in (tmp_path / "proxy.jsonl").read_text().splitlines()]
     forwarded = [r for r in recorded if r.get("source") == "real"]
     assert len(forwarded) == 12 and {r["turn"] for r in forwarded} == {0}
+
+
+def test_a_peers_booking_takes_the_shops_words_in_any_spelling_and_refuses_the_rest() -> None:
+    """The booking tool LangGraph's and Parlant's runners share books "Flat tire" on "Friday"
+    as the judge reads it, with the reference a rerun gives again, and refuses an unknown
+    service or day with an error naming what it takes."""
+    from bench.peers.conversations import peer_booking
+
+    assert peer_booking("c02", "Flat tire fix", " Friday") == {
+        "action": "book", "service": "flat-tire", "day": "friday",
+        "ref": booking_ref("c02", "flat-tire", "friday")}
+    assert peer_booking("c02", "brake", "monday")["service"] == "brakes"
+    for service, day in (("oil change", "monday"), ("brakes", "sunday"), ("", "")):
+        refused = peer_booking("c02", service, day)
+        assert set(refused) == {"error"} and "tune-up, flat-tire, brakes" in refused["error"]
