@@ -65,7 +65,8 @@ PEER_REAL = "langgraph-real"
 """LangGraph's agent on the same real model, through the same server."""
 REALS = (REAL, PEER_REAL)
 PARLANT_REAL = "parlant-real"
-"""Parlant on the same real model (``--real-parlant``): minutes a turn here, so only asked for."""
+"""Parlant on the same real model (``--real-frameworks``): minutes a turn here, so only when
+asked for."""
 UPSTREAM = (*REALS, PARLANT_REAL)
 """The rows whose chat calls the scripted server sends on to the real model (embeddings stay
 scripted: llama.cpp serves one chat model, and Parlant's retrieval needs an embedding one)."""
@@ -210,8 +211,7 @@ def main() -> int:
                 # LangGraph's and turnflow's limit is a call's; Parlant's a customer turn's (3-4
                 # minutes measured here): a turn Parlant gives up on without a word or an error
                 # event (its answer failing to parse) is recorded as timed out after it.
-                timeout = "900"
-                extra = ("--conversations", chosen, "--model", args.real, "--timeout", timeout)
+                extra = ("--conversations", chosen, "--model", args.real, "--timeout", "900")
                 if framework == REAL:
                     # As a deployment on llama.cpp sets TURNFLOW_MODEL_SLOTS: the server's slots.
                     extra += ("--slots", str(llama_server.PARALLEL_SLOTS))
@@ -248,8 +248,7 @@ def report(args: argparse.Namespace, frameworks: list[str], failed: dict[str, st
     turns = sum(len(t) for t in CONVERSATIONS.values())
     print(f"\n{len(CONVERSATIONS)} conversations, {turns} customer turns; every row answered "
           f"by the scripted server but the real model's ({', '.join(UPSTREAM)}); tokens by "
-          "llama.cpp's "
-          f"tokenizer of {llama_server.MODEL_NAME}\n")
+          f"llama.cpp's tokenizer of {llama_server.MODEL_NAME}\n")
     sources = {f: SOURCE for f in ran}
     if args.real:
         for framework in UPSTREAM:

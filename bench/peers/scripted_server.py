@@ -247,6 +247,12 @@ def forwarded(upstream: str, body: dict[str, Any]) -> dict[str, Any]:
         return dict(json.loads(response.read()))
 
 
+def _forwards(script: Script, method: str, path: str) -> bool:
+    """Whether this request goes on to the real model (and so waits for it)."""
+    return bool(method == "POST" and path.endswith("/chat/completions") and script.upstream
+                and script.tag.get("framework") in script.upstream_for)
+
+
 def answer(script: Script, method: str, path: str, body: Any,
            headers: dict[str, str]) -> tuple[int, Any]:
     """(status, payload) for one request; records it."""
@@ -264,8 +270,7 @@ def answer(script: Script, method: str, path: str, body: Any,
 
         parlant_script.SCHEMAS[str(body.get("name"))] = dict(body.get("schema") or {})
         return 200, {"ok": True}
-    if method == "POST" and path.endswith("/chat/completions") and script.upstream and \
-            script.tag.get("framework") in script.upstream_for:
+    if _forwards(script, method, path):
         sent_in = dict(script.tag)  # the reply may come back after the next turn's tag
         payload = forwarded(script.upstream, body)
         message = ((payload.get("choices") or [{}])[0]).get("message") or {}
@@ -282,12 +287,6 @@ def answer(script: Script, method: str, path: str, body: Any,
         script.write(path, body, {"vectors": len(payload["data"])}, headers)
         return 200, payload
     return 404, {"error": {"message": f"no {method} {path}"}}
-
-
-def _forwards(script: Script, method: str, path: str) -> bool:
-    """Whether this request goes on to the real model (and so waits for it)."""
-    return bool(method == "POST" and path.endswith("/chat/completions") and script.upstream
-                and script.tag.get("framework") in script.upstream_for)
 
 
 async def _answer(script: Script, method: str, path: str, body: Any,
