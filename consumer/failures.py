@@ -24,14 +24,23 @@ wrapped errors (SQLAlchemy wraps the driver's error, which may wrap the codec's)
 A connection that broke under a statement is never one of these: it is an outage, whatever
 the class of the error that reported it.
 
-``database_unavailable`` names the opposite: a database that cannot take this write *now* but
-will soon, during a failover or a restart. A primary switched to read-only while a managed
-failover moves it (SQLSTATE 25006 read-only transaction), a server shutting down or starting
-up (57P01, 57P02, 57P03), a connection-level failure (class 08), or no connection slot left
-(53300), or no listed host accepting writes (asyncpg's ``TargetServerAttributeNotMatched``
-for a multi-host URL with ``target_session_attrs=read-write`` while every server is read-only
-or in recovery). Every loop retries these with its outage back-off and never dead-letters or sets
-aside a record for them: the record is fine, the server is between two states.
+``database_unavailable`` names the opposite: a database, or the way to it, that cannot take
+this write *now* but will soon, during a failover, a restart, a pooler's restart or a network
+blip. By SQLSTATE: a connection-level failure (class 08), a primary switched to read-only while
+a managed failover moves it (25006), a transaction the server rolled back to let others on
+(class 40: serialization failure, deadlock), insufficient resources (class 53: no connection
+slot, out of memory, disk full), a server shutting down, starting up or dropping the session
+(57P01 to 57P05), a system or I/O error (class 58), an internal server error (class XX). By
+the client: a connection SQLAlchemy invalidated under a statement; asyncpg's own
+``InterfaceError`` (a closed connection, another operation in progress: not its subclasses,
+which name bad arguments or configuration), a protocol the server broke off
+(``ProtocolError``), a schema cache a concurrent change made stale, no listed host accepting
+writes (``TargetServerAttributeNotMatched`` for a multi-host URL with
+``target_session_attrs=read-write`` while every server is read-only or in recovery); and the
+operating system's connection errors and time-outs anywhere in the chain. Every loop retries
+these with its outage back-off, never counts them toward a record's retry budget, and never
+dead-letters or sets aside a record for them: the record is fine, the server is between two
+states.
 """
 
 from __future__ import annotations
@@ -43,7 +52,12 @@ from aiokafka.errors import (
     RecordListTooLargeError,
     RecordTooLargeError,
 )
-from asyncpg.exceptions import TargetServerAttributeNotMatched
+from asyncpg.exceptions import InterfaceError as AsyncpgInterfaceError
+from asyncpg.exceptions import (
+    OutdatedSchemaCacheError,
+    ProtocolError,
+    TargetServerAttributeNotMatched,
+)
 from sqlalchemy.exc import DBAPIError
 
 __all__ = ["UnfixableReason", "cannot_succeed", "database_unavailable", "describe"]
@@ -117,20 +131,28 @@ def cannot_succeed(error: BaseException) -> UnfixableReason | None:
     return None
 
 
-_UNAVAILABLE_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03", "53300"})
+_UNAVAILABLE_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03", "57P04", "57P05"})
+_UNAVAILABLE_CLASSES = ("08", "40", "53", "58", "XX")
+_CLIENT_OUTAGES = (
+    ProtocolError,
+    OutdatedSchemaCacheError,
+    TargetServerAttributeNotMatched,
+    ConnectionError,
+    TimeoutError,
+)
 
 
 def database_unavailable(error: BaseException) -> bool:
-    """True when ``error`` says the database refuses writes or connections for now (read-only
-    during a switchover, shutting down, starting up, out of connection slots, or a
-    connection-level failure): an outage to wait out, never a reason to give a record up."""
+    """True when ``error`` says the database, or the connection to it, failed for now (the
+    SQLSTATEs and client errors in the module docstring): an outage to wait out, never a
+    reason to give a record up."""
     if isinstance(error, DBAPIError) and error.connection_invalidated:
         return True
     for link in _chain(error):
         state = _sqlstate(link)
-        if state in _UNAVAILABLE_SQLSTATES or state.startswith("08"):
+        if state in _UNAVAILABLE_SQLSTATES or state.startswith(_UNAVAILABLE_CLASSES):
             return True
-        if isinstance(link, TargetServerAttributeNotMatched):
+        if type(link) is AsyncpgInterfaceError or isinstance(link, _CLIENT_OUTAGES):
             return True
     return False
 

@@ -45,7 +45,7 @@ SAFE_FIELDS = frozenset(
         "messages", "schedule", "llm_calls", "conflicts", "attempt", "delay_s", "reason",
         "error", "rows", "partitions", "group_id", "port", "agent", "decision", "committed",
         "in_flight", "abandoned", "kept_id", "timeout_s", "stopping", "position",
-        "kafka_committed", "reread",
+        "kafka_committed", "reread", "outages", "cause",
     }
 )
 _FIELD_ORDER = tuple(sorted(SAFE_FIELDS))

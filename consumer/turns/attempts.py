@@ -23,6 +23,7 @@ from consumer.failures import describe
 from consumer.turns.commits import Commits
 from consumer.turns.dead_lettering import DeadLettering
 from consumer.turns.decisions import (
+    INFRASTRUCTURE,
     Abandon,
     Commit,
     DeadLetter,
@@ -106,7 +107,8 @@ class TurnAttempts:
         ownership, slots = self._ownership, self._slots
         owns, busy = ownership.owns, ownership.busy
         loop = asyncio.get_running_loop()
-        attempt = 1
+        attempt = 1  # counts the attempts that failed otherwise than on an outage
+        outages = 0  # attempts that failed on an outage: waited out, never counted
         failing_since: float | None = None  # the loop's time of this input's first failure
         while True:
             if not owns(tp, item.epoch):
@@ -146,6 +148,7 @@ class TurnAttempts:
                 waited_s=0.0 if waiting.since is None else loop.time() - waiting.since,
                 draw=random.random(),
                 answerable=work.parsed.kind == "message" and work.fallback is None,
+                outages=outages,
             )
             if error is not None and failing_since is None:
                 failing_since = loop.time()
@@ -199,7 +202,8 @@ class TurnAttempts:
                 log.warning(
                     "input sent to the DLQ",
                     extra=ids | {"reason": decision.reason, "attempt": attempt,
-                                 "error": type(error).__name__},
+                                 "error": type(error).__name__,
+                                 "cause": describe(error) if error else None},
                 )
                 metrics.TURN_OUTCOMES.labels(outcome="error").inc()
                 tracing.fail_turn(decision.reason, error)
@@ -215,8 +219,13 @@ class TurnAttempts:
             log.warning(
                 "input failed; retrying this session after a delay",
                 extra=ids | {"reason": decision.reason, "attempt": attempt,
-                             "delay_s": decision.delay_s, "error": type(error).__name__},
+                             "outages": outages, "delay_s": decision.delay_s,
+                             "error": type(error).__name__,
+                             "cause": describe(error) if error else None},
             )
             if not await self._runtime.sleep(decision.delay_s):
                 return
-            attempt += 1
+            if decision.reason == INFRASTRUCTURE:
+                outages += 1
+            else:
+                attempt += 1

@@ -28,8 +28,11 @@ The one place where failures are classified, so the rules read in one screen:
 - infrastructure (PostgreSQL or Kafka unreachable, a database connection lost mid-statement,
   or a database that refuses writes for now: read-only during a switchover, shutting down or
   starting up, ``consumer.failures.database_unavailable``) → ``Retry`` with capped backoff and
-  no limit:
-  an outage must not dead-letter customers' inputs, and the held offset makes the lag visible.
+  no limit: an outage must not dead-letter customers' inputs, and the held offset makes the
+  lag visible. Outages do not count as attempts: ``attempt`` numbers only the attempts that
+  failed otherwise, so a few cut connections in a row never use up ``max_retries`` for an
+  input whose turn would have succeeded, and ``outages`` (how many came before this one)
+  paces the outage back-off.
 
 Pure: no I/O, no clock, no randomness; the attempt number, the time already waited on the model
 and a random draw for the jitter come in, the delay goes out.
@@ -49,6 +52,7 @@ from consumer.hosting.routing import RouteRefused
 from engine import BudgetSpent, ProviderError, TurnRequestError, UnusableReply
 
 __all__ = [
+    "INFRASTRUCTURE",
     "Abandon",
     "Commit",
     "DeadLetter",
@@ -126,6 +130,9 @@ class Abandon:
 
 Decision = Commit | Retry | DeadLetter | Fallback | Abandon
 
+# The reason of a ``Retry`` for an outage: the one retry that is not counted as an attempt.
+INFRASTRUCTURE = "infrastructure"
+
 _INFRASTRUCTURE: tuple[type[BaseException], ...] = (
     OSError,  # includes TimeoutError and ConnectionError
     KafkaError,
@@ -145,12 +152,15 @@ def decide(
     waited_s: float = 0.0,
     draw: float = 1.0,
     answerable: bool = True,
+    outages: int = 0,
 ) -> Decision:
-    """The decision after attempt number ``attempt`` (1-based) ended with ``error`` (or not).
+    """The decision after attempt number ``attempt`` (1-based, outages not counted) ended with
+    ``error`` (or not).
 
     ``waited_s``: how long the input has been waiting on the model, since its first retryable
     provider failure; ``draw``: a random number in [0, 1] for the jitter; ``answerable``: the
-    input is a message, which a fallback can answer."""
+    input is a message, which a fallback can answer; ``outages``: how many of the input's
+    attempts before this one ended in an outage (``INFRASTRUCTURE``)."""
     if error is None:
         return Commit()
     if isinstance(error, FencedPublishError):
@@ -180,12 +190,12 @@ def decide(
     if isinstance(error, VersionConflictsExhausted):
         return _bounded_retry("version-conflicts", attempt, policy)
     if _connection_lost(error) or database_unavailable(error):
-        return Retry(policy.delay(attempt), "infrastructure")
+        return Retry(policy.delay(outages + 1, draw), INFRASTRUCTURE)
     unfixable = cannot_succeed(error)
     if unfixable is not None:
         return DeadLetter(unfixable, describe(error))
     if isinstance(error, _INFRASTRUCTURE):
-        return Retry(policy.delay(attempt), "infrastructure")
+        return Retry(policy.delay(outages + 1, draw), INFRASTRUCTURE)
     return _bounded_retry("turn-failed", attempt, policy)
 
 

@@ -200,6 +200,18 @@ async def consumers() -> AsyncIterator[list[ConsumerProcess]]:
         for process in started:
             if process.returncode is None:
                 await process.kill()
+        _keep_logs(started)
+
+
+def _keep_logs(started: list[ConsumerProcess]) -> None:
+    """With ``TURNFLOW_FAULT_LOGS`` set to a folder, every process's log is written there, for
+    reading what a failing run did."""
+    folder = os.environ.get("TURNFLOW_FAULT_LOGS")
+    if not folder:
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    for process in started:
+        (Path(folder) / f"{process.name}-{id(process)}.log").write_text("\n".join(process.raw))
 
 
 async def start_scheduler(

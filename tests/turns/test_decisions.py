@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncpg
 import pytest
 from aiokafka.errors import MessageSizeTooLargeError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import exc
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from consumer.errors import FencedPublishError, PublishError
@@ -107,9 +110,10 @@ def test_lost_partition_abandons() -> None:
      OperationalError("select", {}, Exception("down"))],
 )
 def test_infrastructure_failures_retry_without_limit(error: BaseException) -> None:
-    """Database or broker outages retry forever with capped backoff instead of dead-lettering."""
-    decision = decide(error, attempt=50, policy=POLICY)
-    assert decision == Retry(3.0, "infrastructure")
+    """Database or broker outages retry forever with capped backoff instead of dead-lettering,
+    paced by the outages before them, whatever the count of other failures."""
+    assert decide(error, attempt=50, outages=49, policy=POLICY) == Retry(3.0, "infrastructure")
+    assert decide(error, attempt=50, policy=POLICY) == Retry(0.5, "infrastructure")
 
 
 def test_connection_lost_mid_statement_is_an_outage() -> None:
@@ -118,7 +122,7 @@ def test_connection_lost_mid_statement_is_an_outage() -> None:
     bounded like any other failure."""
     lost = DBAPIError("save", {}, Exception("terminating connection"),
                       connection_invalidated=True)
-    assert decide(lost, attempt=50, policy=POLICY) == Retry(3.0, "infrastructure")
+    assert decide(lost, attempt=50, outages=49, policy=POLICY) == Retry(3.0, "infrastructure")
     alive = DBAPIError("save", {}, Exception("bad input"))
     assert isinstance(decide(alive, attempt=4, policy=POLICY), DeadLetter)
 
@@ -219,5 +223,105 @@ def test_a_database_refusing_writes_for_now_is_an_outage(orig: BaseException) ->
     a multi-host URL accepting writes: retried without limit, never dead-lettered, on a live
     connection as on a cut one."""
     error = _db_error(orig)
-    assert decide(error, attempt=50, policy=POLICY) == Retry(3.0, "infrastructure")
+    assert decide(error, attempt=50, outages=49, policy=POLICY) == Retry(3.0, "infrastructure")
     assert cannot_succeed(error) is None
+
+
+# -- outages, by every class and SQLSTATE the drivers raise ------------------------------------
+
+_POSTGRES_ERRORS = sorted(
+    {cls for cls in vars(asyncpg.exceptions).values()
+     if isinstance(cls, type) and issubclass(cls, asyncpg.exceptions.PostgresError)
+     and isinstance(getattr(cls, "sqlstate", None), str)},
+    key=lambda cls: cls.__name__,
+)
+_OUTAGE_CLASSES = ("08", "40", "53", "58", "XX")
+_OUTAGE_STATES = {"25006", "57P01", "57P02", "57P03", "57P04", "57P05"}
+_WRAPPERS = [exc.DBAPIError, exc.OperationalError, exc.InterfaceError, exc.InternalError,
+             exc.ProgrammingError, exc.DatabaseError, exc.DataError, exc.IntegrityError]
+
+
+def _is_outage_state(state: str) -> bool:
+    return state in _OUTAGE_STATES or state.startswith(_OUTAGE_CLASSES)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    cls=st.sampled_from(_POSTGRES_ERRORS),
+    wrapper=st.sampled_from(_WRAPPERS),
+    invalidated=st.booleans(),
+    attempt=st.integers(min_value=1, max_value=1000),
+    outages=st.integers(min_value=0, max_value=1000),
+    message=st.text(max_size=80),
+)
+def test_every_server_error_is_an_outage_or_bounded_never_raised(
+    cls: type[asyncpg.exceptions.PostgresError], wrapper: type[exc.DBAPIError],
+    invalidated: bool, attempt: int, outages: int, message: str,
+) -> None:
+    """Every PostgreSQL error asyncpg can raise, in every SQLAlchemy wrapper, on a live or a
+    cut connection: a connection or server failure (classes 08, 40, 53, 58, XX; read-only,
+    shutting down, starting up), a cut connection or SQLAlchemy's operational and interface
+    errors are retried as outages whatever the attempt count, data no retry fixes goes to the
+    DLQ at once, anything else is bounded; the decision never raises."""
+    error = wrapper("SAVE ...", {}, cls(message), connection_invalidated=invalidated)
+    decision = decide(error, attempt=attempt, outages=outages, policy=POLICY)
+    if invalidated or _is_outage_state(cls.sqlstate):
+        assert decision == Retry(POLICY.delay(outages + 1), "infrastructure")
+    elif cls.sqlstate.startswith(("22", "54")):
+        assert isinstance(decision, DeadLetter)
+    elif wrapper in (exc.OperationalError, exc.InterfaceError):  # SQLAlchemy's own outages
+        assert decision == Retry(POLICY.delay(outages + 1), "infrastructure")
+    elif attempt > POLICY.max_retries:
+        assert isinstance(decision, DeadLetter) and decision.reason == "turn-failed"
+    else:
+        assert isinstance(decision, Retry) and decision.reason != "infrastructure"
+
+
+@settings(max_examples=300, deadline=None)
+@given(state=st.text(min_size=0, max_size=6), message=st.text(max_size=40),
+       attempt=st.integers(min_value=1, max_value=50))
+def test_an_arbitrary_sqlstate_is_decided_never_raised(
+    state: str, message: str, attempt: int
+) -> None:
+    """Whatever SQLSTATE a server (or a pooler in front of it) reports, the decision is made
+    without raising, and a connection-class state is an outage."""
+    orig = asyncpg.exceptions.PostgresError(message)
+    orig.sqlstate = state  # type: ignore[attr-defined]
+    decision = decide(_db_error(orig), attempt=attempt, policy=POLICY)
+    assert isinstance(decision, Retry | DeadLetter)
+    if _is_outage_state(state):
+        assert decision == Retry(POLICY.delay(1), "infrastructure")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        asyncpg.exceptions.InterfaceError("cannot perform operation: connection is closed"),
+        asyncpg.exceptions.InterfaceError("cannot perform operation: another operation is in "
+                                          "progress"),
+        asyncpg.exceptions.ProtocolError("unexpected message"),
+        asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed in the middle of "
+                                                       "operation"),
+        asyncpg.exceptions.OutdatedSchemaCacheError("cached statement plan is invalid"),
+        ConnectionResetError(104, "Connection reset by peer"),
+        TimeoutError(),
+        BrokenPipeError(),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+@pytest.mark.parametrize("wrapper", [exc.InterfaceError, exc.InternalError, exc.DBAPIError])
+def test_a_connection_closed_under_a_statement_is_an_outage(
+    error: BaseException, wrapper: type[exc.DBAPIError]
+) -> None:
+    """The client-side ways a cut connection is reported (asyncpg's closed-connection and
+    protocol errors, the operating system's resets and time-outs), in whatever SQLAlchemy
+    wrapper, are outages and never count toward the retry budget."""
+    decision = decide(wrapper("SAVE ...", {}, error), attempt=99, policy=POLICY)
+    assert decision == Retry(POLICY.delay(1), "infrastructure")
+
+
+def test_bad_arguments_the_client_refuses_are_not_outages() -> None:
+    """asyncpg's subclasses of its InterfaceError name bad arguments or configuration, which no
+    wait repairs: bounded like any other failure."""
+    error = _db_error(asyncpg.exceptions.DataError("invalid input for query argument $1"))
+    assert isinstance(decide(error, attempt=POLICY.max_retries + 1, policy=POLICY), DeadLetter)
