@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from engine.conditions import ConditionContext, holds
 from engine.config import Flow
 from engine.envelopes import Judgement, UnderstandPlan
-from engine.keys import run_id
+from engine.keys import run_id, run_key, session_key
 from engine.records import built, write
 from engine.request import HistoryEntry, Message, Outcome, RunChange, ScheduleEntry, Skip
 from engine.session import Claim, Run, RunStatus, Session, Waiting, WaitKind
@@ -335,10 +335,26 @@ class TurnState:
         )
         self.sent.append(text)
 
+    # --- keys ---------------------------------------------------------------------------------
 
-def talk_key(run: Run) -> str:
-    """The idempotency key of a run's current step visit."""
-    return f"{run.id}:{run.step_id}:{run.visit}"
+    @property
+    def lineage(self) -> str:
+        """The session's lineage: set by its latest burst turn (``engine.keys``), empty before
+        any. Kept in ``session.metadata`` so a host that copies a session it cannot read in
+        full keeps it."""
+        lineage = self.session.metadata.get("lineage")
+        return lineage if isinstance(lineage, str) else ""
+
+    def talk_key(self, run: Run) -> str:
+        """The idempotency key of a run's current step visit."""
+        return run_key(run.id, self.session.id, f"{run.step_id}:{run.visit}", self.lineage)
+
+    def session_key(self, name: str, local: str) -> str:
+        """A key of this conversation not built on a run (``idle``, ``fallback``,
+        ``handoff``)."""
+        return session_key(name, self.session.id, local, self.lineage)
+
+
 
 
 # --- the records a turn builds ------------------------------------------------------------------

@@ -70,6 +70,7 @@ __all__ = [
     "TurnPipeline",
     "TurnWork",
     "burst_of",
+    "request_of",
 ]
 
 log = logging.getLogger("turnflow.pipeline")
@@ -139,7 +140,7 @@ def burst_of(parts: list[TurnWork]) -> TurnWork:
     )
 
 
-def _request_of(work: TurnWork) -> dict[str, Any]:
+def request_of(work: TurnWork) -> dict[str, Any]:
     """The turn request of a work item: a burst's earlier messages go into ``burst``, and
     the images of all its messages, oldest first, into the turn's ``images`` (a photo sent
     just before "is this fixable?" is part of what the turn answers). Its messages share one
@@ -320,7 +321,7 @@ class TurnPipeline:
             tracing.note_agent(route.agent_id, route.version, route.agent)
             if before_turn is not None and not await before_turn(route):
                 raise TurnFenced(parsed.session_id)
-            request = _request_of(work)
+            request = request_of(work)
             if route.fallback is not None:  # the pinned version is gone: routing.Route.fallback
                 request["fallback"] = dict(route.fallback)
             if route.migrate_runs:  # moved to the live version by its run map
@@ -472,7 +473,7 @@ class TurnPipeline:
             )
             for s in schedule
         ]
-        logged = _request_of(work)
+        logged = request_of(work)
         if route is not None and route.fallback is not None:
             logged["fallback"] = dict(route.fallback)  # what the turn was asked: replay reads it
         if route is not None and route.migrate_runs:

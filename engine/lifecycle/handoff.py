@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.keys import session_key
 from engine.lifecycle import plan
 from engine.lifecycle import turn as lifecycle_turn
 from engine.lifecycle.handoff_rules import rule_fired
@@ -56,7 +55,7 @@ def on_input(state: TurnState) -> None:
         return
     state.session.last_user_at = request.at or state.now
     local = request.id or str(ms(request.at or state.now))
-    hand_over(state, notice, key=session_key("handoff", state.session.id, local))
+    hand_over(state, notice, key=state.session_key("handoff", local))
     state.done = True
 
 
@@ -91,7 +90,7 @@ def settle_requested(state: TurnState) -> bool:
     state.outcome("handoff-requested", run, detail=turn.handoff_requested.reason,
                   llm_calls=calls)
     hand_over(state, turn.handoff_requested,
-              key=session_key("handoff", state.session.id, reply_key),
+              key=state.session_key("handoff", reply_key),
               text=turn.partial_text)
     return True
 
@@ -112,6 +111,6 @@ def gate_plan(state: TurnState, turn: lifecycle_turn.LifecycleTurn) -> bool:
             tag=turn.settings.handoff_rules.tag,
         )
         local = request.input_id or str(ms(request.at or state.now))
-        hand_over(state, notice, key=session_key("handoff", state.session.id, local))
+        hand_over(state, notice, key=state.session_key("handoff", local))
     state.done = True
     return True

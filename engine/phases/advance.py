@@ -25,7 +25,7 @@ from engine.config import (
 )
 from engine.moves import scopes, take
 from engine.session import Run, WaitKind
-from engine.state import Speaker, TurnState, talk_key
+from engine.state import Speaker, TurnState
 from engine.values import ms, next_open, render, render_value
 
 STEP_LIMIT = 50
@@ -222,7 +222,7 @@ def _say(state: TurnState, run: Run, flow: Flow, step: SayStep) -> bool:
         state.outcome("already-sent", run)
         return take(state, run, flow, step, step.then)
     text = render(step.say, scopes(state, run))
-    state.send(run, "verbatim", text, talk_key(run), step.id)
+    state.send(run, "verbatim", text, state.talk_key(run), step.id)
     if step.once:
         state.claim(claim_key)
     state.answered_by.append(run.id)
@@ -236,7 +236,7 @@ async def _do(state: TurnState, run: Run, flow: Flow, step: DoStep) -> bool:
         state.outcome("action-failed", run, detail=f'unknown action "{step.do}"')
         return take(state, run, flow, step, step.on_fail or step.then)
     ctx = action_context(
-        key=talk_key(run),
+        key=state.talk_key(run),
         with_=render_value(dict(step.with_), scopes(state, run)),
         data=dict(state.session.data),
         context=state.request.context,
@@ -266,7 +266,7 @@ async def _do(state: TurnState, run: Run, flow: Flow, step: DoStep) -> bool:
         state.outcome("action-failed", run, detail=result.reason or None)
         return take(state, run, flow, step, step.on_fail or step.then)
     at = state.now + timedelta(milliseconds=result.ms)
-    key = f"{talk_key(run)}:defer:{ms(at)}"
+    key = f"{state.talk_key(run)}:defer:{ms(at)}"
     state.park(run, key=key, kind="defer", at=at)
     state.outcome("action-deferred", run, detail=f"{result.ms}ms")
     return False
@@ -302,7 +302,7 @@ def _wait(state: TurnState, run: Run, flow: Flow, step: WaitStep) -> bool:
         event = step.wait.event
     if step.business_hours:
         at = next_open(at, state.config.business_hours)
-    key = talk_key(run)
+    key = state.talk_key(run)
     state.park(run, key=key, kind=kind, at=at, event=event)
     state.outcome("waiting", run, detail=at.isoformat().replace("+00:00", "Z"))
     return False

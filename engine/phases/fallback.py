@@ -18,7 +18,6 @@ starts afresh on the version that can run.
 
 from __future__ import annotations
 
-from engine.keys import session_key
 from engine.lifecycle import turn as lifecycle_turn
 from engine.state import TurnState
 from engine.values import ms
@@ -39,7 +38,7 @@ def run(state: TurnState) -> None:
     turn = lifecycle_turn.of(state)
     own = turn.settings.fallback_message if turn is not None else None
     local = request.input_id or str(ms(request.at or state.now))
-    state.send(None, "ai", own or given.message, session_key("fallback", state.session.id, local),
+    state.send(None, "ai", own or given.message, state.session_key("fallback", local),
                None)
     if turn is not None:
         turn.fallback = True

@@ -13,12 +13,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 from engine.config import EventTrigger, SilenceTrigger, WaitStep
-from engine.keys import silence_key
+from engine.keys import burst_lineage, silence_key
 from engine.lifecycle import handoff
 from engine.moves import take
 from engine.session import INPUT_RING, Run
 from engine.starts import blocked
-from engine.state import TurnState, talk_key
+from engine.state import TurnState
 from engine.values import ms
 
 
@@ -28,6 +28,7 @@ def run(state: TurnState) -> None:
         return
     request = state.request
     if request.burst:
+        _new_lineage(state)
         _burst_ids(state)
         if state.done:
             return
@@ -55,6 +56,17 @@ def run(state: TurnState) -> None:
         _event(state)
     else:
         _start(state)
+
+
+def _new_lineage(state: TurnState) -> None:
+    """A burst turn starts a lineage of its own (``engine.keys``): a re-run that groups these
+    messages otherwise mints other keys from here on, so no key names two contents."""
+    request, session = state.request, state.session
+    parts = [
+        (p.id, p.at.isoformat() if p.at is not None else None, p.message)
+        for p in request.parts
+    ]
+    session.metadata["lineage"] = burst_lineage(state.lineage, session.version, parts)
 
 
 def _burst_ids(state: TurnState) -> None:
@@ -133,7 +145,7 @@ def _wake(state: TurnState) -> None:
         state.outcome("no-event", run)
         take(state, run, flow, step, step.else_)
     elif kind == "defer":
-        state.outcome("action-retry", run, detail=talk_key(run))
+        state.outcome("action-retry", run, detail=state.talk_key(run))
     elif kind == "retry":
         state.outcome("retry", run, detail=key)
         state.retry_run_id = run.id
@@ -204,7 +216,7 @@ def _event(state: TurnState) -> None:
             )
             if trigger.after_ms:
                 at_wake = state.now + timedelta(milliseconds=trigger.after_ms)
-                wake_key = f"{talk_key(run)}:after:{ms(at_wake)}"
+                wake_key = f"{state.talk_key(run)}:after:{ms(at_wake)}"
                 state.park(run, key=wake_key, kind="trigger", at=at_wake)
                 state.outcome("awaiting-trigger", run, detail=f"{trigger.after_ms}ms")
             break

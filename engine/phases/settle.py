@@ -32,7 +32,7 @@ from engine.moves import take
 from engine.phases.advance import walk
 from engine.session import Run
 from engine.starts import repeat_blocked
-from engine.state import SpeakReply, TurnState, talk_key
+from engine.state import SpeakReply, TurnState
 from engine.values import ms
 
 RETRY_LADDER_MS = (60_000, 300_000, 900_000, 3_600_000, 21_600_000)
@@ -74,7 +74,7 @@ async def _apply_reply(state: TurnState) -> None:
         _defer(state, run, reply, reply.calls)
         return
     question = speaker.question is not None
-    state.send(run, "verbatim" if question else "ai", reply.text, talk_key(run), step.id)
+    state.send(run, "verbatim" if question else "ai", reply.text, state.talk_key(run), step.id)
     write_fields(state, reply.values, run)
     for patch in reply.patches:
         state.session.data.update(patch)
@@ -122,7 +122,7 @@ def _idle(state: TurnState) -> None:
         turn = lifecycle_turn.of(state)
         own = turn.settings.fallback_message if turn is not None else None
         if own is not None and turn is not None:
-            key = session_key("idle", state.session.id, trigger_key)
+            key = state.session_key("idle", trigger_key)
             state.send(None, "ai", own, key, None)
             turn.fallback = True
             state.outcome(
@@ -142,7 +142,7 @@ def _idle(state: TurnState) -> None:
             "deferred", step_id="idle", detail=reply.error, llm_calls=reply.calls, status="idle"
         )
         return
-    state.send(None, "ai", reply.text, session_key("idle", state.session.id, trigger_key), None)
+    state.send(None, "ai", reply.text, state.session_key("idle", trigger_key), None)
     for patch in reply.patches:
         state.session.data.update(patch)
     state.outcome("idle", step_id="idle", llm_calls=reply.calls, status="idle")
@@ -172,7 +172,7 @@ def _defer(state: TurnState, run: Run, reply: SpeakReply, calls: int) -> None:
     # The hint comes from ``ProviderError.retry_after``, which bounds it to a day.
     delay_ms = max(RETRY_LADDER_MS[run.retries], int((reply.retry_after_s or 0) * 1000))
     at = state.now + timedelta(milliseconds=delay_ms)
-    key = f"{talk_key(run)}:retry:{ms(at)}"
+    key = f"{state.talk_key(run)}:retry:{ms(at)}"
     run.retries += 1
     state.park(run, key=key, kind="retry", at=at)
     state.outcome("deferred", run, detail=error, llm_calls=calls)

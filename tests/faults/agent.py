@@ -11,6 +11,11 @@ the reply texts. Around it, per input, the input's ``context`` may ask for:
 ``AGENT=tests.faults.agent:fault_agent``. ``timer_agent`` is the same agent waiting only
 ``FAULT_TIMER_MS`` milliseconds: when that timer fires its turn says ``"<n>:woke"`` and the run
 ends (``AGENT=tests.faults.agent:timer_agent``, with a scheduler process running).
+
+``echo_agent`` answers through a model instead (``EchoModel``, which says back the messages of
+the turn): every message starts a run of its own, and a burst's reply names each message it
+answers, so messages without a ``context`` of their own may merge and a test can see which
+inputs each reply answered (``AGENT=tests.faults.agent:echo_agent``).
 """
 
 from __future__ import annotations
@@ -19,9 +24,18 @@ import asyncio
 import os
 from typing import Any
 
-from engine import Agent, ok
+from engine import Agent, FakeClock, ModelRequest, ModelResponse, ok
+from engine.providers.rules import message_parts
 
-__all__ = ["FaultAgent", "PoisonInputError", "counting_agent", "fault_agent", "timer_agent"]
+__all__ = [
+    "EchoModel",
+    "FaultAgent",
+    "PoisonInputError",
+    "counting_agent",
+    "echo_agent",
+    "fault_agent",
+    "timer_agent",
+]
 
 
 class PoisonInputError(RuntimeError):
@@ -90,3 +104,36 @@ def fault_agent() -> FaultAgent:
 def timer_agent() -> FaultAgent:
     """What ``--agent tests.faults.agent:timer_agent`` loads: timers of ``FAULT_TIMER_MS``."""
     return FaultAgent(counting_agent(int(os.environ["FAULT_TIMER_MS"])))
+
+
+class EchoModel:
+    """A model that answers every turn with the customer's messages of that turn
+    (``re:m3|m4``), so a reply's text names exactly the inputs it answers; it never fills a
+    field."""
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        if request.schema_name == "speak":
+            return ModelResponse(json={"message": "re:" + "|".join(message_parts(request.meta))})
+        return ModelResponse(json={})
+
+
+# Every message starts a run of its own: replies are keyed ``r{n}@{tag}:ack:1``.
+EACH_MESSAGE_A_RUN: dict[str, Any] = {
+    "id": "ack", "on": [{"message": []}],
+    "steps": [{"id": "ack", "prompt": "Answer the customer."}],
+}
+
+
+def echo_agent(flow: dict[str, Any] | None = None, *, clock: Any = None) -> Agent:
+    """What ``--agent tests.faults.agent:echo_agent`` loads: ``flow`` answered by
+    ``EchoModel`` (one run per message unless another flow is given)."""
+    return Agent(
+        name="Eco", provider=EchoModel(), clock=clock,
+        flows=[flow or EACH_MESSAGE_A_RUN],
+        fields={"day": {"type": "string", "ask": "Which day?"}},
+    )
+
+
+def fake_clock() -> FakeClock:
+    """A fixed clock for tests that run ``echo_agent`` in their own process."""
+    return FakeClock("2026-01-05T09:00:00Z")

@@ -9,6 +9,9 @@ relay) and, in the failovers, the scheduler get the multi-host URL with
 - asynchronous standby held behind (the primary's WAL sender paused), primary killed, standby
   promoted: the turns the promotion lost are counted, and each lost input is run again from
   the database's position, so every conversation is whole afterwards;
+- the same with the default settings (bursts merged) and customers who write only after each
+  reply: a lost turn's message re-read with the next one waiting is answered as a burst, under a
+  key of its own, so every message gets a reply a delivery worker passes on;
 - the primary restarted (not promoted), and a primary refusing writes for a while (read-only,
   as during a switchover): turns wait and retry, nothing reaches the DLQ;
 - a consumer whose group has no committed offsets in Kafka starts at the database's position,
@@ -18,6 +21,7 @@ relay) and, in the failovers, the scheduler get the multi-host URL with
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,6 +31,7 @@ import asyncpg
 import pytest
 
 from store import migrate
+from tests.faults.customers import Customers
 from tests.faults.ledger import TurnLog, check_all
 from tests.faults.process import (
     DLQ,
@@ -209,6 +214,53 @@ async def test_asynchronous_failover_runs_every_lost_input_again(
     assert figures["lost_turns"] > 0  # the fault did lose commits
     assert figures["reread"] >= figures["lost_turns"]
     assert figures["sessions_with_timer"] == SESSIONS
+
+
+async def test_asynchronous_failover_with_bursts_answers_every_message_under_its_own_key(
+    fault_setup: SetupFactory, pairs: list[PostgresPair]
+) -> None:
+    """Default settings (bursts merged), 24 customers who each write 8 messages, each after the
+    reply to the one before, an asynchronous standby held behind, the primary killed and the
+    standby promoted: the lost turns run again, some as bursts with the message that was
+    waiting, and every message has a reply under a key no earlier reply used (a delivery worker
+    deduping on keys passes each on), no key carries two texts, nothing is dead-lettered."""
+    setup, pair = await _pair_setup(fault_setup, pairs, synchronous=False)
+    sessions = [f"fo-burst-{i}-{uuid.uuid4().hex[:6]}" for i in range(24)]
+    env = setup.env(AGENT="tests.faults.agent:echo_agent")
+    del env["MERGE_BURSTS"]  # the default: bursts merged
+    customers = Customers(setup, sessions, messages=8)
+    figures: dict[str, Any] = {}
+    async with consumers() as started:
+        process = ConsumerProcess(env, "consumer")
+        started.append(process)
+        await process.start()
+        talking = asyncio.create_task(customers.run(within=150))
+        await wait_until(lambda: customers.progress() >= 2 * len(sessions), within=60)
+        # The standby falls behind while customers go on: their answers are committed on the
+        # primary only.
+        assert await asyncio.to_thread(pair.pause_replication, True)
+        answered = customers.progress()
+        await wait_until(lambda: customers.progress() >= answered + 2 * len(sessions),
+                         within=60)
+        figures["applied_at_kill"] = process.logged("turn applied")
+        await asyncio.to_thread(pair.kill_primary)
+        survived = int(await asyncio.to_thread(
+            pair.psql, pair.standby_port,
+            "SELECT count(*) FROM turns WHERE session_id LIKE 'fo-burst-%'",
+        ))
+        await asyncio.to_thread(pair.promote)
+        await talking
+        async with OutboundReader(setup.bootstrap, setup.topics[DLQ]) as dlq:
+            assert await dlq.settle(0.5) == []
+        assert await process.stop() == 0
+    figures["lost_turns"] = figures["applied_at_kill"] - survived
+    log = await TurnLog.read(setup.database_url, sessions)
+    bursts = [row for row in log.rows if row.applied and "|" in json.dumps(row.messages)]
+    figures["burst_turns"] = len(bursts)
+    figures["keys_delivered"] = len(customers.delivered)
+    print(f"\nasync failover, bursts merged: {figures}")
+    assert figures["lost_turns"] > 0  # the promotion did lose answered turns
+    assert customers.problems() == []
 
 
 async def _ride_out(
