@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     url = settings.database_url
 
     async def erase() -> tuple[Erasure, dict[str, datetime]]:
-        store = await Store.connect(url, pool_size=1)
+        store = await Store.connect(url, pool_size=1, pooler=settings.database_pooler)
         try:
             done = await store.erase(session_id=args.session, customer=args.customer)
             before = {} if done.anything else await store.erased_among([value])

@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
     async def prune() -> tuple[int | None, int | None, tuple[int, int] | None]:
         nonlocal turns
-        store = await Store.connect(url, pool_size=1)
+        store = await Store.connect(url, pool_size=1, pooler=settings.database_pooler)
         try:
             dropped = deleted = letters = None
             made = await store.ensure_turn_partitions(unit=settings.turn_partition)

@@ -134,7 +134,7 @@ def _export(args: argparse.Namespace, settings: Settings) -> int:
     url = settings.database_url
 
     async def export() -> int:
-        store = await Store.connect(url, pool_size=1)
+        store = await Store.connect(url, pool_size=1, pooler=settings.database_pooler)
         try:
             chosen = await _not_erased(store, await choose_sessions(store,
                                                                    _selection(args, Selection)))
@@ -254,7 +254,9 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
         from store.hosting import Hosting
 
         assert settings.database_url is not None
-        store = await Store.connect(settings.database_url, pool_size=1)
+        store = await Store.connect(
+            settings.database_url, pool_size=1, pooler=settings.database_pooler
+        )
         try:
             if registry:
                 assert packs is not None
