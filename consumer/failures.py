@@ -46,7 +46,9 @@ from aiokafka.errors import (
 from asyncpg.exceptions import TargetServerAttributeNotMatched
 from sqlalchemy.exc import DBAPIError
 
-__all__ = ["UnfixableReason", "cannot_succeed", "database_unavailable", "describe"]
+__all__ = [
+    "UnfixableReason", "cannot_succeed", "database_read_only", "database_unavailable", "describe",
+]
 
 UnfixableReason = Literal["unstorable-text", "out-of-range", "too-large", "invalid-data"]
 
@@ -133,6 +135,11 @@ def database_unavailable(error: BaseException) -> bool:
         if isinstance(link, TargetServerAttributeNotMatched):
             return True
     return False
+
+
+def database_read_only(error: BaseException) -> bool:
+    """True when ``error`` is the database refusing a write as read-only (SQLSTATE 25006)."""
+    return any(_sqlstate(link) == "25006" for link in _chain(error))
 
 
 def describe(error: BaseException) -> str:

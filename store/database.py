@@ -186,6 +186,12 @@ class Store:
         return store
 
     @property
+    def timeline(self) -> str | None:
+        """The timeline a guarded store is bound to (hexadecimal, as in WAL file names), None
+        before its first connection or when it is not guarded."""
+        return None if self._guard is None else self._guard.timeline
+
+    @property
     def database_changed(self) -> bool:
         """True once a guarded store found the database on another timeline (a promotion):
         its connections are refused from then on and the process should restart."""

@@ -76,6 +76,7 @@ async def open_runtime(
             guard_timeline=True, pooler=s.database_pooler,
         )
     store = runtime.store
+    metrics.watch_database(store)
     runtime.positions = SourcePositions(
         store, s.group_id, read_within_s=s.session_timeout_ms / 1000
     )
