@@ -16,6 +16,7 @@ read-only server, a statement).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -32,6 +33,8 @@ Kind = Literal[
 ]
 
 _MAX_MESSAGE = 300
+# Five digits or upper-case letters; anything else is not a SQLSTATE and is not shown as one.
+_SQLSTATE = re.compile(r"[0-9A-Z]{5}")
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,7 @@ def _driver_error(error: BaseException) -> tuple[str | None, str]:
             continue
         seen.add(id(candidate))
         state = getattr(candidate, "sqlstate", None)
-        if isinstance(state, str) and state:
+        if isinstance(state, str) and _SQLSTATE.fullmatch(state):
             message = getattr(candidate, "message", None)
             if not isinstance(message, str) or not message:
                 message = str(candidate)
