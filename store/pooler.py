@@ -81,28 +81,36 @@ class _OneServerCursor(AsyncAdapt_asyncpg_cursor):
 
     __slots__ = ()
 
+    @property
+    def _driver(self) -> asyncpg.Connection:
+        driver: asyncpg.Connection = self._connection
+        return driver
+
     def _in_transaction(self) -> bool:
         """Whether the statement runs inside a transaction already: asyncpg's, or the one
         SQLAlchemy begins before it (any isolation level but autocommit)."""
-        return not self._adapt_connection.autocommit or self._connection.is_in_transaction()
+        return not self._adapt_connection.autocommit or self._driver.is_in_transaction()
 
+    # SQLAlchemy's adapter methods are untyped: the calls to them are what mypy flags.
     async def _prepare_and_execute(self, operation: Any, parameters: Any) -> None:
+        run = super()._prepare_and_execute
         if self._in_transaction():
-            await super()._prepare_and_execute(operation, parameters)
+            await run(operation, parameters)  # type: ignore[no-untyped-call]
             return
         await in_own_transaction(
-            self._connection, lambda: super(_OneServerCursor, self)._prepare_and_execute(
-                operation, parameters
-            ), self._handle_exception,
+            self._driver,
+            lambda: run(operation, parameters),  # type: ignore[no-untyped-call]
+            self._handle_exception,
         )
 
     async def _executemany(self, operation: Any, seq_of_parameters: Any) -> Any:
+        run = super()._executemany
         if self._in_transaction():
-            return await super()._executemany(operation, seq_of_parameters)
+            return await run(operation, seq_of_parameters)  # type: ignore[no-untyped-call]
         return await in_own_transaction(
-            self._connection, lambda: super(_OneServerCursor, self)._executemany(
-                operation, seq_of_parameters
-            ), self._handle_exception,
+            self._driver,
+            lambda: run(operation, seq_of_parameters),  # type: ignore[no-untyped-call]
+            self._handle_exception,
         )
 
 
@@ -184,4 +192,5 @@ def engine_options(pooler: Pooler, connect_args: Mapping[str, Any]) -> dict[str,
     if server_settings is not None:
         args["server_settings"] = startup_settings(server_settings, pooler)
     args.update(statement_cache_size=0, connection_class=TransactionPooledConnection)
-    return {"connect_args": args, "module": _OneServerDbapi(asyncpg)}
+    dbapi = _OneServerDbapi(asyncpg)  # type: ignore[no-untyped-call]
+    return {"connect_args": args, "module": dbapi}
