@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from consumer.cli.arguments import whole_number
+from consumer.cli.database_failures import describe
 from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 from consumer.errors import AgentImportError
 from consumer.settings import Settings
@@ -157,7 +158,7 @@ async def _with_hosting(
             url, pool_size=1, max_overflow=0, pooler=settings.database_pooler
         )
     except (OSError, DBAPIError) as exc:
-        return fail(f"PostgreSQL is unreachable: {type(exc).__name__}", EXIT_UNREACHABLE)
+        return fail(describe(exc).line, EXIT_UNREACHABLE)
     try:
         return await handler(Hosting(store.engine), args, settings)
     finally:

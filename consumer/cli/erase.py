@@ -19,6 +19,7 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from consumer.cli.database_failures import describe
 from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 from consumer.settings import Settings
 
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         done, before = asyncio.run(erase())
     except (DBAPIError, OSError) as exc:
-        return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}", EXIT_UNREACHABLE)
+        return fail(describe(exc).line, EXIT_UNREACHABLE)
     if not done.anything:
         if value in before:
             print(f"turnflow: {what} {_shown(value)} was already erased at "

@@ -13,6 +13,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from consumer.cli.database_failures import describe
 from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 
 EXIT_NOT_FOUND = 3  # as `turnflow inspect SESSION`
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             found = asyncio.run(visited())
         except (DBAPIError, OSError) as exc:
-            return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}",
+            return fail(describe(exc).line,
                         EXIT_UNREACHABLE)
         if found is None:
             return fail(f"no conversation {args.session!r}", EXIT_NOT_FOUND)

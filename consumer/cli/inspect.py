@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from consumer.cli.arguments import whole_number
+from consumer.cli.database_failures import describe
 from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 from consumer.inspect.options import database_pooler, database_url, parse_time, trace_url
 from consumer.inspect.reading import MAX_PAGE, OUTCOME_FILTERS, Cursor, ListFilter, Reader
@@ -152,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         text, code = asyncio.run(read())
     except (DBAPIError, OSError) as exc:
-        return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}",
+        return fail(describe(exc).line,
                     EXIT_UNREACHABLE)
     (sys.stderr if code else sys.stdout).write(text)
     return code

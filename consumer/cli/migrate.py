@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 
+from consumer.cli.database_failures import describe
 from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 from consumer.settings import Settings
 
@@ -56,6 +57,6 @@ def run(args: argparse.Namespace) -> int:
     except migrate.LockNotGranted as exc:
         return fail(str(exc), EXIT_UNREACHABLE)
     except (DBAPIError, OSError) as exc:
-        return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}", EXIT_UNREACHABLE)
+        return fail(describe(exc).line, EXIT_UNREACHABLE)
     print(f"turnflow: database migrated to {args.revision}")
     return 0

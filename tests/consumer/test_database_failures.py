@@ -163,7 +163,7 @@ async def test_a_database_without_tables_says_run_migrate(database_url: str) -> 
     """A database never migrated: the report names the missing relation and says to run
     `turnflow migrate`, exit 4."""
     name = f"tf_empty_{uuid.uuid4().hex[:8]}"
-    await _admin(database_url, f'CREATE DATABASE "{name}"')
+    await _admin(database_url, f'CREATE DATABASE "{name}" TEMPLATE template0')
     try:
         store = await Store.connect(_as(database_url, "postgres", name), pool_size=1)
         try:
@@ -204,3 +204,23 @@ def test_a_service_ending_on_a_refusal_exits_with_its_line(
     err = capsys.readouterr().err.strip()
     assert err.startswith("turnflow: the database schema is missing or behind")
     assert "unreachable" not in err and len(err.splitlines()) == 1
+
+
+async def test_a_one_shot_command_names_the_cause_too(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``turnflow inspect`` on a database never migrated keeps its exit code (1) and says the
+    schema is missing and to run `turnflow migrate`, instead of a driver class name."""
+    from consumer import cli
+
+    name = f"tf_empty_{uuid.uuid4().hex[:8]}"
+    await _admin(database_url, f'CREATE DATABASE "{name}" TEMPLATE template0')
+    try:
+        monkeypatch.delenv("INSPECT_DATABASE_URL", raising=False)
+        monkeypatch.setenv("DATABASE_URL", _as(database_url, "postgres", name))
+        code = await asyncio.to_thread(cli.main, ["inspect", "--limit", "1"])
+    finally:
+        await _admin(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
+    err = capsys.readouterr().err
+    assert code == EXIT_UNREACHABLE
+    assert "schema is missing" in err and "turnflow migrate" in err
