@@ -11,6 +11,7 @@ or one conversation's words, keys, timers or state in another's.
 from __future__ import annotations
 
 import asyncio
+import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -18,20 +19,24 @@ from typing import Any
 
 import pytest
 
+from consumer.processes import free_port
 from consumer.scheduler.service import FiringOptions, build_scheduler
 from engine import Agent, ok
-from store import Store
+from store import OutboxEntry, SaveRequest, SourceRecord, Store, TurnRecord
 from tests.fixtures.pgbouncer import transaction_pooler
 from tests.integration.harness import (
     INBOUND,
     SCHEDULE,
+    OutboundReader,
     ServiceSetup,
     SetupFactory,
     make_settings,
     message,
+    produce,
     running_consumer,
     verbatim_texts,
 )
+from tests.integration.test_consume_process import TURNFLOW, _service_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -154,5 +159,72 @@ async def test_many_conversations_through_a_transaction_pooler_stay_apart(
     assert await store.timers_pending() == 0
 
 
+def _turn_texts(values: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """``verbatim_texts`` of the replies turns sent (not the relay's hand-written row)."""
+    return verbatim_texts([v for v in values if "kind" in v])
+
+
 def _replies(values: list[dict[str, Any]]) -> int:
     return sum(len(texts) for texts in verbatim_texts(values).values())
+
+
+async def test_consume_and_relay_processes_run_through_the_pooler(
+    kafka_bootstrap: str, database_url: str, pooled_url: str, kafka_is_embedded: bool,
+) -> None:
+    """``turnflow consume`` and ``turnflow relay`` started with ``DATABASE_POOLER=transaction``
+    on PgBouncer's URL come up, answer a message and publish a row left behind, and exit 0 on
+    SIGTERM, where without the setting ``consume`` stopped at once on a prepared statement."""
+    suffix = uuid.uuid4().hex[:8]
+    env = _service_env("pool", suffix, free_port(), kafka_bootstrap, pooled_url,
+                       kafka_is_embedded, partitions=2)
+    env["DATABASE_POOLER"] = "transaction"
+    topics = await asyncio.create_subprocess_exec(TURNFLOW, "topics", env=env)
+    assert await asyncio.wait_for(topics.wait(), timeout=60) == 0
+    sid, left = f"poolproc-{suffix}", f"poolrelay-{suffix}"
+    direct = await Store.connect(database_url, pool_size=1)
+    try:  # a row a dead consumer left unpublished, for the relay
+        await direct.save_turn(SaveRequest(
+            session_id=left, expected_version=0, state={"id": left, "v": 4, "data": {}},
+            turn=TurnRecord(input={"session_id": left, "wake": "k"},
+                            source=SourceRecord(f"in.{suffix}", 0, 0)),
+            outbox=[OutboxEntry(topic=env["MESSAGES_TOPIC"], key=left,
+                                payload={"session_id": left, "text": "left behind"})],
+        ))
+    finally:
+        await direct.close()
+    consume = await asyncio.create_subprocess_exec(
+        TURNFLOW, "consume", "--workers", "1",
+        "--agent", "tests.integration.harness:counting_agent",
+        env=env, stderr=asyncio.subprocess.PIPE,
+    )
+    relay = await asyncio.create_subprocess_exec(
+        TURNFLOW, "relay", "--grace-ms", "0", env={**env, "METRICS_PORT": "0"},
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        assert consume.stderr is not None
+        logs: list[str] = []
+        async with asyncio.timeout(60):
+            while not any('"consumer ready"' in line for line in logs):
+                line = (await consume.stderr.readline()).decode()
+                assert line, f"consume exited early: {logs}"
+                logs.append(line)
+        await produce(kafka_bootstrap, env["INBOUND_TOPIC"], [message(sid, "oi")])
+        async with OutboundReader(kafka_bootstrap, env["MESSAGES_TOPIC"]) as replies:
+            values = await replies.until(
+                lambda v: sid in _turn_texts(v) and any(x["session_id"] == left for x in v),
+                within=60,
+            )
+        assert _turn_texts(values)[sid] == ["1:oi"]
+        assert [v["text"] for v in values if v["session_id"] == left] == ["left behind"]
+        for process in (consume, relay):
+            process.send_signal(signal.SIGTERM)
+        if consume.stderr is not None:
+            await asyncio.wait_for(consume.stderr.read(), timeout=30)
+        assert await asyncio.wait_for(consume.wait(), timeout=30) == 0
+        assert await asyncio.wait_for(relay.wait(), timeout=30) == 0
+    finally:
+        for process in (consume, relay):
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
