@@ -2,16 +2,17 @@
 
 A long-running command ends on a database error only when retrying cannot help or its start
 failed (outages inside a running service are retried where they happen). Its one line then
-names the cause — unreachable, authentication failed, no such database, the schema missing or
-behind (``turnflow migrate``), permission denied, a read-only database, or a statement the
-server refused — with the server's own message, so an operator knows which setting or grant
-to fix without a traceback. The cause is read from the SQLSTATE the server sent (asyncpg's
-``sqlstate``, on the error or on the driver error under SQLAlchemy's); an error without one
-(a dropped connection, a timeout) is an outage.
+names the cause — unreachable, authentication failed, no such database, a transaction-mode
+pooler the settings do not declare, the schema missing or behind (``turnflow migrate``),
+permission denied, a read-only database, or a statement the server refused — with the
+server's own message, so an operator knows which setting or grant to fix without a traceback.
+The cause is read from the SQLSTATE the server sent (asyncpg's ``sqlstate``, on the error or
+on the driver error under SQLAlchemy's); an error without one (a dropped connection, a
+timeout) is an outage.
 
 Exit codes (docs/production.md, "Exit codes"): 1 unreachable, 2 a setting to fix (bad
-credentials, no such database), 4 the schema (run ``turnflow migrate``), 5 refused (a grant, a
-read-only server, a statement).
+credentials, no such database, ``DATABASE_POOLER``), 4 the schema (run ``turnflow migrate``),
+5 refused (a grant, a read-only server, a statement).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ EXIT_SCHEMA = 4
 EXIT_REFUSED = 5
 
 Kind = Literal[
-    "unreachable", "authentication", "no-database", "schema", "permission", "read-only",
-    "refused",
+    "unreachable", "authentication", "no-database", "pooler", "schema", "permission",
+    "read-only", "refused",
 ]
 
 _MAX_MESSAGE = 300
@@ -53,6 +54,9 @@ _NO_DATABASE = ("3D000",)
 _SCHEMA = ("42P01", "42703", "42883", "3F000")
 _PERMISSION = ("42501",)
 _READ_ONLY = ("25006",)
+# A prepared statement's name taken or missing: what a transaction-mode pooler does to a client
+# that keeps its statements on a connection (store/pooler.py).
+_POOLER = ("42P05", "26000")
 
 
 def _one_line(text: str) -> str:
@@ -111,6 +115,10 @@ def describe(error: BaseException) -> DatabaseFailure:
         return DatabaseFailure(
             "no-database", f"PostgreSQL has no such database: {said}; check DATABASE_URL",
             EXIT_CONFIG)
+    if _matches(state, _POOLER):
+        return DatabaseFailure(
+            "pooler", f"PostgreSQL refused a prepared statement: {said}; behind PgBouncer in "
+            "transaction mode, set DATABASE_POOLER=transaction", EXIT_CONFIG)
     if _matches(state, _SCHEMA):
         return DatabaseFailure(
             "schema", f"the database schema is missing or behind: {said}; run `turnflow "

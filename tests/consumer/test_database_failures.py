@@ -20,8 +20,8 @@ from consumer.cli.database_failures import EXIT_REFUSED, EXIT_SCHEMA, describe
 from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, run_service
 from store import Store, TimerEntry
 
-KINDS = {"unreachable", "authentication", "no-database", "schema", "permission", "read-only",
-         "refused"}
+KINDS = {"unreachable", "authentication", "no-database", "pooler", "schema", "permission",
+         "read-only", "refused"}
 
 
 @pytest.mark.parametrize(("error", "kind", "code"), [
@@ -30,6 +30,10 @@ KINDS = {"unreachable", "authentication", "no-database", "schema", "permission",
     (asyncpg.InvalidAuthorizationSpecificationError('role "t" does not exist'),
      "authentication", EXIT_CONFIG),
     (asyncpg.InvalidCatalogNameError('database "t" does not exist'), "no-database", EXIT_CONFIG),
+    (asyncpg.DuplicatePreparedStatementError(
+        'prepared statement "__asyncpg_stmt_1__" already exists'), "pooler", EXIT_CONFIG),
+    (asyncpg.InvalidSQLStatementNameError(
+        'prepared statement "__asyncpg_stmt_a__" does not exist'), "pooler", EXIT_CONFIG),
     (asyncpg.UndefinedTableError('relation "sessions" does not exist'), "schema", EXIT_SCHEMA),
     (asyncpg.UndefinedColumnError('column "trace_id" does not exist'), "schema", EXIT_SCHEMA),
     (asyncpg.InsufficientPrivilegeError("permission denied for table sessions"),
