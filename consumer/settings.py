@@ -50,7 +50,7 @@ class Settings(BaseSettings):
         "none",
         description="`transaction` when `DATABASE_URL` reaches PostgreSQL through a pooler in "
         "transaction mode (PgBouncer's `pool_mode = transaction`): no prepared statement is "
-        "cached or reused and each statement outside a transaction runs in one of its own "
+        "named or cached, each is parsed again in the exchange that runs it "
         "(docs/production.md, \"Behind PgBouncer\"); `none`: a direct connection or a pooler "
         "in session mode.",
     )

@@ -11,9 +11,8 @@ What stays the same:
 - the connection comes from and goes back to the SQLAlchemy pool (size, recycling, reset on
   return), and runs outside any transaction, as the engine's autocommit connections do;
 - asyncpg prepares each statement once per connection (its statement cache), as before; through
-  a transaction-mode pooler (``DATABASE_POOLER=transaction``, store/pooler.py) nothing is
-  cached and each statement runs in a transaction of its own, so its prepare and its run
-  reach one server connection;
+  a transaction-mode pooler (``DATABASE_POOLER=transaction``, store/pooler.py) its cache is off
+  and each statement goes as the unnamed one, parsed again in the exchange that runs it;
 - errors reach callers as SQLAlchemy raises them — ``IntegrityError`` for a constraint,
   ``ProgrammingError`` for syntax or access, ``InterfaceError`` for a broken client,
   ``DBAPIError`` for the rest, each with the driver's error as ``orig`` — and a connection
@@ -36,8 +35,6 @@ import asyncpg
 from sqlalchemy import TextClause
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
-from store.pooler import in_own_transaction, is_transaction_pooled
 
 __all__ = ["Positional", "execute", "fetch", "fetchrow", "positional", "statement_listeners"]
 
@@ -110,11 +107,8 @@ async def _run(
         driver = await _driver(connection)
         for listener in statement_listeners:
             listener(statement.sql)
-        run = getattr(driver, method)
         try:
-            if is_transaction_pooled(driver) and not driver.is_in_transaction():
-                return await in_own_transaction(driver, lambda: run(statement.sql, *arguments))
-            return await run(statement.sql, *arguments)
+            return await getattr(driver, method)(statement.sql, *arguments)
         except asyncio.CancelledError:
             # Cancelled mid-protocol: the connection's state is unknown, so it leaves the pool.
             await connection.invalidate()

@@ -17,6 +17,7 @@ from store import Store, TimerEntry
 from store.pooler import engine_options, startup_settings
 from tests.fixtures.pgbouncer import transaction_pooler
 from tests.fixtures.postgres import _empty_tables
+from tests.store.builders import save_request
 
 
 def test_direct_connections_keep_their_options() -> None:
@@ -26,15 +27,15 @@ def test_direct_connections_keep_their_options() -> None:
     assert engine_options("none", given) == {"connect_args": given}
 
 
-def test_pooler_mode_caches_nothing_and_keeps_forwarded_settings() -> None:
-    """In transaction mode asyncpg caches no statement and only the startup settings the
-    pooler forwards are sent."""
-    options = engine_options(
+def test_pooler_mode_names_and_caches_nothing_and_keeps_forwarded_settings() -> None:
+    """In transaction mode neither asyncpg nor SQLAlchemy caches a statement, SQLAlchemy's
+    are unnamed, and only the startup settings the pooler forwards are sent."""
+    args = engine_options(
         "transaction", {"server_settings": {"application_name": "a", "jit": "off"}}
-    )
-    assert options["connect_args"]["statement_cache_size"] == 0
-    assert options["connect_args"]["server_settings"] == {"application_name": "a"}
-    assert "module" in options
+    )["connect_args"]
+    assert args["statement_cache_size"] == args["prepared_statement_cache_size"] == 0
+    assert args["prepared_statement_name_func"]() == ""
+    assert args["server_settings"] == {"application_name": "a"}
     assert startup_settings({"jit": "off"}, "transaction") == {}
 
 
@@ -88,12 +89,23 @@ async def test_a_direct_store_fails_through_a_transaction_pooler(pooled_url: str
         await direct.close()
 
 
-async def test_concurrent_statements_through_the_pooler_succeed(pooled_store: Store) -> None:
-    """Many concurrent loads and counts through two shared server connections all succeed."""
+async def test_concurrent_statements_through_the_pooler_each_get_their_own_rows(
+    pooled_store: Store,
+) -> None:
+    """Saves, loads and counts of twelve sessions at once, through two shared server
+    connections, all succeed and each load reads its own session's state and version, never
+    the rows of another client's statement."""
     async def one(i: int) -> None:
-        for _ in range(10):
-            loaded = await pooled_store.load(f"s{i}")
-            assert loaded.version == 0
+        session_id = f"s{i}"
+        for version in range(4):
+            saved = await pooled_store.save_turn(
+                save_request(session_id, version, replies=[f"{session_id}-{version}"])
+            )
+            assert saved.version == version + 1
+            loaded = await pooled_store.load(session_id)
+            assert (loaded.version, loaded.state) == (
+                version + 1, {"id": session_id, "data": {"v": version + 1}}
+            )
             assert await pooled_store.timers_pending() == 0
 
     await asyncio.gather(*(one(i) for i in range(12)))
