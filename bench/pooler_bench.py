@@ -3,7 +3,7 @@
 The end-to-end benchmark's run (bench/e2e_bench.py: one ``turnflow consume`` process, a backlog
 then a paced phase, 0 ms model latency) alternates between two consumers: one on the database
 directly, one through Debian's PgBouncer in transaction mode with ``DATABASE_POOLER=transaction``
-(store/pooler.py: nothing cached, each statement in a transaction of its own). Per mode and
+(store/pooler.py: no statement named or cached, each parsed again where it runs). Per mode and
 round it prints turns/s, the consumer's CPU per turn, PgBouncer's own CPU per turn and the
 PostgreSQL server's (when it runs on this host), then the median of each.
 
