@@ -189,7 +189,8 @@ class ConversationRows:
     last_version: int
 
 
-# What the connections' startup settings say when they reach the server directly (`Reader`).
+# The startup settings' `jit = off`, set in each transaction where a transaction-mode pooler
+# keeps startup settings from the server (`Reader`).
 _NO_JIT = text("SET LOCAL jit = off")
 
 MIN_SEARCH = 3
