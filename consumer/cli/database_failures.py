@@ -90,6 +90,12 @@ def _driver_error(error: BaseException) -> tuple[str | None, str]:
     return None, f"{type(shown).__name__}: {text}" if text else type(shown).__name__
 
 
+def _pooler_login(state: str, message: str) -> bool:
+    """PgBouncer refuses a login with its own protocol-violation code (08P01) and says so in
+    the message ("SASL authentication failed", "password authentication failed ...")."""
+    return state == "08P01" and "authentication failed" in message.lower()
+
+
 def _matches(state: str, codes: tuple[str, ...]) -> bool:
     return any(state == code or (len(code) == 2 and state.startswith(code)) for code in codes)
 
@@ -102,6 +108,10 @@ def describe(error: BaseException) -> DatabaseFailure:
     except Exception:  # a hostile __str__ or attribute: still one line, as an outage
         state, message = None, type(error).__name__
     server = _one_line(message)
+    if state is not None and _pooler_login(state, server):
+        return DatabaseFailure(
+            "authentication", f"the pooler refused the login: {server} (SQLSTATE {state}); "
+            "check the user and password in DATABASE_URL", EXIT_CONFIG)
     if state is None or _matches(state, _UNREACHABLE):
         said = server if state is None else f"{server} (SQLSTATE {state})"
         return DatabaseFailure("unreachable", f"PostgreSQL is unreachable: {said}",

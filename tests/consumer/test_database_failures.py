@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 from consumer.cli.database_failures import EXIT_REFUSED, EXIT_SCHEMA, describe
 from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, run_service
 from store import Store, TimerEntry
+from tests.fixtures.pgbouncer import transaction_pooler
 
 KINDS = {"unreachable", "authentication", "no-database", "pooler", "schema", "permission",
          "read-only", "refused"}
@@ -29,6 +30,8 @@ KINDS = {"unreachable", "authentication", "no-database", "pooler", "schema", "pe
      "authentication", EXIT_CONFIG),
     (asyncpg.InvalidAuthorizationSpecificationError('role "t" does not exist'),
      "authentication", EXIT_CONFIG),
+    (asyncpg.ProtocolViolationError("SASL authentication failed"), "authentication",
+     EXIT_CONFIG),
     (asyncpg.InvalidCatalogNameError('database "t" does not exist'), "no-database", EXIT_CONFIG),
     (asyncpg.DuplicatePreparedStatementError(
         'prepared statement "__asyncpg_stmt_1__" already exists'), "pooler", EXIT_CONFIG),
@@ -47,6 +50,8 @@ KINDS = {"unreachable", "authentication", "no-database", "pooler", "schema", "pe
     (asyncpg.AdminShutdownError("terminating connection due to administrator command"),
      "unreachable", EXIT_UNREACHABLE),
     (asyncpg.TooManyConnectionsError("sorry, too many clients already"),
+     "unreachable", EXIT_UNREACHABLE),
+    (asyncpg.ProtocolViolationError("no more connections allowed (max_client_conn)"),
      "unreachable", EXIT_UNREACHABLE),
     (asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation"),
      "unreachable", EXIT_UNREACHABLE),
@@ -178,6 +183,22 @@ async def test_a_database_without_tables_says_run_migrate(database_url: str) -> 
         await _admin(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
     assert (failure.kind, failure.exit_code) == ("schema", EXIT_SCHEMA)
     assert "does not exist" in failure.line and "turnflow migrate" in failure.line
+
+
+async def test_a_wrong_password_is_a_refused_login(database_url: str) -> None:
+    """A wrong password, refused by PgBouncer with SCRAM in front of the test server (which
+    itself trusts every client): exit 2, saying the login was refused, not that PostgreSQL is
+    unreachable."""
+    with transaction_pooler(database_url, pool_size=1, password="right") as pooler:
+        wrong = make_url(pooler.url).set(password="wrong").render_as_string(hide_password=False)
+        error = await _failure_of(
+            lambda: Store.connect(wrong, pool_size=1, pooler="transaction")
+        )
+        right = await Store.connect(pooler.url, pool_size=1, pooler="transaction")
+        await right.close()
+    failure = describe(error)
+    assert (failure.kind, failure.exit_code) == ("authentication", EXIT_CONFIG)
+    assert "authentication failed" in failure.line and "wrong" not in failure.line
 
 
 async def test_a_missing_database_is_a_setting_to_fix(database_url: str) -> None:
