@@ -9,7 +9,8 @@ STAMP  := $(VENV)/.installed
 	test-browser phoenix phoenix-serve bench-inspect bench bench-engine bench-store \
 	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks bench-pipeline \
 	bench-hosting bench-versions bench-window bench-fairness bench-model-pool bench-prefix \
-	bench-tracing bench-peers bench-prefix-real bench-migrate bench-replication bench-capacity clean
+	bench-tracing bench-peers bench-prefix-real bench-migrate bench-replication bench-capacity \
+	bench-pooler clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -151,6 +152,11 @@ bench-replication: $(STAMP)
 
 bench-e2e: $(STAMP)
 	$(BIN)/turnflow bench
+
+# The consumer's CPU per turn on PostgreSQL directly and through PgBouncer in transaction mode
+# (DATABASE_POOLER=transaction), alternating; needs Debian's pgbouncer.
+bench-pooler: $(STAMP)
+	$(BIN)/python bench/pooler_bench.py $(ARGS)
 
 # Quiet conversations' latency alone and beside one session with 20,000 waiting inputs.
 bench-hot-session: $(STAMP)

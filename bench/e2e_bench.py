@@ -581,11 +581,13 @@ async def run_once(
     servers: Servers, *, latency_ms: int, partitions: int, sessions: int, inputs: int,
     paced_seconds: float, max_in_flight: int, profile_to: Path | None = None,
     fetch_max_wait_ms: int | None = None, workers: int = 1, history_turns: int = 0,
-    paced_rate: float | None = None,
+    paced_rate: float | None = None, consumer_env: dict[str, str] | None = None,
 ) -> RunResult:
     """One backlog phase and one paced phase against a fresh ``consume`` (``workers``
     processes), each session ``history_turns`` turns into its conversation. The paced phase
-    offers ``paced_rate`` inputs a second, else ``PACED_LOAD`` of the backlog's rate."""
+    offers ``paced_rate`` inputs a second, else ``PACED_LOAD`` of the backlog's rate.
+    ``consumer_env``: settings of the consumer's own on top (its ``DATABASE_URL`` through a
+    pooler, say); the benchmark's own statements still go to ``servers.database_url``."""
     topics = await _topics(servers, partitions)
     from consumer.processes import free_port
 
@@ -609,6 +611,7 @@ async def run_once(
         # One turn per input: the figures are per input, and each input's reply is awaited.
         "MERGE_BURSTS": "false",
     })
+    env.update(consumer_env or {})
     if fetch_max_wait_ms is not None:
         env["KAFKA_FETCH_MAX_WAIT_MS"] = str(fetch_max_wait_ms)
     elif servers.embedded_broker:

@@ -60,7 +60,9 @@ from asyncpg.exceptions import (
 )
 from sqlalchemy.exc import DBAPIError
 
-__all__ = ["UnfixableReason", "cannot_succeed", "database_unavailable", "describe"]
+__all__ = [
+    "UnfixableReason", "cannot_succeed", "database_read_only", "database_unavailable", "describe",
+]
 
 UnfixableReason = Literal["unstorable-text", "out-of-range", "too-large", "invalid-data"]
 
@@ -155,6 +157,11 @@ def database_unavailable(error: BaseException) -> bool:
         if type(link) is AsyncpgInterfaceError or isinstance(link, _CLIENT_OUTAGES):
             return True
     return False
+
+
+def database_read_only(error: BaseException) -> bool:
+    """True when ``error`` is the database refusing a write as read-only (SQLSTATE 25006)."""
+    return any(_sqlstate(link) == "25006" for link in _chain(error))
 
 
 def describe(error: BaseException) -> str:

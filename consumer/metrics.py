@@ -298,6 +298,38 @@ GC_SECONDS = Counter(
     registry=REGISTRY,
 )
 
+# --- the consumer's database -------------------------------------------------------------------
+DATABASE_TIMELINE = Gauge(
+    "turnflow_database_timeline",
+    "The PostgreSQL timeline the consumer's connections are bound to (a promoted standby starts "
+    "a new one: it changes at a failover, and the consumer restarts onto it).",
+    registry=REGISTRY,
+)
+DATABASE_READ_ONLY = Counter(
+    "turnflow_database_read_only_total",
+    "Inputs retried because the database refused a write as read-only (SQLSTATE 25006: a "
+    "standby, or a primary being switched over).",
+    registry=REGISTRY,
+)
+POSITIONS_REREAD = Counter(
+    "turnflow_positions_reread_records_total",
+    "Records read again at an assignment because the database's position for the partition was "
+    "behind Kafka's committed offset (a failover lost the last commits; those inputs run "
+    "again, their replies under the same keys).",
+    registry=REGISTRY,
+)
+DATABASE_POOL_SIZE = Gauge(
+    "turnflow_database_pool_size",
+    "Connections the consumer's database pool holds at most.",
+    registry=REGISTRY,
+)
+DATABASE_POOL_IN_USE = Gauge(
+    "turnflow_database_pool_in_use",
+    "Connections of the consumer's database pool checked out now (at the size: turns wait for "
+    "one).",
+    registry=REGISTRY,
+)
+
 # --- scheduler ------------------------------------------------------------------------------
 TIMERS_PENDING = Gauge(
     "turnflow_timers_pending", "Timers stored and not yet fired.", registry=REGISTRY
@@ -340,6 +372,8 @@ _CONSUMER = (
     TURNS_WAITING, SLOT_WAIT, PLAN_CAP_WAITS,
     PLAN_MINUTE_WAITS, MODEL_BACKOFF_ACTIVE, MODEL_BACKOFFS,
     AGENT_VERSION_ROUTES, AGENT_VERSION_OUTCOMES, AGENT_VERSION_CREDITS,
+    DATABASE_TIMELINE, DATABASE_READ_ONLY, POSITIONS_REREAD, DATABASE_POOL_SIZE,
+    DATABASE_POOL_IN_USE,
 )
 _SCHEDULER = (TIMERS_PENDING, TIMER_FIRE_DELAY, WAKES_EMITTED, TIMERS_SCHEDULED, SCHEDULE_REFUSED)
 PROCESS_FAMILIES: dict[str, tuple[Any, ...]] = {
@@ -413,6 +447,23 @@ def set_build_info(process: str, agent: str = "") -> None:
     except PackageNotFoundError:  # pragma: no cover - run from a tree that is not installed
         current = "unknown"
     BUILD_INFO.labels(version=current, agent=agent, process=process).set(1)
+
+
+def watch_database(store: Any) -> None:
+    """The consumer's database gauges, read from ``store`` at each scrape: the timeline its
+    connections are bound to (``Store.timeline``, hexadecimal; NaN before one is known) and
+    its pool's size and connections in use (the consumer's pool has no overflow, so its size is
+    its cap). A store without them (a test's double) sets nothing."""
+    def timeline() -> float:
+        bound = getattr(store, "timeline", None)
+        return float(int(bound, 16)) if isinstance(bound, str) and bound else float("nan")
+
+    DATABASE_TIMELINE.set_function(timeline)
+    engine = getattr(store, "engine", None)
+    pool = getattr(getattr(engine, "sync_engine", None), "pool", None)
+    if hasattr(pool, "size") and hasattr(pool, "checkedout"):
+        DATABASE_POOL_SIZE.set_function(lambda: float(pool.size()))
+        DATABASE_POOL_IN_USE.set_function(lambda: float(pool.checkedout()))
 
 
 def _sample_names(family: Any) -> set[str]:

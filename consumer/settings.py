@@ -46,6 +46,20 @@ class Settings(BaseSettings):
             "accepting writes)."
         ),
     )
+    database_pooler: Literal["none", "transaction"] = Field(
+        "none",
+        description="`transaction` when `DATABASE_URL` reaches PostgreSQL through a pooler in "
+        "transaction mode (PgBouncer's `pool_mode = transaction`): no prepared statement is "
+        "named or cached, each is parsed again in the exchange that runs it "
+        "(docs/production.md, \"Behind PgBouncer\"); `none`: a direct connection or a pooler "
+        "in session mode.",
+    )
+    migrate_database_url: str | None = Field(
+        None,
+        description="PostgreSQL URL `turnflow migrate` uses instead of `DATABASE_URL`: a direct "
+        "connection, when `DATABASE_URL` goes through a transaction-mode pooler (migrations are "
+        "not run through one). Required by `migrate` when `DATABASE_POOLER=transaction`.",
+    )
     kafka_bootstrap_servers: str | None = Field(
         None, description="Kafka bootstrap servers, comma-separated `host:port`."
     )

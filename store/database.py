@@ -33,6 +33,7 @@ from store import (
 from store.errors import AlreadyApplied, DuplicateInput, VersionConflict
 from store.input_ids import stored_input_id
 from store.outbox import OutboxBatch
+from store.pooler import Pooler, engine_options
 from store.positions import (
     PositionsUpdate,
     TimelineGuard,
@@ -149,12 +150,14 @@ class Store:
         command_timeout_s: float = 30.0,
         application_name: str = "turnflow",
         guard_timeline: bool = False,
+        pooler: Pooler = "none",
     ) -> Store:
         """Open a pool on `url` (plain `postgresql://` works, several hosts too) and check one
         connection. ``guard_timeline``: bind the pool to the database timeline that connection
         finds and refuse connections to another (``store.positions.TimelineGuard``): for a
         process that keeps what it saved in memory, so it never carries that past a
-        failover."""
+        failover. ``pooler="transaction"``: ``url`` is a pooler in transaction mode
+        (store/pooler.py)."""
         engine = create_async_engine(
             async_url(url),
             isolation_level="AUTOCOMMIT",
@@ -166,10 +169,10 @@ class Store:
             max_overflow=max_overflow,
             pool_timeout=pool_timeout_s,
             pool_recycle=pool_recycle_s,
-            connect_args={
+            **engine_options(pooler, {
                 "command_timeout": command_timeout_s,
                 "server_settings": {"application_name": application_name},
-            },
+            }),
         )
         guard = TimelineGuard(engine) if guard_timeline else None
         try:
@@ -181,6 +184,12 @@ class Store:
         store = cls(engine)
         store._guard = guard
         return store
+
+    @property
+    def timeline(self) -> str | None:
+        """The timeline a guarded store is bound to (hexadecimal, as in WAL file names), None
+        before its first connection or when it is not guarded."""
+        return None if self._guard is None else self._guard.timeline
 
     @property
     def database_changed(self) -> bool:

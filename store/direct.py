@@ -10,7 +10,9 @@ What stays the same:
 
 - the connection comes from and goes back to the SQLAlchemy pool (size, recycling, reset on
   return), and runs outside any transaction, as the engine's autocommit connections do;
-- asyncpg prepares each statement once per connection (its statement cache), as before;
+- asyncpg prepares each statement once per connection (its statement cache), as before; through
+  a transaction-mode pooler (``DATABASE_POOLER=transaction``, store/pooler.py) its cache is off
+  and each statement goes as the unnamed one, parsed again in the exchange that runs it;
 - errors reach callers as SQLAlchemy raises them — ``IntegrityError`` for a constraint,
   ``ProgrammingError`` for syntax or access, ``InterfaceError`` for a broken client,
   ``DBAPIError`` for the rest, each with the driver's error as ``orig`` — and a connection

@@ -20,6 +20,7 @@ from sqlalchemy.pool import NullPool
 
 from engine.lifecycle.knowledge import KnowledgeHit, excerpts, fold, words
 from engine.lifecycle.settings import KnowledgeDocument
+from store.pooler import Pooler, engine_options
 from store.urls import async_url
 
 __all__ = ["PostgresKnowledgeIndex", "tsquery"]
@@ -60,7 +61,8 @@ class PostgresKnowledgeIndex:
 
     @classmethod
     async def connect(
-        cls, url: str, *, agent: str, pool_size: int = 2, pooled: bool = True
+        cls, url: str, *, agent: str, pool_size: int = 2, pooled: bool = True,
+        pooler: Pooler = "none",
     ) -> PostgresKnowledgeIndex:
         """A small pool of its own on ``url`` (plain ``postgresql://`` works). ``pooled=False``
         opens a connection per search and holds none between them, so the index needs no
@@ -68,7 +70,9 @@ class PostgresKnowledgeIndex:
         options: dict[str, Any] = (
             {"pool_size": pool_size, "max_overflow": 2} if pooled else {"poolclass": NullPool}
         )
-        engine = create_async_engine(async_url(url), isolation_level="AUTOCOMMIT", **options)
+        engine = create_async_engine(
+            async_url(url), isolation_level="AUTOCOMMIT", **options, **engine_options(pooler, {})
+        )
         return cls(engine, agent=agent, owns_engine=True)
 
     async def close(self) -> None:

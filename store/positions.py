@@ -112,7 +112,10 @@ class TimelineGuard:
     """Binds an engine's connections to the database timeline the first one found.
 
     Checked once per new connection (one extra query per connection, none per statement); a
-    pooled connection keeps its server for its life, so the check covers every statement."""
+    pooled connection keeps its server for its life, so the check covers every statement.
+    Through a transaction-mode pooler (``DATABASE_POOLER=transaction``) it does not: there a
+    client connection's server connections change under it, and the check covers the one it
+    found at connecting only (docs/production.md, "Behind PgBouncer")."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.timeline: str | None = None

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from consumer.cli.arguments import whole_number
+from consumer.cli.database_failures import describe
 from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 from consumer.errors import AgentImportError
 from consumer.settings import Settings
@@ -153,9 +154,11 @@ async def _with_hosting(
     from store.hosting import Hosting
 
     try:
-        store = await Store.connect(url, pool_size=1, max_overflow=0)
+        store = await Store.connect(
+            url, pool_size=1, max_overflow=0, pooler=settings.database_pooler
+        )
     except (OSError, DBAPIError) as exc:
-        return fail(f"PostgreSQL is unreachable: {type(exc).__name__}", EXIT_UNREACHABLE)
+        return fail(describe(exc).line, EXIT_UNREACHABLE)
     try:
         return await handler(Hosting(store.engine), args, settings)
     finally:
@@ -306,7 +309,9 @@ async def _checked(hosting: Any, args: argparse.Namespace, settings: Settings) -
     await hosting.version(args.agent_id, args.version)  # refused at once if there is none
     packs = load_packs(args.packs if args.packs is not None else settings.packs)
     assert settings.database_url is not None
-    store = await Store.connect(settings.database_url, pool_size=1, max_overflow=0)
+    store = await Store.connect(
+        settings.database_url, pool_size=1, max_overflow=0, pooler=settings.database_pooler
+    )
     try:
         verdicts = await check_version(store, packs, args.agent_id, args.version, args.check)
     finally:

@@ -100,7 +100,9 @@ async def _preflight(settings: Settings, workers: int) -> None:
     first = settings.metrics_port_for("consume")
     for index in range(workers if first else 0):  # the ports worker_environment hands out
         await free_metrics_port(settings, first + index)
-    store = await Store.connect(settings.database_url, pool_size=1, max_overflow=0)
+    store = await Store.connect(
+        settings.database_url, pool_size=1, max_overflow=0, pooler=settings.database_pooler
+    )
     await store.close()
     producer = new_producer(
         settings.kafka_bootstrap_servers,

@@ -19,6 +19,7 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from consumer.cli.database_failures import describe
 from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 from consumer.settings import Settings
 
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     url = settings.database_url
 
     async def erase() -> tuple[Erasure, dict[str, datetime]]:
-        store = await Store.connect(url, pool_size=1)
+        store = await Store.connect(url, pool_size=1, pooler=settings.database_pooler)
         try:
             done = await store.erase(session_id=args.session, customer=args.customer)
             before = {} if done.anything else await store.erased_among([value])
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         done, before = asyncio.run(erase())
     except (DBAPIError, OSError) as exc:
-        return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}", EXIT_UNREACHABLE)
+        return fail(describe(exc).line, EXIT_UNREACHABLE)
     if not done.anything:
         if value in before:
             print(f"turnflow: {what} {_shown(value)} was already erased at "

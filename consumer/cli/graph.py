@@ -13,6 +13,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from consumer.cli.database_failures import describe
 from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 
 EXIT_NOT_FOUND = 3  # as `turnflow inspect SESSION`
@@ -48,15 +49,19 @@ def run(args: argparse.Namespace) -> int:
     path: list[tuple[str, str]] = []
     if args.session is not None:
         from consumer.inspect import view
-        from consumer.inspect.options import database_url
+        from consumer.inspect.options import database_pooler, database_url
         from consumer.inspect.reading import Reader
 
         url = database_url()
         if url is None:
             return fail("--session needs INSPECT_DATABASE_URL or DATABASE_URL", EXIT_CONFIG)
+        try:
+            pooler = database_pooler()
+        except ValueError as exc:
+            return fail(str(exc), EXIT_CONFIG)
 
         async def visited() -> list[tuple[str, str]] | None:
-            reader = Reader(url, pool_size=1)
+            reader = Reader(url, pool_size=1, pooler=pooler)
             try:
                 if await reader.conversation(args.session, turns=1) is None:
                     return None
@@ -67,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             found = asyncio.run(visited())
         except (DBAPIError, OSError) as exc:
-            return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}",
+            return fail(describe(exc).line,
                         EXIT_UNREACHABLE)
         if found is None:
             return fail(f"no conversation {args.session!r}", EXIT_NOT_FOUND)

@@ -19,8 +19,9 @@ import sys
 from typing import Any
 
 from consumer.cli.arguments import whole_number
+from consumer.cli.database_failures import describe
 from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
-from consumer.inspect.options import database_url, parse_time, trace_url
+from consumer.inspect.options import database_pooler, database_url, parse_time, trace_url
 from consumer.inspect.reading import MAX_PAGE, OUTCOME_FILTERS, Cursor, ListFilter, Reader
 
 __all__ = ["add_arguments", "run"]
@@ -96,13 +97,14 @@ def run(args: argparse.Namespace) -> int:
     colour = _colour(args.colour) and not args.json
     try:
         traces = trace_url()
+        pooler = database_pooler()
         where = ListFilter(outcome=args.outcome, flow=args.flow, agent=args.agent,
                            since=args.since, until=args.until)
     except ValueError as exc:
         return fail(str(exc), EXIT_CONFIG)
 
     async def read() -> tuple[str, int]:
-        reader = Reader(url, pool_size=1)
+        reader = Reader(url, pool_size=1, pooler=pooler)
         try:
             if args.session is not None:
                 rows = await reader.conversation(
@@ -151,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         text, code = asyncio.run(read())
     except (DBAPIError, OSError) as exc:
-        return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}",
+        return fail(describe(exc).line,
                     EXIT_UNREACHABLE)
     (sys.stderr if code else sys.stdout).write(text)
     return code

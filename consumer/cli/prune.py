@@ -18,6 +18,7 @@ import math
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from consumer.cli.database_failures import describe
 from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 from consumer.settings import MAX_RETENTION_DAYS, Settings
 
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
     async def prune() -> tuple[int | None, int | None, tuple[int, int] | None]:
         nonlocal turns
-        store = await Store.connect(url, pool_size=1)
+        store = await Store.connect(url, pool_size=1, pooler=settings.database_pooler)
         try:
             dropped = deleted = letters = None
             made = await store.ensure_turn_partitions(unit=settings.turn_partition)
@@ -118,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         dropped, deleted, letters = asyncio.run(prune())
     except (DBAPIError, OSError) as exc:
-        return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}", EXIT_UNREACHABLE)
+        return fail(describe(exc).line, EXIT_UNREACHABLE)
     if dropped is not None:
         print(f"turnflow: dropped the model recordings of {dropped} turns older than {days:g} days")
     if deleted is not None:

@@ -52,7 +52,9 @@ def run(args: argparse.Namespace) -> int:
         health = await start_health_server(settings, ready=is_ready, process="relay")
         metrics.set_build_info("relay")
         metrics.precreate_topics((settings.messages_topic, settings.schedule_topic))
-        store = await Store.connect(settings.database_url, pool_size=2)
+        store = await Store.connect(
+            settings.database_url, pool_size=2, pooler=settings.database_pooler
+        )
         producer = new_producer(
             settings.kafka_bootstrap_servers,
             idempotent=settings.kafka_idempotent_producer,

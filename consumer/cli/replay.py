@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from consumer.cli.arguments import whole_number
+from consumer.cli.database_failures import describe
 from consumer.cli.running import EXIT_CONFIG, EXIT_UNREACHABLE, fail
 from consumer.settings import Settings
 
@@ -134,7 +135,7 @@ def _export(args: argparse.Namespace, settings: Settings) -> int:
     url = settings.database_url
 
     async def export() -> int:
-        store = await Store.connect(url, pool_size=1)
+        store = await Store.connect(url, pool_size=1, pooler=settings.database_pooler)
         try:
             chosen = await _not_erased(store, await choose_sessions(store,
                                                                    _selection(args, Selection)))
@@ -149,7 +150,7 @@ def _export(args: argparse.Namespace, settings: Settings) -> int:
     try:
         written = asyncio.run(export())
     except (OSError, _db_errors()) as exc:
-        return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}", EXIT_UNREACHABLE)
+        return fail(describe(exc).line, EXIT_UNREACHABLE)
     print(f"turnflow: wrote {written} conversations to {args.out}")
     return 0
 
@@ -254,7 +255,9 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
         from store.hosting import Hosting
 
         assert settings.database_url is not None
-        store = await Store.connect(settings.database_url, pool_size=1)
+        store = await Store.connect(
+            settings.database_url, pool_size=1, pooler=settings.database_pooler
+        )
         try:
             if registry:
                 assert packs is not None
@@ -285,7 +288,7 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
     except GoldenFileError as exc:
         return fail(str(exc), EXIT_CONFIG)
     except (OSError, _db_errors()) as exc:
-        return fail(f"PostgreSQL is unreachable or refused: {type(exc).__name__}", EXIT_UNREACHABLE)
+        return fail(describe(exc).line, EXIT_UNREACHABLE)
     if args.model == "live":
         return _live_report(args, outcome)
     print(report_text(outcome))

@@ -1,8 +1,9 @@
 """Running a long-lived service until SIGTERM or SIGINT, with one-line failures.
 
 Every long-running command logs one line when ready (the service does), turns SIGTERM and
-SIGINT into a clean stop (exit 0), and turns an unreachable server or a bad agent into one line
-on stderr and a non-zero exit — never a traceback.
+SIGINT into a clean stop (exit 0), and turns an unreachable server, a database error or a bad
+agent into one line on stderr and a non-zero exit — never a traceback. A database error's line
+names its cause and its exit code says which (consumer/cli/database_failures.py).
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 
+import asyncpg
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from consumer.cli.database_failures import describe
 from consumer.errors import AgentImportError, ConsumerError
 
 __all__ = ["EXIT_CONFIG", "EXIT_UNREACHABLE", "fail", "run_service"]
@@ -47,8 +50,9 @@ def run_service(
         return fail(str(exc), EXIT_CONFIG)
     except (KafkaConnectionError, OSError) as exc:
         return fail(f"a server is unreachable: {_describe(exc)}", EXIT_UNREACHABLE)
-    except (OperationalError, InterfaceError, DBAPIError) as exc:
-        return fail(f"PostgreSQL is unreachable: {type(exc.orig).__name__}", EXIT_UNREACHABLE)
+    except (OperationalError, InterfaceError, DBAPIError, asyncpg.PostgresError) as exc:
+        failure = describe(exc)
+        return fail(failure.line, failure.exit_code)
     except KafkaError as exc:
         return fail(f"Kafka failed: {type(exc).__name__}", EXIT_UNREACHABLE)
     except ConsumerError as exc:

@@ -70,7 +70,7 @@ def ui_token() -> str | None:
 def run(args: argparse.Namespace) -> int:
     from consumer.agents import load_agent
     from consumer.errors import AgentImportError
-    from consumer.inspect.options import database_url, trace_url
+    from consumer.inspect.options import database_pooler, database_url, trace_url
     from consumer.inspect.reading import Reader
     from consumer.inspect.serving import CONSOLE_LIMITS, UI_LIMITS, asgi_handler
     from consumer.inspect.web import build_app
@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         token = ui_token()
         traces = trace_url()
+        pooler = database_pooler()
     except ValueError as exc:
         return fail(str(exc), EXIT_CONFIG)
     if token is None and not is_loopback(args.host):
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
                                                  reply_timeout=turn_wait_s(agent))
                 except DevError as exc:  # a broker or topic that fails: one line, no trace
                     return fail(f"the test console did not start: {exc}", EXIT_CONFIG)
-            reader = Reader(url)
+            reader = Reader(url, pooler=pooler)
             stack.push_async_callback(reader.close)
             server = BoundedHttpServer(
                 asgi_handler(build_app(reader, agent=agent, token=token, console=console,

@@ -7,7 +7,12 @@ import os
 import re
 from datetime import UTC, datetime, timedelta
 
-__all__ = ["TRACE_URL_VARIABLE", "database_url", "parse_time", "trace_link", "trace_url"]
+from store.pooler import POOLER_MODES, Pooler
+
+__all__ = [
+    "TRACE_URL_VARIABLE", "database_pooler", "database_url", "parse_time", "trace_link",
+    "trace_url",
+]
 
 TRACE_URL_VARIABLE = "TURNFLOW_TRACE_URL"
 """Names a trace UI's page for one trace, ``{trace_id}`` marking where its id goes."""
@@ -26,6 +31,17 @@ def database_url() -> str | None:
         if value:
             return value
     return None
+
+
+def database_pooler() -> Pooler:
+    """``DATABASE_POOLER`` (store/pooler.py): ``transaction`` when the URL reaches PostgreSQL
+    through a transaction-mode pooler, else ``none``. A ValueError names a value that is
+    neither."""
+    value = os.environ.get("DATABASE_POOLER", "").strip().lower() or "none"
+    for mode in POOLER_MODES:
+        if value == mode:
+            return mode
+    raise ValueError(f"DATABASE_POOLER must be one of {', '.join(POOLER_MODES)}, not {value!r}")
 
 
 def trace_url() -> str | None:

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from store import jsoncodec
 from store.erasure import erased_at
 from store.incidents import KINDS
+from store.pooler import Pooler, engine_options
 from store.search_text import (
     DEAD_LETTER_TEXT,
     SESSION_TEXT,
@@ -188,6 +189,10 @@ class ConversationRows:
     last_version: int
 
 
+# The startup settings' `jit = off`, set in each transaction where a transaction-mode pooler
+# keeps startup settings from the server (`Reader`).
+_NO_JIT = text("SET LOCAL jit = off")
+
 MIN_SEARCH = 3
 """The shortest search: a trigram index finds nothing shorter than three characters."""
 
@@ -206,13 +211,19 @@ class SearchResults:
 class Reader:
     """The inspector's connection to the database: read-only transactions on a small pool."""
 
-    def __init__(self, database_url: str, *, pool_size: int = 4) -> None:
+    def __init__(
+        self, database_url: str, *, pool_size: int = 4, pooler: Pooler = "none"
+    ) -> None:
         # Every transaction of these connections is read-only, even a statement run outside
         # an explicit one (the server refuses any write), on top of the role's own grants.
+        # Through a transaction-mode pooler (``pooler``, store/pooler.py) these startup
+        # settings cannot reach the pooled server connections: every read is then a read-only
+        # transaction that sets them with SET LOCAL (`_reading`).
+        self._pooled = pooler != "none"
         self._engine: AsyncEngine = create_async_engine(
             async_url(database_url), pool_size=pool_size, max_overflow=0,
             hide_parameters=True,  # an error's text never carries a session id or a filter
-            connect_args={"server_settings": {
+            **engine_options(pooler, {"server_settings": {
                 "default_transaction_read_only": "on",
                 "application_name": "turnflow-inspect",
                 # No JIT: on a log of millions of turns the planner's cost of a search over
@@ -220,7 +231,7 @@ class Reader:
                 # expressions for each call (72 ms of a 114 ms search at 10,000,000 turns)
                 # to run index scans that take under a millisecond.
                 "jit": "off",
-            }},
+            }}),
         )
 
     async def close(self) -> None:
@@ -234,12 +245,20 @@ class Reader:
                 isolation_level="REPEATABLE READ", postgresql_readonly=True
             )
             async with connection.begin():
+                if self._pooled:
+                    await connection.execute(_NO_JIT)
                 yield connection
 
     @asynccontextmanager
     async def _statement(self) -> AsyncIterator[AsyncConnection]:
         """For a page read by one statement: no BEGIN and COMMIT round trips around it; the
-        statement is its own transaction, read-only by the connection's default."""
+        statement is its own transaction, read-only by the connection's default. Through a
+        transaction-mode pooler the connection has no such default: a read-only transaction
+        (`_reading`) instead."""
+        if self._pooled:
+            async with self._reading() as connection:
+                yield connection
+            return
         async with self._engine.connect() as plain:
             yield await plain.execution_options(isolation_level="AUTOCOMMIT")
 

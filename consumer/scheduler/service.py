@@ -524,6 +524,7 @@ class SchedulerService:
                     pool_size=4,
                     max_overflow=2,
                     application_name="turnflow-scheduler",
+                    pooler=s.database_pooler,
                 )
             self._scheduler = build_scheduler(
                 self._store,

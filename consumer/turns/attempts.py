@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any
 
 from consumer import metrics, tracing
-from consumer.failures import describe
+from consumer.failures import database_read_only, describe
 from consumer.turns.commits import Commits
 from consumer.turns.dead_lettering import DeadLettering
 from consumer.turns.decisions import (
@@ -213,6 +213,8 @@ class TurnAttempts:
                 return
             assert isinstance(decision, Retry)
             metrics.INPUT_RETRIES.inc()
+            if database_read_only(error):
+                metrics.DATABASE_READ_ONLY.inc()
             if decision.reason == "provider-retryable" and not waiting.counted:
                 waiting.counted = True
                 metrics.MODEL_WAITING.inc()

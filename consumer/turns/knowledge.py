@@ -15,6 +15,7 @@ from typing import Any
 
 from engine import Agent, InMemoryKnowledgeIndex
 from store.knowledge import PostgresKnowledgeIndex
+from store.pooler import Pooler
 
 __all__ = ["attach_postgres_knowledge"]
 
@@ -33,13 +34,18 @@ def _wants_postgres(agent: Any) -> bool:
     )
 
 
-async def attach_postgres_knowledge(agent: Any, database_url: str | None) -> Any:
-    """The agent to run: with the PostgreSQL index when it searches its own documents."""
+async def attach_postgres_knowledge(
+    agent: Any, database_url: str | None, *, pooler: Pooler = "none"
+) -> Any:
+    """The agent to run: with the PostgreSQL index when it searches its own documents;
+    ``pooler``, the database's pooler mode (store/pooler.py)."""
     if database_url is None or not _wants_postgres(agent):
         return agent
     settings = agent.config.lifecycle
     assert settings is not None
-    index = await PostgresKnowledgeIndex.connect(database_url, agent=agent.name, pooled=False)
+    index = await PostgresKnowledgeIndex.connect(
+        database_url, agent=agent.name, pooled=False, pooler=pooler
+    )
     try:
         rows = await index.replace_documents(settings.knowledge)
     except Exception as exc:  # the in-memory index still answers; say why once

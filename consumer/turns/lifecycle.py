@@ -73,9 +73,10 @@ async def open_runtime(
         # turn waiting a moment for a pooled one costs neither.
         runtime.store = await Store.connect(
             s.database_url, pool_size=min(s.max_in_flight, 20), max_overflow=0,
-            guard_timeline=True,
+            guard_timeline=True, pooler=s.database_pooler,
         )
     store = runtime.store
+    metrics.watch_database(store)
     runtime.positions = SourcePositions(
         store, s.group_id, read_within_s=s.session_timeout_ms / 1000
     )
@@ -92,7 +93,9 @@ async def open_runtime(
     runtime.dead_letters = DeadLetterPublisher(producer, store, s.dlq_topic)
     if agent is not None:
         observe_model_calls(agent)
-        agent = await attach_postgres_knowledge(agent, s.database_url)
+        agent = await attach_postgres_knowledge(
+            agent, s.database_url, pooler=s.database_pooler
+        )
         if isinstance(agent, Agent):
             agent = recorded_agent(agent)
     # AGENT_REGISTRY: the registry's agents, by each record's agent_id (routing.py).

@@ -30,6 +30,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 
+from consumer import metrics
 from store import Store
 
 __all__ = ["SourcePositions"]
@@ -109,6 +110,8 @@ class SourcePositions:
                 consumer.seek(tp, position)
                 self._written[tp] = position
                 kafka = committed.get(tp)
+                if kafka is not None and kafka > position:
+                    metrics.POSITIONS_REREAD.inc(kafka - position)
                 log.info(
                     "partition started at the database's position",
                     extra={"partition": tp.partition, "position": position,

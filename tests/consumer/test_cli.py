@@ -17,7 +17,8 @@ from consumer.settings import Settings
 
 ENV = ("AGENT", "DATABASE_URL", "KAFKA_BOOTSTRAP_SERVERS", "METRICS_PORT",
        "KAFKA_SECURITY_PROTOCOL", "MAX_IN_FLIGHT", "LOG_LEVEL", "KAFKA_SASL_PASSWORD",
-       "KAFKA_SASL_PASSWORD_FILE", "MODEL_RECORDING_RETENTION_DAYS", "OUTBOX_RETENTION_DAYS")
+       "KAFKA_SASL_PASSWORD_FILE", "MODEL_RECORDING_RETENTION_DAYS", "OUTBOX_RETENTION_DAYS",
+       "DATABASE_POOLER", "MIGRATE_DATABASE_URL")
 
 
 @pytest.fixture(autouse=True)
@@ -91,6 +92,17 @@ def test_migrate_without_database_url_fails(capsys: pytest.CaptureFixture[str]) 
     """``migrate`` with no DATABASE_URL exits 2 and says so."""
     assert cli.main(["migrate"]) == 2
     assert "DATABASE_URL" in capsys.readouterr().err
+
+
+def test_migrate_through_a_transaction_pooler_needs_a_direct_url(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``migrate`` with ``DATABASE_POOLER=transaction`` and no ``MIGRATE_DATABASE_URL`` exits 2
+    naming the setting, before it connects anywhere."""
+    monkeypatch.setenv("DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    monkeypatch.setenv("DATABASE_POOLER", "transaction")
+    assert cli.main(["migrate"]) == 2
+    assert "MIGRATE_DATABASE_URL" in capsys.readouterr().err
 
 
 def test_topic_specs_follow_the_settings() -> None:

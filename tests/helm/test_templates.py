@@ -26,7 +26,7 @@ _PROVIDER_SETTINGS = {
     "TURNFLOW_MODEL_JSON_MODE",
 }
 _MODEL_KEY_ENV = {*openai.API_KEY_ENV, anthropic.API_KEY_ENV}
-_SECRET_ENV = {"DATABASE_URL", "KAFKA_SASL_PASSWORD", *_MODEL_KEY_ENV}
+_SECRET_ENV = {"DATABASE_URL", "MIGRATE_DATABASE_URL", "KAFKA_SASL_PASSWORD", *_MODEL_KEY_ENV}
 
 
 def _pod_specs(chart: RenderedChart) -> dict[str, dict[str, Any]]:
@@ -253,6 +253,17 @@ def test_migration_job_is_a_pre_install_pre_upgrade_pre_rollback_hook() -> None:
     env = {e["name"]: e for e in container["env"]}
     assert env["DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "turnflow-database"
     assert set(env) == {"DATABASE_URL", "LOG_LEVEL"}
+
+
+def test_the_migration_job_takes_a_direct_url_when_given() -> None:
+    """With ``secrets.migrateDatabaseUrl`` named, the migrate Job reads MIGRATE_DATABASE_URL
+    (a direct connection beside a pooled DATABASE_URL) from that Secret."""
+    chart = render_chart({"secrets": {"migrateDatabaseUrl": {"name": "db-direct"}}})
+    container = chart.one("Job", "-migrate")["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["MIGRATE_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {
+        "name": "db-direct", "key": "MIGRATE_DATABASE_URL",
+    }
 
 
 def test_metrics_service_selects_the_services_and_not_the_migration() -> None:

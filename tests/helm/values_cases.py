@@ -30,6 +30,11 @@ ALL_ON: dict[str, Any] = {
     },
     "imagePullSecrets": [{"name": "registry"}],
     "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
+    "prometheusRule": {
+        "enabled": True, "labels": {"release": "prometheus"},
+        "runbookBaseUrl": "https://git.example.com/turnflow/blob/main/",
+        "additionalLabels": {"team": "chat"},
+    },
     "consumer": {
         "autoscaling": {"enabled": True, "maxReplicas": 40, "authenticationRef": "kafka-auth"},
         "podAnnotations": {"example.com/team": "chat"},

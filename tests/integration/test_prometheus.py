@@ -1,9 +1,9 @@
-"""The dashboards and the documented alerts against a real Prometheus.
+"""The dashboards and the chart's alerting rules against a real Prometheus.
 
 A consumer running the demo agent and a scheduler run as processes and handle real traffic
 (bookings, a silence wake, a dead letter); Debian's ``prometheus`` (``make prometheus``)
-scrapes both, and every expression of both dashboards and every alert in docs/operating.md is
-evaluated through Prometheus's HTTP API. An expression that errors, or returns no series
+scrapes both, and every expression of both dashboards and every alert of the chart's rules file
+is evaluated through Prometheus's HTTP API. An expression that errors, or returns no series
 although traffic was sent, fails the test.
 """
 
@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from consumer.processes import free_port
 from consumer.topics import TopicSpec, ensure_topics
@@ -35,7 +36,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 REPO = Path(__file__).resolve().parents[2]
 TURNFLOW = str(Path(sys.executable).with_name("turnflow"))
 DASHBOARDS = sorted((REPO / "helm" / "turnflow" / "dashboards").glob("*.json"))
-OPERATING = REPO / "docs" / "operating.md"
+RULES = REPO / "helm" / "turnflow" / "alerts" / "turnflow.rules.yaml"
 
 # What Grafana would put in place of the dashboards' variables.
 GRAFANA_VARIABLES = {
@@ -73,11 +74,12 @@ def dashboard_expressions() -> list[tuple[str, str]]:
     return found
 
 
-def documented_alerts() -> list[str]:
-    """The PromQL of every suggested alert in docs/operating.md."""
-    text = OPERATING.read_text()
-    section = text.split("Suggested alerts:", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"^- `([^`]+)`", section, flags=re.M)
+def rule_alerts() -> list[str]:
+    """The PromQL of every alert the chart ships (helm/turnflow/alerts/turnflow.rules.yaml, the
+    rules docs/operating.md's "Alerts" documents)."""
+    loaded = yaml.safe_load(RULES.read_text())
+    return [" ".join(rule["expr"].split()) for group in loaded["groups"]
+            for rule in group["rules"]]
 
 
 def _without_comparison(expr: str) -> str:
@@ -182,7 +184,7 @@ async def test_dashboards_and_alerts_evaluate_against_live_processes(
     tmp_path: Path,
 ) -> None:
     """After real traffic through a live consumer and scheduler, every dashboard expression and
-    every documented alert evaluates without error, with series; the DLQ alert fires."""
+    every alert the chart ships evaluates without error, with series; the DLQ alert fires."""
     suffix = uuid.uuid4().hex[:8]
     topics = {"INBOUND_TOPIC": f"in.prom.{suffix}", "MESSAGES_TOPIC": f"out.prom.{suffix}",
               "SCHEDULE_TOPIC": f"sched.prom.{suffix}", "DLQ_TOPIC": f"dlq.prom.{suffix}"}
@@ -242,7 +244,7 @@ async def test_dashboards_and_alerts_evaluate_against_live_processes(
                 failures.append(f"{where}: {answer.get('error')} in {expr}")
             elif not answer["data"]["result"]:
                 failures.append(f"{where}: no series for {expr}")
-        alerts = documented_alerts()
+        alerts = rule_alerts()
         for expr in alerts:
             answer = await prometheus.query(expr)
             if answer.get("status") != "success":
@@ -252,7 +254,7 @@ async def test_dashboards_and_alerts_evaluate_against_live_processes(
                 failures.append(f"alert: no series behind {expr}")
         fired = await prometheus.query("increase(turnflow_dlq_total[5m]) > 0")
         assert failures == [], "\n".join(failures) + "\n" + prometheus.log()
-        assert len(alerts) >= 5 and len(dashboard_expressions()) >= 30
+        assert len(alerts) >= 12 and len(dashboard_expressions()) >= 30
         assert fired["data"]["result"], "the DLQ alert did not fire after a dead letter"
         # Each process exported only its own families.
         jobs = await prometheus.query("count by (job) (turnflow_turns_total)")

@@ -7,6 +7,7 @@ from typing import Any
 
 from aiokafka.structs import TopicPartition
 
+from consumer import metrics
 from consumer.turns.positions import SourcePositions
 from tests.consumer.fakes import FakeStore
 
@@ -110,3 +111,17 @@ def test_a_failed_over_database_is_reported() -> None:
     assert not positions.database_changed
     store.database_changed = True
     assert positions.database_changed
+
+
+async def test_positions_behind_kafka_count_the_records_read_again() -> None:
+    """A database position 10 behind Kafka's committed offset adds 10 to
+    ``turnflow_positions_reread_records_total``; one at or ahead of it, or with no Kafka
+    offset, adds nothing."""
+    store = FakeStore()
+    await store.save_source_positions("g", {("inbound.turns", 0): 40, ("inbound.turns", 1): 9})
+    before = metrics.POSITIONS_REREAD._value.get()
+    positions = SourcePositions(store, "g", read_within_s=1.0)
+    await positions.start_assigned(SeekingConsumer({T0: 50, T1: 7}), {T0, T1})  # type: ignore[arg-type]
+    assert metrics.POSITIONS_REREAD._value.get() - before == 10
+    await positions.start_assigned(SeekingConsumer({}), {T0})  # type: ignore[arg-type]
+    assert metrics.POSITIONS_REREAD._value.get() - before == 10
