@@ -346,7 +346,10 @@ class TurnState:
         return lineage if isinstance(lineage, str) else ""
 
     def talk_key(self, run: Run) -> str:
-        """The idempotency key of a run's current step visit."""
+        """The idempotency key of a run's current step visit. (A session with no lineage, the
+        usual one, takes the short way: this runs for every reply, wait and action.)"""
+        if not self.session.metadata.get("lineage"):
+            return f"{run.id}:{run.step_id}:{run.visit}"
         return run_key(run.id, self.session.id, f"{run.step_id}:{run.visit}", self.lineage)
 
     def session_key(self, name: str, local: str) -> str:

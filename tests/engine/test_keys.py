@@ -19,7 +19,7 @@ from engine import (
     defer,
     ok,
 )
-from engine.keys import run_id, session_key, session_of, session_tag
+from engine.keys import burst_lineage, run_id, run_key, session_key, session_of, session_tag
 from tests.scenarios.support import START
 
 FLOWS: list[dict[str, Any]] = [
@@ -254,3 +254,42 @@ async def test_a_session_stored_with_old_run_ids_keeps_working() -> None:
     )
     assert [s.flow_id for s in silence.started] == ["nudge"]
     assert [s.run_id for s in silence.started] == ["r2@s1"]
+
+
+LINEAGES = st.one_of(st.just(""), st.binary(min_size=8, max_size=8).map(bytes.hex))
+
+
+@settings(max_examples=300)
+@given(session_id=st.text(), other=st.text(), lineage=LINEAGES, other_lineage=LINEAGES,
+       local=st.text(), seq=st.integers(0, 10**6))
+def test_keys_with_a_lineage_still_name_their_conversation(
+    session_id: str, other: str, lineage: str, other_lineage: str, local: str, seq: int
+) -> None:
+    """A key minted after a burst (with a lineage) gives its session back, and never equals a
+    key of another conversation or of another lineage, whatever the ids and local parts."""
+    keys = [session_key("idle", session_id, local, lineage),
+            run_key(run_id(session_id, seq), session_id, local, lineage)]
+    if lineage:  # a run id from before tags gets its tag with the lineage
+        keys.append(run_key(f"r{seq}", session_id, local, lineage))
+    for key in keys:
+        assert session_of(key) == session_id
+        assert key != session_key("idle", other, local, other_lineage) or (
+            other == session_id and other_lineage == lineage)
+    if lineage != other_lineage:
+        assert run_key(run_id(session_id, seq), session_id, local, lineage) != run_key(
+            run_id(session_id, seq), session_id, local, other_lineage)
+
+
+@given(previous=LINEAGES, version=st.integers(0, 10**9),
+       parts=st.lists(st.tuples(st.none() | st.text(), st.none() | st.text(), st.text()),
+                      min_size=2, max_size=4))
+def test_a_burst_lineage_is_the_same_for_the_same_burst_and_hex(
+    previous: str, version: int, parts: list[tuple[str | None, str | None, str]]
+) -> None:
+    """The lineage depends only on what it is given (a replay mints the same keys), is 16 hex
+    digits (never an ``@`` or ``:``), and changes with the version or the messages."""
+    lineage = burst_lineage(previous, version, parts)
+    assert lineage == burst_lineage(previous, version, list(parts))
+    assert len(lineage) == 16 and set(lineage) <= set("0123456789abcdef")
+    assert lineage != burst_lineage(previous, version + 1, parts)
+    assert lineage != burst_lineage(previous, version, parts[1:])
