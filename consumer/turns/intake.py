@@ -7,11 +7,11 @@ offsets is started (``commits``) and the lag observed.
 The commit runs beside the fetch loop, never in it. A commit waits for the group coordinator,
 and a coordinator that died is replaced only once Kafka has fenced its broker and moved the
 leadership of its ``__consumer_offsets`` partition (``broker.session.timeout.ms``, 9 s by
-default) or the consumer's own session expired: awaited in the loop, that wait stopped every
-conversation, those on healthy partitions included, for the whole time (8-12 s on a
-three-broker cluster; ``tests/faults/test_kafka_cluster.py`` measures it). One commit is in
-flight at a time; while it waits, fetching and turns go on, and the next round's commit carries
-every offset done meanwhile (a commit only ever moves forward).
+default), or the consumer's own session expired: awaited in the loop, that wait stopped every
+conversation, those on healthy partitions included, well after their writes could go on again
+(``tests/faults/test_kafka_cluster.py`` measures it on three brokers). One commit is in flight at
+a time; while it waits, fetching and turns go on, and the next round's commit carries every
+offset done meanwhile (a commit only ever moves forward).
 
 Look-ahead. Back-pressure is per partition (``Backpressure``): only a partition whose unfinished
 records reach its share of ``max_buffered_records`` (or of ``max_buffered_bytes``) stops being
