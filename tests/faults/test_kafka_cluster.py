@@ -349,14 +349,18 @@ async def _check_ledger(setup: FaultSetup, customers: Customers) -> None:
     assert dead == 0
 
 
-async def _services(setup: FaultSetup, started: list[ConsumerProcess]) -> None:
-    """A consumer (relay inside) and a scheduler, with the group settings of production."""
-    env = setup.env(SESSION_TIMEOUT_MS="10000", HEARTBEAT_INTERVAL_MS="1000",
+async def _services(
+    setup: FaultSetup, started: list[ConsumerProcess], *, members: int, session_ms: int
+) -> None:
+    """``members`` consumers (relay inside) in one group and a scheduler; the group session of
+    production (10 s) unless told."""
+    env = setup.env(SESSION_TIMEOUT_MS=str(session_ms), HEARTBEAT_INTERVAL_MS="1000",
                     MAX_IN_FLIGHT="64")
     await start_scheduler(setup, env, started, max_idle="1")
-    consumer = ConsumerProcess(env, "consumer")
-    started.append(consumer)
-    await consumer.start(ready_within=60)
+    for i in range(members):
+        consumer = ConsumerProcess(env, f"consumer{i}")
+        started.append(consumer)
+        await consumer.start(ready_within=60)
 
 
 @dataclass
@@ -368,6 +372,7 @@ class Loaded:
     customers: Customers
     victim: int
     on_victim: set[str]
+    started: list[ConsumerProcess]
 
     def groups(self, figures: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
         """``figures`` split into (the other brokers' partitions, the victim's)."""
@@ -378,7 +383,8 @@ class Loaded:
 
 @asynccontextmanager
 async def _under_load(
-    cluster: KafkaCluster, database_url: str, label: str
+    cluster: KafkaCluster, database_url: str, label: str, *, members: int = 1,
+    session_ms: int = 10_000,
 ) -> AsyncIterator[Loaded]:
     """Fresh topics, a consumer and a scheduler, and the customers talking for ``STEADY_S``;
     the block's fault happens under that load. Afterwards every node is started again, the
@@ -398,19 +404,20 @@ async def _under_load(
     every = list(range(PARTITIONS))
     on_victim = {s for s in sessions if leaders[choose(s.encode(), every, every)] == victim}
     async with consumers() as started:
-        await _services(setup, started)
+        await _services(setup, started, members=members, session_ms=session_ms)
         customers = Customers(cluster.bootstrap_servers, setup, sessions)
         try:
             async with customers.running():
                 await asyncio.sleep(STEADY_S)
                 assert all(customers.arrivals[s] for s in sessions)  # every conversation talks
-                yield Loaded(setup, customers, victim, on_victim)
+                yield Loaded(setup, customers, victim, on_victim, started)
         finally:
             await asyncio.to_thread(cluster.start)
         await _wait_in_sync(cluster, [topics[INBOUND], topics[MESSAGES], topics[SCHEDULE]])
         await _check_ledger(setup, customers)
         for process in started:
-            assert await process.stop() == 0, process.raw[-20:]
+            if process.returncode is None:
+                assert await process.stop() == 0, process.raw[-20:]
 
 
 async def test_leader_and_coordinator_killed_only_its_partitions_wait(
@@ -493,6 +500,29 @@ async def test_replies_wait_in_the_outbox_while_min_insync_cannot_be_met(
         assert waiting > 0
         assert arrived == 0
     assert await _unpublished(run.setup) == 0
+
+
+async def test_a_consumer_killed_and_a_member_joining_on_the_cluster(
+    cluster: KafkaCluster, database_url: str
+) -> None:
+    """The fault suite's group faults once on the cluster: one of two consumers is killed
+    with SIGKILL mid-load (the other takes its partitions after the 3 s session), then a new
+    member joins (a second rebalance); every input is applied once, replies in order."""
+    async with _under_load(cluster, database_url, "memberkill", members=2,
+                           session_ms=3000) as run:
+        survivor, victim = run.started[1], run.started[2]
+        assigned = survivor.logged("partitions assigned")
+        await victim.kill()
+        await asyncio.sleep(8.0)
+        assert survivor.logged("partitions assigned") > assigned  # it took the partitions
+        joining = ConsumerProcess(victim.env, "consumer-joining")
+        run.started.append(joining)
+        await joining.start(ready_within=60)
+        await asyncio.sleep(6.0)
+        t1 = time.monotonic()
+        talking = [s for s in run.customers.sessions
+                   if any(t > t1 - 3.0 for t in run.customers.arrivals[s])]
+        assert talking == run.customers.sessions  # every conversation answered again
 
 
 async def _unpublished(setup: FaultSetup) -> int:
