@@ -68,9 +68,11 @@ CONVERSATIONS = 36  # three a partition
 STEADY_S = 4.0  # load before the fault
 AFTER_S = 12.0  # load after it
 UNAFFECTED_PAUSE_S = 2.0
-# Past the moment new leaders are elected (the fencing time and the election, measured), what
-# the clients take to find them: the customers' producer, the consumer's fetcher and producer.
-MOVED_MARGIN_S = 2.0
+# Past the moment new leaders are elected (the fencing time and the election, measured): the
+# new leader's follower must start fetching from it before an acks=all write is acknowledged,
+# and the clients (the customers' producer, the consumer's fetcher and producer) must find it.
+# 1.2-2.0 s in five runs; the rest is room for a busy machine.
+MOVED_MARGIN_S = 2.5
 AFFECTED_PAUSE_S = FENCING_S + 2.0
 
 
@@ -425,7 +427,7 @@ async def test_leader_and_coordinator_killed_only_its_partitions_wait(
 ) -> None:
     """SIGKILL of the broker leading half the partitions and the group coordinator: after it,
     no conversation on the other brokers' partitions goes 2 s without a reply, none on its
-    partitions longer than 2 s past Kafka's fencing and election of new leaders (measured),
+    partitions longer than 2.5 s past Kafka's fencing and election of new leaders (measured),
     and nothing is lost or answered twice."""
     async with _under_load(cluster, database_url, "leaderkill") as run:
         t0 = time.monotonic()
