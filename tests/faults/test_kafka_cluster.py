@@ -68,12 +68,15 @@ CONVERSATIONS = 36  # three a partition
 STEADY_S = 4.0  # load before the fault
 AFTER_S = 12.0  # load after it
 UNAFFECTED_PAUSE_S = 2.0
+SHRINK_MARGIN_S = 0.5
 # Past the moment new leaders are elected (the fencing time and the election, measured): the
 # new leader's follower must start fetching from it before an acks=all write is acknowledged,
 # and the clients (the customers' producer, the consumer's fetcher and producer) must find it.
 # 1.2-2.0 s in five runs; the rest is room for a busy machine.
 MOVED_MARGIN_S = 2.5
-AFFECTED_PAUSE_S = FENCING_S + 2.0
+# A controlled shutdown hands leadership and the coordinator over before the broker stops, so a
+# rolling restart waits for no fencing; the longest wait was 2.5-4.1 s in four runs.
+ROLLING_PAUSE_S = 6.0
 
 
 @pytest.fixture(scope="module")
@@ -426,7 +429,8 @@ async def test_leader_and_coordinator_killed_only_its_partitions_wait(
     cluster: KafkaCluster, database_url: str
 ) -> None:
     """SIGKILL of the broker leading half the partitions and the group coordinator: after it,
-    no conversation on the other brokers' partitions goes 2 s without a reply, none on its
+    no conversation on the other brokers' partitions goes 2 s without a reply (or 0.5 s past
+    Kafka's dropping the dead follower from their in-sync replicas, if later), none on its
     partitions longer than 2.5 s past Kafka's fencing and election of new leaders (measured),
     and nothing is lost or answered twice."""
     async with _under_load(cluster, database_url, "leaderkill") as run:
@@ -443,7 +447,11 @@ async def test_leader_and_coordinator_killed_only_its_partitions_wait(
               f"{elected:.2f}s")
         print(_figures("  longest wait for a reply, other brokers' partitions", kept))
         print(_figures("  longest wait for a reply, killed broker's partitions", moved))
-        assert max(kept.values()) < UNAFFECTED_PAUSE_S, sorted(kept.values())
+        # 2 s, or Kafka's own ISR shrink and half a second when that alone took longer (a busy
+        # machine): the service adds nothing to it; and well before the fencing, which is when
+        # the group coordinator moves: none of them waited for it.
+        within = max(UNAFFECTED_PAUSE_S, shrunk + SHRINK_MARGIN_S)
+        assert max(kept.values()) < min(within, elected - 1.0), sorted(kept.values())
         assert max(moved.values()) < elected + MOVED_MARGIN_S, sorted(moved.values())
 
 
@@ -451,7 +459,7 @@ async def test_rolling_restart_of_the_three_brokers(
     cluster: KafkaCluster, database_url: str
 ) -> None:
     """Each broker in turn is stopped (SIGTERM, Kafka's controlled shutdown) and started again
-    once the others are in sync: no conversation waits longer than the fencing time + 2 s
+    once the others are in sync: no conversation waits longer than 6 s
     between two replies, and nothing is lost or answered twice."""
     async with _under_load(cluster, database_url, "rolling") as run:
         t0 = time.monotonic()
@@ -466,7 +474,7 @@ async def test_rolling_restart_of_the_three_brokers(
         print(f"\nrolling restart of brokers 1, 2, 3 in {t1 - t0 - 2.0:.1f}s")
         print(_figures("  longest wait between replies, other brokers' partitions", kept))
         print(_figures(f"  longest wait between replies, partitions node {run.victim} led", moved))
-        assert max([*kept.values(), *moved.values()]) < AFFECTED_PAUSE_S
+        assert max([*kept.values(), *moved.values()]) < ROLLING_PAUSE_S
 
 
 async def test_replies_wait_in_the_outbox_while_min_insync_cannot_be_met(
