@@ -71,7 +71,13 @@ class Settings(BaseSettings):
         12, ge=1, description="Partitions `turnflow topics` creates each topic with."
     )
     topic_replication_factor: int = Field(
-        1, ge=1, description="Replication factor `turnflow topics` creates topics with."
+        1, ge=1, description="Replication factor `turnflow topics` creates topics with; it "
+        "refuses one larger than the number of brokers."
+    )
+    topic_min_insync_replicas: int | None = Field(
+        None, ge=1, description="`min.insync.replicas` `turnflow topics` creates topics with: "
+        "replicas that must have a record before it is acknowledged (the producers use "
+        "`acks=all`). Unset: 2 when `TOPIC_REPLICATION_FACTOR` is 3 or more, else 1."
     )
     group_id: str = Field("turnflow", description="Consumer group of `turnflow consume`.")
     agent: str | None = Field(
@@ -343,6 +349,14 @@ class Settings(BaseSettings):
         if self.kafka_sasl_password is None and self.kafka_sasl_password_file is not None:
             self.kafka_sasl_password = SecretStr(_read_secret(self.kafka_sasl_password_file))
         return self
+
+    def min_insync_replicas(self) -> int:
+        """``TOPIC_MIN_INSYNC_REPLICAS``, or when unset 2 with three replicas or more (one
+        broker may be down and every acknowledged record is still on two), else 1 (with two
+        replicas, 2 would stop every write while either broker is down)."""
+        if self.topic_min_insync_replicas is not None:
+            return self.topic_min_insync_replicas
+        return 2 if self.topic_replication_factor >= 3 else 1
 
     def metrics_port_for(self, process: str) -> int:
         """``METRICS_PORT`` when set, else the process's own default port (0: off)."""

@@ -5,7 +5,9 @@ offset not yet done), so a slow conversation holds back only its partition's com
 other conversations' work. An offset is marked done only while the epoch its input was fetched
 under is current (``ownership``).
 
-Broker trouble. A commit waits at most ``session_timeout_ms`` (the last one at shutdown a few
+Broker trouble. The fetch loop never waits for a commit (``consumer.turns.intake``: it runs
+beside it), so a coordinator out of reach holds back only the commits. A commit waits at most
+``session_timeout_ms`` (the last one at shutdown a few
 seconds, and the fetch loop's only until ``stop()``): aiokafka would otherwise wait for an
 unreachable group coordinator for as long as the consumer is open, and it is closed only after
 that commit. A commit given up is a failed commit: its offsets are sent again with the next one,
@@ -132,7 +134,11 @@ class Commits:
                 extra={"timeout_s": within_s, "stopping": stopping.is_set()},
             )
             return
-        self.committed.update(offsets)
+        # Commits may overlap (the fetch loop's runs beside a revoke's): an older one finishing
+        # last must not move the record back, nor bring back a partition released meanwhile.
+        for tp, offset in offsets.items():
+            if tp in self._ownership.epochs and offset > self.committed.get(tp, -1):
+                self.committed[tp] = offset
 
     def note_positions(self, partitions: set[TopicPartition]) -> None:
         """Hand the watermarks to the database's positions; stop for a restart when the

@@ -1,8 +1,17 @@
 """The fetch loop: records in, look-ahead bounded per partition, done offsets committed.
 
 Fetched records are parsed; malformed ones go straight to the DLQ (``dead_lettering``), valid
-ones join their conversation's queue (``workers``). After every fetch round the done offsets are
-committed (``commits``) and the lag observed.
+ones join their conversation's queue (``workers``). After every fetch round a commit of the done
+offsets is started (``commits``) and the lag observed.
+
+The commit runs beside the fetch loop, never in it. A commit waits for the group coordinator,
+and a coordinator that died is replaced only once Kafka has fenced its broker and moved the
+leadership of its ``__consumer_offsets`` partition (``broker.session.timeout.ms``, 9 s by
+default), or the consumer's own session expired: awaited in the loop, that wait stopped every
+conversation, those on healthy partitions included, well after their writes could go on again
+(``tests/faults/test_kafka_cluster.py`` measures it on three brokers). One commit is in flight at
+a time; while it waits, fetching and turns go on, and the next round's commit carries every
+offset done meanwhile (a commit only ever moves forward).
 
 Look-ahead. Back-pressure is per partition (``Backpressure``): only a partition whose unfinished
 records reach its share of ``max_buffered_records`` (or of ``max_buffered_bytes``) stops being
@@ -17,6 +26,7 @@ nor makes the process exit and fail again on restart.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from aiokafka import AIOKafkaConsumer
@@ -69,12 +79,22 @@ class Intake:
         # Records past a full partition's share: passed over, read again (consumer.turns.passing).
         self.lookahead = lookahead
         self._placement = PlacementCheck()
+        self._committing: asyncio.Task[None] | None = None
 
     async def fetch_loop(self) -> None:
         """Fetch, hand out and commit until ``stop()``."""
         runtime = self._runtime
         consumer = runtime.consumer
         assert consumer is not None
+        try:
+            await self._fetch_until_stopped(consumer)
+        except BaseException:
+            await self._end_commit(raise_error=False)
+            raise
+        await self._end_commit(raise_error=True)
+
+    async def _fetch_until_stopped(self, consumer: AIOKafkaConsumer) -> None:
+        runtime = self._runtime
         epochs = self._ownership.epochs
         failures = 0
         while not runtime.stopping.is_set():
@@ -108,9 +128,40 @@ class Intake:
                     continue  # revoked while the fetch was in the air
                 for record in records:
                     self.accept(tp, record, epoch)
-            await self._commits.commit(set(epochs), until_stop=True)
+            self._commit_soon(set(epochs))
             self._commits.note_positions(set(epochs))
             self._commits.observe_lag(consumer)
+
+    def _commit_soon(self, partitions: set[TopicPartition]) -> None:
+        """Start a commit of ``partitions``' done offsets unless one is still under way (the
+        next round's commit then carries them) or the service is stopping (the release at
+        shutdown makes the last commit). A finished commit's own error is raised here, in the
+        loop, as it was when the loop awaited the commit."""
+        task = self._committing
+        if task is not None:
+            if not task.done():
+                return
+            self._committing = None
+            if not task.cancelled():
+                task.result()
+        if self._runtime.stopping.is_set():
+            return
+        self._committing = asyncio.create_task(
+            self._commits.commit(partitions, until_stop=True), name="offset-commit"
+        )
+
+    async def _end_commit(self, *, raise_error: bool) -> None:
+        """End the commit under way, as the loop's commits always ended at ``stop()``: one
+        still waiting is cancelled (a commit given up; the release at shutdown commits once
+        more). A commit that had finished raises its own error when ``raise_error``."""
+        task, self._committing = self._committing, None
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+        await asyncio.wait([task])
+        if raise_error and not task.cancelled():
+            task.result()
 
     def _apply_backpressure(self, consumer: AIOKafkaConsumer) -> None:
         """Pause the partitions that are behind, resume those that caught up; the others are

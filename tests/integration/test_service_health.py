@@ -142,8 +142,9 @@ async def _run(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
 async def test_topics_says_created_or_found_with_partition_counts(
     own_broker: EmbeddedBroker,
 ) -> None:
-    """``turnflow topics`` reports each topic as created or found, with the partitions the
-    broker holds, and says when an existing topic has fewer than requested."""
+    """``turnflow topics`` reports each topic as created (with its partitions, replication
+    factor and min.insync.replicas) or found, and says how an existing topic differs from the
+    settings without altering it."""
     suffix = uuid.uuid4().hex[:8]
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": own_broker.bootstrap_servers,
            "INBOUND_TOPIC": f"in.t.{suffix}", "MESSAGES_TOPIC": f"out.t.{suffix}",
@@ -152,7 +153,7 @@ async def test_topics_says_created_or_found_with_partition_counts(
     code, first, err = await _run(["topics"], env)
     assert code == 0, err
     assert first.splitlines() == [
-        f"topic {env[k]}: created with 3 partitions"
+        f"topic {env[k]}: created with 3 partitions, replication factor 1"
         for k in ("INBOUND_TOPIC", "MESSAGES_TOPIC", "SCHEDULE_TOPIC", "DLQ_TOPIC")
     ]
     code, again, err = await _run(["topics"], env)
@@ -160,8 +161,8 @@ async def test_topics_says_created_or_found_with_partition_counts(
     assert f"topic {env['INBOUND_TOPIC']}: found, 3 partitions" in again.splitlines()
     code, more, err = await _run(["topics", "--partitions", "5"], env)
     assert code == 0, err
-    assert (f"topic {env['DLQ_TOPIC']}: found, 3 partitions (5 requested; an existing topic is "
-            "never resized)") in more.splitlines()
+    assert (f"topic {env['DLQ_TOPIC']}: found, left as it is though it differs from the "
+            "settings: 3 partitions (5 asked for)") in more.splitlines()
 
 
 @pytest.mark.parametrize("command", [["schedule"], ["consume", "--agent",

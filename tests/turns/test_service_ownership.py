@@ -349,6 +349,30 @@ async def test_stop_ends_a_fetch_loop_stuck_in_a_commit() -> None:
     assert service.committed_offsets() == {}
 
 
+async def test_fetching_goes_on_while_a_commit_waits_for_the_coordinator() -> None:
+    """A commit that the group coordinator does not answer (a broker killed) holds back no
+    fetch: records that arrive meanwhile are fetched and done, and once the coordinator answers
+    one commit carries them all, never an offset twice."""
+    consumer = FakeKafkaConsumer([TP])
+    consumer.commit_gate = asyncio.Event()
+    service = fetching_service(consumer, session_timeout_ms=60_000)
+    consumer.append(TP, *wake_record("s1"))
+    loop = asyncio.create_task(service._fetch_loop())
+    try:
+        await until(lambda: consumer.commit_attempts > 0, "a commit is under way")
+        consumer.append(TP, *wake_record("s2"))
+        consumer.append(TP, *wake_record("s3"))
+        await until(lambda: consumer.positions[TP] == 3, "the later records are fetched")
+        assert consumer.commit_attempts == 1  # one commit in flight at a time
+        consumer.commit_gate.set()  # the new coordinator answers
+        await until(lambda: consumer.committed(TP) == 3, "the later records are committed")
+    finally:
+        service.stop()
+        await asyncio.wait_for(loop, timeout=2)
+    assert consumer.commits[0] == {TP: 1}
+    assert [c[TP] for c in consumer.commits] == sorted({c[TP] for c in consumer.commits})
+
+
 async def test_a_commit_that_times_out_is_retried_by_the_next_one() -> None:
     """A commit unanswered within the session timeout is a failed commit: nothing is recorded
     as committed, the offsets stay marked, and the next commit sends them."""
