@@ -138,6 +138,23 @@ def arrival_gaps(rate: float, count: int, kind: str, seed: int) -> Iterator[floa
         yield draw.expovariate(rate) if kind == "poisson" else 1 / rate
 
 
+def run_queue_seconds(pid: int) -> float:
+    """Seconds the process's threads spent runnable but waiting for a CPU (Linux
+    ``/proc/<pid>/task/*/schedstat``, its second field); 0.0 where unavailable. On a shared
+    host this is the time other processes took from it: a wait no change to it can remove."""
+    total = 0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0.0
+    for task in tasks:
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / 1e9
+
+
 # -- load ----------------------------------------------------------------------------------------
 
 
@@ -210,6 +227,7 @@ class Source:
     python: str
     cwd: Path
     pythonpath: str | None  # first on PYTHONPATH (None: the venv's installed package)
+    env: tuple[str, ...] = ()  # NAME=VALUE settings for this side only (``--against-env``)
 
     @classmethod
     def of(cls, given: str) -> Source:
@@ -262,6 +280,8 @@ class LoadResult:
     raw_ms: dict[str, float] = field(default_factory=dict)
     model_ms: dict[str, float] = field(default_factory=dict)
     cpu_share: float = float("nan")  # the consumer's CPU seconds a wall second in the load
+    # Its threads' time runnable but not running (another process had the CPU), a wall second.
+    waited_share: float = float("nan")
 
 
 @dataclass
@@ -272,6 +292,7 @@ class RunResult:
     troubles: dict[str, int]
     breakdown: dict[str, dict[str, list[float]]] | None = None
     commits: list[float] | None = None
+    lag: dict[str, list[float]] | None = None  # per load, the event loop's lag samples (ms)
     capacity_cpu_ms: float = float("nan")  # the consumer's CPU ms a turn over the backlog
 
 
@@ -300,7 +321,7 @@ async def run_once(servers: Servers, args: argparse.Namespace, source: Source,
         env["PYTHONPATH"] = source.pythonpath
     else:
         env.pop("PYTHONPATH", None)
-    for item in args.env:
+    for item in [*args.env, *source.env]:
         name, _, value = item.partition("=")
         env[name] = value
     times_to = None
@@ -332,12 +353,16 @@ async def run_once(servers: Servers, args: argparse.Namespace, source: Source,
             rate = share * base
             print(f"  [{source.label}] {share:.0%}: {rate:.1f} messages/s for {args.seconds:g} s "
                   f"({args.arrivals})", flush=True)
-            cpu, wall = _cpu_seconds(consumer.pid), time.monotonic()
+            cpu, waited, wall = (_cpu_seconds(consumer.pid), run_queue_seconds(consumer.pid),
+                                 time.monotonic())
             ids = await sender.open_loop(f"p{n}", rate, args.seconds, args.arrivals,
                                          seed * 100 + n)
-            cpu_share = (_cpu_seconds(consumer.pid) - cpu) / (time.monotonic() - wall)
+            elapsed = time.monotonic() - wall
+            cpu_share = (_cpu_seconds(consumer.pid) - cpu) / elapsed
+            waited_share = (run_queue_seconds(consumer.pid) - waited) / elapsed
             await _answered(replies, ids, within=60 + args.seconds)
-            loads.append(LoadResult(share, rate, ids, cpu_share=cpu_share))
+            loads.append(LoadResult(share, rate, ids, cpu_share=cpu_share,
+                                    waited_share=waited_share))
     finally:
         await consumer.stop()
         await replies.stop()
@@ -355,7 +380,7 @@ async def run_once(servers: Servers, args: argparse.Namespace, source: Source,
     outcome = RunResult(source.label, capacity, loads, dict(consumer.troubles),
                         capacity_cpu_ms=capacity_cpu)
     if times_to is not None:
-        outcome.breakdown, outcome.commits = breakdown(
+        outcome.breakdown, outcome.commits, outcome.lag = breakdown(
             _lines(times_to), loads, sender.sent_ms, replies
         )
     return outcome
@@ -390,15 +415,19 @@ PARTS = (
 
 def breakdown(
     lines: list[str], loads: list[LoadResult], sent_ms: dict[str, int], replies: Replies
-) -> tuple[dict[str, dict[str, list[float]]], list[float]]:
-    """Per load, per part of a turn, the milliseconds each message spent there; and the fetch
-    loop's commit durations over the load phases."""
+) -> tuple[dict[str, dict[str, list[float]]], list[float], dict[str, list[float]]]:
+    """Per load, per part of a turn, the milliseconds each message spent there; the fetch
+    loop's commit durations; per load, the event loop's lag from its first send to its last
+    reply."""
     at: dict[str, dict[str, float]] = defaultdict(dict)
     commits: list[float] = []
+    lags: list[tuple[float, float]] = []
     open_commit: float | None = None
     for line in lines:
         stamp, step, session = json.loads(line)
-        if step == "commit":
+        if step == "lag":
+            lags.append((stamp, float(session)))
+        elif step == "commit":
             open_commit = stamp
         elif step == "committed" and open_commit is not None:
             commits.append((stamp - open_commit) * 1000)
@@ -406,7 +435,13 @@ def breakdown(
         elif step in STEPS:
             at[session].setdefault(step, stamp)  # the first attempt's
     out: dict[str, dict[str, list[float]]] = {}
+    lag: dict[str, list[float]] = {}
     for result in loads:
+        answered = [i for i in result.ids if replies.stamps.get(i)]
+        if answered:
+            since = min(sent_ms[i] for i in answered) / 1000
+            until = max(replies.stamps[i][0] for i in answered) / 1000
+            lag[f"{result.share:.0%}"] = [ms for stamp, ms in lags if since <= stamp <= until]
         parts: dict[str, list[float]] = defaultdict(list)
         for input_id in result.ids:
             steps = at.get(input_id, {})
@@ -424,7 +459,7 @@ def breakdown(
                     spent -= result.model_ms.get(input_id, 0.0)
                 parts[name].append(spent)
         out[f"{result.share:.0%}"] = dict(parts)
-    return out, commits
+    return out, commits, lag
 
 
 # -- the report ------------------------------------------------------------------------------------
@@ -438,17 +473,19 @@ def _row(values: Iterable[float]) -> str:
 
 def report_run(r: RunResult, args: argparse.Namespace) -> None:
     bound = args.max_in_flight / (args.latency_ms / 1000)
+    print("(CPU busy: the consumer's CPU time a wall second of the load; CPU denied: its time "
+          "runnable while other processes had the CPU)")
     print(f"\n{r.source}: capacity {r.capacity:.1f} turns/s ({r.capacity / bound:.2f} of the "
           f"bound {bound:.0f}), the consumer's CPU {r.capacity_cpu_ms:.2f} ms a turn")
     print(f"{'load':>5} {'rate/s':>7} {'n':>5}  {'service-only ms':>23}  {'raw ms':>23}  "
-          f"{'model ms':>8} {'CPU':>5}")
+          f"{'model ms':>8} {'CPU':>5} {'CPU':>6}")
     print(f"{'':>5} {'':>7} {'':>5}  {'p50':>7} {'p95':>7} {'p99':>7}  {'p50':>7} {'p95':>7} "
-          f"{'p99':>7}  {'mean':>8} {'busy':>5}")
+          f"{'p99':>7}  {'mean':>8} {'busy':>5} {'denied':>6}")
     for load in r.loads:
         model = statistics.fmean(load.model_ms.values()) if load.model_ms else float("nan")
         print(f"{load.share:>5.0%} {load.rate:>7.1f} {len(load.service_ms):>5}  "
               f"{_row(load.service_ms.values())}  {_row(load.raw_ms.values())}  {model:>8.1f} "
-              f"{load.cpu_share:>5.0%}")
+              f"{load.cpu_share:>5.0%} {load.waited_share:>6.0%}")
     if r.troubles:
         told = ", ".join(f"{n} {what}" for what, n in sorted(r.troubles.items()))
         print(f"NOTE: not every turn ran once: {told}")
@@ -465,6 +502,11 @@ def report_run(r: RunResult, args: argparse.Namespace) -> None:
                 cells += (f" {mean:>10.1f} {percentile(values, 0.5):>7.1f} "
                           f"{percentile(values, 0.99):>7.1f}")
             print(f"{name:<15}{cells}")
+        for share, samples in (r.lag or {}).items():
+            if samples:
+                print(f"event loop lag at {share}: p50 {percentile(samples, 0.5):.1f} ms, p95 "
+                      f"{percentile(samples, 0.95):.1f} ms, p99 {percentile(samples, 0.99):.1f} "
+                      f"ms ({len(samples)} samples, a 10 ms sleep every 10 ms)")
         if r.commits:
             print(f"fetch loop commits: {len(r.commits)}, p50 {percentile(r.commits, 0.5):.1f} ms,"
                   f" p99 {percentile(r.commits, 0.99):.1f} ms, max {max(r.commits):.1f} ms")
@@ -509,6 +551,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-in-flight", type=int, default=64)
     parser.add_argument("--against", default=None, metavar="PATH|previous",
                         help="also run a consumer from another checkout, or the previous release")
+    parser.add_argument("--against-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting for the --against consumer only (--against . with "
+                        "one to compare a setting on this tree)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="with --against: alternating rounds of both")
     parser.add_argument("--breakdown", action="store_true",
@@ -559,7 +604,11 @@ def main() -> int:
     args.loads = [float(x) for x in args.loads.split(",") if x.strip()]
     sources = [THIS_TREE]
     if args.against:
-        sources.append(Source.of(args.against))
+        other = Source.of(args.against)
+        if args.against_env:
+            other.env = tuple(args.against_env)
+            other.label = f"{other.label} with {' '.join(args.against_env)}"
+        sources.append(other)
     elif args.rounds > 1:
         parser.error("--rounds needs --against")
     from store.scratch import scratch_database

@@ -12,7 +12,9 @@ conversation's queue), ``permit``/``permitted`` (the fair queue of loads), ``loa
 turn slot), ``save``/``saved`` (the grouped save), ``publish``/``published`` (sends, acks and
 the grouped mark). The fetch loop's offset commits are noted too (``commit``/``committed``, no
 session), as are its fetches (``fetch``/``fetch-got`` with the number of records), because a
-round that waits for a commit is a round that fetches nothing.
+round that waits for a commit is a round that fetches nothing. And the event loop's lag: every
+10 ms a probe sleeps 10 ms and notes by how much more it slept (``lag``, milliseconds in the
+third field): how long anything ready waits for the callbacks ahead of it.
 
 Only names are wrapped, never behaviour changed: a step whose method a tree lacks (another
 checkout, ``--source``) is skipped and simply missing from the figures. Nothing of this module
@@ -78,6 +80,33 @@ def install(notes: list[Note]) -> None:
                 lambda self, session_id, *a, **k: session_id, notes)
     _wrap_async(commits.Commits, "commit", "commit", "committed", lambda *a, **k: "", notes)
     _wrap_fetches(notes)
+    _probe_lag(notes)
+
+
+def _probe_lag(notes: list[Note]) -> None:
+    """Start the loop-lag probe with the service (``ConsumerService.run``)."""
+    import asyncio
+
+    from consumer.turns.service import ConsumerService
+
+    run = ConsumerService.run
+
+    async def probe() -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            asked = loop.time()
+            await asyncio.sleep(0.01)
+            notes.append((time.time(), "lag", f"{(loop.time() - asked - 0.01) * 1000:.2f}"))
+
+    @functools.wraps(run)
+    async def with_probe(self: Any) -> None:
+        task = asyncio.create_task(probe())
+        try:
+            await run(self)
+        finally:
+            task.cancel()
+
+    ConsumerService.run = with_probe  # type: ignore[method-assign]
 
 
 def _wrap_fetches(notes: list[Note]) -> None:
