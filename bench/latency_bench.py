@@ -59,6 +59,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -249,10 +250,12 @@ class _Consumer(ConsumerProcess):
     """``turnflow consume`` (``python -m consumer.cli consume``) from a ``Source``, or through
     ``bench/turn_times.py`` when its steps are to be timed."""
 
-    def __init__(self, env: dict[str, str], source: Source, times_to: Path | None) -> None:
+    def __init__(self, env: dict[str, str], source: Source, times_to: Path | None,
+                 profile_to: Path | None = None) -> None:
         super().__init__(env)
         self._source = source
         self._times_to = times_to
+        self._profile = profile_to
 
     async def start(self, within: float = 60.0) -> None:
         from asyncio import subprocess as sp
@@ -260,6 +263,8 @@ class _Consumer(ConsumerProcess):
         command = [self._source.python, "-m", "consumer.cli", "consume"]
         if self._times_to is not None:
             command = [self._source.python, str(BENCH_DIR / "turn_times.py"), str(self._times_to)]
+        if self._profile is not None:  # a pyinstrument session, written at exit
+            command[1:1] = ["-m", "pyinstrument", "-r", "session", "-o", str(self._profile)]
         self._process = await asyncio.create_subprocess_exec(
             *command, env=self._env, cwd=str(self._source.cwd), stdin=sp.DEVNULL,
             stdout=sp.DEVNULL, stderr=sp.PIPE,
@@ -328,7 +333,7 @@ async def run_once(servers: Servers, args: argparse.Namespace, source: Source,
     if args.breakdown:
         times_to = Path(tempfile.mkdtemp(prefix="turnflow-latency-")) / "times.jsonl"
     run = uuid.uuid4().hex[:6]
-    consumer = _Consumer(env, source, times_to)
+    consumer = _Consumer(env, source, times_to, args.profile)
     sender = Sender(servers.bootstrap, topics["INBOUND_TOPIC"], run)
     replies = Replies(servers.bootstrap, topics["MESSAGES_TOPIC"])
     await sender.start()
@@ -462,6 +467,60 @@ def breakdown(
     return out, commits, lag
 
 
+# The library a sample's innermost known frame belongs to: the innermost match wins, so the
+# HTTP client's time under the engine's provider call counts as the HTTP client's.
+PROFILE_PARTS = (
+    ("start-up (imports)", (":_find_and_load",)),
+    ("idle (selector)", ("selectors.py",)),
+    ("HTTP client", ("/httpx/", "/httpcore/", "/h11/", "/anyio/")),
+    ("serialization", ("/json/", "pydantic", "jsoncodec", "orjson")),
+    ("database", ("sqlalchemy", "asyncpg", "/store/")),
+    ("broker", ("aiokafka", "/kafka/")),
+    ("logging", ("/logging/", "consumer/logs.py")),
+    ("event loop", ("/asyncio/",)),
+    ("engine", ("/engine/",)),
+    ("consumer", ("/consumer/",)),
+)
+
+
+def profile_parts(session_file: Path) -> dict[str, float]:
+    """Seconds of the consumer's wall time per part (``PROFILE_PARTS``), from a pyinstrument
+    session; synthetic frames are skipped (their time is in their parent's self time)."""
+    from pyinstrument.session import Session
+
+    totals: dict[str, float] = defaultdict(float)
+    root = Session.load(str(session_file)).root_frame()
+    stack: list[tuple[Any, list[str]]] = [(root, [])] if root is not None else []
+    while stack:
+        frame, path = stack.pop()
+        here = [*path, f"{frame.file_path or ''}:{frame.function or ''}"]
+        if not frame.is_synthetic and frame.total_self_time:
+            totals[_profile_part(here)] += frame.total_self_time
+        stack.extend((child, here) for child in frame.children)
+    return dict(totals)
+
+
+def _profile_part(path: list[str]) -> str:
+    if any(p.endswith(":_find_and_load") for p in path):
+        return "start-up (imports)"
+    for entry in reversed(path):
+        for name, needles in PROFILE_PARTS[1:]:
+            if any(n in entry for n in needles):
+                return name
+    return "other"
+
+
+def report_profile(session_file: Path) -> None:
+    parts = profile_parts(session_file)
+    busy = sum(v for k, v in parts.items() if k not in ("idle (selector)", "start-up (imports)"))
+    print(f"\nwhere the consumer's time went (pyinstrument, the whole run; busy "
+          f"{busy:.1f} s):")
+    for name, seconds in sorted(parts.items(), key=lambda kv: -kv[1]):
+        share = "" if name in ("idle (selector)", "start-up (imports)") else (
+            f"{seconds / busy:>6.1%} of busy" if busy else "")
+        print(f"  {name:<20} {seconds:>7.2f} s  {share}")
+
+
 # -- the report ------------------------------------------------------------------------------------
 
 
@@ -560,6 +619,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="time each step of every turn (bench/turn_times.py)")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting for the consumer process(es)")
+    parser.add_argument("--profile", type=Path, default=None, metavar="FILE",
+                        help="run the consumer under pyinstrument (its session to FILE) and "
+                        "say where its busy time went")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quick", action="store_true",
                         help="a short run: a backlog of 1,500 and 10 s per load")
@@ -584,6 +646,8 @@ async def _main(servers: Servers, args: argparse.Namespace, sources: list[Source
                                         args.seed + round_no)
                 results.append(result)
                 report_run(result, args)
+                if args.profile is not None and args.profile.exists():
+                    report_profile(args.profile)
     finally:
         model.kill()
     print(f"\nservers: {servers.where}; {os.cpu_count()} CPUs; model {args.latency_ms} ms a "
