@@ -19,7 +19,9 @@ Per message, the service-only latency is its reply record's timestamp minus its 
 timestamp (both stamped by their producers when sent, on this host) minus the time the stand-in
 spent on that message's calls (departure minus arrival, by the stand-in's clock: the same host's).
 It prints p50/p95/p99 of that per load, with the capacity and the bound ``MAX_IN_FLIGHT /
-latency``. Every input must be answered once; the run says so or fails.
+latency``, the consumer's CPU a turn at capacity and, per load, its CPU busy and its time denied
+the CPU by other processes (a shared host's share of the figures). Every input must be answered
+once; the run says so or fails.
 
 Side by side. ``--against SOURCE`` runs a second consumer too, from another checkout (a path: its
 ``.venv`` python if it has one, else this one's, with that tree first on ``PYTHONPATH``) or the
@@ -27,12 +29,18 @@ previous release (``previous``: ``tests/fixtures/previous_release.py``'s virtual
 ``--rounds N`` the two alternate, this tree first in odd rounds and the other first in even ones,
 each run on fresh topics and a fresh consumer group with the same broker, database and stand-in.
 
+``--against-env NAME=VALUE`` sets a setting on the second consumer only (with ``--against .``,
+one setting compared on this tree).
+
 ``--breakdown`` runs the consumer through ``bench/turn_times.py``, which notes when each turn
-reached each step (fetched, load permit, load, slot, save, publish) and when the fetch loop
-committed, and prints, per load, how the service-only time splits into those steps.
+reached each step (fetched, load permit, load, slot, save, publish), when the fetch loop
+committed, and the event loop's lag, and prints, per load, how the service-only time splits into
+those steps. ``--profile FILE`` runs the consumer under pyinstrument and splits its busy time by
+library (the HTTP client apart from the engine that calls it).
 
     python bench/latency_bench.py [--quick] [--latency-ms 200] [--loads 0.1,0.7]
-                                  [--against PATH|previous] [--rounds N] [--breakdown]
+                                  [--against PATH|previous] [--against-env NAME=VALUE]
+                                  [--rounds N] [--capacity N] [--breakdown] [--profile FILE]
     make bench-latency ARGS="..."
 
 Servers: ``DATABASE_URL`` (a scratch database is created there and dropped), else an embedded
