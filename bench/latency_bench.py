@@ -217,8 +217,17 @@ class Sender:
         return list(await asyncio.gather(*sends))
 
 
-async def _answered(replies: Replies, ids: list[str], within: float) -> None:
-    await replies.until(set(ids), within=within)
+async def _answered(
+    replies: Replies, ids: list[str], within: float, consumer: ConsumerProcess
+) -> None:
+    """Wait until every one of ``ids`` is answered; if some never are, say what the consumer
+    logged of its turns' troubles and its last lines."""
+    try:
+        await replies.until(set(ids), within=within)
+    except TimeoutError as exc:
+        told = ", ".join(f"{n} {what}" for what, n in sorted(consumer.troubles.items()))
+        raise TimeoutError(f"{exc}; the consumer's troubles: {told or 'none logged'}; its last "
+                           f"lines: {consumer.tail[-3:]}") from None
 
 
 def _first_reply_ms(replies: Replies, ids: Iterable[str]) -> dict[str, int]:
@@ -350,13 +359,13 @@ async def run_once(servers: Servers, args: argparse.Namespace, source: Source,
     try:
         await consumer.start()
         warm = await sender.backlog("warm", 20)
-        await _answered(replies, warm, within=60)
+        await _answered(replies, warm, 60, consumer)
         print(f"  [{source.label}] capacity: a backlog of {args.backlog} new conversations",
               flush=True)
         cpu = _cpu_seconds(consumer.pid)
         backlog = await sender.backlog("cap", args.backlog)
         bound_s = 60 + args.backlog * args.latency_ms / 1000 / args.max_in_flight * 10
-        await _answered(replies, backlog, within=bound_s)
+        await _answered(replies, backlog, bound_s, consumer)
         capacity = steady_rate(_first_reply_ms(replies, backlog).values())
         print(f"  [{source.label}] capacity {capacity:.1f} turns/s", flush=True)
         capacity_cpu = (_cpu_seconds(consumer.pid) - cpu) / len(backlog) * 1000
@@ -373,7 +382,7 @@ async def run_once(servers: Servers, args: argparse.Namespace, source: Source,
             elapsed = time.monotonic() - wall
             cpu_share = (_cpu_seconds(consumer.pid) - cpu) / elapsed
             waited_share = (run_queue_seconds(consumer.pid) - waited) / elapsed
-            await _answered(replies, ids, within=60 + args.seconds)
+            await _answered(replies, ids, 60 + args.seconds, consumer)
             loads.append(LoadResult(share, rate, ids, cpu_share=cpu_share,
                                     waited_share=waited_share))
     finally:
