@@ -21,7 +21,7 @@ spent on that message's calls (departure minus arrival, by the stand-in's clock:
 It prints p50/p95/p99 of that per load, with the capacity and the bound ``MAX_IN_FLIGHT /
 latency``, the consumer's CPU a turn at capacity and, per load, its CPU busy and its time denied
 the CPU by other processes (a shared host's share of the figures). Every input must be answered
-once; the run says so or fails.
+once and none twice: the run says which were not, goes on with the others, and exits 1.
 
 Side by side. ``--against SOURCE`` runs a second consumer too, from another checkout (a path: its
 ``.venv`` python if it has one, else this one's, with that tree first on ``PYTHONPATH``) or the
@@ -218,16 +218,20 @@ class Sender:
 
 
 async def _answered(
-    replies: Replies, ids: list[str], within: float, consumer: ConsumerProcess
+    replies: Replies, ids: list[str], within: float, consumer: ConsumerProcess,
+    problems: list[str], what: str,
 ) -> None:
-    """Wait until every one of ``ids`` is answered; if some never are, say what the consumer
-    logged of its turns' troubles and its last lines."""
+    """Wait until every one of ``ids`` is answered. Those never answered within ``within`` are
+    a failed check: noted in ``problems`` with what the consumer logged of its turns' troubles
+    and its last lines, and the run goes on with the answered ones (the other side of a
+    comparison still gets measured)."""
     try:
         await replies.until(set(ids), within=within)
     except TimeoutError as exc:
-        told = ", ".join(f"{n} {what}" for what, n in sorted(consumer.troubles.items()))
-        raise TimeoutError(f"{exc}; the consumer's troubles: {told or 'none logged'}; its last "
-                           f"lines: {consumer.tail[-3:]}") from None
+        told = ", ".join(f"{n} {kind}" for kind, n in sorted(consumer.troubles.items()))
+        problems.append(f"{what}: {exc}; the consumer's troubles: {told or 'none logged'}")
+        print(f"  CHECK FAILED, {problems[-1]}; its last lines: {consumer.tail[-2:]}",
+              flush=True)
 
 
 def _first_reply_ms(replies: Replies, ids: Iterable[str]) -> dict[str, int]:
@@ -316,6 +320,7 @@ class RunResult:
     commits: list[float] | None = None
     lag: dict[str, list[float]] | None = None  # per load, the event loop's lag samples (ms)
     capacity_cpu_ms: float = float("nan")  # the consumer's CPU ms a turn over the backlog
+    problems: list[str] = field(default_factory=list)  # failed checks: unanswered, twice
 
 
 async def run_once(servers: Servers, args: argparse.Namespace, source: Source,
@@ -356,16 +361,17 @@ async def run_once(servers: Servers, args: argparse.Namespace, source: Source,
     await sender.start()
     await replies.start()
     loads: list[LoadResult] = []
+    problems: list[str] = []
     try:
         await consumer.start()
         warm = await sender.backlog("warm", 20)
-        await _answered(replies, warm, 60, consumer)
+        await _answered(replies, warm, 60, consumer, problems, "warm-up")
         print(f"  [{source.label}] capacity: a backlog of {args.backlog} new conversations",
               flush=True)
         cpu = _cpu_seconds(consumer.pid)
         backlog = await sender.backlog("cap", args.backlog)
         bound_s = 60 + args.backlog * args.latency_ms / 1000 / args.max_in_flight * 10
-        await _answered(replies, backlog, bound_s, consumer)
+        await _answered(replies, backlog, bound_s, consumer, problems, "capacity")
         capacity = steady_rate(_first_reply_ms(replies, backlog).values())
         print(f"  [{source.label}] capacity {capacity:.1f} turns/s", flush=True)
         capacity_cpu = (_cpu_seconds(consumer.pid) - cpu) / len(backlog) * 1000
@@ -382,7 +388,8 @@ async def run_once(servers: Servers, args: argparse.Namespace, source: Source,
             elapsed = time.monotonic() - wall
             cpu_share = (_cpu_seconds(consumer.pid) - cpu) / elapsed
             waited_share = (run_queue_seconds(consumer.pid) - waited) / elapsed
-            await _answered(replies, ids, 60 + args.seconds, consumer)
+            await _answered(replies, ids, 60 + args.seconds, consumer, problems,
+                            f"{share:.0%}")
             loads.append(LoadResult(share, rate, ids, cpu_share=cpu_share,
                                     waited_share=waited_share))
     finally:
@@ -398,9 +405,9 @@ async def run_once(servers: Servers, args: argparse.Namespace, source: Source,
         result.raw_ms = {i: float(replied[i] - sent[i]) for i in replied}
     twice = [i for i in sender.sent_ms if len(replies.stamps.get(i, ())) > 1]
     if twice:
-        raise RuntimeError(f"{len(twice)} inputs answered twice")
+        problems.append(f"{len(twice)} inputs answered twice")
     outcome = RunResult(source.label, capacity, loads, dict(consumer.troubles),
-                        capacity_cpu_ms=capacity_cpu)
+                        capacity_cpu_ms=capacity_cpu, problems=problems)
     if times_to is not None:
         outcome.breakdown, outcome.commits, outcome.lag = breakdown(
             _lines(times_to), loads, sender.sent_ms, replies
@@ -565,6 +572,8 @@ def report_run(r: RunResult, args: argparse.Namespace) -> None:
     if r.troubles:
         told = ", ".join(f"{n} {what}" for what, n in sorted(r.troubles.items()))
         print(f"NOTE: not every turn ran once: {told}")
+    print("checks: " + ("every input answered, none twice" if not r.problems
+                        else "FAILED: " + "; ".join(r.problems)))
     if r.breakdown:
         print("\nwhere the service-only time goes, ms a message (mean / p50 / p99):")
         shares = list(r.breakdown)
@@ -673,7 +682,7 @@ async def _main(servers: Servers, args: argparse.Namespace, sources: list[Source
           f"{args.seconds:g} s a load; backlog {args.backlog}"
           + (f"; env {' '.join(args.env)}" if args.env else ""))
     report_sides(results)
-    return 0
+    return 1 if any(r.problems for r in results) else 0
 
 
 def main() -> int:
