@@ -61,3 +61,30 @@ def test_arrivals_average_the_rate_and_fixed_ones_are_equal() -> None:
     assert sum(gaps) / len(gaps) == pytest.approx(1 / 50, rel=0.03)
     assert len(set(gaps)) > 1000
     assert list(arrival_gaps(4.0, 3, "fixed", seed=3)) == [0.25, 0.25, 0.25]
+
+
+def test_breakdown_splits_a_message_into_its_steps_and_takes_the_model_out() -> None:
+    """One message's notes, as bench/turn_times.py writes them, become the parts of its
+    service-only time; the loop's lag and the commits are read beside them."""
+    import json
+    from types import SimpleNamespace
+
+    from bench.latency_bench import LoadResult, breakdown
+
+    m = "lat-abc123-p0-1"
+    steps = [(10.000, "fetched"), (10.001, "permit"), (10.001, "permitted"), (10.001, "load"),
+             (10.004, "loaded"), (10.005, "slot"), (10.005, "slotted"), (10.215, "save"),
+             (10.220, "saved"), (10.220, "publish"), (10.221, "published")]
+    lines = [json.dumps([t, step, m]) for t, step in steps]
+    lines += [json.dumps([10.1, "lag", "2.50"]), json.dumps([10.1, "commit", ""]),
+              json.dumps([10.108, "committed", ""]), json.dumps([99.0, "lag", "50"])]
+    load = LoadResult(0.1, 10.0, [m], model_ms={m: 200.0})
+    replies = SimpleNamespace(stamps={m: [10_221]})
+    parts, commits, lag = breakdown(lines, [load], {m: 9_998}, replies)  # type: ignore[arg-type]
+    got = parts["10%"]
+    assert got["fetch"] == [pytest.approx(2.0)]
+    assert got["load"] == [pytest.approx(3.0)]
+    assert got["turn - model"] == [pytest.approx(10.0)]  # 210 ms from slot to save, less 200
+    assert got["save"] == [pytest.approx(5.0)]
+    assert commits == [pytest.approx(8.0)]
+    assert lag == {"10%": [2.5]}  # the sample after the last reply is not the load's
