@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks bench-pipeline \
 	bench-hosting bench-versions bench-window bench-fairness bench-model-pool bench-prefix \
 	bench-tracing bench-peers bench-prefix-real bench-migrate bench-replication bench-capacity \
-	bench-pooler clean
+	bench-pooler bench-latency clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -231,6 +231,11 @@ bench-migrate: $(STAMP)
 # against a plain SELECT of the same rows.
 bench-inspect: $(STAMP)
 	$(BIN)/python bench/inspect_bench.py $(ARGS)
+
+# What one consumer adds to a reply beyond the model's time (a stand-in server over HTTP), at 10%
+# and 70% of its measured capacity, open loop, Apache Kafka; --against for another tree beside it.
+bench-latency: $(STAMP)
+	$(BIN)/python bench/latency_bench.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(PHOENIX_VENV) .pytest_cache .mypy_cache .ruff_cache .coverage
