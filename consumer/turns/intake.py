@@ -2,16 +2,17 @@
 
 Fetched records are parsed; malformed ones go straight to the DLQ (``dead_lettering``), valid
 ones join their conversation's queue (``workers``). After every fetch round a commit of the done
-offsets is started (``commits``) and the lag observed.
+offsets is started (``commits``) and the lag observed once it ends.
 
-The commit runs beside the fetch loop, never in it. A commit waits for the group coordinator,
-and a coordinator that died is replaced only once Kafka has fenced its broker and moved the
-leadership of its ``__consumer_offsets`` partition (``broker.session.timeout.ms``, 9 s by
-default), or the consumer's own session expired: awaited in the loop, that wait stopped every
-conversation, those on healthy partitions included, well after their writes could go on again
-(``tests/faults/test_kafka_cluster.py`` measures it on three brokers). One commit is in flight at
-a time; while it waits, fetching and turns go on, and the next round's commit carries every
-offset done meanwhile (a commit only ever moves forward).
+The loop waits for its commit a quarter of a second at most, then goes on beside it. A commit
+answered in time (a round trip or two) paces the loop as an awaited commit does, so a round
+fetches what arrived during it. But a commit waits for the group coordinator, and a coordinator
+that died is replaced only once Kafka has fenced its broker and moved the leadership of its
+``__consumer_offsets`` partition (``broker.session.timeout.ms``, 9 s by default), or the
+consumer's own session expired: awaited in the loop, that wait stopped every conversation, those
+on healthy partitions included (``tests/faults/test_kafka_cluster.py`` measures it on three
+brokers). One commit is in flight at a time; while it waits, fetching and turns go on, and the
+next round's commit carries every offset done meanwhile (a commit only ever moves forward).
 
 Look-ahead. Back-pressure is per partition (``Backpressure``): only a partition whose unfinished
 records reach its share of ``max_buffered_records`` (or of ``max_buffered_bytes``) stops being
@@ -49,6 +50,11 @@ from consumer.turns.workers import FetchedInput, SessionWorkers
 from store import SourceRecord
 
 __all__ = ["Intake"]
+
+# How long a fetch round waits for its commit before fetching again with the commit still under
+# way: a commit normally takes a round trip or two, and waiting for it paces the loop as before;
+# a coordinator that died is only replaced after Kafka fences its broker (seconds).
+_COMMIT_PACE_S = 0.25
 
 log = logging.getLogger("turnflow.consumer")
 
@@ -128,27 +134,45 @@ class Intake:
                     continue  # revoked while the fetch was in the air
                 for record in records:
                     self.accept(tp, record, epoch)
-            self._commit_soon(set(epochs))
+            pending = await self._commit_round(set(epochs), consumer)
             self._commits.note_positions(set(epochs))
-            self._commits.observe_lag(consumer)
+            if pending:  # the lag is observed by the commit when it ends
+                self._commits.observe_lag(consumer)
 
-    def _commit_soon(self, partitions: set[TopicPartition]) -> None:
-        """Start a commit of ``partitions``' done offsets unless one is still under way (the
-        next round's commit then carries them) or the service is stopping (the release at
-        shutdown makes the last commit). A finished commit's own error is raised here, in the
-        loop, as it was when the loop awaited the commit."""
+    async def _commit_round(self, partitions: set[TopicPartition], consumer: AIOKafkaConsumer
+                            ) -> bool:
+        """Commit ``partitions``' done offsets and wait for it up to ``_COMMIT_PACE_S``; True
+        when the commit is still under way after that (it goes on beside the loop, and the next
+        round's commit carries what is done meanwhile). A commit answered in time paces the
+        loop as it always did, so each round fetches what arrived during it; one that is not
+        (a dead group coordinator) holds back no fetch. No commit starts while one is under way
+        or the service stops (the release at shutdown makes the last one). A finished commit's
+        own error is raised here, in the loop, as it was when the loop awaited the commit."""
         task = self._committing
         if task is not None:
             if not task.done():
-                return
-            self._committing = None
-            if not task.cancelled():
-                task.result()
+                return True
+            self._finish_commit(task)
         if self._runtime.stopping.is_set():
-            return
-        self._committing = asyncio.create_task(
-            self._commits.commit(partitions, until_stop=True), name="offset-commit"
+            return False
+        task = self._committing = asyncio.create_task(
+            self._commit_then_observe(partitions, consumer), name="offset-commit"
         )
+        await asyncio.wait([task], timeout=_COMMIT_PACE_S)
+        if not task.done():
+            return True
+        self._finish_commit(task)
+        return False
+
+    async def _commit_then_observe(self, partitions: set[TopicPartition],
+                                   consumer: AIOKafkaConsumer) -> None:
+        await self._commits.commit(partitions, until_stop=True)
+        self._commits.observe_lag(consumer)
+
+    def _finish_commit(self, task: asyncio.Task[None]) -> None:
+        self._committing = None
+        if not task.cancelled():
+            task.result()
 
     async def _end_commit(self, *, raise_error: bool) -> None:
         """End the commit under way, as the loop's commits always ended at ``stop()``: one
