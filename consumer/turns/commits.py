@@ -6,8 +6,8 @@ other conversations' work. An offset is marked done only while the epoch its inp
 under is current (``ownership``).
 
 Broker trouble. The fetch loop waits for a commit a quarter of a second at most, then goes on
-beside it (``consumer.turns.intake``), so a coordinator out of reach holds back only the commits. A commit waits at most
-``session_timeout_ms`` (the last one at shutdown a few
+beside it (``consumer.turns.intake``), so a coordinator out of reach holds back only the
+commits. A commit waits at most ``session_timeout_ms`` (the last one at shutdown a few
 seconds, and the fetch loop's only until ``stop()``): aiokafka would otherwise wait for an
 unreachable group coordinator for as long as the consumer is open, and it is closed only after
 that commit. A commit given up is a failed commit: its offsets are sent again with the next one,
