@@ -106,11 +106,7 @@ class Commits:
         consumer = self._runtime.consumer
         if consumer is None:
             return
-        offsets: dict[TopicPartition, int] = {}
-        for tp in partitions:
-            mark = self._lookahead.committable(tp)
-            if mark is not None and mark > self.committed.get(tp, -1):
-                offsets[tp] = mark
+        offsets = self.due(partitions)
         if not offsets:
             return
         crash.reached("before_commit")
@@ -139,6 +135,15 @@ class Commits:
         for tp, offset in offsets.items():
             if tp in self._ownership.epochs and offset > self.committed.get(tp, -1):
                 self.committed[tp] = offset
+
+    def due(self, partitions: set[TopicPartition]) -> dict[TopicPartition, int]:
+        """The offsets of ``partitions`` done since their last commit: what a commit sends."""
+        offsets: dict[TopicPartition, int] = {}
+        for tp in partitions:
+            mark = self._lookahead.committable(tp)
+            if mark is not None and mark > self.committed.get(tp, -1):
+                offsets[tp] = mark
+        return offsets
 
     def note_positions(self, partitions: set[TopicPartition]) -> None:
         """Hand the watermarks to the database's positions; stop for a restart when the

@@ -155,6 +155,9 @@ class Intake:
             self._finish_commit(task)
         if self._runtime.stopping.is_set():
             return False
+        if not self._commits.due(partitions):  # most rounds: nothing to commit, nothing to wait
+            self._commits.observe_lag(consumer)
+            return False
         task = self._committing = asyncio.create_task(
             self._commit_then_observe(partitions, consumer), name="offset-commit"
         )
