@@ -116,7 +116,9 @@ def demo_agent(model: HeldModel) -> Agent:
                               env={})
     return Agent(
         name="Demo", provider=provider, idle="Answer the customer.",
-        flows=[{"id": "nudge", "on": [{"silence": SILENCE_MS}],
+        # Once: a flow that may repeat re-arms its silence timer after each nudge, and a second
+        # nudge's turn could land before the demo's spans are flushed.
+        flows=[{"id": "nudge", "on": [{"silence": SILENCE_MS}], "repeat": "once",
                 "steps": [{"id": "n", "say": NUDGE}]}],
     )
 

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -386,8 +386,13 @@ class WorkspaceAgent:
     """Answers each conversation with its own count and the ids it saw; notes how many turns of
     each workspace run at once and the order turns ran in."""
 
-    def __init__(self, turn_s: float = 0.002) -> None:
+    def __init__(self, turn_s: float = 0.002,
+                 start_when: Callable[[], bool] | None = None) -> None:
         self.turn_s = turn_s
+        # Turns wait until ``start_when()`` first holds: a test that compares how turns are
+        # ordered starts them once every conversation's worker has asked for a slot, so the
+        # order is the fair queue's and not how quickly the workers got to it.
+        self.start_when = start_when
         self.running: Counter[str] = Counter()
         self.peak: Counter[str] = Counter()
         self.order: list[str] = []
@@ -397,6 +402,9 @@ class WorkspaceAgent:
         workspace = session_id.split("-")[0]
         self.running[workspace] += 1
         self.peak[workspace] = max(self.peak[workspace], self.running[workspace])
+        if self.start_when is not None:
+            await until(self.start_when, "every conversation waits for a slot")
+            self.start_when = None
         await asyncio.sleep(self.turn_s)
         self.running[workspace] -= 1
         self.order.append(session_id)
@@ -519,15 +527,18 @@ async def test_a_flood_in_the_same_partition_does_not_hold_back_other_workspaces
     quiet conversations of two other workspaces: with two turn slots taken fairly, the quiet
     conversations are all answered while most of the flood still waits, every conversation is
     answered in order with only its own replies, and the partition is committed to its end."""
-    one.start(max_in_flight=2)
     flood = [f"flood-{i}" for i in range(40)]
     quiet = [f"quiet-{i}" for i in range(3)] + [f"other-{i}" for i in range(3)]
+    # The two first turns hold their slots until the 44 other conversations wait for one.
+    one.start(WorkspaceAgent(start_when=lambda: one.service is not None
+                             and one.service._slots.waiting >= 44), max_in_flight=2)
     enqueue(one.consumer, flood, 10)
     enqueue(one.consumer, quiet, 3)
     await one.until_committed(418)
     last_quiet = max(i for i, s in enumerate(one.agent.order) if not s.startswith("flood"))
-    # 18 quiet turns, alternating with the flood: done within the first ~40 turns of 418.
-    assert last_quiet < 60, last_quiet
+    # 18 quiet turns, alternating with the flood (one turn of each of the three workspaces in
+    # turn), after the two first flood turns: done within the first 2 + 3 x 9 = 29 of 418.
+    assert last_quiet < 29, last_quiet
     one.check(flood, 10)
     one.check(quiet, 3)
 
