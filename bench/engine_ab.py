@@ -36,7 +36,7 @@ def turns() -> dict[str, Callable[[], Awaitable[Any]]]:
     sys.path.insert(0, os.getcwd())
     import bench.engine_bench as eb
     from bench.e2e_bench import bench_agent
-    from consumer.turns.model_calls import observe_model_calls
+    from consumer.model_calls import observe_model_calls
     from engine.recording import recorded_agent, taping
 
     agent = eb.code_only_agent()

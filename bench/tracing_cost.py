@@ -58,8 +58,8 @@ from e2e_bench import bench_agent  # noqa: E402  # the bench directory joins the
 
 from consumer import heap, tracing  # noqa: E402
 from consumer.logs import configure_logging  # noqa: E402
+from consumer.model_calls import observe_model_calls  # noqa: E402
 from consumer.outbox import OutboxPublisher  # noqa: E402
-from consumer.turns.model_calls import observe_model_calls  # noqa: E402
 from consumer.turns.parser import ParsedInput, parse_record  # noqa: E402
 from consumer.turns.pipeline import OutboundTopics, TurnPipeline, TurnWork  # noqa: E402
 from engine.recording import recorded_agent  # noqa: E402

@@ -9,9 +9,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = {"turns", "scheduler", "relay", "devchat", "inspect", "cli"}
 COMPOSERS = {"cli", "devchat", "inspect"}  # they run services in their process
-# Hosting routes the consume service's parsed records to stored agents and hooks their model
-# calls: it may use the consume service's parser and model-call hook, nothing else of it.
-HOSTING_USES = {"consumer.turns.parser", "consumer.turns.model_calls"}
 # Each consumer runs an outbox relay beside its turn loop (the relay's own process is the other).
 RUNS_INSIDE = {"turns": {"relay"}}
 
@@ -71,8 +68,6 @@ def test_services_import_no_other_service() -> None:
             for s in SERVICES - {name} - RUNS_INSIDE.get(name, set())
             if m == f"consumer.{s}" or m.startswith(f"consumer.{s}.")
         }
-        if name == "hosting":
-            others -= {m for m in others if any(m.startswith(u) for u in HOSTING_USES)}
         assert others == set(), f"consumer/{name} imports another service: {sorted(others)}"
 
 

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 from consumer import metrics
 from consumer.hosting.canary import choose_version
 from consumer.hosting.pinning import pinned_version
-from consumer.turns.parser import ParsedInput
+from consumer.inputs import ParsedInput
 from engine.definition import DefinitionError, HostHooks, build_agent, parse_definition
 from engine.lifecycle.web_search import DailyLimitReached
 from engine.packs import PackSet
@@ -64,7 +64,7 @@ def registry_router(settings: Any, store: Any, fallback: Any = None) -> Registry
     the environment shared by every agent (recorded like ``AGENT``'s), ``fallback`` for
     conversations that name no agent."""
     from consumer.hosting.packs import load_packs
-    from consumer.turns.model_calls import observe_model_calls
+    from consumer.model_calls import observe_model_calls
     from engine.clock import SystemClock
     from engine.providers import provider_from_env
     from engine.providers.http import DEFAULT_CONNECTIONS

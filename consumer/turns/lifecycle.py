@@ -22,12 +22,12 @@ from consumer.closing import close_quietly
 from consumer.dead_letters import DeadLetterPublisher
 from consumer.health import start_health_server
 from consumer.hosting.routing import registry_router
+from consumer.model_calls import observe_model_calls
 from consumer.outbox import OutboxPublisher, new_producer, start_producer
 from consumer.relay import OutboxRelay
 from consumer.round_trips import RoundTrips, broker_probe, database_probe
 from consumer.settings import Settings
 from consumer.turns.knowledge import attach_postgres_knowledge
-from consumer.turns.model_calls import observe_model_calls
 from consumer.turns.pipeline import OutboundTopics, TurnAgent, TurnPipeline
 from consumer.turns.positions import SourcePositions
 from consumer.turns.runtime import Runtime

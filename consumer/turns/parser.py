@@ -23,7 +23,6 @@ the rest; what it refuses is a fatal ``TurnRequestError`` handled by ``decisions
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from engine import strict_json
@@ -43,6 +42,8 @@ from consumer.inputs import (
     INPUT_KINDS,
     MAX_SESSION_ID_CHARS,
     InputKind,
+    ParsedInput,
+    Rejected,
     RejectReason,
 )
 
@@ -77,27 +78,6 @@ _KNOWN_NAMES = frozenset(
         "agent_id",
     }
 )
-
-
-@dataclass(frozen=True)
-class ParsedInput:
-    """A valid input: which session, which kind, the request fields, and an id for logs/dedup."""
-
-    session_id: str
-    kind: InputKind
-    request: dict[str, Any] = field(repr=False)
-    input_id: str
-    # The agent the record is for (a registry deployment routes by it); None: the agent its
-    # conversation is bound to, or the deployment's one agent.
-    agent_id: str | None = None
-
-
-@dataclass(frozen=True)
-class Rejected:
-    """A record that goes to the DLQ: ``reason`` is a code, ``detail`` a content-free sentence."""
-
-    reason: RejectReason
-    detail: str
 
 
 def parse_record(

@@ -8,7 +8,7 @@ import os
 from bench.e2e_bench import bench_agent
 from bench.tracing_cost import _measure, _receiver, _stop, _stubbed
 from consumer import tracing
-from consumer.turns.model_calls import observe_model_calls
+from consumer.model_calls import observe_model_calls
 from engine.recording import recorded_agent
 
 

@@ -26,9 +26,9 @@ from consumer import tracing
 from consumer.dead_letters import dead_letter_headers
 from consumer.genai_attributes import call_attributes, span_name
 from consumer.hosting.routing import Route, registry_router
+from consumer.model_calls import observe_model_calls
 from consumer.outbox import OutboxPublisher
 from consumer.settings import Settings
-from consumer.turns.model_calls import observe_model_calls
 from consumer.turns.pipeline import OutboundTopics, TurnPipeline
 from consumer.turns.service import ConsumerService
 from engine import Agent, ModelRequest, ModelResponse

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from consumer import metrics
-from consumer.turns.model_calls import observe_model_calls
+from consumer.model_calls import observe_model_calls
 from engine import Agent, ProviderHooks
 from engine.providers import MockProvider, RuleProvider
 from engine.providers.base import CallRecord, Usage
