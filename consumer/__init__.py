@@ -56,9 +56,10 @@ if TYPE_CHECKING:
         decide,
     )
     from consumer.turns.parser import ParsedInput, Rejected, parse_record
-    from consumer.turns.partitions import OffsetWatermarks, SessionQueues
     from consumer.turns.pipeline import OutboundTopics, TurnPipeline, TurnWork
     from consumer.turns.service import ConsumerService
+    from consumer.turns.session_queues import SessionQueues
+    from consumer.turns.watermarks import OffsetWatermarks
 
 _EXPORTS = {
     "Abandon": "consumer.turns.decisions",
@@ -81,8 +82,8 @@ _EXPORTS = {
     "ParsedInput": "consumer.turns.parser",
     "Rejected": "consumer.turns.parser",
     "parse_record": "consumer.turns.parser",
-    "OffsetWatermarks": "consumer.turns.partitions",
-    "SessionQueues": "consumer.turns.partitions",
+    "OffsetWatermarks": "consumer.turns.watermarks",
+    "SessionQueues": "consumer.turns.session_queues",
     "OutboundTopics": "consumer.turns.pipeline",
     "TurnPipeline": "consumer.turns.pipeline",
     "TurnWork": "consumer.turns.pipeline",

@@ -90,7 +90,7 @@ def test_shared_modules_import_no_service() -> None:
 
 def test_the_consume_service_lives_in_its_package() -> None:
     """The turn loop's parts are in consumer/turns/, not loose beside the shared modules."""
-    loose = {"service", "pipeline", "decisions", "fairness", "partitions", "parser", "backpressure"}
+    loose = {"service", "pipeline", "decisions", "fairness", "watermarks", "parser", "backpressure"}
     assert {p.stem for p in (ROOT / "consumer").glob("*.py")} & loose == set()
     assert loose <= {p.stem for p in (ROOT / "consumer" / "turns").glob("*.py")}
     assert (ROOT / "tests" / "turns").is_dir()

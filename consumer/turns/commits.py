@@ -29,9 +29,9 @@ from aiokafka.structs import TopicPartition
 from consumer import metrics
 from consumer.turns import crash
 from consumer.turns.ownership import Ownership
-from consumer.turns.partitions import OffsetWatermarks
 from consumer.turns.passing import LookAhead
 from consumer.turns.runtime import Runtime
+from consumer.turns.watermarks import OffsetWatermarks
 
 __all__ = ["Commits", "bounded"]
 

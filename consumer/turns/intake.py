@@ -40,11 +40,11 @@ from consumer.turns.commits import Commits
 from consumer.turns.dead_lettering import DeadLettering
 from consumer.turns.ownership import Ownership
 from consumer.turns.parser import Rejected, parse_record
-from consumer.turns.partitions import QueuedInput
 from consumer.turns.passing import LookAhead
 from consumer.turns.pipeline import TurnWork
 from consumer.turns.placement import PlacementCheck
 from consumer.turns.runtime import Runtime
+from consumer.turns.session_queues import QueuedInput
 from consumer.turns.tasks import SideTasks
 from consumer.turns.workers import FetchedInput, SessionWorkers
 from store import SourceRecord

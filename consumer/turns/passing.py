@@ -51,7 +51,7 @@ from typing import Any, Generic, Literal, TypeVar
 from consumer import metrics
 from consumer.turns.backpressure import Backpressure
 from consumer.turns.fairness import lane_of
-from consumer.turns.partitions import OffsetWatermarks
+from consumer.turns.watermarks import OffsetWatermarks
 
 __all__ = ["LookAhead", "PassOver", "Tenants"]
 

@@ -24,7 +24,7 @@ The parts, each in its own module, and where they meet:
   lag;
 - ``ownership``: the partitions' epochs and the work running on each, for a revoke to drain;
 - ``rebalance``: partitions taken on and given up (revoke, lost membership, shutdown);
-- ``lifecycle`` and ``runtime``: the clients opened at start, shared by the parts, and closed.
+- ``clients`` and ``runtime``: the clients opened at start, shared by the parts, and closed.
 """
 
 from __future__ import annotations
@@ -39,18 +39,18 @@ from consumer.closing import close_quietly
 from consumer.settings import Settings
 from consumer.turns.attempts import TurnAttempts
 from consumer.turns.backpressure import Backpressure
+from consumer.turns.clients import close_runtime, open_runtime
 from consumer.turns.commits import Commits
 from consumer.turns.dead_lettering import DeadLettering
 from consumer.turns.intake import Intake
-from consumer.turns.lifecycle import close_runtime, open_runtime
 from consumer.turns.ownership import Ownership
-from consumer.turns.partitions import OffsetWatermarks
 from consumer.turns.passing import LookAhead
 from consumer.turns.pipeline import TurnAgent
 from consumer.turns.rebalance import Handover, RebalanceListener
 from consumer.turns.runtime import Runtime
 from consumer.turns.slots import TurnSlots
 from consumer.turns.tasks import SideTasks, cancel_tasks
+from consumer.turns.watermarks import OffsetWatermarks
 from consumer.turns.workers import SessionWorkers
 from store import Store
 

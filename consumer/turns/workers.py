@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from consumer.turns.partitions import QueuedInput, SessionQueues
 from consumer.turns.pipeline import TurnWork
 from consumer.turns.runtime import Runtime
+from consumer.turns.session_queues import QueuedInput, SessionQueues
 from consumer.turns.tasks import log_crash
 
 __all__ = ["Entry", "FetchedInput", "SessionWorkers"]

@@ -659,7 +659,7 @@ def test_a_partition_pauses_at_its_share_of_bytes_before_its_share_of_records() 
     far under its share of records; it resumes once under half of both, and the watermarks
     count the bytes of pending records only."""
     from consumer.turns.backpressure import Backpressure
-    from consumer.turns.partitions import OffsetWatermarks
+    from consumer.turns.watermarks import OffsetWatermarks
 
     big, small = TopicPartition("in", 0), TopicPartition("in", 1)
     marks: OffsetWatermarks[TopicPartition] = OffsetWatermarks()

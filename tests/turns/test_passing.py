@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from consumer import metrics
 from consumer.turns.backpressure import Backpressure
-from consumer.turns.partitions import OffsetWatermarks
 from consumer.turns.passing import LookAhead, PassOver, Tenants
+from consumer.turns.watermarks import OffsetWatermarks
 from tests.consumer.fakes import FakeStore
 from tests.turns.test_backpressure import until
 from tests.turns.test_fairness import PART, OneConsumer, WorkspaceAgent

@@ -142,8 +142,8 @@ async def test_input_waiting_for_a_slot_is_dropped_when_its_partition_moves() ->
     its turn (no wasted model call, no save under a lost partition), and its offset is not
     released."""
     from consumer.turns.parser import ParsedInput
-    from consumer.turns.partitions import QueuedInput
     from consumer.turns.pipeline import TurnWork
+    from consumer.turns.session_queues import QueuedInput
     from consumer.turns.workers import FetchedInput
     from store import SourceRecord
 
@@ -221,8 +221,8 @@ class SaveBlockedPipeline:
 
 def queued(service: ConsumerService, session_id: str, offset: int) -> Any:
     from consumer.turns.parser import ParsedInput
-    from consumer.turns.partitions import QueuedInput
     from consumer.turns.pipeline import TurnWork
+    from consumer.turns.session_queues import QueuedInput
     from consumer.turns.workers import FetchedInput
     from store import SourceRecord
 

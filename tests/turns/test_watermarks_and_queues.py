@@ -7,7 +7,8 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.turns.partitions import OffsetWatermarks, QueuedInput, SessionQueues
+from consumer.turns.session_queues import QueuedInput, SessionQueues
+from consumer.turns.watermarks import OffsetWatermarks
 
 
 def test_commit_waits_for_the_lowest_pending_offset() -> None:
