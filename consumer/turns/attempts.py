@@ -105,7 +105,7 @@ class TurnAttempts:
         first, last = entries[0], entries[-1]
         tp, item = first.partition, first.item
         ownership, slots = self._ownership, self._slots
-        owns, busy = ownership.owns, ownership.busy
+        owns = ownership.owns
         loop = asyncio.get_running_loop()
         attempt = 1  # counts the attempts that failed otherwise than on an outage
         outages = 0  # attempts that failed on an outage: waited out, never counted
@@ -119,7 +119,7 @@ class TurnAttempts:
             if not owns(tp, item.epoch):
                 slot.give_back()
                 return
-            busy[tp] += 1  # work on ``tp`` for a revoke to wait for, as ``busy_on``
+            ownership.work_began(tp)  # for a revoke to wait for, as ``busy_on``
             try:
                 try:
                     pipeline = self._runtime.pipeline
@@ -135,8 +135,7 @@ class TurnAttempts:
                 except Exception as exc:
                     error = exc
             finally:
-                busy[tp] -= 1
-                ownership.busy_changed.set()
+                ownership.work_ended(tp)
                 slot.give_back()
             slots.note_backoff(error)
             if _outage(error) and waiting.since is None:

@@ -7,9 +7,9 @@ interrupted (cancelling a database write midway buys nothing), but it can no lon
 commit. The same check stops a zombie that lost its partitions without noticing from publishing
 once the consumer learns of it.
 
-Work on a partition is counted (``busy``) so that a revoke can let it finish first (``drain``).
-The turn path counts with plain increments where a context manager would cost every turn an
-allocation; everything else uses ``busy_on``.
+Work on a partition is counted so that a revoke can let it finish first (``drain``). Only this
+object changes the counts: the turn path calls ``work_began`` and ``work_ended`` (plain calls
+where a context manager would cost every turn an allocation); everything else uses ``busy_on``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Ownership:
     def __init__(self) -> None:
         self.epochs: dict[TopicPartition, int] = {}
         self._epoch_counter = 0
-        self.busy: Counter[TopicPartition] = Counter()
+        self._busy: Counter[TopicPartition] = Counter()
         # Set whenever work on a partition ends, for a drain to look again.
         self.busy_changed = asyncio.Event()
 
@@ -53,24 +53,32 @@ class Ownership:
 
     def running(self, partitions: Iterable[TopicPartition]) -> int:
         """Work still running on ``partitions``."""
-        return sum(self.busy[tp] for tp in partitions)
+        return sum(self._busy[tp] for tp in partitions)
+
+    def work_began(self, tp: TopicPartition) -> None:
+        """One more piece of work on ``tp`` for a revoke to wait for."""
+        self._busy[tp] += 1
+
+    def work_ended(self, tp: TopicPartition) -> None:
+        """A piece of work on ``tp`` ended (or stepped aside to wait, uncounted meanwhile)."""
+        self._busy[tp] -= 1
+        self.busy_changed.set()
 
     @contextlib.contextmanager
     def busy_on(self, tp: TopicPartition) -> Iterator[None]:
         """Counts work on ``tp`` for a revoke to wait for (a plain context manager: entering
         it never waits, so it costs no await in every turn)."""
-        self.busy[tp] += 1
+        self.work_began(tp)
         try:
             yield
         finally:
-            self.busy[tp] -= 1
-            self.busy_changed.set()
+            self.work_ended(tp)
 
     async def drain(self, partitions: set[TopicPartition], *, within_s: float) -> None:
         """Wait until no work runs on ``partitions``, for at most ``within_s``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within_s
-        while any(self.busy[tp] for tp in partitions):
+        while any(self._busy[tp] for tp in partitions):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return

@@ -35,8 +35,8 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
@@ -64,6 +64,7 @@ from store import (
 from store.history import history_entries
 
 __all__ = [
+    "Admission",
     "OutboundTopics",
     "PipelineResult",
     "TurnAgent",
@@ -112,12 +113,8 @@ class TurnWork:
     # ones), ``last_error`` (its type, never its text) and ``waited_ms``, kept with the turn's
     # recording for the inspector (``delivery``).
     retries: dict[str, Any] | None = None
-    # Filled by the consumer when the turn waited for its turn slot, which it learns only
-    # once the work is under way (so a dict filled in place, not a field replaced):
-    # ``waited_ms``, ``plan`` (the plan's label, as in the metrics) and ``why`` (``plan-cap``,
-    # ``minute-budget``, ``model-backoff``, ``slots``: what held it), kept with the recording
-    # like ``retries``. Not part of the work's identity.
-    queued: dict[str, Any] = field(default_factory=dict, compare=False)
+    # Set by the pipeline when the turn waited for its turn slot (``Admission.queued``).
+    queued: Mapping[str, Any] | None = None
 
     @property
     def parts(self) -> list[TurnWork]:
@@ -125,6 +122,21 @@ class TurnWork:
         if not self.earlier:
             return [self]
         return [*self.earlier, TurnWork(self.parsed, self.source, self.timestamp_ms)]
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What ``before_turn`` answers: whether the input may still run (the object is true when
+    it may), and, when its turn waited a millisecond or more for its turn slot, the wait:
+    ``waited_ms``, ``plan`` (the plan's label, as in the metrics) and ``why`` (``plan-cap``,
+    ``minute-budget``, ``model-backoff``, ``slots``: what held it), kept with the turn's
+    recording for ``turnflow inspect`` like the failed attempts before it."""
+
+    may_run: bool
+    queued: Mapping[str, Any] | None = None
+
+    def __bool__(self) -> bool:
+        return self.may_run
 
 
 def burst_of(parts: list[TurnWork]) -> TurnWork:
@@ -267,7 +279,7 @@ class TurnPipeline:
         work: TurnWork,
         *,
         may_publish: Callable[[], bool] = lambda: True,
-        before_turn: Callable[[Route], Awaitable[bool]] | None = None,
+        before_turn: Callable[[Route], Awaitable[Admission]] | None = None,
         after_turn: Callable[[], None] = lambda: None,
     ) -> PipelineResult:
         """Apply one input exactly once (per source record) and publish what it produced.
@@ -276,15 +288,16 @@ class TurnPipeline:
         slot between them, so the slot covers the model calls and nothing else. ``before_turn``
         is awaited after the load (a replay or a duplicate skipped at the load never awaits
         it), so the load's round trip is not spent holding a slot, and answers whether the
-        input may still run; False raises ``TurnFenced`` (nothing ran, nothing was saved). It
-        is given the turn's route, whose workspace and plan say whose turn waits for a slot.
+        input may still run (an ``Admission``); a false one raises ``TurnFenced`` (nothing
+        ran, nothing was saved), and the wait it reports is kept with the turn's recording.
+        It is given the turn's route, whose workspace and plan say whose turn waits.
         ``after_turn`` is called as soon as the engine turn returns or raises, before the save:
         the save and the publish are round trips with no model call, and the slot can go to
         another session's turn meanwhile. A version conflict at the save loads again and runs
         the turn again, so each attempt takes a slot (and says again whether it may run)."""
         parsed = work.parsed
         asked = work.parts
-        fallback = work.fallback
+        fallback, retries = work.fallback, work.retries
         started = time.perf_counter()
         conflicts = 0
         while True:
@@ -313,14 +326,18 @@ class TurnPipeline:
                 source = "held" if loaded.history_held else "loaded"
                 metrics.child(metrics.HISTORY_LOADS, source).inc()
             work = burst_of(live)
-            if fallback is not None:
-                work = dataclasses.replace(work, fallback=fallback)
+            if fallback is not None or retries is not None:  # a burst's own work has neither
+                work = dataclasses.replace(work, fallback=fallback, retries=retries)
             crash.reached("after_load")
             # Before the turn slot: a refused route (RouteRefused) ran nothing and saved nothing.
             route = await self._router.route(work.parsed, loaded.state)
             tracing.note_agent(route.agent_id, route.version, route.agent)
-            if before_turn is not None and not await before_turn(route):
-                raise TurnFenced(parsed.session_id)
+            if before_turn is not None:
+                admission = await before_turn(route)
+                if not admission:
+                    raise TurnFenced(parsed.session_id)
+                if admission.queued:
+                    work = dataclasses.replace(work, queued=admission.queued)
             request = request_of(work)
             if route.fallback is not None:  # the pinned version is gone: routing.Route.fallback
                 request["fallback"] = dict(route.fallback)

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import random
 import time
+from typing import Any
 
 from aiokafka.structs import TopicPartition
 
@@ -26,7 +27,7 @@ from consumer.turns.fairness import FairSlots, lane_of
 from consumer.turns.model_backoff import SharedBackoff
 from consumer.turns.ownership import Ownership
 from consumer.turns.passing import LookAhead
-from consumer.turns.pipeline import TurnWork
+from consumer.turns.pipeline import Admission, TurnWork
 from consumer.turns.runtime import Runtime
 from consumer.turns.tasks import SideTasks
 
@@ -135,7 +136,7 @@ class TurnSlots:
 
     async def take(
         self, slot: Slot, tp: TopicPartition, epoch: int, work: TurnWork, route: Route
-    ) -> bool:
+    ) -> Admission:
         """The pipeline's ``before_turn``: wait for a turn slot, then say whether the input
         may still run. Loaded and waiting, it is not work on ``tp`` (inside the count its
         caller holds, uncounted meanwhile), so a revoke drains the turns that run without
@@ -143,8 +144,8 @@ class TurnSlots:
 
         The slot is the fair queue's (``consumer.turns.fairness``): the turn waits as one of its
         workspace's (``""`` without one), weighted and capped by the workspace's plan. A wait
-        of a millisecond or more is kept on ``work`` (``queued``), for ``turnflow inspect`` to
-        show with the turn."""
+        of a millisecond or more is part of the answer (``Admission.queued``), for ``turnflow
+        inspect`` to show with the turn."""
         slot.loaded()  # loaded: a plan's budget or the back-off must not hold up others' loads
         tenant = route.workspace or ""
         self._lookahead.tenants.learn(work.parsed.session_id, work.parsed.agent_id, route.workspace)
@@ -161,10 +162,10 @@ class TurnSlots:
             why.append("plan-cap")
         waiting = metrics.child(metrics.TURNS_WAITING, label)
         ownership = self._ownership
-        ownership.busy[tp] -= 1
-        ownership.busy_changed.set()
+        ownership.work_ended(tp)
         waiting.inc()
         started = time.perf_counter()
+        queued: dict[str, Any] | None = None
         try:
             per_minute = self._plan_per_minute.get(plan)
             if per_minute is not None and route.workspace is not None:
@@ -180,9 +181,9 @@ class TurnSlots:
             waited = time.perf_counter() - started
             metrics.child(metrics.SLOT_WAIT, label).observe(waited)
             if waited >= 0.001:
-                work.queued.update(waited_ms=int(waited * 1000), plan=label, why=why or ["slots"])
-            ownership.busy[tp] += 1
-        return ownership.owns(tp, epoch)
+                queued = {"waited_ms": int(waited * 1000), "plan": label, "why": why or ["slots"]}
+            ownership.work_began(tp)
+        return Admission(ownership.owns(tp, epoch), queued)
 
     async def _minute_budget(self, workspace: str, per_minute: int, label: str) -> bool:
         """Take one turn from the workspace's budget for this minute, shared by every consumer

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable
@@ -20,7 +21,13 @@ from consumer.hosting.routing import Route
 from consumer.outbox import OutboxPublisher
 from consumer.settings import Settings, plan_numbers
 from consumer.turns.fairness import FairQueue, FairSlots
-from consumer.turns.pipeline import OutboundTopics, TurnPipeline, TurnWork, delivery
+from consumer.turns.pipeline import (
+    Admission,
+    OutboundTopics,
+    TurnPipeline,
+    TurnWork,
+    delivery,
+)
 from consumer.turns.service import ConsumerService
 from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer, FakeStore
 from tests.turns.test_backpressure import until
@@ -598,12 +605,18 @@ async def test_a_turn_held_by_its_plans_cap_keeps_its_wait_for_the_inspector(
     turn of the uncapped workspace is never marked as held by a cap."""
     service = one.start(max_in_flight=4, plan_max_in_flight="free=1")
     assert service._pipeline is not None
-    applied: list[TurnWork] = []
+    admitted: list[tuple[TurnWork, Admission]] = []
     apply = service._pipeline.apply
 
     async def noting(work: TurnWork, **options: Any) -> Any:
-        applied.append(work)
-        return await apply(work, **options)
+        take = options["before_turn"]
+
+        async def before_turn(route: Any) -> Admission:
+            admission = await take(route)
+            admitted.append((work, admission))
+            return admission
+
+        return await apply(work, **{**options, "before_turn": before_turn})
 
     service._pipeline.apply = noting  # type: ignore[method-assign]
     flood = [f"flood-{i}" for i in range(8)]
@@ -611,13 +624,12 @@ async def test_a_turn_held_by_its_plans_cap_keeps_its_wait_for_the_inspector(
     enqueue(one.consumer, flood, 3)
     enqueue(one.consumer, quiet, 3)
     await one.until_committed(36)
-    held = [w for w in applied if w.queued and "plan-cap" in w.queued["why"]]
+    held = [(w, a.queued) for w, a in admitted if a.queued and "plan-cap" in a.queued["why"]]
     assert held, "no turn of the capped workspace recorded its wait"
-    assert {w.parsed.session_id.split("-")[0] for w in held} == {"flood"}
-    for work in held:
-        assert work.queued is not None
-        assert work.queued["plan"] == "free" and work.queued["waited_ms"] >= 1
-        assert delivery(work)["queued"] == work.queued
+    assert {w.parsed.session_id.split("-")[0] for w, _ in held} == {"flood"}
+    for work, queued in held:
+        assert queued["plan"] == "free" and queued["waited_ms"] >= 1
+        assert delivery(dataclasses.replace(work, queued=queued))["queued"] == queued
     one.check(flood, 3)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,13 +14,17 @@ from consumer.outbox import OutboxPublisher
 from consumer.turns.decisions import VersionConflictsExhausted
 from consumer.turns.parser import ParsedInput, parse_record
 from consumer.turns.pipeline import (
+    Admission,
     OutboundTopics,
     TurnFenced,
     TurnPipeline,
     TurnWork,
+    burst_of,
     conversation_input_id,
     turn_outcome,
 )
+from engine import Agent, MockProvider
+from engine.recording import recorded_agent
 from store import SourceRecord
 from tests.consumer.fakes import FakeProducer, FakeStore
 
@@ -157,9 +162,9 @@ class Bracket:
         self.allow = allow
         self.seen: list[tuple[str, list[str], int]] = []
 
-    async def before_turn(self, route: object) -> bool:
+    async def before_turn(self, route: object) -> Admission:
         self.seen.append(("take", list(self.store.calls), self.agent.calls))
-        return self.allow.pop(0) if self.allow else True
+        return Admission(self.allow.pop(0) if self.allow else True)
 
     def after_turn(self) -> None:
         self.seen.append(("give", list(self.store.calls), self.agent.calls))
@@ -235,8 +240,8 @@ async def test_a_fenced_before_turn_runs_nothing_and_saves_nothing() -> None:
     slot) raises ``TurnFenced``: no turn, no save, nothing published."""
     store, agent, producer = FakeStore(), FakeAgent(), FakeProducer()
 
-    async def fenced(route: object) -> bool:
-        return False
+    async def fenced(route: object) -> Admission:
+        return Admission(False)
 
     with pytest.raises(TurnFenced):
         await pipeline(store, agent, producer).apply(work("oi", 1), before_turn=fenced)
@@ -251,9 +256,9 @@ async def test_a_replay_skipped_at_the_load_never_awaits_before_turn() -> None:
     await pipeline(store, agent, producer).apply(work("oi", 1))
     awaited: list[bool] = []
 
-    async def before_turn(route: object) -> bool:
+    async def before_turn(route: object) -> Admission:
         awaited.append(True)
-        return True
+        return Admission(True)
 
     result = await pipeline(store, agent, producer).apply(work("oi", 1), before_turn=before_turn)
     assert result.status == "skipped"
@@ -364,3 +369,28 @@ async def test_a_duplicate_that_wins_no_load_race_is_refused_at_save() -> None:
 def test_conversation_input_ids(request_: dict[str, Any], expected: str | None) -> None:
     """Message ids, event keys and start keys dedupe a conversation's inputs; wakes do not."""
     assert conversation_input_id(request_) == expected
+
+
+async def test_a_bursts_recording_keeps_its_failed_attempts_and_its_wait_for_a_slot() -> None:
+    """A burst of two messages that failed once and then waited for its turn slot is answered
+    as one turn whose recording keeps both: the failed attempt (``retries``) and the slot's
+    wait (``queued``, as ``before_turn`` reported it); the work given is never changed."""
+    store, producer = FakeStore(), FakeProducer()
+    agent = recorded_agent(Agent(name="A", provider=MockProvider(["ok"] * 4), idle="Answer."))
+    waited = {"waited_ms": 12, "plan": "free", "why": ["plan-cap"]}
+    retries = {"attempts": 1, "last_error": "TimeoutError", "waited_ms": 40}
+
+    async def before_turn(route: object) -> Admission:
+        return Admission(True, waited)
+
+    given = dataclasses.replace(
+        burst_of([work("one", 1), work("two", 2)]), retries=retries
+    )
+    publisher = OutboxPublisher(store, producer)  # type: ignore[arg-type]
+    burst_pipeline = TurnPipeline(store=store, agent=agent, publisher=publisher,  # type: ignore[arg-type]
+                                  topics=TOPICS, recording="envelopes")
+    await burst_pipeline.apply(given, before_turn=before_turn)
+    [saved] = store.saves
+    delivery = saved.turn.model_calls["delivery"]
+    assert (delivery["retries"], delivery["queued"]) == (retries, waited)
+    assert [p.source.offset for p in given.parts] == [1, 2] and given.queued is None
