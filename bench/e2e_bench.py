@@ -1003,7 +1003,7 @@ def run(args: argparse.Namespace) -> int:
     latencies = [int(x) for x in args.latencies.split(",")]
     partition_counts = [int(x) for x in args.partitions.split(",")]
     per_turn = asyncio.run(calls_per_turn())
-    pool = min(args.max_in_flight, 20)  # the consumer's pool size (lifecycle.open_runtime)
+    pool = min(args.max_in_flight, 20)  # the consumer's pool size (turns/clients.py)
     results: list[RunResult] = []
     with ExitStack() as stack:
         servers = _servers(stack)

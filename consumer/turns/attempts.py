@@ -122,9 +122,7 @@ class TurnAttempts:
             ownership.work_began(tp)  # for a revoke to wait for, as ``busy_on``
             try:
                 try:
-                    pipeline = self._runtime.pipeline
-                    assert pipeline is not None
-                    await pipeline.apply(
+                    await self._runtime.pipeline.apply(
                         work,
                         may_publish=lambda: owns(tp, item.epoch),
                         before_turn=partial(slots.take, slot, tp, item.epoch, work),

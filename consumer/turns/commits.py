@@ -103,9 +103,9 @@ class Commits:
         and the next commit includes them; only done offsets are ever sent, so a commit that
         lands late (aiokafka shields the request in flight) or never only means replays.
         """
-        consumer = self._runtime.consumer
-        if consumer is None:
+        if self._runtime.consumer_closed:
             return
+        consumer = self._runtime.consumer
         offsets = self.due(partitions)
         if not offsets:
             return

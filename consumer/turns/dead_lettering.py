@@ -70,9 +70,9 @@ class DeadLettering:
             found: list[bool] = []
 
             async def look_up() -> None:
-                store = self._runtime.store
-                assert store is not None
-                found.append(await self.refused.sent_before(store, tp, record.offset))
+                found.append(
+                    await self.refused.sent_before(self._runtime.store, tp, record.offset)
+                )
 
             if not await self._while_owned(
                 tp, epoch, look_up, "looking up a refused record failed; retrying"
@@ -125,7 +125,6 @@ class DeadLettering:
         if session_id is not None:
             source = SourceRecord(tp.topic, tp.partition, record.offset)
             store = self._runtime.store
-            assert store is not None
             if not await self._while_owned(
                 tp, epoch,
                 partial(store.record_dead_lettered, session_id, [source], why.reason,
@@ -165,9 +164,7 @@ class DeadLettering:
 
     async def send(self, record: ConsumerRecord[bytes, bytes], reason: str, detail: str) -> None:
         """Publish ``record`` to the DLQ topic (or keep it in the database when too large)."""
-        dead_letters = self._runtime.dead_letters
-        assert dead_letters is not None
-        kept = await dead_letters.publish(record, reason, detail)
+        kept = await self._runtime.dead_letters.publish(record, reason, detail)
         if kept is not None:
             log.warning(
                 "record too large for the DLQ topic; kept in the dead_letters table",

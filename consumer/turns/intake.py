@@ -89,9 +89,7 @@ class Intake:
 
     async def fetch_loop(self) -> None:
         """Fetch, hand out and commit until ``stop()``."""
-        runtime = self._runtime
-        consumer = runtime.consumer
-        assert consumer is not None
+        consumer = self._runtime.consumer
         try:
             await self._fetch_until_stopped(consumer)
         except BaseException:
@@ -254,6 +252,5 @@ class Intake:
 
     def _partitions(self, tp: TopicPartition) -> int:
         """The partition count of ``tp``'s topic as the consumer's metadata has it (0 unknown)."""
-        consumer = self._runtime.consumer
-        known = consumer.partitions_for_topic(tp.topic) if consumer else None
+        known = self._runtime.consumer.partitions_for_topic(tp.topic)
         return len(known or ())

@@ -57,9 +57,9 @@ class Handover:
     async def seek_to_positions(self, assigned: set[TopicPartition]) -> None:
         """Start each assigned partition where the database says this group stands, not at
         Kafka's committed offset (``consumer.turns.positions``)."""
-        positions, consumer = self._runtime.positions, self._runtime.consumer
-        if positions is not None and consumer is not None:
-            await positions.start_assigned(consumer, assigned)
+        positions = self._runtime.positions
+        if positions is not None:
+            await positions.start_assigned(self._runtime.consumer, assigned)
 
     def assigned(self, assigned: set[TopicPartition]) -> None:
         """New epochs for ``assigned``, each starting with nothing done or committed."""
@@ -120,9 +120,7 @@ class Handover:
         self._commits.released(partitions)
         self._backpressure.forget(partitions)
         self._passing.forget(partitions)
-        pipeline = self._runtime.pipeline
-        if pipeline is not None:
-            pipeline.forget_partitions({(tp.topic, tp.partition) for tp in partitions})
+        self._runtime.pipeline.forget_partitions({(tp.topic, tp.partition) for tp in partitions})
         log.info(
             "partitions released",
             extra={"reason": reason, "partitions": sorted(tp.partition for tp in partitions),

@@ -120,11 +120,6 @@ class TurnSlots:
                            metrics.PLAN_MINUTE_WAITS):
                 family.labels(plan=label)
 
-    @property
-    def budgeted(self) -> bool:
-        """Whether a plan has a per-minute budget (the service then opens ``ModelBudget``)."""
-        return bool(self._plan_per_minute)
-
     def slot(self) -> Slot:
         """A slot for one attempt of a turn, not yet taken."""
         return Slot(self.fair)
@@ -193,7 +188,7 @@ class TurnSlots:
         when the spent budget made the turn wait."""
         runtime = self._runtime
         budget = runtime.budget
-        assert budget is not None
+        assert budget is not None, "a plan with a per-minute budget needs Clients.budget"
         loop = asyncio.get_running_loop()
         counted = False
         while not runtime.stopping.is_set():

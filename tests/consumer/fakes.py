@@ -373,3 +373,23 @@ class FakeKafkaConsumer:
         """The last offset committed for a partition."""
         marks = [c[tp] for c in self.commits if tp in c]
         return marks[-1] if marks else None
+
+
+def fake_clients(
+    consumer: Any,
+    store: Any,
+    producer: Any,
+    pipeline: Any,
+    *,
+    budget: Any = None,
+    dlq_topic: str = "dlq",
+) -> Any:
+    """The consume service's clients made of doubles (``ConsumerService(..., clients=...)``):
+    dead letters go to ``dlq_topic`` through ``producer``."""
+    from consumer.dead_letters import DeadLetterPublisher
+    from consumer.turns.runtime import Clients
+
+    return Clients(
+        consumer=consumer, store=store, pipeline=pipeline,
+        dead_letters=DeadLetterPublisher(producer, store, dlq_topic), budget=budget,
+    )

@@ -51,7 +51,7 @@ async def main(database_url: str) -> None:
         producer = DlqProducer()
         service = service_on(consumer, EchoAgent(), producer, store,  # type: ignore[arg-type]
                              merge_bursts=False, max_in_flight=32)
-        loop = asyncio.create_task(service._fetch_loop())
+        loop = asyncio.create_task(service.parts.intake.fetch_loop())
         try:
             async with asyncio.timeout(90):
                 # The fake consumer's commits are the service's own progress.
@@ -62,7 +62,7 @@ async def main(database_url: str) -> None:
         finally:
             service.stop()
             await loop
-            await service._pipeline.close()
+            await service.parts.runtime.pipeline.close()
     finally:
         await store.close()
         await health.stop()

@@ -39,7 +39,7 @@ from engine.providers.http import observed
 from engine.recording import RecordingLevel, recorded_agent
 from store import Store
 from store.hosting import Hosting
-from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer
+from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer, FakeStore
 from tests.consumer.test_tracing import put
 from tests.turns.test_service_bursts import message, message_with, run_until, service_on
 
@@ -118,18 +118,18 @@ def traced_service(consumer: FakeKafkaConsumer, agent: Any, producer: FakeProduc
     at ``recording``, routing by ``router`` when given."""
     # The registry's service has no agent of its own: the doubles' set-up is given a stand-in,
     # and the pipeline below routes by the router.
-    service = service_on(consumer, agent if agent is not None else object(), producer,
-                         **settings_)
+    given = agent if agent is not None else object()
     if agent is not None:
         observe_model_calls(agent)
         agent = recorded_agent(agent)
-    store = service._store
-    service._pipeline = TurnPipeline(
+    store = FakeStore()
+    pipeline = TurnPipeline(
         store=store, agent=agent, router=router,  # type: ignore[arg-type]
         publisher=OutboxPublisher(store, producer),  # type: ignore[arg-type]
         topics=OutboundTopics(messages="out.m", schedule="out.s"), recording=recording,
     )
-    return service
+    return service_on(consumer, given, producer, store, pipeline,  # type: ignore[arg-type]
+                      **settings_)
 
 
 def named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
@@ -248,7 +248,7 @@ async def test_a_failed_call_and_a_dead_lettered_turn_are_errors_and_the_dlq_con
                           for c in failed)
     assert attrs(failed[0])["error.type"] == "ProviderError"
     assert attrs(failed[0])["turnflow.model.error_kind"] == "fatal"
-    dlq = service._settings.dlq_topic
+    dlq = service.settings.dlq_topic
     [headers] = [dict(h) for (topic, _k, _v), h in zip(producer.sent, producer.headers,
                                                        strict=True) if topic == dlq]
     assert headers["traceparent"] == (
@@ -270,7 +270,7 @@ async def test_a_refused_record_has_a_failed_span_and_its_dead_letter_continues_
     assert span.status.status_code is StatusCode.ERROR
     [(topic, _key, _value)] = producer.sent
     [headers] = [dict(h) for h in producer.headers]
-    assert topic == service._settings.dlq_topic
+    assert topic == service.settings.dlq_topic
     assert attrs(span)["error.type"] == headers["error"].decode()
     assert "gen_ai.conversation.id" not in attrs(span)  # the record names no session
     assert headers["traceparent"].split(b"-")[2] == f"{span.context.span_id:016x}".encode()

@@ -66,7 +66,7 @@ async def test_a_burst_arriving_while_a_turn_is_in_flight_is_answered_once_toget
         await setup.produce([msg(s, f"hold {s}") for s in sids])
         await wait_until(lambda: len(model.calls) == len(sids), within=60)
         await setup.produce([msg(s, f"{w} {s}") for s in sids for w in ("hi", "change", "fri")])
-        await wait_until(lambda: service._queues.queued >= 3 * len(sids), within=60)
+        await wait_until(lambda: service.parts.workers.queues.queued >= 3 * len(sids), within=60)
         model.release.set()
         async with setup.reader() as reader:
             await reader.until(

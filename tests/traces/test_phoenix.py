@@ -269,7 +269,8 @@ async def run_demo(phoenix: Phoenix, tap: OtlpTap, store: Store, setup: ServiceS
             await produce(setup.bootstrap, setup.topics[INBOUND],
                           [(msg(s, word), adapters[s][i + 1])
                            for s in sessions for i, word in enumerate(("hi", "fri"))])
-            await wait_until(lambda: service._queues.queued >= 2 * len(sessions), within=60)
+            queues = service.parts.workers.queues
+            await wait_until(lambda: queues.queued >= 2 * len(sessions), within=60)
             model.release.set()
             async with setup.reader() as reader:
                 await reader.until(

@@ -17,7 +17,7 @@ from consumer.settings import Settings
 from consumer.turns.backpressure import Backpressure
 from consumer.turns.pipeline import OutboundTopics, TurnPipeline
 from consumer.turns.service import ConsumerService
-from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer, FakeStore
+from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer, FakeStore, fake_clients
 
 HOT = TopicPartition("in", 0)
 QUIET = [TopicPartition("in", 1), TopicPartition("in", 2)]
@@ -124,13 +124,13 @@ def service_on(consumer: FakeKafkaConsumer, agent: GatedAgent, store: FakeStore,
     # Passing over off by default: these tests pin the pausing of a full partition.
     settings = Settings(kafka_bootstrap_servers="127.0.0.1:1", max_buffered_records=max_buffered,
                         max_in_flight=8, merge_bursts=False, max_passed_over=max_passed_over)
-    service = ConsumerService(settings, agent, store=store)  # type: ignore[arg-type]
-    service._consumer = consumer  # type: ignore[assignment]
     publisher = OutboxPublisher(store, producer)  # type: ignore[arg-type]
-    service._pipeline = TurnPipeline(store=store, agent=agent,  # type: ignore[arg-type]
-                                     publisher=publisher,
-                                     topics=OutboundTopics(messages="out.m", schedule="out.s"))
-    service._on_assigned(set(consumer.logs))
+    pipeline = TurnPipeline(store=store, agent=agent,  # type: ignore[arg-type]
+                            publisher=publisher,
+                            topics=OutboundTopics(messages="out.m", schedule="out.s"))
+    clients = fake_clients(consumer, store, producer, pipeline)
+    service = ConsumerService(settings, agent, clients=clients)  # type: ignore[arg-type]
+    service.parts.handover.assigned(set(consumer.logs))
     return service
 
 
@@ -160,7 +160,7 @@ async def test_quiet_partitions_keep_being_fetched_while_a_hot_one_is_paused() -
     share = 10  # 30 records shared by three partitions
     for n in range(300):
         consumer.append(HOT, *record("hot", n))
-    loop = asyncio.create_task(service._fetch_loop())
+    loop = asyncio.create_task(service.parts.intake.fetch_loop())
     try:
         await until(lambda: HOT in consumer.paused_now, "the hot partition is paused")
         quiet = [(tp, f"q{tp.partition}-{i}") for tp in QUIET for i in range(4)]
@@ -172,7 +172,7 @@ async def test_quiet_partitions_keep_being_fetched_while_a_hot_one_is_paused() -
         assert not agent.gate.is_set() and ("hot", "m0") not in agent.applied
         assert HOT in consumer.paused_now
         assert not consumer.ever_paused & set(QUIET)
-        assert service._marks.pending_count(HOT) <= 2 * share  # memory stays bounded
+        assert service.parts.commits.marks.pending_count(HOT) <= 2 * share  # memory stays bounded
         assert any(HOT in paused and set(fetched) & set(QUIET)
                    for paused, fetched in consumer.rounds)
         for _, sid in quiet:

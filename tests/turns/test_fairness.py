@@ -29,7 +29,7 @@ from consumer.turns.pipeline import (
     delivery,
 )
 from consumer.turns.service import ConsumerService
-from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer, FakeStore
+from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer, FakeStore, fake_clients
 from tests.turns.test_backpressure import until
 
 # --- the queue -------------------------------------------------------------------------------
@@ -441,18 +441,18 @@ class WorkspaceRouter:
 
 
 def service_for(consumer: FakeKafkaConsumer, agent: WorkspaceAgent, store: FakeStore,
-                producer: FakeProducer, **options: Any) -> ConsumerService:
+                producer: FakeProducer, budget: Any = None, **options: Any) -> ConsumerService:
     options.setdefault("max_buffered_records", 5000)
     settings = Settings(kafka_bootstrap_servers="127.0.0.1:1", merge_bursts=False, **options)
-    service = ConsumerService(settings, agent, store=store)  # type: ignore[arg-type]
-    service._consumer = consumer  # type: ignore[assignment]
     publisher = OutboxPublisher(store, producer)  # type: ignore[arg-type]
-    service._pipeline = TurnPipeline(
+    pipeline = TurnPipeline(
         store=store, agent=agent, publisher=publisher,  # type: ignore[arg-type]
         topics=OutboundTopics(messages="out.m", schedule="out.s"),
         router=WorkspaceRouter(agent),
     )
-    service._on_assigned({PART})
+    clients = fake_clients(consumer, store, producer, pipeline, budget=budget)
+    service = ConsumerService(settings, agent, clients=clients)  # type: ignore[arg-type]
+    service.parts.handover.assigned({PART})
     return service
 
 
@@ -481,7 +481,7 @@ class OneConsumer:
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[ConsumerService]:
         assert self.service is not None, "start() first"
-        loop = asyncio.create_task(self.service._fetch_loop())
+        loop = asyncio.create_task(self.service.parts.intake.fetch_loop())
         try:
             yield self.service
         finally:
@@ -538,7 +538,7 @@ async def test_a_flood_in_the_same_partition_does_not_hold_back_other_workspaces
     quiet = [f"quiet-{i}" for i in range(3)] + [f"other-{i}" for i in range(3)]
     # The two first turns hold their slots until the 44 other conversations wait for one.
     one.start(WorkspaceAgent(start_when=lambda: one.service is not None
-                             and one.service._slots.waiting >= 44), max_in_flight=2)
+                             and one.service.parts.slots.fair.waiting >= 44), max_in_flight=2)
     enqueue(one.consumer, flood, 10)
     enqueue(one.consumer, quiet, 3)
     await one.until_committed(418)
@@ -567,7 +567,7 @@ async def test_a_new_customer_of_the_flooding_workspace_is_answered_before_its_f
         assert one.service is not None
         one.consumer.append(PART, b"flood-new", json.dumps(
             {"session_id": "flood-new", "message": "oi", "id": "m0"}).encode())
-        queues = one.service._queues
+        queues = one.service.parts.workers.queues
         await until(lambda: queues.is_active("flood-new"), "the new record is read")
         read_at = len(one.agent.order)
         await until(lambda: one.committed() == 451, "every input is committed", within=30)
@@ -594,7 +594,7 @@ async def test_a_plans_cap_holds_its_workspace_to_its_turns_in_flight(one: OneCo
     one.check(flood, 5)
     one.check(quiet, 5)
     assert metrics.PLAN_CAP_WAITS.labels(plan="free")._value.get() > before
-    assert service._slots.free == 4
+    assert service.parts.slots.fair.free == 4
 
 
 async def test_a_turn_held_by_its_plans_cap_keeps_its_wait_for_the_inspector(
@@ -604,9 +604,9 @@ async def test_a_turn_held_by_its_plans_cap_keeps_its_wait_for_the_inspector(
     the plan's label, ``plan-cap``) into what its turn log keeps for ``turnflow inspect``; a
     turn of the uncapped workspace is never marked as held by a cap."""
     service = one.start(max_in_flight=4, plan_max_in_flight="free=1")
-    assert service._pipeline is not None
+    pipeline = service.parts.runtime.pipeline
     admitted: list[tuple[TurnWork, Admission]] = []
-    apply = service._pipeline.apply
+    apply = pipeline.apply
 
     async def noting(work: TurnWork, **options: Any) -> Any:
         take = options["before_turn"]
@@ -618,7 +618,7 @@ async def test_a_turn_held_by_its_plans_cap_keeps_its_wait_for_the_inspector(
 
         return await apply(work, **{**options, "before_turn": before_turn})
 
-    service._pipeline.apply = noting  # type: ignore[method-assign]
+    pipeline.apply = noting  # type: ignore[method-assign]
     flood = [f"flood-{i}" for i in range(8)]
     quiet = [f"quiet-{i}" for i in range(4)]
     enqueue(one.consumer, flood, 3)
@@ -653,7 +653,7 @@ def test_any_mix_of_workspaces_in_one_partition_is_answered_once_in_order(
             body = {"session_id": session_id, "message": "t", "id": f"m{counts[session_id]}"}
             counts[session_id] += 1
             consumer.append(PART, session_id.encode(), json.dumps(body).encode())
-        loop = asyncio.create_task(service._fetch_loop())
+        loop = asyncio.create_task(service.parts.intake.fetch_loop())
         try:
             await until(lambda: consumer.committed(PART) == len(arrivals), "all committed",
                         within=30)
@@ -720,8 +720,8 @@ async def test_a_plans_per_minute_budget_makes_its_turns_wait_for_the_next_minut
     conversation stays in order, the quiet workspace (no budget) is answered meanwhile, and
     the waits are counted under the plan's label."""
     before = metrics.PLAN_MINUTE_WAITS.labels(plan="free")._value.get()
-    service = one.start(max_in_flight=4, plan_model_turns_per_minute="free=3")
-    budget = service._budget = MinuteBudget(0.3)  # type: ignore[assignment]
+    budget = MinuteBudget(0.3)
+    one.start(max_in_flight=4, plan_model_turns_per_minute="free=3", budget=budget)
     flood = [f"flood-{i}" for i in range(6)]
     quiet = [f"quiet-{i}" for i in range(3)]
     enqueue(one.consumer, flood, 5)

@@ -18,7 +18,6 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consumer.dead_letters import DeadLetterPublisher
 from consumer.errors import ScheduleRecordError
 from consumer.outbox import OutboxPublisher
 from consumer.scheduler.intake import parse_schedule_record
@@ -28,7 +27,7 @@ from consumer.turns.pipeline import OutboundTopics, TurnPipeline
 from consumer.turns.service import ConsumerService
 from engine import Agent, FakeClock, MockProvider, TurnRequest, TurnRequestError, ok
 from store import SavedTurn, SaveRequest, TimerEntry, jsoncodec
-from tests.consumer.fakes import FakeProducer, FakeStore
+from tests.consumer.fakes import FakeProducer, FakeStore, fake_clients
 
 TP = TopicPartition("inbound.turns", 0)
 GOOD = "s-good"
@@ -281,29 +280,26 @@ async def run_loop(
     offset is done (applied or dead-lettered); fail if that does not happen."""
     store, producer = PostgresLikeStore(), FakeProducer()
     agent = counting_agent()
-    service = ConsumerService(
-        Settings(kafka_bootstrap_servers="127.0.0.1:1", max_record_bytes=LIMIT, max_retries=1,
-                 retry_backoff_ms=0, retry_backoff_max_ms=0, dlq_topic="dlq",
-                 merge_bursts=False),  # one turn per record: each record's own fate is checked
-        agent, store=store,  # type: ignore[arg-type]
-    )
-    service._consumer = LoopConsumer()  # type: ignore[assignment]
-    service._producer = producer  # type: ignore[assignment]
-    service._pipeline = TurnPipeline(
+    pipeline = TurnPipeline(
         store=store, agent=agent,  # type: ignore[arg-type]
         publisher=OutboxPublisher(store, producer),  # type: ignore[arg-type]
         topics=OutboundTopics(messages="out", schedule="sched"),
     )
-    service._dead_letters = DeadLetterPublisher(producer, store, "dlq")
-    service._on_assigned({TP})
-    epoch = service._epochs[TP]
+    service = ConsumerService(
+        Settings(kafka_bootstrap_servers="127.0.0.1:1", max_record_bytes=LIMIT, max_retries=1,
+                 retry_backoff_ms=0, retry_backoff_max_ms=0, dlq_topic="dlq",
+                 merge_bursts=False),  # one turn per record: each record's own fate is checked
+        agent, clients=fake_clients(LoopConsumer(), store, producer, pipeline),
+    )
+    service.parts.handover.assigned({TP})
+    epoch = service.parts.ownership.epochs[TP]
     for offset, (key, value) in enumerate(records):
-        service._accept(TP, _record(offset, key, value), epoch)
+        service.parts.intake.accept(TP, _record(offset, key, value), epoch)
     async with asyncio.timeout(20):
         # The watermark is the service's own state; waiting on it is the assertion.
-        while service._marks.committable(TP) != len(records):  # noqa: ASYNC110
+        while service.parts.commits.marks.committable(TP) != len(records):  # noqa: ASYNC110
             await asyncio.sleep(0.001)
-    assert not service._workers and not service._side_tasks
+    assert not service.parts.workers.tasks and not service.parts.side_tasks.tasks
     return store, producer
 
 

@@ -203,7 +203,7 @@ async def test_a_quiet_customer_behind_a_flood_ten_times_the_look_ahead_is_answe
     flood_and_quiet(one, loud, 20, quiet)
     peak = 0
     assert one.service is not None
-    marks = one.service._marks
+    marks = one.service.parts.commits.marks
 
     def quiet_answered() -> bool:
         nonlocal peak
@@ -213,14 +213,15 @@ async def test_a_quiet_customer_behind_a_flood_ten_times_the_look_ahead_is_answe
     async with one.running():
         await until(quiet_answered, "the quiet customers are answered", within=20)
         assert sum(1 for s in one.agent.order if s.startswith("flood")) < 400
-        assert one.service._lookahead.passing.passed_over() > 0  # most of the flood unread
+        passing = one.service.parts.intake.lookahead.passing
+        assert passing.passed_over() > 0  # most of the flood unread
         await until(lambda: quiet_answered() and one.committed() == 2004,
                     "every input is committed", within=60)
     assert peak <= 2 * 200
     assert one.consumer.seeks, "the flood was never read again"
     one.check(loud, 20)
     one.check(quiet, 1)
-    assert one.service._lookahead.passing.passed_over() == 0
+    assert one.service.parts.intake.lookahead.passing.passed_over() == 0
 
 
 
@@ -290,7 +291,7 @@ async def test_a_quiet_customers_load_does_not_queue_behind_a_broadcasts_loads(
         await until(lambda: len(store.loaded) >= 5, "the broadcast is loading")
         flood_and_quiet(one, [], 0, ["quiet-0"])
         assert one.service is not None
-        queues = one.service._queues
+        queues = one.service.parts.workers.queues
         await until(lambda: queues.is_active("quiet-0"), "the quiet record is read")
         read_at = len(store.loaded)
         await until(lambda: one.committed() == 301, "every input is committed", within=30)

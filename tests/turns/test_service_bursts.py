@@ -9,13 +9,12 @@ from typing import Any
 
 from aiokafka.structs import TopicPartition
 
-from consumer.dead_letters import DeadLetterPublisher
 from consumer.outbox import OutboxPublisher
 from consumer.settings import Settings
 from consumer.turns.pipeline import OutboundTopics, TurnPipeline
 from consumer.turns.service import ConsumerService
 from engine import TurnRequestError
-from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer, FakeStore
+from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer, FakeStore, fake_clients
 from tests.turns.test_backpressure import until
 
 TP = TopicPartition("in", 0)
@@ -65,24 +64,20 @@ def wake(session_id: str, key: str) -> tuple[bytes, bytes]:
 
 
 def service_on(consumer: FakeKafkaConsumer, agent: EchoAgent, producer: FakeProducer,
-               store: FakeStore | None = None, **settings: Any) -> ConsumerService:
+               store: FakeStore | None = None, pipeline: TurnPipeline | None = None,
+               **settings: Any) -> ConsumerService:
     """A service on the doubles; ``store`` shared with an earlier one stands for the database a
-    restarted consumer finds."""
+    restarted consumer finds; ``pipeline``, when given, runs the turns."""
     store = store or FakeStore()
-    service = ConsumerService(
-        Settings(kafka_bootstrap_servers="127.0.0.1:1", **settings), agent,  # type: ignore[arg-type]
-        store=store,  # type: ignore[arg-type]
-    )
-    service._consumer = consumer  # type: ignore[assignment]
-    service._producer = producer  # type: ignore[assignment]
-    publisher = OutboxPublisher(store, producer)  # type: ignore[arg-type]
-    service._pipeline = TurnPipeline(store=store, agent=agent,  # type: ignore[arg-type]
-                                     publisher=publisher,
-                                     topics=OutboundTopics(messages="out.m", schedule="out.s"))
-    service._dead_letters = DeadLetterPublisher(  # type: ignore[arg-type]
-        producer, store, service._settings.dlq_topic
-    )
-    service._on_assigned(set(consumer.logs))
+    options = Settings(kafka_bootstrap_servers="127.0.0.1:1", **settings)
+    if pipeline is None:
+        publisher = OutboxPublisher(store, producer)  # type: ignore[arg-type]
+        pipeline = TurnPipeline(store=store, agent=agent,  # type: ignore[arg-type]
+                                publisher=publisher,
+                                topics=OutboundTopics(messages="out.m", schedule="out.s"))
+    clients = fake_clients(consumer, store, producer, pipeline, dlq_topic=options.dlq_topic)
+    service = ConsumerService(options, agent, clients=clients)  # type: ignore[arg-type]
+    service.parts.handover.assigned(set(consumer.logs))
     return service
 
 
@@ -92,7 +87,7 @@ def replies(producer: FakeProducer, session_id: str) -> list[str]:
 
 
 async def run_until(service: ConsumerService, done: Any, what: str) -> None:
-    loop = asyncio.create_task(service._fetch_loop())
+    loop = asyncio.create_task(service.parts.intake.fetch_loop())
     try:
         await until(done, what)
     finally:
@@ -196,7 +191,7 @@ async def test_the_quiet_window_lets_a_later_fragment_join() -> None:
     consumer = FakeKafkaConsumer([TP])
     agent, producer = EchoAgent(), FakeProducer()
     service = service_on(consumer, agent, producer, burst_window_ms=300)
-    loop = asyncio.create_task(service._fetch_loop())
+    loop = asyncio.create_task(service.parts.intake.fetch_loop())
     try:
         consumer.append(TP, *message("a", "hi"))
         await asyncio.sleep(0.1)
@@ -231,5 +226,5 @@ async def test_a_refused_burst_is_answered_message_by_message() -> None:
     await run_until(service, lambda: consumer.committed(TP) == 3, "the partition is committed")
     assert replies(producer, "a") == ["ok1", "ok2"]
     dead = [json.loads(v)["message"] for topic, _, v in producer.sent
-            if topic == service._settings.dlq_topic]
+            if topic == service.settings.dlq_topic]
     assert dead == ["bad"]

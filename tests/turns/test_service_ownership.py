@@ -19,7 +19,7 @@ from consumer.settings import Settings
 from consumer.turns import commits as commits_module
 from consumer.turns.pipeline import TurnFenced
 from consumer.turns.service import ConsumerService
-from tests.consumer.fakes import FakeKafkaConsumer, FakeStore
+from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer, FakeStore, fake_clients
 from tests.turns.test_backpressure import until
 
 TP = TopicPartition("in", 0)
@@ -50,18 +50,23 @@ class NoAgent:
         raise AssertionError("not called")
 
 
-def service_with(consumer: FakeConsumer) -> ConsumerService:
-    settings = Settings(kafka_bootstrap_servers="127.0.0.1:1",
-                        database_url="postgresql://nobody@127.0.0.1:1/x",
-                        drain_timeout_ms=60_000)
-    service = ConsumerService(settings, NoAgent())
-    service._consumer = consumer  # type: ignore[assignment]
-    service._on_assigned({TP})
+def service_with(
+    consumer: Any, pipeline: Any = None, *, assigned: set[TopicPartition] | None = None,
+    **settings: Any,
+) -> ConsumerService:
+    """A service on doubles: ``consumer``, ``pipeline`` (one that records what it is given,
+    by default) and an in-memory store; ``assigned`` (``TP`` by default) is assigned."""
+    options: dict[str, Any] = {"drain_timeout_ms": 60_000, **settings}
+    clients = fake_clients(consumer, FakeStore(), FakeProducer(),
+                           RecordingPipeline() if pipeline is None else pipeline)
+    service = ConsumerService(Settings(kafka_bootstrap_servers="127.0.0.1:1", **options),
+                              NoAgent(), clients=clients)
+    service.parts.handover.assigned({TP} if assigned is None else assigned)
     return service
 
 
 async def hold_busy(service: ConsumerService, release: asyncio.Event) -> None:
-    with service._busy_on(TP):
+    with service.parts.ownership.busy_on(TP):
         await release.wait()
 
 
@@ -71,17 +76,17 @@ async def test_revoke_drains_in_flight_work_then_commits() -> None:
     consumer = FakeConsumer(generation=3)
     service = service_with(consumer)
     for offset in (0, 1, 2):
-        service._marks.track(TP, offset)
-    service._marks.done(TP, 0)
-    service._marks.done(TP, 2)
+        service.parts.commits.marks.track(TP, offset)
+    service.parts.commits.marks.done(TP, 0)
+    service.parts.commits.marks.done(TP, 2)
     release = asyncio.Event()
     busy = asyncio.create_task(hold_busy(service, release))
     await asyncio.sleep(0)
-    revoke = asyncio.create_task(service._on_revoked({TP}))
+    revoke = asyncio.create_task(service.parts.handover.revoked({TP}))
     for _ in range(5):
         await asyncio.sleep(0)
     assert service.assignment == {TP}  # still draining: the in-flight turn may publish
-    service._marks.done(TP, 1)
+    service.parts.commits.marks.done(TP, 1)
     release.set()
     await revoke
     await busy
@@ -94,12 +99,12 @@ async def test_lost_membership_fences_at_once_without_commit() -> None:
     in-flight turn can no longer publish) and nothing is committed."""
     consumer = FakeConsumer(generation=-1)
     service = service_with(consumer)
-    service._marks.track(TP, 0)
-    service._marks.done(TP, 0)
+    service.parts.commits.marks.track(TP, 0)
+    service.parts.commits.marks.done(TP, 0)
     release = asyncio.Event()
     busy = asyncio.create_task(hold_busy(service, release))
     await asyncio.sleep(0)
-    await service._on_revoked({TP})
+    await service.parts.handover.revoked({TP})
     assert service.assignment == set()
     assert not busy.done()  # the turn is still running, but fenced
     assert consumer.commits == []
@@ -111,11 +116,11 @@ async def test_work_fetched_under_an_old_epoch_is_not_owned_after_reassignment()
     """A partition revoked and assigned again gets a new epoch; inputs of the old one are
     fenced even though the partition is ours again."""
     service = service_with(FakeConsumer(generation=3))
-    old_epoch = service._epochs[TP]
-    await service._on_revoked({TP})
-    service._on_assigned({TP})
-    assert not service._owns(TP, old_epoch)
-    assert service._owns(TP, service._epochs[TP])
+    old_epoch = service.parts.ownership.epochs[TP]
+    await service.parts.handover.revoked({TP})
+    service.parts.handover.assigned({TP})
+    assert not service.parts.ownership.owns(TP, old_epoch)
+    assert service.parts.ownership.owns(TP, service.parts.ownership.epochs[TP])
 
 
 class RecordingPipeline:
@@ -147,28 +152,27 @@ async def test_input_waiting_for_a_slot_is_dropped_when_its_partition_moves() ->
     from consumer.turns.workers import FetchedInput
     from store import SourceRecord
 
-    service = service_with(FakeConsumer(generation=3))
     pipeline = RecordingPipeline()
-    service._pipeline = pipeline  # type: ignore[assignment]
+    service = service_with(FakeConsumer(generation=3), pipeline)
     work = TurnWork(
         parsed=ParsedInput("s1", "wake", {"session_id": "s1", "wake": "k"}, "wake:k"),
         source=SourceRecord("in", 0, 0),
     )
     entry = QueuedInput("s1", TP, 0,
                         FetchedInput(work=work, record=object(),  # type: ignore[arg-type]
-                                     epoch=service._epochs[TP]))
-    await service._slots.take("")
-    for _ in range(service._settings.max_in_flight - 1):
-        await service._slots.take("")  # every slot busy
-    waiting = asyncio.create_task(service._process(entry))
+                                     epoch=service.parts.ownership.epochs[TP]))
+    await service.parts.slots.fair.take("")
+    for _ in range(service.settings.max_in_flight - 1):
+        await service.parts.slots.fair.take("")  # every slot busy
+    waiting = asyncio.create_task(service.parts.attempts.process(entry))
     await asyncio.sleep(0)
-    await service._on_revoked({TP})
-    for _ in range(service._settings.max_in_flight):
-        service._slots.give_back("")
+    await service.parts.handover.revoked({TP})
+    for _ in range(service.settings.max_in_flight):
+        service.parts.slots.fair.give_back("")
     await waiting
     assert pipeline.loaded == [work]
     assert pipeline.applied == []
-    assert service._slots.free > 0  # the slot it finally took came back
+    assert service.parts.slots.fair.free > 0  # the slot it finally took came back
     assert pipeline.forgotten == [{(TP.topic, TP.partition)}]  # its history windows dropped
 
 
@@ -176,23 +180,22 @@ async def test_an_input_loads_before_its_slot_and_a_revoke_does_not_wait_for_it(
     """Every slot taken: the input is loaded meanwhile (the load is not spent holding a slot),
     and a revoke drains without waiting for it, since it has not started its turn."""
     consumer = FakeConsumer(generation=3)
-    service = service_with(consumer)
     pipeline = RecordingPipeline()
-    service._pipeline = pipeline  # type: ignore[assignment]
-    service._marks.track(TP, 0)
+    service = service_with(consumer, pipeline)
+    service.parts.commits.marks.track(TP, 0)
     entry = queued(service, "s1", 0)
-    for _ in range(service._settings.max_in_flight):
-        await service._slots.take("")  # every slot busy
-    waiting = asyncio.create_task(service._process(entry))
+    for _ in range(service.settings.max_in_flight):
+        await service.parts.slots.fair.take("")  # every slot busy
+    waiting = asyncio.create_task(service.parts.attempts.process(entry))
     for _ in range(5):
         await asyncio.sleep(0)
     assert pipeline.loaded == [entry.item.work]  # loaded while every slot was taken
     assert pipeline.applied == []
     # drain_timeout_ms is a minute: a revoke that waited for this input would time out here.
-    await asyncio.wait_for(service._on_revoked({TP}), timeout=5)
+    await asyncio.wait_for(service.parts.handover.revoked({TP}), timeout=5)
     assert service.assignment == set()
-    for _ in range(service._settings.max_in_flight):
-        service._slots.give_back("")
+    for _ in range(service.settings.max_in_flight):
+        service.parts.slots.fair.give_back("")
     await asyncio.wait_for(waiting, timeout=5)
     assert pipeline.applied == []  # fenced once it had a slot: the turn never ran
     assert consumer.commits == [{TP: 0}]  # its offset was not released: read again
@@ -234,37 +237,33 @@ def queued(service: ConsumerService, session_id: str, offset: int) -> Any:
     record = SimpleNamespace(offset=offset, partition=TP.partition, key=None, value=None)
     return QueuedInput(session_id, TP, offset,
                        FetchedInput(work=work, record=record,  # type: ignore[arg-type]
-                                    epoch=service._epochs[TP]))
+                                    epoch=service.parts.ownership.epochs[TP]))
 
 
 async def test_a_turn_gives_its_slot_back_before_its_save() -> None:
     """With one slot, a turn whose save and publish are slow does not hold the next session's
     turn: the slot is given back (once) when the engine turn ends, and the offsets are
     released only after each turn's save and publish."""
-    settings = Settings(kafka_bootstrap_servers="127.0.0.1:1",
-                        database_url="postgresql://nobody@127.0.0.1:1/x", max_in_flight=1)
-    service = ConsumerService(settings, NoAgent())
-    service._consumer = FakeConsumer(generation=3)  # type: ignore[assignment]
-    service._on_assigned({TP})
     pipeline = SaveBlockedPipeline(free="s2")
-    service._pipeline = pipeline  # type: ignore[assignment]
+    service = service_with(FakeConsumer(generation=3), pipeline, max_in_flight=1)
     for offset in (0, 1):
-        service._marks.track(TP, offset)
-    first = asyncio.create_task(service._process(queued(service, "s1", 0)))
-    second = asyncio.create_task(service._process(queued(service, "s2", 1)))
+        service.parts.commits.marks.track(TP, offset)
+    first = asyncio.create_task(service.parts.attempts.process(queued(service, "s1", 0)))
+    second = asyncio.create_task(service.parts.attempts.process(queued(service, "s2", 1)))
     await asyncio.wait_for(second, timeout=5)
     assert pipeline.turned == ["s1", "s2"]
     assert pipeline.finished == ["s2"]  # ran while s1's save was still waiting
     assert not first.done()
-    assert service._marks.committable(TP) == 0  # s1's offset is not released before its save
+    # s1's offset is not released before its save
+    assert service.parts.commits.marks.committable(TP) == 0
     pipeline.save.set()
     await asyncio.wait_for(first, timeout=5)
     assert pipeline.finished == ["s2", "s1"]
-    assert service._marks.committable(TP) == 2
+    assert service.parts.commits.marks.committable(TP) == 2
     # Each attempt gave exactly one slot back, whatever after_turn's calls: one slot is free.
-    assert service._slots.free > 0
-    await service._slots.take("")
-    assert service._slots.free == 0
+    assert service.parts.slots.fair.free > 0
+    await service.parts.slots.fair.take("")
+    assert service.parts.slots.fair.free == 0
 
 
 async def test_a_turn_that_fails_before_its_save_gives_its_slot_back() -> None:
@@ -278,24 +277,18 @@ async def test_a_turn_that_fails_before_its_save_gives_its_slot_back() -> None:
         def forget_partitions(self, partitions: object) -> None:
             pass
 
-    settings = Settings(kafka_bootstrap_servers="127.0.0.1:1",
-                        database_url="postgresql://nobody@127.0.0.1:1/x", max_in_flight=1,
-                        max_retries=0)
-    service = ConsumerService(settings, NoAgent(), store=FakeStore())  # type: ignore[arg-type]
-    service._consumer = FakeConsumer(generation=3)  # type: ignore[assignment]
-    service._on_assigned({TP})
-    service._pipeline = Failing()  # type: ignore[assignment]
-    service._dead_letters = None
+    service = service_with(FakeConsumer(generation=3), Failing(), max_in_flight=1,
+                           max_retries=0)
     sent: list[str] = []
 
     async def dead_letter(record: object, reason: str, detail: str) -> None:
         sent.append(reason)
 
-    service._send_dead_letter = dead_letter  # type: ignore[method-assign]
-    service._marks.track(TP, 0)
-    await asyncio.wait_for(service._process(queued(service, "s1", 0)), timeout=5)
+    service.parts.dead_lettering.send = dead_letter  # type: ignore[method-assign]
+    service.parts.commits.marks.track(TP, 0)
+    await asyncio.wait_for(service.parts.attempts.process(queued(service, "s1", 0)), timeout=5)
     assert sent  # the failure took its path (the DLQ) ...
-    assert service._slots.free > 0  # ... and the slot came back
+    assert service.parts.slots.fair.free > 0  # ... and the slot came back
 
 
 # -- a broker in trouble: commits that hang, fetches that fail --------------------------------
@@ -313,16 +306,8 @@ def fetching_service(consumer: Any, **settings: Any) -> ConsumerService:
         def forget_partitions(self, partitions: object) -> None:
             pass
 
-    service = ConsumerService(
-        Settings(kafka_bootstrap_servers="127.0.0.1:1",
-                 database_url="postgresql://nobody@127.0.0.1:1/x", merge_bursts=False,
-                 **settings),
-        NoAgent(),
-    )
-    service._consumer = consumer
-    service._pipeline = Applied()  # type: ignore[assignment]
-    service._on_assigned(set(consumer.logs))
-    return service
+    options: dict[str, Any] = {"drain_timeout_ms": 10_000, "merge_bursts": False, **settings}
+    return service_with(consumer, Applied(), assigned=set(consumer.logs), **options)
 
 
 def wake_record(session_id: str) -> tuple[bytes, bytes]:
@@ -337,7 +322,7 @@ async def test_stop_ends_a_fetch_loop_stuck_in_a_commit() -> None:
     consumer.commit_gate = asyncio.Event()
     service = fetching_service(consumer, session_timeout_ms=60_000)
     consumer.append(TP, *wake_record("s1"))
-    loop = asyncio.create_task(service._fetch_loop())
+    loop = asyncio.create_task(service.parts.intake.fetch_loop())
     try:
         await until(lambda: consumer.commit_attempts > 0, "a commit is under way")
         service.stop()
@@ -357,7 +342,7 @@ async def test_fetching_goes_on_while_a_commit_waits_for_the_coordinator() -> No
     consumer.commit_gate = asyncio.Event()
     service = fetching_service(consumer, session_timeout_ms=60_000)
     consumer.append(TP, *wake_record("s1"))
-    loop = asyncio.create_task(service._fetch_loop())
+    loop = asyncio.create_task(service.parts.intake.fetch_loop())
     try:
         await until(lambda: consumer.commit_attempts > 0, "a commit is under way")
         consumer.append(TP, *wake_record("s2"))
@@ -379,14 +364,14 @@ async def test_a_commit_that_times_out_is_retried_by_the_next_one() -> None:
     consumer = FakeKafkaConsumer([TP])
     consumer.commit_gate = asyncio.Event()
     service = fetching_service(consumer, session_timeout_ms=1000)
-    service._marks.track(TP, 0)
-    service._marks.done(TP, 0)
-    await asyncio.wait_for(service._commit({TP}), timeout=5)
+    service.parts.commits.marks.track(TP, 0)
+    service.parts.commits.marks.done(TP, 0)
+    await asyncio.wait_for(service.parts.commits.commit({TP}), timeout=5)
     assert consumer.commit_attempts == 1
     assert consumer.commits == []
     assert service.committed_offsets() == {}
     consumer.commit_gate.set()  # the coordinator is back
-    await asyncio.wait_for(service._commit({TP}), timeout=5)
+    await asyncio.wait_for(service.parts.commits.commit({TP}), timeout=5)
     assert consumer.commits == [{TP: 1}]
     assert service.committed_offsets() == {TP: 1}
 
@@ -398,10 +383,10 @@ async def test_shutdown_release_gives_its_commit_a_short_deadline(monkeypatch: A
     consumer = FakeKafkaConsumer([TP])
     consumer.commit_gate = asyncio.Event()
     service = fetching_service(consumer, session_timeout_ms=60_000, drain_timeout_ms=0)
-    service._marks.track(TP, 0)
-    service._marks.done(TP, 0)
+    service.parts.commits.marks.track(TP, 0)
+    service.parts.commits.marks.done(TP, 0)
     service.stop()
-    await asyncio.wait_for(service._release({TP}, reason="shutdown"), timeout=2)
+    await asyncio.wait_for(service.parts.handover.release({TP}, reason="shutdown"), timeout=2)
     assert consumer.commit_attempts == 1
     assert consumer.commits == []
     assert service.assignment == set()
@@ -415,7 +400,7 @@ async def test_a_fetch_error_is_logged_and_fetching_goes_on(caplog: Any) -> None
     consumer.fetch_errors.append(CorruptRecordException())
     service = fetching_service(consumer, retry_backoff_ms=10)
     consumer.append(TP, *wake_record("s1"))
-    loop = asyncio.create_task(service._fetch_loop())
+    loop = asyncio.create_task(service.parts.intake.fetch_loop())
     try:
         with caplog.at_level(logging.ERROR, logger="turnflow.consumer"):
             await until(lambda: consumer.committed(TP) == 1, "the record after the error is "
@@ -436,7 +421,7 @@ async def test_stop_ends_the_backoff_after_a_fetch_error() -> None:
     consumer = FakeKafkaConsumer([TP])
     consumer.fetch_errors.extend(KafkaError() for _ in range(5))
     service = fetching_service(consumer, retry_backoff_ms=60_000)
-    loop = asyncio.create_task(service._fetch_loop())
+    loop = asyncio.create_task(service.parts.intake.fetch_loop())
     await until(lambda: len(consumer.fetch_errors) == 4, "the first fetch failed")
     service.stop()
     await asyncio.wait_for(loop, timeout=2)
@@ -444,4 +429,4 @@ async def test_stop_ends_the_backoff_after_a_fetch_error() -> None:
     stopped = FakeKafkaConsumer([TP])
     stopped.fetch_errors.append(ConsumerStoppedError())
     with pytest.raises(ConsumerStoppedError):
-        await asyncio.wait_for(fetching_service(stopped)._fetch_loop(), timeout=2)
+        await asyncio.wait_for(fetching_service(stopped).parts.intake.fetch_loop(), timeout=2)
