@@ -365,9 +365,14 @@ def test_from_i_never_got_an_answer_to_the_dead_lettered_record(
         context.close()
 
 
+# Twelve pages of fifty turns: the paging's every step (first, middle, last page) in a
+# conversation built by the real consumer, one turn at a time.
+LONG_TURNS = 600
+
+
 @pytest.fixture(scope="module")
 def long_session(filled: Filled, kafka_bootstrap: str, kafka_is_embedded: bool) -> str:
-    """A conversation of 2,000 turns, each a message the real consumer answered."""
+    """A conversation of ``LONG_TURNS`` turns, each a message the real consumer answered."""
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
@@ -375,23 +380,24 @@ def long_session(filled: Filled, kafka_bootstrap: str, kafka_is_embedded: bool) 
     from tests.inspect.filling import long_conversation
     from tests.integration.harness import ServiceSetup, service_topics
 
-    sid = f"long-{filled.prefix}2000"  # not under the prefix: the list tests count those
+    sid = f"long-{filled.prefix}{LONG_TURNS}"  # not under the prefix: the list tests count those
 
     async def run() -> None:
         topics = await service_topics(TopicFactory(kafka_bootstrap, "inspect-long"))
         setup = ServiceSetup(kafka_bootstrap, filled.database_url, topics, kafka_is_embedded)
-        await long_conversation(setup, sid, 2000)
+        await long_conversation(setup, sid, LONG_TURNS)
 
     with ThreadPoolExecutor(1) as pool:
         pool.submit(asyncio.run, run()).result()
     return sid
 
 
-def test_a_2000_turn_conversation_pages_to_its_start(
+def test_a_long_conversation_pages_to_its_start(
     browser: Any, ui: str, long_session: str
 ) -> None:
-    """From its latest page, the "earlier turns" link walks a 2,000-turn conversation back to
-    its first turn, 50 turns a page, every page served."""
+    """From its latest page, the "earlier turns" link walks a conversation of ``LONG_TURNS``
+    turns back to its first turn, 50 turns a page, every page served. (The reading side's own
+    tests page through 2,000 turns; ``make bench-inspect`` times far longer ones.)"""
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     try:
@@ -405,11 +411,11 @@ def test_a_2000_turn_conversation_pages_to_its_start(
             earlier = page.locator("a", has_text="earlier turns")
             if earlier.count() == 0:
                 break
-            if pages == 20:
+            if pages == LONG_TURNS // 100:
                 _shot(page, "12-long-conversation-midway")
             earlier.first.click()
             page.wait_for_load_state()
-        assert seen == list(range(1, 2001)) and pages == 40
+        assert seen == list(range(1, LONG_TURNS + 1)) and pages == LONG_TURNS // 50
         assert page.locator("article.turn#t1 .bubble.customer .text").inner_text() == "message 1"
         _shot(page, "13-long-conversation-start")
     finally:
