@@ -20,7 +20,7 @@ Then, on both databases, side by side:
 - an erase (``turnflow erase``'s ``Store.erase``): p50;
 - dropping the oldest month (the filled one only): one ``DROP TABLE``.
 
-    python bench/capacity_bench.py [--turns 10000000] [--sessions 1000000] [--calls 300]
+    python -m bench.capacity_bench [--turns 10000000] [--sessions 1000000] [--calls 300]
                                    [--no-json-trigrams]
     make bench-capacity ARGS="--turns 1000000"
 
@@ -46,13 +46,12 @@ from typing import Any
 
 import asyncpg
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from bench.harness.databases import scratch_database
+from bench.harness.percentiles import percentile
 from bench.turn_shape import CUSTOMER, REPLIES, turn_request
 from consumer.inspect.reading import Reader
 from store import Store, partitions
 from store.history import turn_entries
-from store.scratch import scratch_database
 from store.search_text import SESSION_TEXT, TURN_TEXT, TURN_WORDS, like_pattern
 
 MONTHS = 3
@@ -221,11 +220,6 @@ async def _timed(calls: int, one: Callable[[int], Awaitable[Any]]) -> list[float
     return out
 
 
-def _p(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 @dataclass
 class Side:
     """One database under measurement: its pools, each conversation's last version, who was
@@ -268,8 +262,8 @@ async def _saves(side: Side, label: str, calls: int, offset: int, seed: int) -> 
     cpu = _cpu_ms(pid)
     wall = await _timed(len(chosen), save)
     cpu = (_cpu_ms(pid) - cpu) / len(chosen)
-    side.put(f"save p50 ms ({label})", _p(wall, 0.5))
-    side.put(f"save p99 ms ({label})", _p(wall, 0.99))
+    side.put(f"save p50 ms ({label})", percentile(wall, 0.5))
+    side.put(f"save p99 ms ({label})", percentile(wall, 0.99))
     side.put(f"save CPU ms ({label})", cpu)
 
 
@@ -280,16 +274,16 @@ async def _indexed_round(side: Side, calls: int, round_: int) -> None:
     sessions = side.sessions
     picks = [f"conv-{rng.randrange(sessions)}" for _ in range(calls)]
     loads = await _timed(calls, lambda i: side.store.load(picks[i], history_limit=20))
-    side.put("history read p50 ms", _p(loads, 0.5))
+    side.put("history read p50 ms", percentile(loads, 0.5))
     names = [f"Cliente {rng.randrange(1, sessions + 1)}" for _ in range(max(10, calls // 10))]
     searches = await _timed(len(names), lambda i: side.reader.search(names[i], limit=20))
-    side.put("inspector search p50 ms", _p(searches, 0.5))
+    side.put("inspector search p50 ms", percentile(searches, 0.5))
     pages = await _timed(calls, lambda i: side.reader.conversation(picks[i], turns=50))
-    side.put("inspector page p50 ms", _p(pages, 0.5))
+    side.put("inspector page p50 ms", percentile(pages, 0.5))
     left = [s for s in range(sessions) if s not in side.erased]
     gone = rng.sample(left, min(max(1, calls // 10), len(left)))  # a tenth, each round
     erases = await _timed(len(gone), lambda i: side.store.erase(session_id=f"conv-{gone[i]}"))
-    side.put("erase p50 ms", _p(erases, 0.5))
+    side.put("erase p50 ms", percentile(erases, 0.5))
     side.erased.update(gone)
     side.versions.update({f"conv-{g}": 0 for g in gone})  # a later turn starts them again
 

@@ -1,6 +1,6 @@
 """Two trees' engines side by side: the same turns, in alternating batches, on a noisy host.
 
-Run: ``python bench/engine_ab.py BEFORE_DIR AFTER_DIR [--rounds 15] [--batch 200]``, each
+Run: ``python -m bench.engine_ab BEFORE_DIR AFTER_DIR [--rounds 15] [--batch 200]``, each
 directory a checkout of this repository (e.g. a worktree of the base commit). One worker
 process per tree imports that tree's ``engine`` (its directory first on ``PYTHONPATH``) and
 builds the turns once; the parent then asks them for batches of turns in turn, in random order
@@ -32,10 +32,9 @@ ROWS = ("fresh", "data1000", "runs10", "runs50", "runs50json", "model", "e2e", "
 
 
 def turns() -> dict[str, Callable[[], Awaitable[Any]]]:
-    """The rows' turns, built from the engine on ``sys.path``."""
-    sys.path.insert(0, os.getcwd())
+    """The rows' turns, built from the tree on ``PYTHONPATH`` (its engine, its benchmarks)."""
     import bench.engine_bench as eb
-    from bench.e2e_bench import bench_agent
+    from bench.e2e_bench import bench_agent  # the name every tree's e2e_bench has, older ones too
     from consumer.model_calls import observe_model_calls
     from engine.recording import recorded_agent, taping
 

@@ -12,7 +12,7 @@ Two scenarios against a real PostgreSQL and a Kafka-compatible broker:
 Fire delay of a wake = its record timestamp (set by the scheduler's producer when it sends)
 minus the timer's due time. Both clocks are this host's, as are the database's.
 
-    python bench/scheduler_bench.py [--timers 10000] [--replicas 1] [--trickle 200] [--pending N]
+    python -m bench.scheduler_bench [--timers 10000] [--replicas 1] [--trickle 200] [--pending N]
 
 ``--pending N`` first seeds N timers of other conversations due a year on (as a busy agent
 has: a reminder per conversation), so every statement runs beside a large table; each scenario
@@ -45,6 +45,7 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from sqlalchemy.engine import make_url
 
+from bench.harness.percentiles import percentile
 from consumer.devchat.embedded_broker import EmbeddedBroker
 from consumer.scheduler.service import FiringOptions, build_scheduler
 from consumer.topics import TopicSpec, ensure_topics
@@ -157,14 +158,10 @@ async def produce_schedule(
 
 def percentiles(delays: list[float]) -> dict[str, float]:
     ordered = sorted(delays)
-
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
     return {
-        "p50": at(0.50),
-        "p90": at(0.90),
-        "p99": at(0.99),
+        "p50": percentile(ordered, 0.50),
+        "p90": percentile(ordered, 0.90),
+        "p99": percentile(ordered, 0.99),
         "max": ordered[-1],
         "mean": statistics.fmean(ordered),
     }
