@@ -9,9 +9,9 @@ every turn timed, before and after, and its ratio to the fresh-session turn.
 
 Rows: the code-only turns of ``engine_bench.py`` (fresh session, 1,000 data fields, 10 and 50
 live runs, the 50 as the stored JSON dict), its model turn, and the end-to-end benchmark's
-turn (``e2e_bench.bench_agent``: count, a model-phrased reply, a one-hour wait) as the
-consumer runs it: recorded, model calls observed, a stored session dict and ten history
-entries; and the same turn as a conversation's first (``e2efresh``: no session, no history).
+turn (``bench.harness.stand_in_model.bench_agent``: count, a model-phrased reply, a one-hour
+wait) as the consumer runs it: recorded, model calls observed, a stored session dict and ten
+history entries; and the same turn as a conversation's first (``e2efresh``: no session, no history).
 """
 
 from __future__ import annotations
@@ -34,7 +34,10 @@ ROWS = ("fresh", "data1000", "runs10", "runs50", "runs50json", "model", "e2e", "
 def turns() -> dict[str, Callable[[], Awaitable[Any]]]:
     """The rows' turns, built from the tree on ``PYTHONPATH`` (its engine, its benchmarks)."""
     import bench.engine_bench as eb
-    from bench.e2e_bench import bench_agent  # the name every tree's e2e_bench has, older ones too
+    try:
+        from bench.harness.stand_in_model import bench_agent
+    except ImportError:  # a tree from before bench/harness/
+        from bench.e2e_bench import bench_agent
     from consumer.model_calls import observe_model_calls
     from engine.recording import recorded_agent, taping
 

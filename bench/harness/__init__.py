@@ -9,10 +9,11 @@
 - ``registry``: agents in the hosting registry, one per workspace;
 - ``saves``: the save transaction a consumer makes for a turn, alone, the yardstick of a turn;
 - ``turn_work``: inputs for the consumer's pipeline run in-process;
-- ``processes``: a ``turnflow consume`` process under load, and the CPU a process spent;
+- ``processes``: a ``turnflow consume`` process under load, and the CPU a process (or
+  PostgreSQL) spent;
 - ``traffic``: inputs produced to ``inbound.turns`` and the replies read back;
 - ``percentiles`` and ``ports``: a quantile of measurements, a free local port;
-- ``report``: the shared ways a figure is printed.
+- ``report``: the line that opens a run (servers, CPUs, its settings), a figure's spread.
 """
 
 from __future__ import annotations
