@@ -41,13 +41,13 @@ from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 
 from bench.harness.databases import scratch_database
 from bench.harness.percentiles import percentile
+from bench.harness.processes import own_cpu_seconds
 from bench.turn_shape import CUSTOMER, REPLIES, turn_request
 from consumer.inspect.reading import Reader
 from store import Store, partitions
@@ -194,16 +194,6 @@ async def _fill(url: str, turns: int, sessions: int) -> dict[str, float]:
             "turns_per_s": turns / filled}
 
 
-def _cpu_ms(pid: int) -> float:
-    """A PostgreSQL backend's CPU time so far (user + system), ms; NaN when unreadable."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) * 1000 / ticks
-
-
 async def _backend(store: Store) -> int:
     async with store.engine.connect() as connection:
         from sqlalchemy import text
@@ -259,9 +249,9 @@ async def _saves(side: Side, label: str, calls: int, offset: int, seed: int) -> 
                                                                  clock_at=None)))
         side.versions[sid] = version
 
-    cpu = _cpu_ms(pid)
+    cpu = own_cpu_seconds(pid) * 1000
     wall = await _timed(len(chosen), save)
-    cpu = (_cpu_ms(pid) - cpu) / len(chosen)
+    cpu = (own_cpu_seconds(pid) * 1000 - cpu) / len(chosen)
     side.put(f"save p50 ms ({label})", percentile(wall, 0.5))
     side.put(f"save p99 ms ({label})", percentile(wall, 0.99))
     side.put(f"save CPU ms ({label})", cpu)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bench.harness import REPO
 
-__all__ = ["ConsumerProcess", "cpu_seconds", "database_cpu_seconds"]
+__all__ = ["ConsumerProcess", "cpu_seconds", "database_cpu_seconds", "own_cpu_seconds"]
 
 
 class ConsumerProcess:
@@ -104,6 +104,15 @@ def cpu_seconds(pid: int) -> float:
         if fields is not None:
             ticks += int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process alone (a PostgreSQL backend, say), nan where
+    unreadable."""
+    fields = _stat(pid)
+    if fields is None:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 _LOCAL_HOSTS = {"", "localhost", "127.0.0.1", "::1"}
