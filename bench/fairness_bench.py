@@ -58,13 +58,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import REPO
-from bench.harness.databases import scratch_database
 from bench.harness.percentiles import percentile
 from bench.harness.ports import free_port
 from bench.harness.processes import ConsumerProcess
 from bench.harness.registry import store_registry_agents
 from bench.harness.report import servers_line
-from bench.harness.servers import Servers, broker_servers
+from bench.harness.servers import Servers, start_servers
 from bench.harness.stand_in_model import LATENCY_ENV, LatencyProvider
 from bench.harness.topics import fresh_topics
 from bench.harness.traffic import Replies
@@ -582,13 +581,7 @@ def main() -> int:
     if args.workspaces < 2:
         parser.error("--workspaces must be at least 2")
     with ExitStack() as stack:
-        database = scratch_database(stack, prefix="turnflow-fairness")
-        bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-        if bootstrap:
-            servers = Servers(database.url, bootstrap,
-                              f"{database.where} + KAFKA_BOOTSTRAP_SERVERS", False)
-        else:
-            servers = broker_servers(stack, database.url, database.where, args.broker)
+        servers = start_servers(stack, prefix="turnflow-fairness", broker=args.broker)
         return asyncio.run(run_once(servers, args))
 
 

@@ -70,13 +70,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import REPO
-from bench.harness.databases import scratch_database
 from bench.harness.percentiles import percentile
 from bench.harness.ports import free_port
 from bench.harness.processes import ConsumerProcess, cpu_seconds
 from bench.harness.registry import store_registry_agents
 from bench.harness.report import servers_line
-from bench.harness.servers import Servers, broker_servers
+from bench.harness.servers import Servers, start_servers
 from bench.harness.topics import fresh_topics
 from bench.harness.traffic import Replies
 
@@ -685,13 +684,7 @@ def main() -> int:
     elif args.rounds > 1:
         parser.error("--rounds needs --against")
     with ExitStack() as stack:
-        database = scratch_database(stack, prefix="turnflow-latency")
-        bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-        if bootstrap:
-            servers = Servers(database.url, bootstrap,
-                              f"{database.where} + KAFKA_BOOTSTRAP_SERVERS", False)
-        else:
-            servers = broker_servers(stack, database.url, database.where, "kafka")
+        servers = start_servers(stack, prefix="turnflow-latency", broker="kafka")
         return asyncio.run(_main(servers, args, sources))
 
 

@@ -21,23 +21,17 @@ class Servers:
     embedded_broker: bool
 
 
-def start_servers(stack: ExitStack, *, prefix: str = "turnflow-e2e") -> Servers:
+def start_servers(
+    stack: ExitStack, *, prefix: str = "turnflow-e2e", broker: str = "tansu"
+) -> Servers:
     """A scratch database (its name starting with ``prefix``) and the broker at
-    ``KAFKA_BOOTSTRAP_SERVERS``, else an embedded one."""
-    from consumer.devchat.embedded_broker import EmbeddedBroker
+    ``KAFKA_BOOTSTRAP_SERVERS``, else ``broker`` started for the run (see ``broker_servers``)."""
     database = scratch_database(stack, prefix=prefix)
-    url, where = database.url, database.where
-
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-    embedded = not bootstrap
-    if embedded:
-        broker = EmbeddedBroker().start()
-        stack.callback(broker.stop)
-        bootstrap = broker.bootstrap_servers
-        where += " + embedded broker"
-    else:
-        where += " + KAFKA_BOOTSTRAP_SERVERS"
-    return Servers(url, bootstrap, where, embedded)
+    if bootstrap:
+        return Servers(database.url, bootstrap, f"{database.where} + KAFKA_BOOTSTRAP_SERVERS",
+                       False)
+    return broker_servers(stack, database.url, database.where, broker)
 
 
 def broker_servers(stack: ExitStack, database_url: str, where: str, broker: str) -> Servers:
@@ -57,4 +51,4 @@ def broker_servers(stack: ExitStack, database_url: str, where: str, broker: str)
         stack.callback(kafka.stop)
         return Servers(database_url, kafka.bootstrap_servers,
                        f"{where} + Apache Kafka {KAFKA_VERSION}", False)
-    raise SystemExit(f"--brokers: unknown broker {broker!r} (tansu, kafka)")
+    raise SystemExit(f"unknown broker {broker!r} (tansu, kafka)")
