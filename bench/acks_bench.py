@@ -1,6 +1,6 @@
 """The outbox's wait for a turn's acks: ``consumer.outbox._settled`` against ``asyncio.gather``.
 
-Run: ``python bench/acks_bench.py [-n TURNS]`` (or ``make bench-acks``). A turn publishes a
+Run: ``python -m bench.acks_bench [-n TURNS]`` (or ``make bench-acks``). A turn publishes a
 reply and a timer and waits for both acks, which nearly always come in one produce response.
 Each simulated turn here creates two futures, has the event loop resolve both in one callback
 (as the producer's response handler does) and waits for them, either with

@@ -15,7 +15,7 @@ latency. Printed per consumer: turns, model calls per customer message, model-wr
 per burst, all reply records per burst, and the p50/p95 time from a burst's last message to the
 first reply of the turn that answered it.
 
-    python bench/burst_bench.py [--sessions 40] [--bursts 3] [--latency-ms 200]
+    python -m bench.burst_bench [--sessions 40] [--bursts 3] [--latency-ms 200]
     make bench-bursts ARGS="--sessions 20"
 
 Servers: ``DATABASE_URL`` (a scratch database is created there and dropped), else an embedded
@@ -29,27 +29,17 @@ import argparse
 import asyncio
 import json
 import random
-import sys
 import time
 import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-if str(BENCH_DIR) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR))
-if str(BENCH_DIR.parent) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR.parent))
-
-from e2e_bench import (  # noqa: E402  # the bench directory joins the path just above
-    LatencyProvider,
-    Servers,
-    _percentile,
-    _servers,
-    _topics,
-)
+from bench.harness.percentiles import percentile
+from bench.harness.report import servers_line
+from bench.harness.servers import Servers, start_servers
+from bench.harness.stand_in_model import LatencyProvider
+from bench.harness.topics import fresh_topics
 
 BURSTS = [
     ["hi", "my name is Ana", "I need to book a repair"],
@@ -155,7 +145,7 @@ async def _run(servers: Servers, args: argparse.Namespace) -> list[Variant]:
     services: list[tuple[ConsumerService, asyncio.Task[None]]] = []
     readers: list[asyncio.Task[None]] = []
     for variant in variants:
-        variant.topics = await _topics(servers, args.partitions)
+        variant.topics = await fresh_topics(servers, args.partitions)
         variant.provider = LatencyProvider(args.latency_ms / 1000)
         service = ConsumerService(_settings(servers, variant), build_agent(variant.provider),
                                   run_relay=False, client_id=f"bench-{variant.name}")
@@ -195,8 +185,8 @@ def _row(variant: Variant, bursts: int) -> list[str]:
         (variant.answered_at[k] - variant.sent_at[k]) * 1000
         for k in variant.sent_at if k in variant.answered_at
     ]
-    p50 = _percentile(waits, 0.5) if waits else float("nan")
-    p95 = _percentile(waits, 0.95) if waits else float("nan")
+    p50 = percentile(waits, 0.5) if waits else float("nan")
+    p95 = percentile(waits, 0.95) if waits else float("nan")
     turns = len({(r["session_id"], r["version"]) for r in replies})
     return [
         variant.name,
@@ -221,8 +211,8 @@ def main() -> None:
     if not 1 <= args.bursts <= 9:
         parser.error("--bursts must be 1 to 9 (a message id carries its burst as one digit)")
     with ExitStack() as stack:
-        servers = _servers(stack)
-        print(f"servers: {servers.where}; {args.sessions} conversations per consumer, "
+        servers = start_servers(stack)
+        print(servers_line(servers) + f"{args.sessions} conversations per consumer, "
               f"{args.bursts} bursts of 3 messages each, model latency {args.latency_ms} ms, "
               f"BURST_WINDOW_MS={args.window_ms} for on+window")
         variants = asyncio.run(_run(servers, args))

@@ -20,7 +20,7 @@ Then, on both databases, side by side:
 - an erase (``turnflow erase``'s ``Store.erase``): p50;
 - dropping the oldest month (the filled one only): one ``DROP TABLE``.
 
-    python bench/capacity_bench.py [--turns 10000000] [--sessions 1000000] [--calls 300]
+    python -m bench.capacity_bench [--turns 10000000] [--sessions 1000000] [--calls 300]
                                    [--no-json-trigrams]
     make bench-capacity ARGS="--turns 1000000"
 
@@ -41,18 +41,17 @@ from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from bench.harness.databases import scratch_database
+from bench.harness.percentiles import percentile
+from bench.harness.processes import own_cpu_seconds
 from bench.turn_shape import CUSTOMER, REPLIES, turn_request
 from consumer.inspect.reading import Reader
 from store import Store, partitions
 from store.history import turn_entries
-from store.scratch import scratch_database
 from store.search_text import SESSION_TEXT, TURN_TEXT, TURN_WORDS, like_pattern
 
 MONTHS = 3
@@ -195,16 +194,6 @@ async def _fill(url: str, turns: int, sessions: int) -> dict[str, float]:
             "turns_per_s": turns / filled}
 
 
-def _cpu_ms(pid: int) -> float:
-    """A PostgreSQL backend's CPU time so far (user + system), ms; NaN when unreadable."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) * 1000 / ticks
-
-
 async def _backend(store: Store) -> int:
     async with store.engine.connect() as connection:
         from sqlalchemy import text
@@ -219,11 +208,6 @@ async def _timed(calls: int, one: Callable[[int], Awaitable[Any]]) -> list[float
         await one(i)
         out.append((time.perf_counter() - began) * 1000)
     return out
-
-
-def _p(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 @dataclass
@@ -265,11 +249,11 @@ async def _saves(side: Side, label: str, calls: int, offset: int, seed: int) -> 
                                                                  clock_at=None)))
         side.versions[sid] = version
 
-    cpu = _cpu_ms(pid)
+    cpu = own_cpu_seconds(pid) * 1000
     wall = await _timed(len(chosen), save)
-    cpu = (_cpu_ms(pid) - cpu) / len(chosen)
-    side.put(f"save p50 ms ({label})", _p(wall, 0.5))
-    side.put(f"save p99 ms ({label})", _p(wall, 0.99))
+    cpu = (own_cpu_seconds(pid) * 1000 - cpu) / len(chosen)
+    side.put(f"save p50 ms ({label})", percentile(wall, 0.5))
+    side.put(f"save p99 ms ({label})", percentile(wall, 0.99))
     side.put(f"save CPU ms ({label})", cpu)
 
 
@@ -280,16 +264,16 @@ async def _indexed_round(side: Side, calls: int, round_: int) -> None:
     sessions = side.sessions
     picks = [f"conv-{rng.randrange(sessions)}" for _ in range(calls)]
     loads = await _timed(calls, lambda i: side.store.load(picks[i], history_limit=20))
-    side.put("history read p50 ms", _p(loads, 0.5))
+    side.put("history read p50 ms", percentile(loads, 0.5))
     names = [f"Cliente {rng.randrange(1, sessions + 1)}" for _ in range(max(10, calls // 10))]
     searches = await _timed(len(names), lambda i: side.reader.search(names[i], limit=20))
-    side.put("inspector search p50 ms", _p(searches, 0.5))
+    side.put("inspector search p50 ms", percentile(searches, 0.5))
     pages = await _timed(calls, lambda i: side.reader.conversation(picks[i], turns=50))
-    side.put("inspector page p50 ms", _p(pages, 0.5))
+    side.put("inspector page p50 ms", percentile(pages, 0.5))
     left = [s for s in range(sessions) if s not in side.erased]
     gone = rng.sample(left, min(max(1, calls // 10), len(left)))  # a tenth, each round
     erases = await _timed(len(gone), lambda i: side.store.erase(session_id=f"conv-{gone[i]}"))
-    side.put("erase p50 ms", _p(erases, 0.5))
+    side.put("erase p50 ms", percentile(erases, 0.5))
     side.erased.update(gone)
     side.versions.update({f"conv-{g}": 0 for g in gone})  # a later turn starts them again
 

@@ -12,7 +12,7 @@ fresh topics and a fresh consumer group, over 1,000 sessions:
 
 The latency runs are compared with the bound ``MAX_IN_FLIGHT / (calls per turn x latency)``.
 Each one-process 0 ms run is compared with the store benchmark's save transaction
-(``store_bench._saves_per_second``, same database, as many clients as the consumer's pool),
+(``bench.harness.saves``, same database, as many clients as the consumer's pool),
 measured for ``SAVE_WINDOW_S`` right before and right after that run (a window between two
 such runs serves both): on a host whose speed swings between minutes, a ratio of a run at the
 start to a save measured after every other run would say more about the host than about the
@@ -35,7 +35,7 @@ bound; and, for ``--processes N``, turns per second of consumer CPU (the consume
 own user+system time, not the broker's, PostgreSQL's or this load generator's, which share
 the host) for one process and for N side by side.
 
-    python bench/e2e_bench.py [--quick] [--latencies 0,200,1000] [--partitions 1,8]
+    python -m bench.e2e_bench [--quick] [--latencies 0,200,1000] [--partitions 1,8]
     turnflow bench [same options]
 
 Servers: ``DATABASE_URL`` (a scratch database is created there and dropped), else an embedded
@@ -47,132 +47,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import signal
 import statistics
 import sys
 import tempfile
-import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO = BENCH_DIR.parent
-if str(BENCH_DIR) not in sys.path:  # store_bench, and this module as the consumer's agent
-    sys.path.insert(0, str(BENCH_DIR))
+from bench.harness import REPO
+from bench.harness.databases import scratch_database
+from bench.harness.history import seed_history
+from bench.harness.percentiles import percentile
+from bench.harness.ports import free_port
+from bench.harness.processes import ConsumerProcess, cpu_seconds, database_cpu_seconds
+from bench.harness.report import servers_line, spread
+from bench.harness.saves import saves_per_second
+from bench.harness.servers import Servers, broker_servers, start_servers
+from bench.harness.stand_in_model import AGENT, LATENCY_ENV, calls_per_turn
+from bench.harness.topics import fresh_topics
+from bench.harness.traffic import InputProducer, ReplyReader
 
-LATENCY_ENV = "BENCH_MODEL_LATENCY_MS"
 PACED_LOAD = 0.7  # offered rate of the paced phase, as a share of the backlog rate
 SAVE_WINDOW_S = 4.0  # each measurement of the save transaction beside a 0 ms run
-
-
-# -- the agent the consumer process runs --------------------------------------------------------
-
-
-class LatencyProvider:
-    """The offline rule provider behind a fixed delay per call: a model with a known latency."""
-
-    def __init__(self, latency_s: float) -> None:
-        from engine import ProviderHooks
-        from engine.providers.rules import RuleProvider
-
-        self._inner = RuleProvider()
-        self.hooks = ProviderHooks()  # the consumer counts and times calls as with any provider
-        self._latency_s = latency_s
-        self.calls = 0
-
-    async def generate(self, request: Any) -> Any:
-        from engine.providers.http import observed
-
-        async def call() -> Any:
-            if self._latency_s:
-                await asyncio.sleep(self._latency_s)
-            return await self._inner.generate(request)
-
-        self.calls += 1
-        return await observed(
-            self.hooks, provider="bench", schema_name=request.schema_name, call=call
-        )
-
-
-def bench_agent(latency_ms: float | None = None) -> Any:
-    """A message turn with one model call: count (code), a model-phrased reply, a one-hour
-    wait (a timer on ``outbound.schedule``) — the save writes a reply and a timer, the shape
-    the store benchmark saves. Latency from ``BENCH_MODEL_LATENCY_MS`` unless given."""
-    from engine import Agent, ok
-
-    if latency_ms is None:
-        latency_ms = float(os.environ.get(LATENCY_ENV, "0"))
-
-    async def count(ctx: Any) -> Any:
-        return ok(data={"n": int(ctx.data.get("n") or 0) + 1})
-
-    return Agent(
-        name="Bancada",
-        provider=LatencyProvider(latency_ms / 1000),
-        fields={"n": {"type": "integer"}},
-        actions={"count": count},
-        flows=[{
-            "id": "talk",
-            "on": [{"message": []}],
-            "steps": [
-                {"id": "c", "do": "count"},
-                {"id": "reply", "prompt": "Responda em uma frase."},
-                {"id": "w", "wait": {"ms": 3_600_000}, "then": "end", "else": "c"},
-            ],
-        }],
-    )
-
-
-async def calls_per_turn() -> float:
-    """Model calls one bench turn spends, measured on the agent itself."""
-    agent = bench_agent(0)
-    provider = agent.config.provider
-    session: Any = None
-    turns = 3
-    for i in range(turns):
-        request: dict[str, Any] = {"session_id": "probe", "message": f"oi {i}", "id": f"p{i}"}
-        if session is not None:
-            request["session"] = session
-        result = await agent.turn(request)
-        session = result.session
-    return float(provider.calls) / turns
-
-
-# -- servers ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Servers:
-    database_url: str  # the scratch database
-    bootstrap: str
-    where: str
-    embedded_broker: bool
-
-
-def _servers(stack: ExitStack) -> Servers:
-    from consumer.devchat.embedded_broker import EmbeddedBroker
-    from store.scratch import scratch_database
-
-    database = scratch_database(stack, prefix="turnflow-e2e")
-    url, where = database.url, database.where
-
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-    embedded = not bootstrap
-    if embedded:
-        broker = EmbeddedBroker().start()
-        stack.callback(broker.stop)
-        bootstrap = broker.bootstrap_servers
-        where += " + embedded broker"
-    else:
-        where += " + KAFKA_BOOTSTRAP_SERVERS"
-    return Servers(url, bootstrap, where, embedded)
 
 
 # -- one run ----------------------------------------------------------------------------------
@@ -210,56 +110,8 @@ class RunResult:
     gc_ms_per_turn: float | None = None
 
 
-def _stat(pid: int) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process and its live children (Linux ``/proc``: the workers of
-    ``consume --workers N``), 0.0 where unavailable."""
-    pids = [pid]
-    for entry in Path("/proc").iterdir():
-        fields = _stat(int(entry.name)) if entry.name.isdigit() else None
-        if fields is not None and int(fields[1]) == pid:
-            pids.append(int(entry.name))
-    ticks = 0
-    for one in pids:
-        fields = _stat(one)
-        if fields is not None:
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-_LOCAL_HOSTS = {"", "localhost", "127.0.0.1", "::1"}
-
-
-def _database_cpu_seconds(url: str) -> float | None:
-    """User + system CPU of every PostgreSQL process on this host (Linux ``/proc``), with the
-    children's times each one has reaped (the postmaster's: backends that exited); None when
-    the database is on another host or no such process can be read. Any other PostgreSQL
-    running here is counted too."""
-    from sqlalchemy.engine import make_url
-
-    host = make_url(url).host or ""
-    if host not in _LOCAL_HOSTS and not host.startswith("/"):
-        return None
-    ticks, found = 0, False
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if (entry / "comm").read_text().strip() != "postgres":
-                continue
-        except OSError:
-            continue
-        fields = _stat(int(entry.name))
-        if fields is not None:
-            found = True
-            ticks += sum(int(fields[i]) for i in (11, 12, 13, 14))
-    return ticks / os.sysconf("SC_CLK_TCK") if found else None
 
 
 async def _wal_and_size(url: str) -> tuple[int, int] | None:
@@ -284,215 +136,6 @@ async def _wal_and_size(url: str) -> tuple[int, int] | None:
     return None if row is None else (int(row["wal"]), int(row["size"]))
 
 
-def _percentile(values: list[float], share: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
-
-
-class ReplyReader:
-    """Reads ``outbound.messages`` and keeps, per input id, the first reply's timestamp."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        from aiokafka import AIOKafkaConsumer
-
-        self._consumer = AIOKafkaConsumer(
-            topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
-            enable_auto_commit=False, max_partition_fetch_bytes=4 << 20,
-        )
-        self.first_reply_ms: dict[str, int] = {}
-        self.bytes_read = 0  # keys and values of every reply record read
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        await self._consumer.start()
-        self._task = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        while True:
-            batches = await self._consumer.getmany(timeout_ms=200, max_records=5000)
-            for records in batches.values():
-                for record in records:
-                    self.bytes_read += len(record.key or b"") + len(record.value or b"")
-                    input_id = json.loads(record.value).get("input_id")
-                    if input_id is not None:
-                        self.first_reply_ms.setdefault(input_id, record.timestamp)
-
-    async def until(self, ids: set[str], within: float) -> None:
-        deadline = time.monotonic() + within
-        while not ids <= self.first_reply_ms.keys():
-            if time.monotonic() > deadline:
-                missing = len(ids - self.first_reply_ms.keys())
-                raise TimeoutError(f"{missing} of {len(ids)} inputs unanswered after {within}s")
-            await asyncio.sleep(0.1)
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        await self._consumer.stop()
-
-
-class InputProducer:
-    """Produces bench inputs round-robin over the sessions; remembers each send timestamp."""
-
-    def __init__(self, bootstrap: str, topic: str, sessions: list[str]) -> None:
-        from aiokafka import AIOKafkaProducer
-
-        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
-        self._topic = topic
-        self._sessions = sessions
-        self._next = 0
-        self.sent_ms: dict[str, int] = {}
-        self.bytes_sent = 0  # keys and values of every input record sent
-
-    async def start(self) -> None:
-        await self._producer.start()
-
-    async def stop(self) -> None:
-        await self._producer.stop()
-
-    def _records(self, count: int) -> Iterator[tuple[str, bytes, bytes]]:
-        for _ in range(count):
-            session = self._sessions[self._next % len(self._sessions)]
-            self._next += 1
-            input_id = f"in.{self._next}.{uuid.uuid4().hex[:6]}"
-            value = {"session_id": session, "message": f"mensagem {self._next}", "id": input_id}
-            yield input_id, session.encode(), json.dumps(value).encode()
-
-    async def send(self, count: int) -> set[str]:
-        """Send ``count`` inputs, await every ack; their ids."""
-        pending = []
-        for input_id, key, value in self._records(count):
-            self.bytes_sent += len(key) + len(value)
-            pending.append((input_id, await self._producer.send(self._topic, value, key=key)))
-        for input_id, ack in pending:
-            self.sent_ms[input_id] = (await ack).timestamp
-        return {input_id for input_id, _ in pending}
-
-    async def paced(self, rate: float, seconds: float) -> set[str]:
-        """Send at ``rate`` inputs/s for ``seconds`` (ticks of 20 ms); their ids."""
-        ids: set[str] = set()
-        started = time.monotonic()
-        sent = 0
-        while (elapsed := time.monotonic() - started) < seconds:
-            due = int(rate * elapsed) + 1
-            if due > sent:
-                ids |= await self.send(due - sent)
-                sent = due
-            await asyncio.sleep(0.02)
-        return ids
-
-
-class ConsumerProcess:
-    """``python -m consumer.cli consume`` (optionally under pyinstrument) for one run."""
-
-    # A run whose turns failed and ran again still ends with every reply once and in order, so
-    # the figures would look valid while measuring retries: these log lines are counted and
-    # shown with the run.
-    TROUBLES = {
-        "input failed; retrying": "retried",
-        "version conflict; rerunning": "rerun after a version conflict",
-        "replay skipped": "replays skipped",
-        "sent to the DLQ": "dead-lettered",
-        "session worker crashed": "worker crashes",
-    }
-
-    def __init__(self, env: dict[str, str], profile_to: Path | None = None) -> None:
-        self._env = env
-        self._profile_to = profile_to
-        self._process: asyncio.subprocess.Process | None = None
-        self._log_task: asyncio.Task[None] | None = None
-        self.assigned = asyncio.Event()
-        self.tail: list[str] = []
-        self.troubles: Counter[str] = Counter()
-
-    @property
-    def pid(self) -> int:
-        assert self._process is not None
-        return self._process.pid
-
-    async def start(self, within: float = 60.0) -> None:
-        prefix: list[str] = [sys.executable]
-        if self._profile_to is not None:
-            prefix += ["-m", "pyinstrument", "-r", "session", "-o", str(self._profile_to)]
-        self._process = await asyncio.create_subprocess_exec(
-            *prefix, "-m", "consumer.cli", "consume",
-            env=self._env, cwd=str(REPO), stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        )
-        self._log_task = asyncio.create_task(self._read_logs())
-        try:
-            await asyncio.wait_for(self.assigned.wait(), timeout=within)
-        except TimeoutError:
-            raise RuntimeError(f"consumer not ready: {self.tail[-5:]}") from None
-
-    async def _read_logs(self) -> None:
-        assert self._process is not None and self._process.stderr is not None
-        while line := await self._process.stderr.readline():
-            text = line.decode(errors="replace")
-            if '"partitions assigned"' in text:
-                self.assigned.set()
-            for needle, name in self.TROUBLES.items():
-                if needle in text:
-                    self.troubles[name] += 1
-            self.tail = [*self.tail[-20:], text.rstrip()]
-
-    async def stop(self) -> None:
-        if self._process is None:
-            return
-        if self._process.returncode is None:
-            self._process.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(self._process.wait(), timeout=60)
-        except TimeoutError:
-            self._process.kill()
-            await self._process.wait()
-        if self._log_task is not None:
-            await asyncio.gather(self._log_task, return_exceptions=True)
-
-
-async def _topics(servers: Servers, partitions: int) -> dict[str, str]:
-    from consumer.topics import TopicSpec, ensure_topics
-
-    suffix = uuid.uuid4().hex[:8]
-    names = {
-        "INBOUND_TOPIC": f"bench.inbound.{suffix}",
-        "MESSAGES_TOPIC": f"bench.messages.{suffix}",
-        "SCHEDULE_TOPIC": f"bench.schedule.{suffix}",
-        "DLQ_TOPIC": f"bench.dlq.{suffix}",
-    }
-    await ensure_topics(servers.bootstrap, [
-        TopicSpec(name, partitions if variable != "DLQ_TOPIC" else 1)
-        for variable, name in names.items()
-    ])
-    return names
-
-
-_SEED_SESSIONS = """
-INSERT INTO sessions (id, version, state)
-SELECT s.id, $2, jsonb_set(CAST($3 AS jsonb), '{id}', to_jsonb(s.id))
-FROM unnest(CAST($1 AS text[])) AS s(id)
-"""
-
-# Each earlier turn: a customer message and one reply, as the consumer logs a turn of the bench
-# agent (no source record: these turns were never on the topic), with the history entries its
-# save would have stored.
-_SEED_TURNS = """
-INSERT INTO turns (session_id, version, input, messages, llm_calls, input_id, created_at, history)
-SELECT t.*, {entries} FROM (
-    SELECT s.id, g,
-           jsonb_build_object('session_id', s.id, 'message', 'mensagem anterior ' || g,
-                              'id', 'h' || g),
-           jsonb_build_array(jsonb_build_object(
-               'kind', 'ai', 'text', 'Resposta anterior número ' || g || ', em uma frase.')),
-           1, 'h' || g, now() - (($2 - g) || ' minutes')::interval
-    FROM unnest(CAST($1 AS text[])) AS s(id), generate_series(1, $2) AS g
-) AS t(session_id, version, input, messages, llm_calls, input_id, created_at)
-"""
-
-
 async def _gc_seconds(port: int | None) -> float | None:
     """The consumer's ``turnflow_gc_seconds_total`` summed over generations; None without a
     metrics port or when it does not answer."""
@@ -515,68 +158,6 @@ async def _gc_seconds(port: int | None) -> float | None:
     )
 
 
-async def _checkpoint(connection: Any) -> None:
-    """Write the seeded rows out now. Seeding 1,000 sessions 100 turns in writes a few hundred
-    MB of WAL; left alone, the checkpoint that volume triggers ran 45 s into the measured runs,
-    and two of them went at a seventh of their rate with the server's CPU per turn five times
-    its usual. ``CHECKPOINT`` needs a superuser or ``pg_checkpoint``: without either the run
-    goes on, and says so."""
-    import asyncpg
-
-    try:
-        await connection.execute("CHECKPOINT")
-    except asyncpg.InsufficientPrivilegeError:
-        print("  (no CHECKPOINT after seeding: the role may not; a checkpoint the seeded WAL "
-              "triggers may fall in a measured run)", flush=True)
-
-
-async def seed_history(url: str, session_ids: list[str], turns: int) -> None:
-    """Give every session ``turns`` earlier turns: its state after them and their turn log, so
-    each load reads the history a conversation that far along has (2 entries a turn, up to the
-    consumer's ``HISTORY_LIMIT``)."""
-    import asyncpg
-
-    from consumer.settings import Settings
-    from store import Store
-    from store.history import turn_entries
-    from store.jsoncodec import dumps
-    from store.urls import plain_url
-
-    # The consumer's default, which the benchmark's consumer runs with.
-    history_limit = Settings.model_fields["history_limit"].default
-
-    agent = bench_agent(0)
-    state: Any = None
-    for n in range(1, turns + 1):
-        request: dict[str, Any] = {"session_id": "seed", "message": f"mensagem anterior {n}",
-                                   "id": f"h{n}"}
-        if state is not None:
-            request["session"] = state
-        state = (await agent.turn(request)).session.model_dump(mode="json")
-    connection = await asyncpg.connect(plain_url(url))
-    try:
-        await connection.execute(_SEED_SESSIONS, session_ids, turns, dumps(state))
-        entries = turn_entries("t.input", "t.messages", "t.created_at")
-        await connection.execute(
-            _SEED_TURNS.replace("{entries}", entries), session_ids, turns
-        )
-        # Vacuumed as well as analysed: autovacuum would otherwise take up the seeded rows
-        # while the run is measured, and bill its CPU to the turns.
-        for table in ("sessions", "turns"):
-            await connection.execute(f"VACUUM ANALYZE {table}")
-        await _checkpoint(connection)
-    finally:
-        await connection.close()
-    store = await Store.connect(url, pool_size=1, max_overflow=0)
-    try:  # what the consumer will read back: the version and the whole history window
-        loaded = await store.load(session_ids[-1], history_limit=history_limit)
-    finally:
-        await store.close()
-    assert loaded.version == turns, loaded.version
-    assert len(loaded.history) == min(history_limit, 2 * turns), len(loaded.history)
-    assert loaded.state is not None and loaded.state["id"] == session_ids[-1], loaded.state
-
-
 async def run_once(
     servers: Servers, *, latency_ms: int, partitions: int, sessions: int, inputs: int,
     paced_seconds: float, max_in_flight: int, profile_to: Path | None = None,
@@ -588,19 +169,17 @@ async def run_once(
     offers ``paced_rate`` inputs a second, else ``PACED_LOAD`` of the backlog's rate.
     ``consumer_env``: settings of the consumer's own on top (its ``DATABASE_URL`` through a
     pooler, say); the benchmark's own statements still go to ``servers.database_url``."""
-    topics = await _topics(servers, partitions)
-    from consumer.processes import free_port
-
+    topics = await fresh_topics(servers, partitions)
     metrics_port = free_port() if workers == 1 else None
     env = dict(os.environ)
     env.pop("TURNFLOW_CRASH_AT", None)
     env.update(topics)
     env.update({
-        "PYTHONPATH": os.pathsep.join([str(REPO), str(BENCH_DIR)]),
+        "PYTHONPATH": str(REPO),
         "DATABASE_URL": servers.database_url,
         "KAFKA_BOOTSTRAP_SERVERS": servers.bootstrap,
         "GROUP_ID": f"bench-{uuid.uuid4().hex[:8]}",
-        "AGENT": "e2e_bench:bench_agent",
+        "AGENT": AGENT,
         LATENCY_ENV: str(latency_ms),
         "MAX_IN_FLIGHT": str(max_in_flight),
         # One process serves its metrics, for its garbage collection time; workers none.
@@ -629,18 +208,18 @@ async def run_once(
     try:
         backlog = await producer.send(inputs)
         await consumer.start()
-        cpu_before = _cpu_seconds(consumer.pid)
+        cpu_before = cpu_seconds(consumer.pid)
         gc_before = await _gc_seconds(metrics_port)
-        db_before = _database_cpu_seconds(servers.database_url)
+        db_before = database_cpu_seconds(servers.database_url)
         disk_before = await _wal_and_size(servers.database_url)
         # Generous bound: the model alone needs inputs x calls x latency / max_in_flight.
         within = 60 + inputs * 2 * latency_ms / 1000 / max_in_flight * 3
         await replies.until(backlog, within=within)
         replied_bytes, input_bytes = replies.bytes_read, producer.bytes_sent
-        cpu = _cpu_seconds(consumer.pid) - cpu_before
+        cpu = cpu_seconds(consumer.pid) - cpu_before
         gc_after = await _gc_seconds(metrics_port)
         gc = None if gc_before is None or gc_after is None else gc_after - gc_before
-        db_after = _database_cpu_seconds(servers.database_url)
+        db_after = database_cpu_seconds(servers.database_url)
         db_cpu = None if db_before is None or db_after is None else db_after - db_before
         disk_after = await _wal_and_size(servers.database_url)
         grown = (None if disk_before is None or disk_after is None
@@ -661,8 +240,8 @@ async def run_once(
         latency_ms=latency_ms, partitions=partitions, inputs=len(backlog), turns_per_s=rate,
         cpu_ms_per_turn=cpu * 1000 / len(backlog), paced_rate=offered,
         db_cpu_ms_per_turn=None if db_cpu is None else db_cpu * 1000 / len(backlog),
-        paced_inputs=len(paced), p50_ms=_percentile(latencies, 0.50),
-        p95_ms=_percentile(latencies, 0.95), p99_ms=_percentile(latencies, 0.99),
+        paced_inputs=len(paced), p50_ms=percentile(latencies, 0.50),
+        p95_ms=percentile(latencies, 0.95), p99_ms=percentile(latencies, 0.99),
         workers=workers, history_turns=history_turns, troubles=dict(consumer.troubles),
         gc_ms_per_turn=None if gc is None else gc * 1000 / len(backlog),
         wal_bytes_per_turn=None if grown is None else grown[0] / len(backlog),
@@ -689,8 +268,9 @@ _CATEGORIES = (
 
 _ENGINE_DIR = f"{REPO / 'engine'}/"  # the project's engine, not sqlalchemy/engine/
 _RULES = f"{REPO / 'engine' / 'providers' / 'rules.py'}:"
-# LatencyProvider.generate and its inner call: this benchmark's own wrapper in the model's place.
-_STAND_IN = tuple(f"{REPO / 'bench' / 'e2e_bench.py'}:{name}" for name in ("generate", "call"))
+# LatencyProvider.generate and its inner call: the harness's own wrapper in the model's place.
+_STAND_IN = tuple(f"{REPO / 'bench' / 'harness' / 'stand_in_model.py'}:{name}"
+                  for name in ("generate", "call"))
 
 
 def _category(path: list[str]) -> str:
@@ -738,9 +318,7 @@ def profile_summary(session_file: Path) -> Counter[str]:
 
 
 def _store_saves_per_second(url: str, clients: int, seconds: float) -> tuple[float, float]:
-    import store_bench
-
-    saves, _, cpu_ms = asyncio.run(store_bench._saves_per_second(url, clients, seconds))
+    saves, _, cpu_ms = asyncio.run(saves_per_second(url, clients, seconds))
     return saves, cpu_ms
 
 
@@ -797,14 +375,6 @@ def _per_cpu_second(r: RunResult) -> float:
     return 1000 / r.cpu_ms_per_turn if r.cpu_ms_per_turn > 0 else float("nan")
 
 
-def _spread(values: list[float]) -> str:
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return f"{ordered[0]:.2f}"
-    return f"{statistics.median(ordered):.2f} (median of {len(ordered)}: " \
-        f"{ordered[0]:.2f}-{ordered[-1]:.2f})"
-
-
 def target_lines(
     results: list[RunResult], baselines: dict[int, SaveBaseline], args: argparse.Namespace,
     per_turn: float,
@@ -828,16 +398,16 @@ def target_lines(
         rate = [t for _, t in ratios]
         label = "fresh sessions" if turns == 0 else f"sessions {turns} turns in"
         cpu_wanted = 2.0 if turns == 0 else 2.3
-        lines.append(f"  0 ms, {label}: CPU per turn {_spread(cpu)} x the save's client CPU, "
+        lines.append(f"  0 ms, {label}: CPU per turn {spread(cpu)} x the save's client CPU, "
                      f"{verdict(statistics.median(cpu), cpu_wanted, True)}")
-        lines.append(f"  0 ms, {label}: turns/s {_spread(rate)} x the save rate, "
+        lines.append(f"  0 ms, {label}: turns/s {spread(rate)} x the save rate, "
                      f"{verdict(statistics.median(rate), 0.6, False)}")
     for latency in sorted({r.latency_ms for r in results if r.latency_ms}):
         bound = _bound(args.max_in_flight, per_turn, latency)
         shares = [r.turns_per_s / bound for r in results
                   if r.latency_ms == latency and r.workers == 1]
         if latency == 200 and shares:
-            lines.append(f"  200 ms: turns/s {_spread(shares)} of the bound ({bound:.0f}), "
+            lines.append(f"  200 ms: turns/s {spread(shares)} of the bound ({bound:.0f}), "
                          f"{verdict(statistics.median(shares), 1.0, False)}")
     return lines
 
@@ -893,26 +463,6 @@ def _fetch_wait_shown(given: int | None, servers: Servers) -> str:
     return "10" if servers.embedded_broker else os.environ.get("KAFKA_FETCH_MAX_WAIT_MS", "500")
 
 
-def _broker_servers(stack: ExitStack, database_url: str, where: str, broker: str) -> Servers:
-    """``tansu``: the embedded broker; ``kafka``: one Apache Kafka node (KRaft) on this host,
-    its JVM sized for throughput rather than for the tests."""
-    if broker == "tansu":
-        from consumer.devchat.embedded_broker import EmbeddedBroker
-
-        tansu = EmbeddedBroker().start()
-        stack.callback(tansu.stop)
-        return Servers(database_url, tansu.bootstrap_servers, f"{where} + Tansu (embedded)", True)
-    if broker == "kafka":
-        if str(REPO) not in sys.path:  # the fixture lives in the source tree's tests/
-            sys.path.insert(0, str(REPO))
-        from tests.fixtures.kafka_server import KAFKA_VERSION, KafkaServer
-
-        kafka = KafkaServer(jvm_options=("-Xms1g", "-Xmx1g", "-XX:+UseG1GC",
-                                         "-Djava.awt.headless=true")).start()
-        stack.callback(kafka.stop)
-        return Servers(database_url, kafka.bootstrap_servers,
-                       f"{where} + Apache Kafka {KAFKA_VERSION}", False)
-    raise SystemExit(f"--brokers: unknown broker {broker!r} (tansu, kafka)")
 
 
 def _bound(max_in_flight: int, per_turn: float, latency_ms: int) -> float:
@@ -943,8 +493,6 @@ def _bytes_text(r: RunResult) -> str:
 def run_brokers(args: argparse.Namespace, brokers: list[str]) -> int:
     """The latency rows on each broker in turn, one table with a broker column. Everything
     else is the same for every broker: database, agent, sessions, inputs, settings."""
-    from store.scratch import scratch_database
-
     latencies = [int(x) for x in args.latencies.split(",")]
     partition_counts = [int(x) for x in args.partitions.split(",")]
     per_turn = asyncio.run(calls_per_turn())
@@ -953,8 +501,8 @@ def run_brokers(args: argparse.Namespace, brokers: list[str]) -> int:
         database = scratch_database(stack, prefix="turnflow-e2e")
         for broker in brokers:
             with ExitStack() as on_broker:
-                servers = _broker_servers(on_broker, database.url, database.where, broker)
-                print(f"servers: {servers.where}; {os.cpu_count()} CPUs; MAX_IN_FLIGHT="
+                servers = broker_servers(on_broker, database.url, database.where, broker)
+                print(servers_line(servers) + f"MAX_IN_FLIGHT="
                       f"{args.max_in_flight}; {args.sessions} sessions; {args.inputs} backlog "
                       f"inputs per run; KAFKA_FETCH_MAX_WAIT_MS="
                       f"{_fetch_wait_shown(args.fetch_max_wait_ms, servers)}", flush=True)
@@ -1006,8 +554,8 @@ def run(args: argparse.Namespace) -> int:
     pool = min(args.max_in_flight, 20)  # the consumer's pool size (turns/clients.py)
     results: list[RunResult] = []
     with ExitStack() as stack:
-        servers = _servers(stack)
-        print(f"servers: {servers.where}; {os.cpu_count()} CPUs; MAX_IN_FLIGHT="
+        servers = start_servers(stack)
+        print(servers_line(servers) + f"MAX_IN_FLIGHT="
               f"{args.max_in_flight}; {args.sessions} sessions; {args.inputs} backlog inputs "
               f"per run; {args.history_turns} earlier turns per session; "
               f"model calls per turn: {per_turn:g}; KAFKA_FETCH_MAX_WAIT_MS="

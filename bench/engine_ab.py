@@ -1,6 +1,6 @@
 """Two trees' engines side by side: the same turns, in alternating batches, on a noisy host.
 
-Run: ``python bench/engine_ab.py BEFORE_DIR AFTER_DIR [--rounds 15] [--batch 200]``, each
+Run: ``python -m bench.engine_ab BEFORE_DIR AFTER_DIR [--rounds 15] [--batch 200]``, each
 directory a checkout of this repository (e.g. a worktree of the base commit). One worker
 process per tree imports that tree's ``engine`` (its directory first on ``PYTHONPATH``) and
 builds the turns once; the parent then asks them for batches of turns in turn, in random order
@@ -9,9 +9,9 @@ every turn timed, before and after, and its ratio to the fresh-session turn.
 
 Rows: the code-only turns of ``engine_bench.py`` (fresh session, 1,000 data fields, 10 and 50
 live runs, the 50 as the stored JSON dict), its model turn, and the end-to-end benchmark's
-turn (``e2e_bench.bench_agent``: count, a model-phrased reply, a one-hour wait) as the
-consumer runs it: recorded, model calls observed, a stored session dict and ten history
-entries; and the same turn as a conversation's first (``e2efresh``: no session, no history).
+turn (``bench.harness.stand_in_model.bench_agent``: count, a model-phrased reply, a one-hour
+wait) as the consumer runs it: recorded, model calls observed, a stored session dict and ten
+history entries; and the same turn as a conversation's first (``e2efresh``: no session, no history).
 """
 
 from __future__ import annotations
@@ -32,10 +32,12 @@ ROWS = ("fresh", "data1000", "runs10", "runs50", "runs50json", "model", "e2e", "
 
 
 def turns() -> dict[str, Callable[[], Awaitable[Any]]]:
-    """The rows' turns, built from the engine on ``sys.path``."""
-    sys.path.insert(0, os.getcwd())
+    """The rows' turns, built from the tree on ``PYTHONPATH`` (its engine, its benchmarks)."""
     import bench.engine_bench as eb
-    from bench.e2e_bench import bench_agent
+    try:
+        from bench.harness.stand_in_model import bench_agent
+    except ImportError:  # a tree from before bench/harness/
+        from bench.e2e_bench import bench_agent
     from consumer.model_calls import observe_model_calls
     from engine.recording import recorded_agent, taping
 

@@ -1,6 +1,6 @@
 """Engine benchmark: microseconds per turn, and what the engine adds around each model call.
 
-Run: ``python bench/engine_bench.py`` (or ``make bench-engine``). Prints one table; every figure
+Run: ``python -m bench.engine_bench`` (or ``make bench-engine``). Prints one table; every figure
 comes from the same process and run, so the ratios side by side are comparable. The turns are
 timed in rounds (a few of each row, then the next row), so a host whose speed drifts during
 the run slows every row alike.
@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from bench.harness.percentiles import percentile
 from engine import Agent, FakeClock, ModelRequest, ModelResponse
 
 Turn = Callable[[], Awaitable[Any]]
@@ -188,9 +189,7 @@ def measure(
 
 
 def summary(samples: list[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return statistics.median(ordered), p99
+    return statistics.median(samples), percentile(samples, 0.99)
 
 
 def rows(iterations: int) -> list[tuple[str, float, float]]:

@@ -30,7 +30,7 @@ inputs were sent (nothing reordered). The look-ahead's cost is the consumer's ow
 (``turnflow_lookahead_records``/``_bytes`` at their peak, sampled) and its resident memory
 before and at its peak.
 
-    python bench/fairness_bench.py [--broker kafka|tansu] [--latency-ms 200] [--workspaces 2]
+    python -m bench.fairness_bench [--broker kafka|tansu] [--latency-ms 200] [--workspaces 2]
                                    [--flood 6000] [--flood-conversations 600] [--quick]
     make bench-fairness ARGS="..."
 
@@ -57,43 +57,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO = BENCH_DIR.parent
-for _path in (str(REPO), str(BENCH_DIR)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-
-from e2e_bench import (  # noqa: E402
-    LATENCY_ENV,
-    ConsumerProcess,
-    LatencyProvider,
-    Servers,
-    _broker_servers,
-    _percentile,
-    _topics,
-)
+from bench.harness import REPO
+from bench.harness.percentiles import percentile
+from bench.harness.ports import free_port
+from bench.harness.processes import ConsumerProcess
+from bench.harness.registry import store_registry_agents
+from bench.harness.report import servers_line
+from bench.harness.servers import Servers, start_servers
+from bench.harness.stand_in_model import LATENCY_ENV, LatencyProvider
+from bench.harness.topics import fresh_topics
+from bench.harness.traffic import Replies
 
 STAND_IN_FLAG = "--consume-with-stand-in-model"
 POOL_ENV = "BENCH_MODEL_POOL"
 """``--model-pool httpx-default``: the provider's client on one pool with httpx's default limits
 (100 connections, 20 of them kept alive) instead of its own ``ShardedTransport``."""
-
-
-def _definition(workspace: str) -> dict[str, Any]:
-    """One registry agent per workspace: one model call a turn, a reply and a timer."""
-    return {
-        "agent_id": f"agent-{workspace}",
-        "workspace": workspace,
-        "name": "Bancada",
-        "flows": [{
-            "id": "talk",
-            "on": [{"message": []}],
-            "steps": [
-                {"id": "reply", "prompt": "Responda em uma frase."},
-                {"id": "w", "wait": {"ms": 3_600_000}, "then": "end", "else": "reply"},
-            ],
-        }],
-    }
 
 
 def consume_with_stand_in() -> int:
@@ -123,58 +101,6 @@ def consume_with_stand_in() -> int:
 
 
 # -- load -------------------------------------------------------------------------------------
-
-
-class Replies:
-    """Reads the reply topic: per input id, every reply's timestamp; per conversation, the
-    input ids in the order their replies came."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        from aiokafka import AIOKafkaConsumer
-
-        self._consumer = AIOKafkaConsumer(
-            topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
-            enable_auto_commit=False, max_partition_fetch_bytes=4 << 20,
-        )
-        self.stamps: dict[str, list[int]] = defaultdict(list)
-        self.order: dict[str, list[str]] = defaultdict(list)
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        await self._consumer.start()
-        self._task = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        while True:
-            batches = await self._consumer.getmany(timeout_ms=100, max_records=5000)
-            for records in batches.values():
-                for record in records:
-                    reply = json.loads(record.value)
-                    input_id = reply.get("input_id")
-                    if input_id is None:
-                        continue
-                    if not self.stamps[input_id]:
-                        self.order[reply["session_id"]].append(input_id)
-                    self.stamps[input_id].append(record.timestamp)
-
-    def answered(self, input_id: str) -> bool:
-        return bool(self.stamps.get(input_id))
-
-    async def until(self, ids: set[str], within: float, at_least: int | None = None) -> None:
-        """Wait until every one of ``ids`` is answered (or ``at_least`` of them)."""
-        deadline = time.monotonic() + within
-        wanted = len(ids) if at_least is None else min(at_least, len(ids))
-        while sum(1 for i in ids if self.answered(i)) < wanted:
-            if time.monotonic() > deadline:
-                missing = sum(1 for i in ids if not self.answered(i))
-                raise TimeoutError(f"{missing} of {len(ids)} inputs unanswered after {within}s")
-            await asyncio.sleep(0.05)
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        await self._consumer.stop()
 
 
 class Producer:
@@ -365,27 +291,6 @@ class Sampler:
 # -- the run ----------------------------------------------------------------------------------
 
 
-async def _store_agents(url: str, workspaces: int, plans: dict[str, str]) -> None:
-    from engine.definition import definition_digest
-    from store import Store
-    from store.hosting import Hosting
-
-    store = await Store.connect(url, pool_size=2, max_overflow=0)
-    try:
-        hosting = Hosting(store.engine)
-        for w in range(workspaces):
-            document = _definition(f"ws-{w}")
-            await hosting.put_version(
-                agent_id=document["agent_id"], workspace=document["workspace"],
-                document=document, digest=definition_digest(document), activate=True,
-            )
-            plan = plans.get(f"ws-{w}")
-            if plan is not None:
-                await hosting.set_workspace(f"ws-{w}", plan=plan)
-    finally:
-        await store.close()
-
-
 async def _flood_phase(
     name: str, producer: Producer, replies: Replies, args: argparse.Namespace, run: str,
     with_trickle: bool,
@@ -446,18 +351,16 @@ async def _trickle_phase(
 
 
 async def run_once(servers: Servers, args: argparse.Namespace) -> int:
-    from consumer.devchat.embedded_broker import free_port
-
-    await _store_agents(servers.database_url, args.workspaces, dict(
+    await store_registry_agents(servers.database_url, args.workspaces, dict(
         item.split("=", 1) for item in args.plans
     ))
-    topics = await _topics(servers, args.partitions)
+    topics = await fresh_topics(servers, args.partitions)
     port = free_port()
     env = dict(os.environ)
     env.pop("TURNFLOW_CRASH_AT", None)
     env.update(topics)
     env.update({
-        "PYTHONPATH": os.pathsep.join([str(REPO), str(BENCH_DIR)]),
+        "PYTHONPATH": str(REPO),
         "DATABASE_URL": servers.database_url,
         "KAFKA_BOOTSTRAP_SERVERS": servers.bootstrap,
         "GROUP_ID": f"bench-{uuid.uuid4().hex[:8]}",
@@ -544,7 +447,7 @@ class _StandInConsumer(ConsumerProcess):
         from asyncio import subprocess as sp
 
         self._process = await asyncio.create_subprocess_exec(
-            sys.executable, str(BENCH_DIR / "fairness_bench.py"), STAND_IN_FLAG,
+            sys.executable, "-m", "bench.fairness_bench", STAND_IN_FLAG,
             env=self._env, cwd=str(REPO), stdin=sp.DEVNULL, stdout=sp.DEVNULL, stderr=sp.PIPE,
         )
         self._log_task = asyncio.create_task(self._read_logs())
@@ -552,10 +455,6 @@ class _StandInConsumer(ConsumerProcess):
             await asyncio.wait_for(self.assigned.wait(), timeout=within)
         except TimeoutError:
             raise RuntimeError(f"consumer not ready: {self.tail[-5:]}") from None
-
-
-def _ms(values: list[float], share: float) -> float:
-    return _percentile(values, share)
 
 
 def _report(
@@ -566,12 +465,12 @@ def _report(
     alone, flood_alone, together = phases
     lat_alone = alone.latencies(producer, replies)
     lat_during = together.latencies(producer, replies)
-    p50a, p99a = _ms(lat_alone, 0.5), _ms(lat_alone, 0.99)
-    p50d, p99d = _ms(lat_during, 0.5), _ms(lat_during, 0.99)
+    p50a, p99a = percentile(lat_alone, 0.5), percentile(lat_alone, 0.99)
+    p50d, p99d = percentile(lat_during, 0.5), percentile(lat_during, 0.99)
     rate_alone = flood_alone.flood_rate() or float("nan")
     rate_together = together.flood_rate() or float("nan")
     print()
-    print(f"servers: {servers.where}; {os.cpu_count()} CPUs; model {args.latency_ms} ms a call; "
+    print(servers_line(servers) + f"model {args.latency_ms} ms a call; "
           f"MAX_IN_FLIGHT={args.max_in_flight}; {args.partitions} partitions; "
           f"{args.workspaces} workspaces; "
           + (f"broadcast of {args.broadcast} starts; " if args.broadcast else
@@ -585,7 +484,8 @@ def _report(
     for phase in phases:
         lat = phase.latencies(producer, replies)
         rate = phase.flood_rate()
-        print(f"{phase.name:<16} {len(lat):>9} {_ms(lat, 0.5):>8.0f} {_ms(lat, 0.99):>8.0f} "
+        print(f"{phase.name:<16} {len(lat):>9} {percentile(lat, 0.5):>8.0f} "
+              f"{percentile(lat, 0.99):>8.0f} "
               f"{max(lat, default=float('nan')):>8.0f} {len(phase.flood):>8} "
               f"{rate if rate is not None else float('nan'):>8.1f}")
     print()
@@ -597,8 +497,8 @@ def _report(
     new_alone = alone.newcomer_latencies(producer, replies)
     new_during = together.newcomer_latencies(producer, replies)
     if new_alone and new_during:
-        n50a, n99a = _ms(new_alone, 0.5), _ms(new_alone, 0.99)
-        n50d, n99d = _ms(new_during, 0.5), _ms(new_during, 0.99)
+        n50a, n99a = percentile(new_alone, 0.5), percentile(new_alone, 0.99)
+        n50d, n99d = percentile(new_during, 0.5), percentile(new_during, 0.99)
         new_bound = 2 * n99a + 1000
         print(f"new customers of the flooding workspace ({len(new_during)} during, "
               f"{len(new_alone)} alone): p50 {n50d:.0f} / {n50a:.0f} ms ({n50d / n50a:.2f}x); "
@@ -680,16 +580,8 @@ def main() -> int:
         args.flood, args.flood_conversations = 2000, 200
     if args.workspaces < 2:
         parser.error("--workspaces must be at least 2")
-    from store.scratch import scratch_database
-
     with ExitStack() as stack:
-        database = scratch_database(stack, prefix="turnflow-fairness")
-        bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-        if bootstrap:
-            servers = Servers(database.url, bootstrap,
-                              f"{database.where} + KAFKA_BOOTSTRAP_SERVERS", False)
-        else:
-            servers = _broker_servers(stack, database.url, database.where, args.broker)
+        servers = start_servers(stack, prefix="turnflow-fairness", broker=args.broker)
         return asyncio.run(run_once(servers, args))
 
 

@@ -19,7 +19,7 @@ no save: those are the same whichever agent answers (see ``pipeline_bench.py``).
   worst turn, the time from the activation to the first turn on the new version and how many
   turns the old version answered meanwhile (the live version is re-read every 200 ms here).
 
-    python bench/hosting_bench.py [--turns 3000] [--conversations 1000] [--agents 1000]
+    python -m bench.hosting_bench [--turns 3000] [--conversations 1000] [--agents 1000]
                                   [--rounds 3]
 
 Uses DATABASE_URL (a scratch database is created there and dropped), else an embedded
@@ -38,22 +38,21 @@ import subprocess
 import sys
 import time
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.harness import REPO
+from bench.harness.databases import scratch_database
+from bench.harness.percentiles import percentile
+from consumer.hosting.routing import RegistryRouter
+from consumer.turns.parser import ParsedInput
+from engine.definition import definition_digest
+from engine.packs import PackSet
+from engine.providers import RuleProvider
+from examples.demo_pack import pack
+from store import Store
+from store.hosting import Hosting
 
-from consumer.hosting.routing import RegistryRouter  # noqa: E402
-from consumer.turns.parser import ParsedInput  # noqa: E402
-from engine.definition import definition_digest  # noqa: E402
-from engine.packs import PackSet  # noqa: E402
-from engine.providers import RuleProvider  # noqa: E402
-from examples.demo_pack import pack  # noqa: E402
-from store import Store  # noqa: E402
-from store.hosting import Hosting  # noqa: E402
-
-DEMO = json.loads((ROOT / "examples/agents/demo.json").read_text())
+DEMO = json.loads((REPO / "examples/agents/demo.json").read_text())
 MESSAGES = ["hi, I'm Rui", "what are your opening hours?", "book a repair", "brakes",
             "saturday", "yes", "thanks"]
 
@@ -132,14 +131,13 @@ async def _scenario(url: str, options: argparse.Namespace) -> dict[str, Any]:
         elapsed = time.perf_counter() - started
     finally:
         await store.close()
-    ordered = sorted(latencies)
     second_half = latencies[len(latencies) // 2:]
     return {
         "turns_per_s": options.turns / elapsed,
         "steady_per_s": len(second_half) / sum(second_half),
         "median_us": statistics.median(latencies) * 1e6,
-        "p99_us": ordered[int(len(ordered) * 0.99)] * 1e6,
-        "max_ms": ordered[-1] * 1e3,
+        "p99_us": percentile(latencies, 0.99) * 1e6,
+        "max_ms": max(latencies) * 1e3,
         "rss_mb": _rss_mb() - rss_before,
         "builds": router.builds,
         "cached": router.cached_agents,
@@ -185,8 +183,6 @@ def main() -> None:
     if options.scenario:
         print(json.dumps(asyncio.run(_scenario(options.scenario, options))))
         return
-
-    from store.scratch import scratch_database
 
     with ExitStack() as stack:
         database = scratch_database(stack, prefix="turnflow-hosting-bench")

@@ -18,7 +18,7 @@ consumer's, measured over the same seconds (target: within 2x); the busy consume
 against its own phase 1 is printed too. Quiet conversations that share the hot session's
 partition are reported apart: a partition is read in offset order, so they wait with it.
 
-    python bench/hot_session_bench.py [--quick] [--hot-inputs 20000] [--partitions 4]
+    python -m bench.hot_session_bench [--quick] [--hot-inputs 20000] [--partitions 4]
     make bench-hot-session ARGS="--quick"
 
 Servers: ``DATABASE_URL`` (a scratch database is created there and dropped), else an embedded
@@ -37,23 +37,15 @@ import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-if str(BENCH_DIR) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR))
-
-from e2e_bench import (  # noqa: E402  # the bench directory joins the path just above
-    LATENCY_ENV,
-    REPO,
-    ConsumerProcess,
-    InputProducer,
-    ReplyReader,
-    Servers,
-    _percentile,
-    _servers,
-    _topics,
-)
+from bench.harness import REPO
+from bench.harness.percentiles import percentile
+from bench.harness.processes import ConsumerProcess
+from bench.harness.report import servers_line
+from bench.harness.servers import Servers, start_servers
+from bench.harness.stand_in_model import AGENT, LATENCY_ENV
+from bench.harness.topics import fresh_topics
+from bench.harness.traffic import InputProducer, ReplyReader
 
 TARGET_RATIO = 2.0
 
@@ -94,8 +86,8 @@ def _row(name: str, values: list[float], waiting: int = 0) -> str:
     note = f"  ({waiting} unanswered at the end of the phase)" if waiting else ""
     if not values:
         return f"  {name:<52} {'-':>6} {'-':>8} {'-':>8}{note}"
-    return (f"  {name:<52} {len(values):>6} {_percentile(values, 0.5):>8.0f} "
-            f"{_percentile(values, 0.95):>8.0f}{note}")
+    return (f"  {name:<52} {len(values):>6} {percentile(values, 0.5):>8.0f} "
+            f"{percentile(values, 0.95):>8.0f}{note}")
 
 
 async def _quiet_phase(
@@ -136,16 +128,16 @@ class Side:
 
     async def start(self) -> None:
         servers, args = self.servers, self.args
-        topics = await _topics(servers, args.partitions)
+        topics = await fresh_topics(servers, args.partitions)
         env = dict(os.environ)
         env.pop("TURNFLOW_CRASH_AT", None)
         env.update(topics)
         env.update({
-            "PYTHONPATH": os.pathsep.join([str(REPO), str(BENCH_DIR)]),
+            "PYTHONPATH": str(REPO),
             "DATABASE_URL": servers.database_url,
             "KAFKA_BOOTSTRAP_SERVERS": servers.bootstrap,
             "GROUP_ID": f"bench-{uuid.uuid4().hex[:8]}",
-            "AGENT": "e2e_bench:bench_agent",
+            "AGENT": AGENT,
             LATENCY_ENV: str(args.latency),
             "METRICS_PORT": "0",
             "CONSUME_WORKERS": "1",  # one consumer process per side: one process's pause rules
@@ -230,7 +222,7 @@ def _ratio(label: str, numerator: list[float], denominator: list[float]) -> floa
     worst = 0.0
     parts = []
     for share, name in ((0.5, "p50"), (0.95, "p95")):
-        top, bottom = _percentile(numerator, share), _percentile(denominator, share)
+        top, bottom = percentile(numerator, share), percentile(denominator, share)
         ratio = top / max(bottom, 1.0)
         worst = max(worst, ratio)
         parts.append(f"{name} {top:.0f}/{bottom:.0f} ms = {ratio:.2f}x")
@@ -253,8 +245,8 @@ def run(args: argparse.Namespace) -> int:
     if args.quick:
         args.hot_inputs, args.seconds = 5_000, 6.0
     with ExitStack() as stack:
-        servers = _servers(stack)
-        print(f"servers: {servers.where}; {os.cpu_count()} CPUs; two consumers side by side, "
+        servers = start_servers(stack)
+        print(servers_line(servers) + f"two consumers side by side, "
               f"{args.partitions} partitions each; {args.quiet_sessions} quiet sessions each at "
               f"{args.rate:g} inputs/s for {args.seconds:g} s per phase; hot session: "
               f"{args.hot_inputs} inputs to the busy consumer; model latency {args.latency} ms",

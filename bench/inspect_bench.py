@@ -21,7 +21,7 @@ as wall ms (median and p95) and as the ratio of the two:
 Then the same searches without the trigram indexes, and the same list queries with migration
 0014's turn and session indexes dropped, to show what they buy.
 
-    python bench/inspect_bench.py [--conversations 100000] [--long-turns 10000] [--calls 30]
+    python -m bench.inspect_bench [--conversations 100000] [--long-turns 10000] [--calls 30]
     make bench-inspect
 
 Uses DATABASE_URL (a scratch database is created there and dropped), else an embedded
@@ -33,26 +33,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import asyncpg
+import httpx
 
-import asyncpg  # noqa: E402
-import httpx  # noqa: E402
-
-from consumer.inspect import terminal, view  # noqa: E402
-from consumer.inspect.reading import ListFilter, Reader  # noqa: E402
-from consumer.inspect.web import build_app  # noqa: E402
-from engine.providers.rules import RuleProvider  # noqa: E402
-from examples.demo_agent import build_agent  # noqa: E402
-from store.scratch import execute_sql, scratch_database  # noqa: E402
+from bench.harness.databases import execute_sql, scratch_database
+from bench.harness.percentiles import percentile
+from consumer.inspect import terminal, view
+from consumer.inspect.reading import ListFilter, Reader
+from consumer.inspect.web import build_app
+from engine.providers.rules import RuleProvider
+from examples.demo_agent import build_agent
 
 LONG = "long-conversation"
 PAGE = 50
@@ -142,16 +137,11 @@ async def _pairs(
     return times
 
 
-def _p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
-
-
 def _row(name: str, rows: int, times: tuple[list[float], list[float]]) -> None:
     measured, plain = times
     m, p = statistics.median(measured), statistics.median(plain)
-    print(f"{name:<38} {rows:>6} {m:>9.2f} {_p95(measured):>9.2f} {p:>9.2f} {m / p:>7.1f}x",
-          flush=True)
+    p95 = percentile(measured, 0.95)
+    print(f"{name:<38} {rows:>6} {m:>9.2f} {p95:>9.2f} {p:>9.2f} {m / p:>7.1f}x", flush=True)
 
 
 async def _lists(url: str, reader: Reader, calls: int, label: str) -> None:

@@ -38,7 +38,7 @@ committed, and the event loop's lag, and prints, per load, how the service-only 
 those steps. ``--profile FILE`` runs the consumer under pyinstrument and splits its busy time by
 library (the HTTP client apart from the engine that calls it).
 
-    python bench/latency_bench.py [--quick] [--latency-ms 200] [--loads 0.1,0.7]
+    python -m bench.latency_bench [--quick] [--latency-ms 200] [--loads 0.1,0.7]
                                   [--against PATH|previous] [--against-env NAME=VALUE]
                                   [--rounds N] [--capacity N] [--breakdown] [--profile FILE]
     make bench-latency ARGS="..."
@@ -69,38 +69,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO = BENCH_DIR.parent
-for _path in (str(REPO), str(BENCH_DIR)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+from bench.harness import REPO
+from bench.harness.percentiles import percentile
+from bench.harness.ports import free_port
+from bench.harness.processes import ConsumerProcess, cpu_seconds
+from bench.harness.registry import store_registry_agents
+from bench.harness.report import servers_line
+from bench.harness.servers import Servers, start_servers
+from bench.harness.topics import fresh_topics
+from bench.harness.traffic import Replies
 
-from e2e_bench import (  # noqa: E402
-    ConsumerProcess,
-    Servers,
-    _broker_servers,
-    _cpu_seconds,
-    _topics,
-)
-from fairness_bench import Replies, _store_agents  # noqa: E402
-
-AGENT_ID = "agent-ws-0"  # fairness_bench's registry agent of workspace ws-0
+AGENT_ID = "agent-ws-0"  # the registry agent of workspace ws-0 (bench.harness.registry)
 STEPS = ("fetched", "permit", "permitted", "load", "loaded", "slot", "slotted", "save", "saved",
          "publish", "published")
 
-# -- the pure pieces: percentiles, the model's time per message, the figures ----------------------
-
-
-def percentile(values: Iterable[float], share: float) -> float:
-    """The ``share`` quantile by linear interpolation between the closest ranks (numpy's
-    default); nan for no values."""
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    rank = share * (len(ordered) - 1)
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+# -- the pure pieces: the model's time per message, the figures ------------------------------------
 
 
 INPUT_ID = re.compile(r"lat-[0-9a-f]{6}-[a-z0-9]+-\d+")
@@ -264,6 +247,8 @@ class Source:
         return cls(str(path), str(venv) if venv.exists() else sys.executable, path, str(path))
 
 
+# Run by its path under the consumer's own interpreter: the tree on PYTHONPATH decides what runs.
+TURN_TIMES = REPO / "bench" / "turn_times.py"
 THIS_TREE = Source("this tree", sys.executable, REPO, str(REPO))
 
 
@@ -283,7 +268,7 @@ class _Consumer(ConsumerProcess):
 
         command = [self._source.python, "-m", "consumer.cli", "consume"]
         if self._times_to is not None:
-            command = [self._source.python, str(BENCH_DIR / "turn_times.py"), str(self._times_to)]
+            command = [self._source.python, str(TURN_TIMES), str(self._times_to)]
         if self._profile is not None:  # a pyinstrument session, written at exit
             command[1:1] = ["-m", "pyinstrument", "-r", "session", "-o", str(self._profile)]
         self._process = await asyncio.create_subprocess_exec(
@@ -325,9 +310,7 @@ class RunResult:
 
 async def run_once(servers: Servers, args: argparse.Namespace, source: Source,
                    model_url: str, calls_path: Path, seed: int) -> RunResult:
-    from consumer.processes import free_port
-
-    topics = await _topics(servers, args.partitions)
+    topics = await fresh_topics(servers, args.partitions)
     env = dict(os.environ)
     env.pop("TURNFLOW_CRASH_AT", None)
     env.update(topics)
@@ -368,25 +351,25 @@ async def run_once(servers: Servers, args: argparse.Namespace, source: Source,
         await _answered(replies, warm, 60, consumer, problems, "warm-up")
         print(f"  [{source.label}] capacity: a backlog of {args.backlog} new conversations",
               flush=True)
-        cpu = _cpu_seconds(consumer.pid)
+        cpu = cpu_seconds(consumer.pid)
         backlog = await sender.backlog("cap", args.backlog)
         bound_s = 60 + args.backlog * args.latency_ms / 1000 / args.max_in_flight * 10
         await _answered(replies, backlog, bound_s, consumer, problems, "capacity")
         capacity = steady_rate(_first_reply_ms(replies, backlog).values())
         print(f"  [{source.label}] capacity {capacity:.1f} turns/s", flush=True)
-        capacity_cpu = (_cpu_seconds(consumer.pid) - cpu) / len(backlog) * 1000
+        capacity_cpu = (cpu_seconds(consumer.pid) - cpu) / len(backlog) * 1000
         base = args.capacity or capacity
         for n, share in enumerate(args.loads):
             await asyncio.sleep(2)  # the backlog's last marks and commits out of the way
             rate = share * base
             print(f"  [{source.label}] {share:.0%}: {rate:.1f} messages/s for {args.seconds:g} s "
                   f"({args.arrivals})", flush=True)
-            cpu, waited, wall = (_cpu_seconds(consumer.pid), run_queue_seconds(consumer.pid),
+            cpu, waited, wall = (cpu_seconds(consumer.pid), run_queue_seconds(consumer.pid),
                                  time.monotonic())
             ids = await sender.open_loop(f"p{n}", rate, args.seconds, args.arrivals,
                                          seed * 100 + n)
             elapsed = time.monotonic() - wall
-            cpu_share = (_cpu_seconds(consumer.pid) - cpu) / elapsed
+            cpu_share = (cpu_seconds(consumer.pid) - cpu) / elapsed
             waited_share = (run_queue_seconds(consumer.pid) - waited) / elapsed
             await _answered(replies, ids, 60 + args.seconds, consumer, problems,
                             f"{share:.0%}")
@@ -654,10 +637,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _main(servers: Servers, args: argparse.Namespace, sources: list[Source]) -> int:
-    from consumer.processes import free_port
     from tests.fixtures.stand_in_model import StandInModel
 
-    await _store_agents(servers.database_url, 1, {})
+    await store_registry_agents(servers.database_url, 1, {})
     calls_path = Path(tempfile.mkdtemp(prefix="turnflow-latency-")) / "calls.jsonl"
     model = StandInModel(free_port(), delay=args.latency_ms / 1000, keep_alive=True,
                          calls=str(calls_path))
@@ -676,7 +658,7 @@ async def _main(servers: Servers, args: argparse.Namespace, sources: list[Source
                     report_profile(args.profile)
     finally:
         model.kill()
-    print(f"\nservers: {servers.where}; {os.cpu_count()} CPUs; model {args.latency_ms} ms a "
+    print("\n" + servers_line(servers) + f"model {args.latency_ms} ms a "
           f"call (stand-in over HTTP, keep-alive, TCP_NODELAY); MAX_IN_FLIGHT="
           f"{args.max_in_flight}; {args.partitions} partitions; {args.arrivals} arrivals, "
           f"{args.seconds:g} s a load; backlog {args.backlog}"
@@ -701,16 +683,8 @@ def main() -> int:
         sources.append(other)
     elif args.rounds > 1:
         parser.error("--rounds needs --against")
-    from store.scratch import scratch_database
-
     with ExitStack() as stack:
-        database = scratch_database(stack, prefix="turnflow-latency")
-        bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-        if bootstrap:
-            servers = Servers(database.url, bootstrap,
-                              f"{database.where} + KAFKA_BOOTSTRAP_SERVERS", False)
-        else:
-            servers = _broker_servers(stack, database.url, database.where, "kafka")
+        servers = start_servers(stack, prefix="turnflow-latency", broker="kafka")
         return asyncio.run(_main(servers, args, sources))
 
 

@@ -1,6 +1,6 @@
 """What the hosted lifecycle costs per turn, measured on the engine alone (no I/O).
 
-    .venv/bin/python bench/lifecycle_bench.py [--turns 2000]
+    .venv/bin/python -m bench.lifecycle_bench [--turns 2000]
 
 Prints microseconds per turn for the same one-call turn without and with lifecycle settings
 (link check, language detection, sources), then with skills and web search offered too (the

@@ -27,7 +27,7 @@ every schedule record and fired wake, beside however many other conversations' t
 pending. For each ``--pending-timers`` count, seeded in bulk and analysed, one client sets
 and deletes one timer back to back: wall ms per call, median and p95.
 
-    python bench/load_bench.py [--session-turns 10,1000,10000] [--table-turns 10000,200000]
+    python -m bench.load_bench [--session-turns 10,1000,10000] [--table-turns 10000,200000]
                                [--silent-turns 0,1000,10000] [--entries-rounds 2]
                                [--pending-timers 1000,10000,50000,200000]
     make bench-load
@@ -41,19 +41,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
 import uuid
 from contextlib import ExitStack
-from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-if str(BENCH_DIR) not in sys.path:  # store_bench's save request
-    sys.path.insert(0, str(BENCH_DIR))
-
-from store import SourceRecord, Store  # noqa: E402
-from store.history import turn_entries  # noqa: E402
-from store.scratch import execute_sql, scratch_database  # noqa: E402
+from bench.harness.databases import execute_sql, scratch_database
+from bench.harness.percentiles import percentile
+from bench.harness.saves import save_request
+from store import SourceRecord, Store
+from store.history import turn_entries
 
 TOPIC = "inbound.turns"
 HISTORY_LIMIT = 50  # the consumer's default (HISTORY_LIMIT)
@@ -134,7 +130,6 @@ async def _timed(
 ) -> dict[str, list]:
     """Wall ms per load of ``session_id`` (at ``version_now``, giving ``entries`` history
     entries) and per save of a fresh conversation, one client."""
-    import store_bench
 
     store = await Store.connect(url, pool_size=1, max_overflow=0)
     offsets = iter(range(10**9, 2 * 10**9))
@@ -154,7 +149,7 @@ async def _timed(
             assert loaded.version == version_now and not loaded.applied, loaded
             assert len(loaded.history) == entries, (len(loaded.history), entries)
             began = time.perf_counter()
-            await store.save_turn(store_bench._request(saver, version, TOPIC, next(offsets)))
+            await store.save_turn(save_request(saver, version, TOPIC, next(offsets)))
             version += 1
             _keep(samples, n, load=load_ms, save=(time.perf_counter() - began) * 1000)
     finally:
@@ -209,11 +204,6 @@ def _keep(samples: dict[str, list[float]], n: int, **ms: float) -> None:
             samples[kind].append(value)
 
 
-def _p(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * share))]
-
-
 def _load_header(first: str) -> None:
     """The column titles of a table of ``_load_row`` rows, ``first`` naming its first column."""
     print(f"{first:>13} {'table turns':>11} {'load p50 ms':>11} {'load p95 ms':>11}"
@@ -235,7 +225,7 @@ def _load_row(
         samples = asyncio.run(_timed(
             database.url, measured, message_turns + silent, _entries(message_turns), calls
         ))
-    load50, load95 = statistics.median(samples["load"]), _p(samples["load"], 0.95)
+    load50, load95 = statistics.median(samples["load"]), percentile(samples["load"], 0.95)
     save50 = statistics.median(samples["save"])
     label = f"{shown:,}" if isinstance(shown, int) else shown
     print(f"{label:>13} {table_turns:>11,} {load50:>11.2f} {load95:>11.2f}"
@@ -291,8 +281,9 @@ def main() -> None:
             asyncio.run(execute_sql(database.url, _SEED_TIMERS.format(count=pending)))
             timed = asyncio.run(_timer_calls(database.url, options.calls))
         print(f"{pending:>14,} {statistics.median(timed['set']):>10.2f}"
-              f" {_p(timed['set'], 0.95):>10.2f} {statistics.median(timed['delete']):>13.2f}"
-              f" {_p(timed['delete'], 0.95):>13.2f}", flush=True)
+              f" {percentile(timed['set'], 0.95):>10.2f}"
+              f" {statistics.median(timed['delete']):>13.2f}"
+              f" {percentile(timed['delete'], 0.95):>13.2f}", flush=True)
 
 
 if __name__ == "__main__":

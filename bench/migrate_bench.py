@@ -21,7 +21,7 @@ The scenarios, one after another on the same seeded database:
 - `0018 -> head`: from the previous release's head (revision 0018) to head;
 - `empty -> head`: every revision on an empty database (no traffic: there is no schema).
 
-    python bench/migrate_bench.py [--turns 1000000] [--turns-per-session 100]
+    python -m bench.migrate_bench [--turns 1000000] [--turns-per-session 100]
                                   [--sessions 20] [--rate 5] [--no-old]
     make bench-migrate ARGS="--turns 1000000"
 
@@ -49,18 +49,14 @@ from typing import Any
 
 import asyncpg
 
-BENCH_DIR = Path(__file__).resolve().parent
-ROOT = BENCH_DIR.parent
-if str(BENCH_DIR) not in sys.path:  # store_bench's save request
-    sys.path.insert(0, str(BENCH_DIR))
-
-from store_bench import _request  # noqa: E402
-
-from store import SourceRecord, Store, migrate  # noqa: E402
-from store.scratch import execute_sql, scratch_database  # noqa: E402
+from bench.harness import REPO
+from bench.harness.databases import execute_sql, scratch_database
+from bench.harness.percentiles import percentile
+from bench.harness.saves import save_request
+from store import SourceRecord, Store, migrate
 
 TOPIC = "inbound.turns"
-VERSIONS = ROOT / "migrations" / "versions"
+VERSIONS = REPO / "migrations" / "versions"
 TURNFLOW = str(Path(sys.executable).with_name("turnflow"))
 BOUND_S = 1.0  # the target: no turn delayed more than this beyond its usual latency
 
@@ -227,7 +223,7 @@ class Traffic:
             try:
                 await self.store.load(session_id, source=SourceRecord(TOPIC, 0, offset),
                                       input_id=f"wamid.{offset}")
-                saved = await self.store.save_turn(_request(session_id, version, TOPIC, offset))
+                saved = await self.store.save_turn(save_request(session_id, version, TOPIC, offset))
                 version = saved.version
             except Exception as exc:  # a failed turn is reported, and the next one goes on
                 self.errors.append(f"{type(exc).__name__}: {exc}"[:200])
@@ -289,8 +285,8 @@ def _summary(scenario: str, traffic: Traffic, start: float, end: float) -> Resul
     ordered = sorted(during) or [0.0]
     return Result(
         scenario=scenario, migrate_s=end - start, baseline_p50_ms=usual * 1000,
-        turns_during=len(during), p50_ms=ordered[len(ordered) // 2] * 1000,
-        p99_ms=ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
+        turns_during=len(during), p50_ms=percentile(ordered, 0.5) * 1000,
+        p99_ms=percentile(ordered, 0.99) * 1000,
         max_ms=ordered[-1] * 1000, max_delay_ms=(ordered[-1] - usual) * 1000,
         errors=len(traffic.errors),
     )

@@ -14,7 +14,7 @@ The server (``tests/fixtures/stand_in_model.py``, its own process) answers after
 reply. Figures: connections accepted per call, the wall time of all rounds, the calls' p50 and
 p99. They are ratios of one run on one host; the client and the server share its cores.
 
-    python bench/model_pool_bench.py [--at-once 64] [--rounds 5] [--pairs 2] [--latency-ms 200]
+    python -m bench.model_pool_bench [--at-once 64] [--rounds 5] [--pairs 2] [--latency-ms 200]
     make bench-model-pool ARGS="..."
 """
 
@@ -22,21 +22,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import httpx
 
-import httpx  # noqa: E402
-
-from engine.providers import OpenAIProvider  # noqa: E402
-from engine.providers.base import ChatMessage, ModelRequest  # noqa: E402
-from tests.fixtures.stand_in_model import StandInModel  # noqa: E402
+from bench.harness.percentiles import percentile
+from bench.harness.ports import free_port
+from engine.providers import OpenAIProvider
+from engine.providers.base import ChatMessage, ModelRequest
+from tests.fixtures.stand_in_model import StandInModel
 
 POOLS = ("httpx-default", "one-pool", "provider")
 SCHEMA = {"type": "object", "properties": {"message": {"type": "string"}},
@@ -82,23 +78,16 @@ async def _run(pool: str, base_url: str, log: Path, args: argparse.Namespace) ->
     await asyncio.sleep(0.2)  # the server logs a connection as it accepts it
     opened = _accepted(log) - before
     calls = args.at_once * args.rounds
-    latencies.sort()
     return (f"{pool:14s} {calls:6d} {opened:6d} {opened / calls:9.2f} {wall:8.2f} "
-            f"{latencies[len(latencies) // 2] * 1000:7.0f} "
-            f"{latencies[int(len(latencies) * 0.99)] * 1000:7.0f}")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+            f"{percentile(latencies, 0.5) * 1000:7.0f} "
+            f"{percentile(latencies, 0.99) * 1000:7.0f}")
 
 
 async def _main(args: argparse.Namespace) -> None:
     print(f"{args.at_once} calls at once x {args.rounds} rounds, model {args.latency_ms} ms a call")
     for keep_alive in (True, False):
         log = Path(tempfile.mkdtemp(prefix="turnflow-pool-")) / "connections"
-        model = StandInModel(_free_port(), delay=args.latency_ms / 1000, keep_alive=keep_alive,
+        model = StandInModel(free_port(), delay=args.latency_ms / 1000, keep_alive=keep_alive,
                              connections=str(log))
         model.start()
         try:

@@ -1,6 +1,6 @@
 """What the consumer's own path costs a turn, part by part, with no database and no broker.
 
-Run: ``python bench/pipeline_bench.py [--sessions K] [--rounds R]`` (or ``make bench-pipeline``).
+Run: ``python -m bench.pipeline_bench [--sessions K] [--rounds R]`` (or ``make bench-pipeline``).
 
 The end-to-end benchmark (``turnflow bench``) measures a turn with PostgreSQL, the broker and
 the event loop's I/O in it, on a host whose speed swings between minutes. This one runs
@@ -40,41 +40,21 @@ import asyncio
 import gc
 import logging
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from functools import partial
-from pathlib import Path
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-if str(BENCH_DIR) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR))
-if str(BENCH_DIR.parent) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR.parent))
-
-from e2e_bench import bench_agent  # noqa: E402  # the bench directory joins the path above
-
-from consumer import heap  # noqa: E402
-from consumer.logs import configure_logging  # noqa: E402
-from consumer.model_calls import observe_model_calls  # noqa: E402
-from consumer.outbox import OutboxPublisher  # noqa: E402
-from consumer.turns.parser import ParsedInput, parse_record  # noqa: E402
-from consumer.turns.pipeline import OutboundTopics, TurnPipeline, TurnWork  # noqa: E402
-from engine.recording import recorded_agent  # noqa: E402
-from store import SourceRecord  # noqa: E402
-from tests.consumer.fakes import FakeProducer, FakeStore  # noqa: E402
-
-TOPICS = OutboundTopics(messages="outbound.messages", schedule="outbound.schedule")
-
-
-def _work(session_id: str, text: str, offset: int, topic: str = "inbound.turns") -> TurnWork:
-    """A message ``text`` for the session, read at ``offset`` of ``topic``'s partition 0."""
-    raw = f'{{"session_id": "{session_id}", "message": "{text}", "id": "{text}-{offset}"}}'
-    parsed = parse_record(session_id.encode(), raw.encode(), max_bytes=10_000)
-    assert isinstance(parsed, ParsedInput), parsed
-    return TurnWork(parsed=parsed, source=SourceRecord(topic, 0, offset))
+from bench.harness.stand_in_model import bench_agent
+from bench.harness.turn_work import TOPICS, turn_work
+from consumer import heap
+from consumer.logs import configure_logging
+from consumer.model_calls import observe_model_calls
+from consumer.outbox import OutboxPublisher
+from consumer.turns.pipeline import TurnPipeline, TurnWork
+from engine.recording import recorded_agent
+from tests.consumer.fakes import FakeProducer, FakeStore
 
 
 class _Canned:
@@ -132,7 +112,8 @@ class _Keeper:
 
 @contextmanager
 def _model_canned(latency_provider: Any, rules: Any) -> Iterator[None]:
-    """The bench provider (``e2e_bench.LatencyProvider``) calling ``rules`` for a while."""
+    """The stand-in provider (``bench.harness.stand_in_model.LatencyProvider``) calling ``rules``
+    for a while."""
     before = latency_provider._inner
     latency_provider._inner = rules
     try:
@@ -143,7 +124,7 @@ def _model_canned(latency_provider: Any, rules: Any) -> Iterator[None]:
 
 def _waves(sessions: int) -> list[list[TurnWork]]:
     return [
-        [_work(f"s{i}", f"m{wave}", wave * sessions + i) for i in range(sessions)]
+        [turn_work(f"s{i}", f"m{wave}", wave * sessions + i) for i in range(sessions)]
         for wave in range(2)
     ]
 

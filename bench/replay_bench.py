@@ -1,6 +1,6 @@
 """Replay benchmark: conversations per second that ``turnflow replay`` gets through.
 
-Run: ``python bench/replay_bench.py`` (or ``make bench-replay``). Everything runs in this
+Run: ``python -m bench.replay_bench`` (or ``make bench-replay``). Everything runs in this
 process with the engine only (no broker, no database), like a replay of golden files:
 
 - record: the demo agent's scripted conversations (the replay tests' scripts: bookings, some
@@ -18,20 +18,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # the demo agent (examples/) and its scripted conversations
-    sys.path.insert(0, str(REPO))
-
-from replay import Conversation, record_conversation  # noqa: E402
-from replay.golden import read_directory, write_golden  # noqa: E402
-from replay.session import replay_many  # noqa: E402
-from tests.replay.support import demo, script, step  # noqa: E402
+from replay import Conversation, record_conversation
+from replay.golden import read_directory, write_golden
+from replay.session import replay_many
+from tests.replay.support import demo, script, step
 
 
 def _reword(flows: list[dict[str, Any]]) -> None:

@@ -16,7 +16,7 @@ the outbox). The primary runs with ``fsync=off`` like the tests' (a local flush 
 what the network round trip to the standby costs), so the ratios, not the absolute times,
 are the result; on one host the standby is a loopback round trip away, a real one is further.
 
-    python bench/replication_cost.py [--seconds 4] [--clients 16] [--rounds 2]
+    python -m bench.replication_cost [--seconds 4] [--clients 16] [--rounds 2]
 
 Needs the PostgreSQL server binaries (``TURNFLOW_PG_BIN``, default /usr/lib/postgresql/15/bin);
 as root they run as the ``postgres`` user.
@@ -27,18 +27,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
 import uuid
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # the tests' PostgreSQL pair
-    sys.path.insert(0, str(REPO))
-
-from consumer.groups import SaveGroup  # noqa: E402
-from store import OutboxEntry, SaveRequest, SourceRecord, Store, TurnRecord, migrate  # noqa: E402
-from tests.fixtures.postgres_pair import PostgresPair  # noqa: E402
+from bench.harness.percentiles import percentile
+from consumer.groups import SaveGroup
+from store import OutboxEntry, SaveRequest, SourceRecord, Store, TurnRecord, migrate
+from tests.fixtures.postgres_pair import PostgresPair
 
 
 def _request(session_id: str, version: int, offset: int) -> SaveRequest:
@@ -113,8 +108,7 @@ async def _measure(url: str, seconds: float, clients: int) -> tuple[float, float
         rate = await _grouped(store, clients, seconds)
     finally:
         await store.close()
-    q = statistics.quantiles(latencies, n=100)
-    return q[49], q[98], rate
+    return percentile(latencies, 0.5), percentile(latencies, 0.99), rate
 
 
 def _mode(pair: PostgresPair, mode: str) -> None:

@@ -12,7 +12,7 @@ Two scenarios against a real PostgreSQL and a Kafka-compatible broker:
 Fire delay of a wake = its record timestamp (set by the scheduler's producer when it sends)
 minus the timer's due time. Both clocks are this host's, as are the database's.
 
-    python bench/scheduler_bench.py [--timers 10000] [--replicas 1] [--trickle 200] [--pending N]
+    python -m bench.scheduler_bench [--timers 10000] [--replicas 1] [--trickle 200] [--pending N]
 
 ``--pending N`` first seeds N timers of other conversations due a year on (as a busy agent
 has: a reminder per conversation), so every statement runs beside a large table; each scenario
@@ -28,70 +28,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from sqlalchemy.engine import make_url
 
-from consumer.devchat.embedded_broker import EmbeddedBroker
+from bench.harness.percentiles import percentile
+from bench.harness.servers import Servers, start_servers
 from consumer.scheduler.service import FiringOptions, build_scheduler
 from consumer.topics import TopicSpec, ensure_topics
-from store import Store, migrate
-from store.embedded import EmbeddedPostgres
+from store import Store
 from store.urls import plain_url
 
 PARTITIONS = 12
-
-
-@asynccontextmanager
-async def bench_database(stack: AsyncExitStack) -> AsyncIterator[str]:
-    """A fresh migrated database on DATABASE_URL's server (or an embedded one); dropped after."""
-    server_url = os.environ.get("DATABASE_URL")
-    if server_url:
-        server_url = plain_url(server_url)
-    else:
-        data_dir = Path(tempfile.mkdtemp(prefix="turnflow-bench-pg-"))
-        stack.callback(shutil.rmtree, data_dir, ignore_errors=True)
-        embedded = EmbeddedPostgres(data_dir)
-        server_url = await asyncio.to_thread(embedded.start)
-        stack.callback(embedded.stop)
-    name = f"turnflow_bench_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
-    try:
-        await asyncio.to_thread(migrate.upgrade, url)
-        yield url
-    finally:
-        admin = await asyncpg.connect(server_url)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
-
-
-def bench_broker(stack: AsyncExitStack) -> str:
-    from_env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-    if from_env:
-        return from_env
-    broker = EmbeddedBroker().start()
-    stack.callback(broker.stop)
-    return broker.bootstrap_servers
 
 
 async def db_now(store_url: str) -> datetime:
@@ -157,14 +113,10 @@ async def produce_schedule(
 
 def percentiles(delays: list[float]) -> dict[str, float]:
     ordered = sorted(delays)
-
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
     return {
-        "p50": at(0.50),
-        "p90": at(0.90),
-        "p99": at(0.99),
+        "p50": percentile(ordered, 0.50),
+        "p90": percentile(ordered, 0.90),
+        "p99": percentile(ordered, 0.99),
         "max": ordered[-1],
         "mean": statistics.fmean(ordered),
     }
@@ -273,62 +225,60 @@ async def run_scenario(
             await store.close()
 
 
-async def main(args: argparse.Namespace) -> int:
-    async with AsyncExitStack() as stack:
-        bootstrap = bench_broker(stack)
-        url = await stack.enter_async_context(bench_database(stack))
-        options = FiringOptions(batch_size=args.batch_size, pipeline=args.pipeline)
-        if args.pending:
-            await seed_pending(url, args.pending)
-        print(
-            f"scheduler bench: replicas={args.replicas} batch={options.batch_size} "
-            f"pipeline={options.pipeline} pending={args.pending:,} broker={bootstrap}"
-        )
+async def main(args: argparse.Namespace, servers: Servers) -> int:
+    bootstrap, url = servers.bootstrap, servers.database_url
+    options = FiringOptions(batch_size=args.batch_size, pipeline=args.pipeline)
+    if args.pending:
+        await seed_pending(url, args.pending)
+    print(
+        f"scheduler bench: replicas={args.replicas} batch={options.batch_size} "
+        f"pipeline={options.pipeline} pending={args.pending:,} broker={bootstrap}"
+    )
 
-        # burst: every timer due at one instant, `lead` seconds after the entries are written.
-        def burst(now: datetime) -> list[tuple[str, datetime]]:
-            at = now + timedelta(seconds=args.lead)
-            return [(f"burst-{i}", at) for i in range(args.timers)]
+    # burst: every timer due at one instant, `lead` seconds after the entries are written.
+    def burst(now: datetime) -> list[tuple[str, datetime]]:
+        at = now + timedelta(seconds=args.lead)
+        return [(f"burst-{i}", at) for i in range(args.timers)]
 
-        collector, due = await run_scenario(
-            url=url, bootstrap=bootstrap, replicas=args.replicas, options=options, make_due=burst,
-            patience=300,
-        )
-        delays = [collector.stamps[k] - at.timestamp() for k, at in due if k in collector.stamps]
-        fired = len(delays)
-        span = max(delays) if delays else float("nan")
-        print(
-            f"burst: {fired}/{args.timers} fired, duplicates={collector.duplicates}, "
-            f"last {span:.2f}s after due, {fired / span:,.0f} wakes/s"
-        )
-        if delays:
-            print(show("burst fire delay", percentiles(delays)))
+    collector, due = await run_scenario(
+        url=url, bootstrap=bootstrap, replicas=args.replicas, options=options, make_due=burst,
+        patience=300,
+    )
+    delays = [collector.stamps[k] - at.timestamp() for k, at in due if k in collector.stamps]
+    fired = len(delays)
+    span = max(delays) if delays else float("nan")
+    print(
+        f"burst: {fired}/{args.timers} fired, duplicates={collector.duplicates}, "
+        f"last {span:.2f}s after due, {fired / span:,.0f} wakes/s"
+    )
+    if delays:
+        print(show("burst fire delay", percentiles(delays)))
 
-        # trickle: timers at random instants; the schedulers sleep between them.
-        rng = random.Random(7)
+    # trickle: timers at random instants; the schedulers sleep between them.
+    rng = random.Random(7)
 
-        def trickle(now: datetime) -> list[tuple[str, datetime]]:
-            start = now + timedelta(seconds=args.lead)
-            return [
-                (f"trickle-{i}", start + timedelta(seconds=rng.uniform(0, args.trickle_span)))
-                for i in range(args.trickle)
-            ]
-
-        collector, due = await run_scenario(
-            url=url, bootstrap=bootstrap, replicas=args.replicas, options=options, make_due=trickle,
-            patience=args.lead + args.trickle_span + 60,
-        )
-        trickle_delays = [
-            collector.stamps[k] - at.timestamp() for k, at in due if k in collector.stamps
+    def trickle(now: datetime) -> list[tuple[str, datetime]]:
+        start = now + timedelta(seconds=args.lead)
+        return [
+            (f"trickle-{i}", start + timedelta(seconds=rng.uniform(0, args.trickle_span)))
+            for i in range(args.trickle)
         ]
-        print(
-            f"trickle: {len(trickle_delays)}/{args.trickle} fired over {args.trickle_span:.0f}s, "
-            f"duplicates={collector.duplicates}"
-        )
-        if trickle_delays:
-            print(show("trickle fire delay", percentiles(trickle_delays)))
-        ok = len(trickle_delays) == args.trickle and fired == args.timers
-        return 0 if ok else 1
+
+    collector, due = await run_scenario(
+        url=url, bootstrap=bootstrap, replicas=args.replicas, options=options, make_due=trickle,
+        patience=args.lead + args.trickle_span + 60,
+    )
+    trickle_delays = [
+        collector.stamps[k] - at.timestamp() for k, at in due if k in collector.stamps
+    ]
+    print(
+        f"trickle: {len(trickle_delays)}/{args.trickle} fired over {args.trickle_span:.0f}s, "
+        f"duplicates={collector.duplicates}"
+    )
+    if trickle_delays:
+        print(show("trickle fire delay", percentiles(trickle_delays)))
+    ok = len(trickle_delays) == args.trickle and fired == args.timers
+    return 0 if ok else 1
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -355,4 +305,6 @@ def _check(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     arguments = parse_args(sys.argv[1:])
     _check(arguments)
-    sys.exit(asyncio.run(main(arguments)))
+    with ExitStack() as stack:
+        code = asyncio.run(main(arguments, start_servers(stack, prefix="turnflow-scheduler")))
+    sys.exit(code)

@@ -8,7 +8,7 @@ any save must pay. The ratio says what the turn log, the outbox and the Python c
 top of that floor. Last, the same workers save through the consumer's `SaveGroup`, which puts
 the saves in flight at the same time into one statement (a group commit).
 
-    python bench/store_bench.py [--seconds 5] [--levels 1,8,32]
+    python -m bench.store_bench [--seconds 5] [--levels 1,8,32]
 
 Uses DATABASE_URL (a scratch database is created there and dropped), else an embedded
 PostgreSQL started for the run. Load goes to that server only and stops after the set time.
@@ -23,31 +23,15 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
-import uuid
 from contextlib import ExitStack
 from pathlib import Path
 
 import asyncpg
-from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 
-from store import OutboxEntry, SaveRequest, SourceRecord, Store, TurnRecord, direct, jsoncodec
-from store.scratch import execute_sql, scratch_database
-
-STATE = {
-    "id": "",
-    "v": 4,
-    "data": {f"field_{i}": f"value {i} " * 4 for i in range(20)},
-    "runs": [{"id": "r1", "flow_id": "checkout", "status": "asking", "step_id": "ask_email",
-              "visit": 3, "input": {}, "asked": {"email": 1},
-              "started_at": "2026-11-30T06:00:00Z"}],
-    "claims": {"email": "r1"},
-    "inputs": [f"wamid.{i}" for i in range(50)],
-    "metadata": {},
-    "last_user_at": "2026-11-30T06:00:00Z",
-    "last_assistant_at": "2026-11-30T06:00:01Z",
-}
+from bench.harness.databases import execute_sql, scratch_database
+from bench.harness.saves import STATE, saves_per_second
+from store import jsoncodec
 
 # One row per client, and the same state document the saves write, so the update moves as
 # many bytes of session state as a save does.
@@ -55,101 +39,6 @@ PGBENCH_SCRIPT = """\\set id :client_id + 1
 UPDATE bench_sessions AS s SET version = s.version + 1, state = t.state, updated_at = now()
 FROM bench_state AS t WHERE s.id = :id;
 """
-
-
-def _request(session_id: str, version: int, topic: str, offset: int) -> SaveRequest:
-    reply = {"kind": "ai", "text": "Qual é o seu e-mail?", "key": f"{session_id}:{version}:0",
-             "after_ms": 0, "run_id": "r1", "step_id": "ask_email"}
-    timer = {"key": f"{session_id}:remind", "at": "2026-11-30T07:00:00Z", "replaces": None}
-    return SaveRequest(
-        session_id=session_id,
-        expected_version=version,
-        state={**STATE, "id": session_id},
-        turn=TurnRecord(
-            input={"session_id": session_id, "message": "oi", "id": f"wamid.{offset}"},
-            messages=[reply],
-            schedule=[timer],
-            outcomes=[{"code": "asked", "run_id": "r1", "flow_id": "checkout",
-                       "step_id": "ask_email", "status": "asking", "detail": None,
-                       "llm_calls": 1}],
-            llm_calls=2,
-            source=SourceRecord(topic=topic, partition=0, offset=offset),
-        ),
-        outbox=[
-            OutboxEntry("outbound.messages", session_id, {**reply, "session_id": session_id}),
-            OutboxEntry("outbound.schedule", session_id, {**timer, "session_id": session_id}),
-        ],
-    )
-
-
-async def _saves_per_second(
-    url: str, clients: int, seconds: float, *, grouped: bool = False
-) -> tuple[float, float, float]:
-    """Run `clients` savers for `seconds`; return (saves/s, statements/save, client CPU ms/save).
-    With `grouped`, the savers go through the consumer's `SaveGroup` (saves in flight at the
-    same time share one statement) instead of calling `Store.save_turn` each."""
-    from consumer.groups import SaveGroup
-
-    store = await Store.connect(url, pool_size=clients, max_overflow=0)
-    group = SaveGroup(store)
-    save = group.save if grouped else store.save_turn
-    statements = 0
-
-    def count(*_: object) -> None:
-        nonlocal statements
-        statements += 1
-
-    event.listen(store._engine.sync_engine, "before_cursor_execute", count)
-    direct.statement_listeners.append(count)
-    run = uuid.uuid4().hex[:8]
-    offsets = iter(range(10**12))
-    saves = 0
-    deadline = 0.0
-
-    async def saver(n: int) -> None:
-        nonlocal saves
-        session_id = f"bench-{run}-{n}"
-        topic = f"inbound.turns.{run}"
-        version = 0
-        while time.perf_counter() < deadline:
-            await save(_request(session_id, version, topic, next(offsets)))
-            version += 1
-            saves += 1
-
-    runs = [run]
-    try:
-        deadline = time.perf_counter() + 0.5  # warm the pool and prepared statements
-        await asyncio.gather(*(saver(n) for n in range(clients)))
-        run = uuid.uuid4().hex[:8]
-        runs.append(run)
-        saves = statements = 0
-        started, cpu_started = time.perf_counter(), time.process_time()
-        deadline = started + seconds
-        await asyncio.gather(*(saver(n) for n in range(clients)))
-        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-    finally:
-        # The cleanup's statements are not saves: stop counting first.
-        direct.statement_listeners.remove(count)
-        event.remove(store._engine.sync_engine, "before_cursor_execute", count)
-        try:
-            await _forget(store, runs)
-        finally:
-            await store.close()
-    return saves / elapsed, statements / max(saves, 1), cpu * 1000 / max(saves, 1)
-
-
-async def _forget(store: Store, runs: list[str]) -> None:
-    """Delete what the savers wrote. Their outbox rows are never published: left behind in a
-    database a consumer later uses (the end-to-end benchmark's), its relay would spend its
-    first seconds sending tens of thousands of them."""
-    async with store.engine.connect() as connection:
-        for run in runs:
-            pattern = {"pattern": f"bench-{run}-%"}
-            for table in ("outbox", "turns", "sessions"):
-                column = "id" if table == "sessions" else "session_id"
-                await connection.execute(
-                    text(f"DELETE FROM {table} WHERE {column} LIKE :pattern"), pattern
-                )
 
 
 def _pgbench_tps(url: str, clients: int, seconds: float, script: Path) -> float:
@@ -194,16 +83,16 @@ def main() -> None:
         version = asyncio.run(_server_version(url))
         print(f"server: {where}, PostgreSQL {version}, {os.cpu_count()} CPUs, "
               f"{options.seconds:g}s per level")
-        _, per_save, _ = asyncio.run(_saves_per_second(url, 1, 1.0))
+        _, per_save, _ = asyncio.run(saves_per_second(url, 1, 1.0))
         print(f"statements per save: {per_save:.2f} (autocommit: one round trip, one commit)")
         print(f"{'clients':>7} {'store saves/s':>14} {'pgbench tps':>12} {'ratio':>6}"
               f" {'client CPU ms/save':>19} {'grouped saves/s':>16} {'statements/save':>16}"
               f" {'CPU ms/save':>12}")
         for clients in levels:
-            saves, _, cpu_ms = asyncio.run(_saves_per_second(url, clients, options.seconds))
+            saves, _, cpu_ms = asyncio.run(saves_per_second(url, clients, options.seconds))
             tps = _pgbench_tps(url, clients, options.seconds, script)
             grouped, per_group_save, group_cpu_ms = asyncio.run(
-                _saves_per_second(url, clients, options.seconds, grouped=True)
+                saves_per_second(url, clients, options.seconds, grouped=True)
             )
             print(f"{clients:>7} {saves:>14.0f} {tps:>12.0f} {saves / tps:>6.2f} {cpu_ms:>19.2f}"
                   f" {grouped:>16.0f} {per_group_save:>16.2f} {group_cpu_ms:>12.2f}")

@@ -1,7 +1,7 @@
 """What tracing costs a turn: CPU per turn of the consumer's turn path with tracing's hooks
 stubbed out, with tracing off, and with tracing on exporting over OTLP/HTTP, side by side.
 
-Run: ``python bench/tracing_cost.py [--sessions K] [--rounds R]`` (or ``make bench-tracing``).
+Run: ``python -m bench.tracing_cost [--sessions K] [--rounds R]`` (or ``make bench-tracing``).
 
 The turn path is the one ``TurnAttempts.process`` (``consumer/turns/attempts.py``) runs for an
 inbound record: the turn span (``tracing.process_span``) around ``TurnPipeline.apply``, in one
@@ -45,28 +45,18 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from pathlib import Path
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-if str(BENCH_DIR) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR))
-if str(BENCH_DIR.parent) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR.parent))
+from bench.harness.stand_in_model import bench_agent
+from bench.harness.turn_work import TOPICS, turn_work
+from consumer import heap, tracing
+from consumer.logs import configure_logging
+from consumer.model_calls import observe_model_calls
+from consumer.outbox import OutboxPublisher
+from consumer.turns.pipeline import TurnPipeline, TurnWork
+from engine.recording import recorded_agent
+from tests.consumer.fakes import FakeProducer, FakeStore
 
-from e2e_bench import bench_agent  # noqa: E402  # the bench directory joins the path above
-
-from consumer import heap, tracing  # noqa: E402
-from consumer.logs import configure_logging  # noqa: E402
-from consumer.model_calls import observe_model_calls  # noqa: E402
-from consumer.outbox import OutboxPublisher  # noqa: E402
-from consumer.turns.parser import ParsedInput, parse_record  # noqa: E402
-from consumer.turns.pipeline import OutboundTopics, TurnPipeline, TurnWork  # noqa: E402
-from engine.recording import recorded_agent  # noqa: E402
-from store import SourceRecord  # noqa: E402
-from tests.consumer.fakes import FakeProducer, FakeStore  # noqa: E402
-
-TOPICS = OutboundTopics(messages="outbound.messages", schedule="outbound.schedule")
 GROUP = "turnflow"
 
 # The receiver: a plain HTTP server in its own process answering every POST with 200.
@@ -103,10 +93,7 @@ class _Record:
 
 
 def _input(session_id: str, text: str, offset: int) -> tuple[TurnWork, _Record]:
-    raw = f'{{"session_id": "{session_id}", "message": "{text}", "id": "{text}-{offset}"}}'
-    parsed = parse_record(session_id.encode(), raw.encode(), max_bytes=10_000)
-    assert isinstance(parsed, ParsedInput), parsed
-    work = TurnWork(parsed=parsed, source=SourceRecord("inbound.turns", 0, offset))
+    work = turn_work(session_id, text, offset)
     # An adapter's trace: ids as random as a real one's (a ratio sampler reads the trace id).
     ids = random.Random(offset)
     parent = f"00-{ids.getrandbits(128):032x}-{ids.getrandbits(64) | 1:016x}-01".encode()

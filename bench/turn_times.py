@@ -1,5 +1,5 @@
 """``turnflow consume`` with a timestamp at each step of every turn: the latency benchmark's
-consumer when it is asked where a turn waits (``bench/latency_bench.py --breakdown``).
+consumer when it is asked where a turn waits (``python -m bench.latency_bench --breakdown``).
 
     python bench/turn_times.py OUT.jsonl      # then as ``turnflow consume``, same environment
 

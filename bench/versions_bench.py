@@ -13,7 +13,7 @@ are the router's and the engine's own. Reported per K, side by side with K = 1 i
 memory the built agents hold (tracemalloc, after a collection), the share of turns that ran
 pinned, and turns/s (median of ``--rounds``).
 
-    python bench/versions_bench.py [--turns 3000] [--conversations 300] [--rounds 3]
+    python -m bench.versions_bench [--turns 3000] [--conversations 300] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -24,24 +24,20 @@ import copy
 import gc
 import json
 import statistics
-import sys
 import time
 import tracemalloc
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.harness import REPO
+from consumer.hosting.routing import BINDING_KEY, RegistryRouter
+from consumer.turns.parser import ParsedInput
+from engine.packs import PackSet
+from engine.providers import RuleProvider
+from examples.demo_pack import pack
+from store.hosting import AgentVersion, LiveAgent
 
-from consumer.hosting.routing import BINDING_KEY, RegistryRouter  # noqa: E402
-from consumer.turns.parser import ParsedInput  # noqa: E402
-from engine.packs import PackSet  # noqa: E402
-from engine.providers import RuleProvider  # noqa: E402
-from examples.demo_pack import pack  # noqa: E402
-from store.hosting import AgentVersion, LiveAgent  # noqa: E402
-
-DEMO = json.loads((ROOT / "examples/agents/demo.json").read_text())
+DEMO = json.loads((REPO / "examples/agents/demo.json").read_text())
 MESSAGES = ["hi, I'm Rui", "book a repair", "brakes", "saturday", "yes", "thanks",
             "what are your opening hours?"]
 AGENT = "shop"

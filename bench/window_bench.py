@@ -1,6 +1,6 @@
 """What a turn costs by where its history comes from: none, loaded, or a window kept.
 
-Run: ``python bench/window_bench.py [--sessions K] [--rounds R] [--history-turns 100,1000]``
+Run: ``python -m bench.window_bench [--sessions K] [--rounds R] [--history-turns 100,1000]``
 (or ``make bench-window``).
 
 The end-to-end benchmark's 100-turns-in row gives each session two turns, so half of them load
@@ -36,29 +36,22 @@ import gc
 import itertools
 import os
 import statistics
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-if str(BENCH_DIR) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR))
-if str(BENCH_DIR.parent) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR.parent))
-
-from e2e_bench import bench_agent, seed_history  # noqa: E402  # the bench directory, above
-from pipeline_bench import TOPICS, _work  # noqa: E402
-
-from consumer import heap  # noqa: E402
-from consumer.outbox import OutboxPublisher  # noqa: E402
-from consumer.turns.pipeline import TurnPipeline, TurnWork  # noqa: E402
-from engine import history as history_cache  # noqa: E402
-from store import Store  # noqa: E402
-from tests.consumer.fakes import FakeProducer  # noqa: E402
+from bench.harness.databases import scratch_database
+from bench.harness.history import seed_history
+from bench.harness.stand_in_model import bench_agent
+from bench.harness.turn_work import TOPICS, turn_work
+from consumer import heap
+from consumer.outbox import OutboxPublisher
+from consumer.turns.pipeline import TurnPipeline, TurnWork
+from engine import history as history_cache
+from store import Store
+from tests.consumer.fakes import FakeProducer
 
 IN_FLIGHT = 64
 
@@ -117,7 +110,7 @@ _offsets = itertools.count()
 
 def _works(session_ids: list[str], turn: int) -> Iterator[TurnWork]:
     for session_id in session_ids:
-        yield _work(session_id, f"mensagem {turn}", next(_offsets), topic=_SOURCE_TOPIC)
+        yield turn_work(session_id, f"mensagem {turn}", next(_offsets), topic=_SOURCE_TOPIC)
 
 
 async def _phase(
@@ -199,8 +192,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.sessions < 1 or args.rounds < 1:
         raise SystemExit("--sessions and --rounds must be at least 1")
-    from store.scratch import scratch_database
-
     with ExitStack() as stack:
         database = scratch_database(stack, prefix="turnflow-window")
         print(f"database: {database.where}; {args.sessions} sessions a phase, {args.rounds} "

@@ -12,11 +12,12 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from types import ModuleType
 from typing import Any
 
 from consumer.errors import AgentImportError
 
-__all__ = ["import_attribute", "load_agent"]
+__all__ = ["import_attribute", "import_here", "load_agent"]
 
 
 def load_agent(path: str) -> Any:
@@ -34,17 +35,23 @@ def load_agent(path: str) -> Any:
     return target
 
 
+def import_here(module_name: str) -> ModuleType:
+    """``module_name`` imported with the current folder importable first, as ``python -m`` has
+    it."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+    return importlib.import_module(module_name)
+
+
 def import_attribute(path: str, what: str) -> Any:
     """The object ``module:attribute`` names (the attribute may be dotted), the current folder
     importable first; ``what`` ("agent", "a pack") opens the message of a malformed ``path``."""
     module_name, sep, attribute = path.partition(":")
     if not sep or not module_name or not attribute:
         raise AgentImportError(f"{what} must be 'module:attribute', got {path!r}")
-    here = os.getcwd()
-    if here not in sys.path and "" not in sys.path:
-        sys.path.insert(0, here)
     try:
-        target: Any = importlib.import_module(module_name)
+        target: Any = import_here(module_name)
     except Exception as exc:
         raise AgentImportError(
             f"cannot import {module_name!r}: {type(exc).__name__}: {exc}"

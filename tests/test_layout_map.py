@@ -23,16 +23,17 @@ def _packages(parent: Path) -> set[str]:
 
 
 def test_readme_layout_names_every_package() -> None:
-    """Every package under consumer/ and engine/, and every top-level package, is in the README's
-    layout section, and the section names no folder that does not exist."""
+    """Every package under consumer/, engine/ and bench/, and every top-level package, is in the
+    README's layout section, and the section names no folder that does not exist."""
     section = _layout_section()
     named = set(re.findall(r"^\s*([a-z_]+)/", section, flags=re.MULTILINE))
-    tree = _packages(ROOT) | _packages(ROOT / "consumer") | _packages(ROOT / "engine")
+    parents = ("consumer", "engine", "bench")
+    tree = _packages(ROOT).union(*(_packages(ROOT / parent) for parent in parents))
     tree -= {"tests"}
     assert tree - named == set(), f"packages missing from the README's layout: {tree - named}"
     folders = {p.name for p in ROOT.iterdir() if p.is_dir()}
-    folders |= {p.name for p in (ROOT / "consumer").iterdir() if p.is_dir()}
-    folders |= {p.name for p in (ROOT / "engine").iterdir() if p.is_dir()}
+    for parent in parents:
+        folders |= {p.name for p in (ROOT / parent).iterdir() if p.is_dir()}
     missing = named - folders
     assert missing == set(), f"the README names folders that do not exist: {missing}"
 
@@ -53,6 +54,21 @@ def _imports_of(source: Path) -> set[str]:
         elif isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
     return found
+
+
+PRODUCT = ("engine", "store", "consumer", "replay", "migrations")
+BENCH_ENTRY = ROOT / "consumer" / "cli" / "bench.py"  # `turnflow bench`, by name at run time
+
+
+def test_the_product_imports_no_benchmark() -> None:
+    """The benchmarks are not part of the installed package: no module of it imports ``bench``
+    (``turnflow bench`` names its module as a string and imports it when run)."""
+    for package in PRODUCT:
+        for source in (ROOT / package).rglob("*.py"):
+            imported = _imports_of(source)
+            bad = {m for m in imported if m == "bench" or m.startswith("bench.")}
+            assert bad == set(), f"{source.relative_to(ROOT)} imports {sorted(bad)}"
+    assert "bench.e2e_bench" in BENCH_ENTRY.read_text()
 
 
 def test_services_import_no_other_service() -> None:

@@ -18,7 +18,7 @@ printed: more conversations correct, fewer prompt tokens per customer turn as th
 them, no more seconds per turn. The bench lowers its own priority to nice 19 first, so all it
 starts runs below other work on a shared host.
 
-    python bench/peers/bench_peers.py [--frameworks turnflow,turnflow-cache,langgraph,parlant]
+    python -m bench.peers.bench_peers [--frameworks turnflow,turnflow-cache,langgraph,parlant]
         [--peers-python bench/peers/.venv/bin/python] [--out .turnflow/bench-peers]
 """
 
@@ -35,30 +35,28 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-from bench.peers.conversations import CONVERSATIONS  # noqa: E402
-from bench.peers.counting import count, grouped, summarize, table, verdict  # noqa: E402
-from bench.peers.outcomes import (  # noqa: E402
+from bench.harness import REPO
+from bench.harness.ports import free_port
+from bench.peers.conversations import CONVERSATIONS
+from bench.peers.counting import count, grouped, summarize, table, verdict
+from bench.peers.outcomes import (
     judge_rows,
     outcome_table,
     outcome_totals,
     real_table,
     real_verdict,
 )
-from consumer.processes import free_port  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-RUNNERS = {"turnflow": ["run_turnflow.py"],
+RUNNERS = {"turnflow": ["bench.peers.run_turnflow"],
            # The same agent with the prompt laid out for a prefix cache (and cache_prompt sent).
-           "turnflow-cache": ["run_turnflow.py", "--framework", "turnflow-cache",
+           "turnflow-cache": ["bench.peers.run_turnflow", "--framework", "turnflow-cache",
                               "--prompt-cache", "llama.cpp"],
-           "langgraph": ["run_langgraph.py"], "parlant": ["run_parlant.py"],
-           "turnflow-real": ["run_turnflow.py", "--framework", "turnflow-real",
+           "langgraph": ["bench.peers.run_langgraph"], "parlant": ["bench.peers.run_parlant"],
+           "turnflow-real": ["bench.peers.run_turnflow", "--framework", "turnflow-real",
                              "--prompt-cache", "llama.cpp"],
-           "langgraph-real": ["run_langgraph.py", "--framework", "langgraph-real"],
-           "parlant-real": ["run_parlant.py", "--framework", "parlant-real"]}
+           "langgraph-real": ["bench.peers.run_langgraph", "--framework", "langgraph-real"],
+           "parlant-real": ["bench.peers.run_parlant", "--framework", "parlant-real"]}
 REAL = "turnflow-real"
 """turnflow on a real model (``--real``): its calls go on to llama.cpp's server."""
 PEER_REAL = "langgraph-real"
@@ -107,7 +105,7 @@ def start_server(port: int, record: Path, log: Path,
     extra = ["--upstream", upstream, "--upstream-for", ",".join(UPSTREAM)] if upstream else []
     with log.open("wb") as sink:
         child = subprocess.Popen(
-            [sys.executable, str(HERE / "scripted_server.py"), "--port", str(port),
+            [sys.executable, "-m", "bench.peers.scripted_server", "--port", str(port),
              "--record", str(record), *extra], stdout=sink, stderr=subprocess.STDOUT, cwd=REPO)
     deadline = time.monotonic() + 20
     while not _listening(port):
@@ -128,7 +126,7 @@ def run_framework(framework: str, python: str, base_url: str, out: Path,
     with log.open("wb") as sink:
         try:
             done = subprocess.run(
-                [python, str(HERE / RUNNERS[framework][0]), *RUNNERS[framework][1:],
+                [python, "-m", *RUNNERS[framework],
                  "--base-url", base_url, "--out", str(rows.resolve()), *extra],
                 # Run in the run's own folder: a framework that writes beside itself (Parlant
                 # keeps a log in ./parlant-data) leaves it there, not in the checkout.

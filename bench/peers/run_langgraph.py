@@ -14,17 +14,14 @@ With ``--framework langgraph-real --model NAME`` the same agent runs on a real m
 bench sends its calls on to llama.cpp's server): a turn that fails (a reply the client cannot
 read, the agent's step limit) is recorded with its error and the conversation goes on.
 
-    bench/peers/.venv/bin/python bench/peers/run_langgraph.py --base-url URL --out rows.jsonl
+    bench/peers/.venv/bin/python -m bench.peers.run_langgraph --base-url URL --out rows.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI

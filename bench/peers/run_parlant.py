@@ -12,7 +12,7 @@ neither is counted. Everything else Parlant sends is as it sends it.
 Each customer message is posted as a customer event of the conversation's session; the turn
 ends when Parlant reports the session ``ready`` again after it.
 
-    bench/peers/.venv/bin/python bench/peers/run_parlant.py --base-url URL --out rows.jsonl
+    bench/peers/.venv/bin/python -m bench.peers.run_parlant --base-url URL --out rows.jsonl
 """
 
 # No `from __future__ import annotations`: Parlant reads the tools' annotations as classes.
@@ -21,15 +21,13 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 import tempfile
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
+from bench.harness.ports import free_port
 from bench.peers.conversations import CONVERSATIONS, HOURS, peer_booking
 from bench.peers.timing import Timings, tag
 
@@ -37,12 +35,6 @@ FRAMEWORK = "parlant"
 CURRENT: dict[str, Any] = {"conversation": "", "actions": []}
 TURN_TIMEOUT_S = 120
 """A turn's limit on the scripted server; ``--timeout`` sets it on a real model."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _post(url: str, payload: dict[str, Any]) -> None:
@@ -113,9 +105,9 @@ async def main_async(base_url: str, out: Path, framework: str = FRAMEWORK,
         return p.ToolResult({"booking_ref": booking_ref, "status": "paid"})
 
     timings = Timings(out, framework)
-    port = _free_port()
+    port = free_port()
     tag(base_url, framework, "", -1)
-    async with p.Server(host="127.0.0.1", port=port, tool_service_port=_free_port(),
+    async with p.Server(host="127.0.0.1", port=port, tool_service_port=free_port(),
                         nlp_service=p.NLPServices.openai,
                         log_level=p.LogLevel.WARNING) as server:
         agent = await server.create_agent(

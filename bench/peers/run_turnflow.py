@@ -6,19 +6,16 @@ history so far and the session the previous turn returned. The demo takes its pa
 host's ``paid`` event (a payment webhook), not from the customer's words, so a ``pay`` turn is
 the customer's message and then that event; both count toward the turn.
 
-    python bench/peers/run_turnflow.py --base-url http://127.0.0.1:PORT/v1 --out rows.jsonl
+    python -m bench.peers.run_turnflow --base-url http://127.0.0.1:PORT/v1 --out rows.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.peers.conversations import CONVERSATIONS
 from bench.peers.timing import Timings, tag

@@ -33,7 +33,7 @@ Each request is one JSON line in the ``--record`` file: the tag, the path, the b
 and the arrival time. The server never sleeps: the seconds a framework takes are its own.
 Standard library only.
 
-    python bench/peers/scripted_server.py --port 8765 --record requests.jsonl
+    python -m bench.peers.scripted_server --port 8765 --record requests.jsonl
 """
 
 from __future__ import annotations
@@ -51,8 +51,6 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.peers.conversations import (
     CONVERSATIONS,

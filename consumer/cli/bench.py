@@ -1,37 +1,33 @@
-"""``turnflow bench``: the end-to-end load benchmark, ``bench/e2e_bench.py`` of the source tree.
+"""``turnflow bench``: the end-to-end load benchmark, the ``bench.e2e_bench`` module of a source
+checkout.
 
-The benchmark is not part of the installed package (it drives the servers with load and is
-run from a checkout), so this command loads it from the repository next to ``consumer/`` and
-says so in one line when it is not there.
+The benchmarks are not part of the installed package (they drive the servers with load and are
+run from a checkout), so this command imports the module from the current folder, as ``AGENT``
+modules are found, and says in one line what to do when the folder is not a checkout's root.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
-from pathlib import Path
+import os
 from types import ModuleType
 
+from consumer.agents import import_here
 from consumer.cli.running import EXIT_CONFIG, fail
 
 __all__ = ["add_arguments", "run"]
 
-_SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "e2e_bench.py"
+MODULE = "bench.e2e_bench"
 
 
 def _load() -> ModuleType | None:
-    """The benchmark module, loaded once; None outside a source checkout."""
-    if "e2e_bench" in sys.modules:
-        return sys.modules["e2e_bench"]
-    if not _SCRIPT.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location("e2e_bench", _SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["e2e_bench"] = module  # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
+    """The benchmark module; None when the current folder holds no source checkout's ``bench``."""
+    try:
+        return import_here(MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name in ("bench", MODULE):
+            return None
+        raise
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     module = _load()
     if module is None:
-        return fail(f"the benchmark needs a source checkout ({_SCRIPT} is missing)", EXIT_CONFIG)
+        return fail(
+            f"the benchmark is part of a source checkout, not the installed package: run "
+            f"`turnflow bench` from the checkout's root ({MODULE} is not importable from "
+            f"{os.getcwd()})",
+            EXIT_CONFIG,
+        )
     code: int = module.run(args)
     return code

@@ -7,7 +7,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from bench.e2e_bench import _checkpoint
+from bench.harness.history import checkpoint
 
 
 class _Connection:
@@ -24,7 +24,7 @@ class _Connection:
 
 async def test_a_checkpoint_is_asked_for(capsys: pytest.CaptureFixture[str]) -> None:
     connection = _Connection(refuse=False)
-    await _checkpoint(connection)
+    await checkpoint(connection)
     assert connection.executed == ["CHECKPOINT"]
     assert capsys.readouterr().out == ""
 
@@ -33,7 +33,7 @@ async def test_a_role_that_may_not_checkpoint_goes_on_and_says_so(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     connection = _Connection(refuse=True)
-    await _checkpoint(connection)
+    await checkpoint(connection)
     assert connection.executed == ["CHECKPOINT"]
     assert "no CHECKPOINT after seeding" in capsys.readouterr().out
 
@@ -47,7 +47,7 @@ async def test_the_server_checkpoints_for_a_superuser(database_url: str) -> None
     last = "SELECT checkpoint_lsn FROM pg_control_checkpoint()"
     try:
         before = await connection.fetchval(last)
-        await _checkpoint(connection)
+        await checkpoint(connection)
         after = await connection.fetchval(last)
     finally:
         await connection.close()

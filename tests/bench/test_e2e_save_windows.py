@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from bench import e2e_bench
-from bench.e2e_bench import RunResult, SaveBaseline, Servers
+from bench.e2e_bench import RunResult, SaveBaseline
+from bench.harness.servers import Servers
 
 
 class _Recorder:
@@ -60,7 +61,7 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> _Recorder:
     def servers(stack: ExitStack) -> Servers:
         return Servers("postgresql://nowhere/x", "nowhere:9092", "stand-ins", False)
 
-    monkeypatch.setattr(e2e_bench, "_servers", servers)
+    monkeypatch.setattr(e2e_bench, "start_servers", servers)
     monkeypatch.setattr(e2e_bench, "calls_per_turn", one_call)
     monkeypatch.setattr(e2e_bench, "_store_saves_per_second", recorder.saves)
     monkeypatch.setattr(e2e_bench, "run_once", recorder.run_once)

@@ -1,4 +1,4 @@
-"""The latency benchmark's own arithmetic: percentiles, the model's time taken out of each
+"""The latency benchmark's own arithmetic: the model's time taken out of each
 message, the capacity over a backlog's middle, the arrivals."""
 
 from __future__ import annotations
@@ -10,20 +10,9 @@ import pytest
 from bench.latency_bench import (
     arrival_gaps,
     model_ms_per_input,
-    percentile,
     service_only_ms,
     steady_rate,
 )
-
-
-def test_percentile_interpolates_between_ranks() -> None:
-    values = [10.0, 20.0, 30.0, 40.0, 50.0]
-    assert percentile(values, 0.5) == 30.0
-    assert percentile(values, 0.0) == 10.0
-    assert percentile(values, 1.0) == 50.0
-    assert percentile(values, 0.95) == pytest.approx(48.0)
-    assert percentile(reversed(values), 0.25) == 20.0  # order of the input does not matter
-    assert math.isnan(percentile([], 0.5))
 
 
 def test_model_time_is_summed_per_message_named_in_the_words() -> None:

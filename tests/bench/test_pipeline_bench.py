@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from bench.e2e_bench import bench_agent
+from bench.harness.stand_in_model import bench_agent
 from bench.pipeline_bench import _KeptAnswers, _measure, _model_canned, _no_metrics, _no_turn_line
 from consumer.turns.pipeline import TurnPipeline
 from engine import ModelRequest

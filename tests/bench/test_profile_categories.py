@@ -4,13 +4,14 @@ or start-up's."""
 
 from __future__ import annotations
 
-from bench.e2e_bench import REPO, _category
+from bench.e2e_bench import _category
+from bench.harness import REPO
 
 ENGINE = f"{REPO}/engine"
 CONSUMER = f"{REPO}/consumer/turns/pipeline.py:apply"
 TURN = f"{ENGINE}/agent.py:turn"
 OBSERVED = f"{ENGINE}/providers/http.py:observed"
-STAND_IN = f"{REPO}/bench/e2e_bench.py"
+STAND_IN = f"{REPO}/bench/harness/stand_in_model.py"
 
 
 def test_the_engine_s_own_frames_are_the_engine() -> None:

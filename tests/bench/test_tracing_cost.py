@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from bench.e2e_bench import bench_agent
+from bench.harness.stand_in_model import bench_agent
 from bench.tracing_cost import _measure, _receiver, _stop, _stubbed
 from consumer import tracing
 from consumer.model_calls import observe_model_calls

@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from store.scratch import scratch_database
+from bench.harness.databases import scratch_database
 from store.urls import plain_url
 
 
