@@ -11,14 +11,17 @@ process, the e2e benchmark's stand-in model answering at once) for each kind of 
   with a per-minute cap of model turns (``PLAN_MODEL_TURNS_PER_MINUTE``), every turn billed to
   the credit ledger: one model-phrased reply, a one-hour timer.
 
-Each run warms the consumer up first (its agents built, its statements prepared), then, over a
-backlog of ``--inputs`` inputs on ``--sessions`` conversations (one turn each, bursts not
-merged), reads around the backlog:
+Each run warms the consumer up first (its agents built, its statements prepared), then, over
+``--inputs`` inputs on ``--sessions`` conversations (one turn each, bursts not merged), sent at
+once (a backlog: turns that run together share their loads and saves) or paced at ``--rate``
+a second (turns one at a time), reads around them:
 
 - ``pg_stat_statements``: the statements the server ran, by kind (calls per turn, and their
   execution and planning time per turn);
 - round trips: each statement is one exchange with the server (the consumer runs them one at a
-  time on asyncpg, outside explicit transactions; a ``BEGIN`` or ``COMMIT`` is its own);
+  time on asyncpg, outside explicit transactions, each prepared once per connection; a
+  ``BEGIN`` or ``COMMIT`` would be a statement of its own), so the statement count is the round
+  trip count (through a transaction-mode pooler, where nothing is prepared ahead, twice it);
 - the cluster's CPU: user + system time of the postmaster and every process under it (backends,
   checkpointer, WAL writer, autovacuum), from ``/proc``, before and after;
 - WAL written.
@@ -26,7 +29,8 @@ merged), reads around the backlog:
 ``--repeat N`` alternates the kinds N times. Nothing else should run on the host meanwhile for
 the CPU to mean much; the statement counts do not depend on it.
 
-    python bench/pg_cost.py [--inputs 2000] [--sessions 500] [--repeat 2] [--broker tansu]
+    python bench/pg_cost.py [--inputs 2000] [--sessions 500] [--repeat 2] [--rate 0]
+                            [--broker tansu] [--kinds code,registry] [--against DIR]
     make bench-pg-cost ARGS="..."
 """
 
@@ -335,7 +339,10 @@ async def run_kind(
         cpu_before = cluster.cpu_seconds()
         consumer_before = _cpu_seconds(consumer.pid)
         started = time.monotonic()
-        backlog = await producer.send(args.inputs)
+        if args.rate:  # turns one at a time: the inputs paced, not waiting in a backlog
+            backlog = await producer.paced(args.rate, args.inputs / args.rate)
+        else:
+            backlog = await producer.send(args.inputs)
         await replies.until(backlog, within=300)
         await _settled(database_url)
         seconds = time.monotonic() - started
@@ -407,6 +414,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--broker", choices=("tansu", "kafka"), default="tansu")
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="inputs a second, paced (default: all at once, a backlog)")
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--against", type=Path, default=None,
                         help="another source tree whose consumer runs each kind too, "
@@ -428,8 +437,10 @@ def main() -> None:
         asyncio.run(_server(database.url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
         asyncio.run(_store_registry_agent(database.url))
         servers = _broker_servers(stack, database.url, "own PostgreSQL 15", args.broker)
+        paced = f"paced at {args.rate:g}/s" if args.rate else "at once (a backlog)"
         print(f"servers: {servers.where} (pg_stat_statements); {os.cpu_count()} CPUs; "
-              f"{args.inputs} inputs over {args.sessions} conversations a run", flush=True)
+              f"{args.inputs} inputs over {args.sessions} conversations a run, {paced}",
+              flush=True)
         trees: list[tuple[Path, str]] = [(REPO, "")]
         if args.against is not None:
             trees.insert(0, (args.against.resolve(), " before"))
