@@ -3,7 +3,8 @@
 The benchmark starts its own PostgreSQL 15 (``initdb`` into a temporary directory, a free port,
 ``shared_preload_libraries=pg_stat_statements``), so that every statement and every CPU tick of
 that cluster is the consumer's: nothing else uses it. It then runs ``turnflow consume`` (one
-process, the e2e benchmark's stand-in model answering at once) for each kind of agent:
+worker process per core unless ``--workers`` says otherwise, the e2e benchmark's stand-in model
+answering at once) for each kind of agent:
 
 - ``code``: the e2e benchmark's agent in Python (``AGENT``): a count, one model-phrased reply, a
   one-hour timer;
@@ -309,6 +310,8 @@ async def run_kind(
         "METRICS_PORT": "0",
         "KAFKA_IDEMPOTENT_PRODUCER": "false" if servers.embedded_broker else "true",
         "MERGE_BURSTS": "false",
+        # 0: one worker process per core, as `turnflow consume` runs by default.
+        "CONSUME_WORKERS": str(args.workers),
     })
     if servers.embedded_broker:
         env["KAFKA_FETCH_MAX_WAIT_MS"] = "10"
@@ -414,6 +417,9 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--broker", choices=("tansu", "kafka"), default="tansu")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="consumer processes of the one `turnflow consume` (default 0: "
+                             "one per core, its own default)")
     parser.add_argument("--rate", type=float, default=0.0,
                         help="inputs a second, paced (default: all at once, a backlog)")
     parser.add_argument("--kinds", default=",".join(KINDS))
@@ -438,9 +444,12 @@ def main() -> None:
         asyncio.run(_store_registry_agent(database.url))
         servers = _broker_servers(stack, database.url, "own PostgreSQL 15", args.broker)
         paced = f"paced at {args.rate:g}/s" if args.rate else "at once (a backlog)"
+        from consumer.turns.supervisor import available_cores
+
+        workers = args.workers or available_cores()
         print(f"servers: {servers.where} (pg_stat_statements); {os.cpu_count()} CPUs; "
-              f"{args.inputs} inputs over {args.sessions} conversations a run, {paced}",
-              flush=True)
+              f"{args.inputs} inputs over {args.sessions} conversations a run, {paced}; "
+              f"{workers} consumer process(es)", flush=True)
         trees: list[tuple[Path, str]] = [(REPO, "")]
         if args.against is not None:
             trees.insert(0, (args.against.resolve(), " before"))
