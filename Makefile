@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 	bench-e2e bench-hot-session bench-replay bench-bursts bench-load bench-acks bench-pipeline \
 	bench-hosting bench-versions bench-window bench-fairness bench-model-pool bench-prefix \
 	bench-tracing bench-peers bench-prefix-real bench-migrate bench-replication bench-capacity \
-	bench-pooler bench-latency clean
+	bench-pooler bench-latency bench-pg-cost clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -166,6 +166,13 @@ bench-e2e: $(STAMP)
 # (DATABASE_POOLER=transaction), alternating; needs Debian's pgbouncer.
 bench-pooler: $(STAMP)
 	$(BIN)/python -m bench.pooler_bench $(ARGS)
+
+# What a turn costs PostgreSQL by agent kind (a code agent, a registry agent with a plan and the
+# credit ledger): statements per turn from pg_stat_statements and the whole cluster's CPU, on a
+# PostgreSQL 15 of its own (PG_BIN, default /usr/lib/postgresql/15/bin); ARGS="--against DIR"
+# runs another source tree's consumer beside this one's.
+bench-pg-cost: $(STAMP)
+	$(BIN)/python -m bench.pg_cost $(ARGS)
 
 # Quiet conversations' latency alone and beside one session with 20,000 waiting inputs.
 bench-hot-session: $(STAMP)

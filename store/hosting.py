@@ -157,21 +157,23 @@ _SET_CANARY = text(
     """
 )
 # What changed since a time (the consumers' routers poll it once per refresh, whatever the number
-# of agents), with the database's clock to ask from next time.
-_CHANGED_AGENTS = text(
+# of agents), with the database's clock to ask from next time: one statement, one round trip.
+_CHANGES = text(
     """
-    SELECT agent_id, workspace_id, live_version, canary_version, canary_percent, migrate_to,
-           migrate_map FROM agents
-    WHERE updated_at >= CAST(:since AS timestamptz)
+    SELECT now() AS now, (
+        SELECT coalesce(jsonb_agg(to_jsonb(a)), '[]'::jsonb) FROM (
+            SELECT agent_id, workspace_id, live_version, canary_version, canary_percent,
+                   migrate_to, migrate_map FROM agents
+            WHERE updated_at >= CAST(:since AS timestamptz)
+        ) AS a
+    ) AS agents, (
+        SELECT coalesce(jsonb_agg(to_jsonb(w)), '[]'::jsonb) FROM (
+            SELECT id, plan, agents_enabled, web_searches_per_day FROM workspaces
+            WHERE updated_at >= CAST(:since AS timestamptz)
+        ) AS w
+    ) AS plans
     """
 )
-_CHANGED_WORKSPACES = text(
-    """
-    SELECT id, plan, agents_enabled, web_searches_per_day FROM workspaces
-    WHERE updated_at >= CAST(:since AS timestamptz)
-    """
-)
-_NOW = text("SELECT now()")
 _WORKSPACE = text(
     "SELECT id, plan, agents_enabled, web_searches_per_day FROM workspaces WHERE id = :workspace"
 )
@@ -349,16 +351,15 @@ class Hosting:
         """The database's time now, and the agents and workspaces changed at or after
         ``since`` (None: nothing, only the time)."""
         async with self._engine.connect() as connection:
-            now = (await connection.execute(_NOW)).scalar_one()
-            if since is None:
-                return now, [], []
-            agents = (await connection.execute(_CHANGED_AGENTS, {"since": since})).all()
-            plans = (await connection.execute(_CHANGED_WORKSPACES, {"since": since})).all()
+            row = (await connection.execute(_CHANGES, {"since": since})).one()
+        agents = _decoded(row.agents)
+        plans = _decoded(row.plans)
         return (
-            now,
-            [_live_agent(r) for r in agents],
-            [WorkspacePlan(r.id, r.plan, r.agents_enabled, r.web_searches_per_day)
-             for r in plans],
+            row.now,
+            [LiveAgent(a["agent_id"], a["workspace_id"], a["live_version"], a["canary_version"],
+                       a["canary_percent"], a["migrate_to"], a["migrate_map"]) for a in agents],
+            [WorkspacePlan(w["id"], w["plan"], w["agents_enabled"], w["web_searches_per_day"])
+             for w in plans],
         )
 
     async def workspace(self, workspace: str) -> WorkspacePlan | None:
@@ -424,6 +425,12 @@ class Hosting:
                 )
             ).all()
         return [DailyCredits(r.workspace_id, r.day, int(r.credits), int(r.turns)) for r in rows]
+
+
+def _decoded(value: Any) -> list[dict[str, Any]]:
+    """A jsonb array as the driver gave it: decoded already, or its text."""
+    found = jsoncodec.loads(value) if isinstance(value, str | bytes) else value
+    return list(found or [])
 
 
 def _live_agent(row: Any) -> LiveAgent:

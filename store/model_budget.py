@@ -4,9 +4,12 @@ A plan may cap how many model turns a workspace runs per minute (``PLAN_MODEL_TU
 whatever the number of consumers. The count lives in PostgreSQL, one row per workspace per
 minute of the database's clock (``workspace_model_minutes``), and a turn takes one from it with
 one statement whose update only happens under the limit, as the daily web-search counter does:
-two consumers can never both take the last one. A turn refused here is not run yet: the caller
-waits for the next minute and asks again (the turn is neither dropped nor counted twice; one
-taken and then not run, because its partition moved meanwhile, stays counted).
+two consumers can never both take the last one. A take counts one turn or several at once
+(``take_many``: all of them when they fit under the limit, else none), for a consumer that
+keeps a few for its workspace's next turns (``consumer.turns.slots``). A turn refused here is
+not run yet: the caller waits for the next minute and asks again (the turn is neither dropped
+nor counted twice; one taken and then not run, because its partition moved meanwhile or the
+minute ended before the consumer used it, stays counted).
 """
 
 from __future__ import annotations
@@ -16,16 +19,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = ["ModelBudget"]
 
-# One turn taken, only under the limit for the current minute of the database's clock. The
-# conflict update re-reads the row it locked, so it is atomic across consumers. It returns the
-# seconds left in the minute either way (a refusal returns them through the second branch).
+# ``:wanted`` turns taken at once, only when all of them fit under the limit for the current
+# minute of the database's clock. The conflict update re-reads the row it locked, so it is
+# atomic across consumers. It returns the seconds left in the minute either way (a refusal
+# returns them through the second branch).
 _TAKE = text(
     """
     WITH taken AS (
         INSERT INTO workspace_model_minutes AS m (workspace_id, minute, turns)
-        SELECT :workspace, date_trunc('minute', now()), 1 WHERE CAST(:per_minute AS integer) >= 1
-        ON CONFLICT (workspace_id, minute) DO UPDATE SET turns = m.turns + 1
-        WHERE m.turns < CAST(:per_minute AS integer)
+        SELECT :workspace, date_trunc('minute', now()), CAST(:wanted AS integer)
+        WHERE CAST(:per_minute AS integer) >= CAST(:wanted AS integer)
+        ON CONFLICT (workspace_id, minute) DO UPDATE SET turns = m.turns + excluded.turns
+        WHERE m.turns + excluded.turns <= CAST(:per_minute AS integer)
         RETURNING turns
     )
     SELECT (SELECT count(*) FROM taken) AS taken,
@@ -51,13 +56,21 @@ class ModelBudget:
     async def take(self, workspace: str, per_minute: int) -> float | None:
         """Count one turn this minute; None when taken, else the seconds until the next minute
         (nothing counted: the workspace used its ``per_minute`` already)."""
+        taken, left_s = await self.take_many(workspace, per_minute, 1)
+        return None if taken else left_s
+
+    async def take_many(self, workspace: str, per_minute: int, wanted: int) -> tuple[int, float]:
+        """Count ``wanted`` turns this minute when all of them fit under ``per_minute``, else
+        none: how many were counted (``wanted`` or 0) and the seconds left in the minute."""
+        if wanted < 1:
+            raise ValueError("wanted must be at least 1")
         async with self._engine.connect() as connection:
             row = (
                 await connection.execute(
-                    _TAKE, {"workspace": workspace, "per_minute": per_minute}
+                    _TAKE, {"workspace": workspace, "per_minute": per_minute, "wanted": wanted}
                 )
             ).one()
-        return None if row.taken else max(0.0, float(row.left_s))
+        return (wanted if row.taken else 0), max(0.0, float(row.left_s))
 
     async def used(self, workspace: str) -> int:
         """Turns the workspace took this minute."""

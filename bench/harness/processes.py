@@ -12,7 +12,13 @@ from pathlib import Path
 
 from bench.harness import REPO
 
-__all__ = ["ConsumerProcess", "cpu_seconds", "database_cpu_seconds", "own_cpu_seconds"]
+__all__ = [
+    "ConsumerProcess",
+    "cpu_seconds",
+    "database_cpu_seconds",
+    "own_cpu_seconds",
+    "proc_stat",
+]
 
 
 class ConsumerProcess:
@@ -83,7 +89,7 @@ class ConsumerProcess:
             await asyncio.gather(self._log_task, return_exceptions=True)
 
 
-def _stat(pid: int) -> list[str] | None:
+def proc_stat(pid: int) -> list[str] | None:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
@@ -95,12 +101,12 @@ def cpu_seconds(pid: int) -> float:
     ``consume --workers N``), 0.0 where unavailable."""
     pids = [pid]
     for entry in Path("/proc").iterdir():
-        fields = _stat(int(entry.name)) if entry.name.isdigit() else None
+        fields = proc_stat(int(entry.name)) if entry.name.isdigit() else None
         if fields is not None and int(fields[1]) == pid:
             pids.append(int(entry.name))
     ticks = 0
     for one in pids:
-        fields = _stat(one)
+        fields = proc_stat(one)
         if fields is not None:
             ticks += int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")
@@ -109,7 +115,7 @@ def cpu_seconds(pid: int) -> float:
 def own_cpu_seconds(pid: int) -> float:
     """User + system CPU of one process alone (a PostgreSQL backend, say), nan where
     unreadable."""
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     if fields is None:
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -137,7 +143,7 @@ def database_cpu_seconds(url: str) -> float | None:
                 continue
         except OSError:
             continue
-        fields = _stat(int(entry.name))
+        fields = proc_stat(int(entry.name))
         if fields is not None:
             found = True
             ticks += sum(int(fields[i]) for i in (11, 12, 13, 14))

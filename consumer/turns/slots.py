@@ -3,7 +3,8 @@
 At most ``max_in_flight`` engine turns run at a time. A freed slot goes to the waiting turn the
 weighted fair queue across workspaces picks (``consumer.turns.fairness``: plans' weights and
 caps); before it queues, a turn also waits for its plan's per-minute budget
-(``store.model_budget``, shared by every consumer) and for the model provider's shared back-off
+(``store.model_budget``, shared by every consumer; a consumer takes a busy workspace's turns from
+it a few at a time, ``MinuteLease``) and for the model provider's shared back-off
 after a rate-limit answer (``consumer.turns.model_backoff``). The turn holds no slot while it
 waits for either. Loads are queued fairly too (``TurnSlots.load``): before its load, a turn waits
 for one of as many load permits as the store pools connections, so one workspace's thousands of
@@ -31,9 +32,53 @@ from consumer.turns.pipeline import Admission, TurnWork
 from consumer.turns.runtime import Runtime
 from consumer.turns.tasks import SideTasks
 
-__all__ = ["Slot", "TurnSlots"]
+__all__ = ["MinuteLease", "Slot", "TurnSlots"]
 
 log = logging.getLogger("turnflow.consumer")
+
+LEASE_S = 0.25
+"""How long the turns one take of the per-minute budget counts at once should last: as many as
+the workspace's turns ran on this consumer in that time (``MinuteLease``)."""
+LEASE_MAX = 64
+"""The most turns one take counts at once."""
+LEASE_SHARE = 20
+"""One take counts at most this fraction of the cap (``per_minute // LEASE_SHARE``)."""
+
+
+class MinuteLease:
+    """Turns this consumer took from a workspace's per-minute budget and has not run yet.
+
+    A workspace that runs many turns on one consumer would otherwise cost one statement per
+    turn against one row of ``workspace_model_minutes`` (every consumer's turns of that
+    workspace updating the same row). Instead a take counts as many turns as the workspace ran
+    here in the last ``LEASE_S`` (the first take one; at most ``LEASE_MAX``, and at most a
+    ``LEASE_SHARE``-th of the cap), all of them or none; the next turns run on them without
+    asking the database. The count still never passes the cap across consumers (each take is
+    atomic and whole). What a lease has left when the database's minute ends stays counted and
+    unused, as a turn taken and then not run does: at most a ``LEASE_SHARE``-th of the cap per
+    consumer, and about ``LEASE_S`` of its turns at most at the workspace's own pace."""
+
+    __slots__ = ("left", "size", "taken_at", "until")
+
+    def __init__(self, size: int, taken_at: float, until: float) -> None:
+        self.size = size  # how many the last take counted
+        self.left = size - 1  # the turn that took it runs on one
+        self.taken_at = taken_at  # the event loop's clock
+        self.until = until  # the end of the database's minute, on the event loop's clock
+
+    def use(self, now: float) -> bool:
+        """Run one turn on the lease: False when it has none left in this minute."""
+        if self.left <= 0 or now >= self.until:
+            return False
+        self.left -= 1
+        return True
+
+    def wanted(self, now: float, per_minute: int) -> int:
+        """How many the next take asks for: the pace at which this lease was used up."""
+        elapsed = max(now - self.taken_at, 1e-3)
+        pace = self.size / elapsed  # turns a second, this workspace on this consumer
+        return max(1, min(LEASE_MAX, per_minute // LEASE_SHARE, int(pace * LEASE_S)))
+
 
 
 class Slot:
@@ -106,6 +151,9 @@ class TurnSlots:
         # Workspaces whose per-minute budget ran out, until when (the event loop's clock): their
         # other turns wait for that without asking the database again.
         self._budget_closed: dict[str, float] = {}
+        # Turns taken from a workspace's per-minute budget and not run yet (MinuteLease).
+        self._leases: dict[str, MinuteLease] = {}
+        self._taking: dict[str, asyncio.Lock] = {}  # the take under way, per workspace
         self._backoff = SharedBackoff(
             first_delay_s=settings.retry_backoff_ms / 1000,
             max_s=settings.retry_backoff_max_ms / 1000,
@@ -190,21 +238,57 @@ class TurnSlots:
         budget = runtime.budget
         assert budget is not None, "a plan with a per-minute budget needs Clients.budget"
         loop = asyncio.get_running_loop()
-        counted = False
+        lease = self._leases.get(workspace)
+        if lease is not None and lease.use(loop.time()):
+            return False
+        # One take at a time per workspace: the turns that find the lease empty meanwhile run
+        # on what that take counts rather than each asking the database.
+        taking = self._taking.get(workspace)
+        if taking is None:
+            taking = self._taking[workspace] = asyncio.Lock()
+        closed_before = self._budget_closed.get(workspace)
+        async with taking:
+            # The budget was spent while this turn waited for the take before it: it waited
+            # for the next minute too.
+            waited = self._budget_closed.get(workspace) != closed_before
+            if waited:
+                metrics.child(metrics.PLAN_MINUTE_WAITS, label).inc()
+            lease = self._leases.get(workspace)
+            if lease is not None and lease.use(loop.time()):
+                return waited
+            return await self._take_minute(workspace, per_minute, label, lease, waited)
+
+    async def _take_minute(
+        self, workspace: str, per_minute: int, label: str, lease: MinuteLease | None,
+        counted: bool,
+    ) -> bool:
+        """Take from the workspace's budget for this minute (``_minute_budget``), the lease's
+        pace of turns at once; True when the spent budget made the turn wait (``counted``:
+        it did already, and its wait is counted)."""
+        runtime = self._runtime
+        budget = runtime.budget
+        assert budget is not None
+        loop = asyncio.get_running_loop()
         while not runtime.stopping.is_set():
             closed_until = self._budget_closed.get(workspace, 0.0)
             if loop.time() < closed_until:
                 await runtime.sleep(closed_until - loop.time())
                 continue
+            asked = loop.time()
+            wanted = 1 if lease is None else lease.wanted(asked, per_minute)
             try:
-                left_s = await budget.take(workspace, per_minute)
+                taken, left_s = await budget.take_many(workspace, per_minute, wanted)
+                if not taken and wanted > 1:  # near the cap: what still fits, one at a time
+                    wanted = 1
+                    taken, left_s = await budget.take_many(workspace, per_minute, 1)
             except Exception as exc:
                 log.warning("the per-minute budget could not be read; the turn goes on",
                             extra={"error": type(exc).__name__})
                 return counted
             if random.random() < 0.001:  # the counts of minutes long gone, now and then
                 self._side_tasks.spawn(self._prune_budget())
-            if left_s is None:
+            if taken:
+                self._keep_lease(workspace, taken, asked, loop.time() + left_s)
                 return counted
             if not counted:
                 counted = True
@@ -215,6 +299,19 @@ class TurnSlots:
                 now = loop.time()
                 self._budget_closed = {w: t for w, t in self._budget_closed.items() if t > now}
         return counted
+
+    def _keep_lease(self, workspace: str, taken: int, asked: float, until: float) -> None:
+        """Keep the turns a take counted beyond the one that runs now. Another turn's take of
+        the same minute that ended meanwhile keeps its own: what both counted stays usable."""
+        held = self._leases.get(workspace)
+        lease = MinuteLease(taken, asked, until)
+        if held is not None and held.until > asked and abs(held.until - until) < 1.0:
+            lease.left += held.left  # both of the same minute
+        self._leases[workspace] = lease
+        if len(self._leases) > 4096:
+            now = asyncio.get_running_loop().time()
+            self._leases = {w: kept for w, kept in self._leases.items() if kept.until > now}
+            self._taking = {w: lock for w, lock in self._taking.items() if lock.locked()}
 
     def note_backoff(self, error: BaseException | None) -> None:
         """A rate-limit answer starts (or lengthens) the provider's shared back-off."""

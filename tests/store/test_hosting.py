@@ -161,3 +161,25 @@ async def test_the_turn_log_read_back_names_the_agent_and_version(store: Store) 
     first, second = await store.logged_turns(["r1"])
     assert (first.agent_id, first.agent_version) == ("bot", 3)
     assert (second.agent_id, second.agent_version) == (None, None)
+
+
+async def test_one_poll_gives_the_time_and_what_changed_since(store: Store) -> None:
+    """The routers' poll, one statement: with no time to ask from, only the database's time;
+    from a time, every agent and workspace changed since, whole (canary and run map too)."""
+    hosting = Hosting(store.engine)
+    now, agents, plans = await hosting.changes_since(None)
+    assert (agents, plans) == ([], [])
+    await hosting.put_version(agent_id="polled", workspace="polled-ws", document={"name": "A"},
+                              digest="p1", activate=True)
+    await hosting.put_version(agent_id="polled", workspace="polled-ws", document={"name": "B"},
+                              digest="p2")
+    await hosting.set_canary("polled", 2, 10)
+    await hosting.set_workspace("polled-ws", plan="pro", agents_enabled=False)
+    later, agents, plans = await hosting.changes_since(now)
+    assert later >= now
+    (agent,) = [a for a in agents if a.agent_id == "polled"]
+    assert (agent.workspace, agent.live_version, agent.canary_version, agent.canary_percent) == (
+        "polled-ws", 1, 2, 10)
+    (plan,) = [p for p in plans if p.workspace == "polled-ws"]
+    assert (plan.plan, plan.agents_enabled) == ("pro", False)
+    assert isinstance(plan.web_searches_per_day, int | None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from sqlalchemy import text
 
 from store import Store
@@ -40,3 +41,21 @@ async def test_concurrent_takes_never_pass_the_limit(store: Store) -> None:
     # A higher limit lets the workspace go on within the same minute.
     assert await budget.take("acme", 8) is None
     assert await budget.prune() == 0  # nothing an hour old yet
+
+
+async def test_a_take_of_several_counts_all_of_them_or_none(store: Store) -> None:
+    """Concurrent takes of four against a limit of ten count two of them (eight turns), never
+    a part of one; one turn still fits after them; the refusals say the seconds left."""
+    budget = ModelBudget(store.engine)
+    await _clear_of_a_minute_boundary(store)
+    results = await asyncio.gather(*(budget.take_many("many", 10, 4) for _ in range(6)))
+    assert sorted(taken for taken, _ in results) == [0, 0, 0, 0, 4, 4]
+    assert all(0 <= left <= 60 for _, left in results)
+    assert await budget.used("many") == 8
+    assert (await budget.take_many("many", 10, 3))[0] == 0
+    assert (await budget.take_many("many", 10, 2))[0] == 2
+    assert await budget.take("many", 10) is not None
+    assert (await budget.take_many("fresh", 3, 4))[0] == 0  # more than the cap: none
+    assert await budget.used("fresh") == 0
+    with pytest.raises(ValueError):
+        await budget.take_many("fresh", 3, 0)

@@ -29,6 +29,7 @@ from consumer.turns.pipeline import (
     delivery,
 )
 from consumer.turns.service import ConsumerService
+from consumer.turns.slots import LEASE_MAX, LEASE_S, LEASE_SHARE, MinuteLease
 from tests.consumer.fakes import FakeKafkaConsumer, FakeProducer, FakeStore, fake_clients
 from tests.turns.test_backpressure import until
 
@@ -696,17 +697,19 @@ class MinuteBudget:
     def __init__(self, minute_s: float) -> None:
         self._minute_s = minute_s
         self.taken: Counter[tuple[str, int]] = Counter()
+        self.takes = 0  # statements the real one would have run
 
     def _minute(self) -> tuple[int, float]:
         now = asyncio.get_running_loop().time()
         return int(now // self._minute_s), self._minute_s - now % self._minute_s
 
-    async def take(self, workspace: str, per_minute: int) -> float | None:
+    async def take_many(self, workspace: str, per_minute: int, wanted: int) -> tuple[int, float]:
+        self.takes += 1
         minute, left = self._minute()
-        if self.taken[workspace, minute] >= per_minute:
-            return left
-        self.taken[workspace, minute] += 1
-        return None
+        if self.taken[workspace, minute] + wanted > per_minute:
+            return 0, left
+        self.taken[workspace, minute] += wanted
+        return wanted, left
 
     async def prune(self) -> int:
         return 0
@@ -737,6 +740,36 @@ async def test_a_plans_per_minute_budget_makes_its_turns_wait_for_the_next_minut
     one.check(flood, 5)
     one.check(quiet, 2)
     assert metrics.PLAN_MINUTE_WAITS.labels(plan="free")._value.get() > before
+
+
+async def test_a_busy_workspace_takes_its_minute_budget_a_few_turns_at_a_time(
+    one: OneConsumer,
+) -> None:
+    """Far under its cap, a workspace's turns are counted in takes of several (one statement
+    for many turns), every turn run is counted, and no minute counts more than the cap."""
+    budget = MinuteBudget(60)
+    one.start(max_in_flight=8, plan_model_turns_per_minute="free=100000", budget=budget)
+    flood = [f"flood-{i}" for i in range(40)]
+    enqueue(one.consumer, flood, 10)
+    async with one.running():
+        await until(lambda: one.committed() == 400, "every input is committed", within=30)
+    one.check(flood, 10)
+    counted = sum(n for (w, _), n in budget.taken.items() if w == "flood")
+    assert 400 <= counted <= 400 + 8 * LEASE_MAX
+    assert budget.takes < 400 / 4, budget.takes
+
+
+def test_a_lease_runs_turns_within_its_minute_and_asks_for_its_pace() -> None:
+    """A lease of five runs four more turns (the first ran on its take), none once its minute
+    ended; the next take asks for what the pace of the last one fills in ``LEASE_S``, within
+    one and the bounds (``LEASE_MAX``, a ``LEASE_SHARE``-th of the cap)."""
+    lease = MinuteLease(5, taken_at=10.0, until=40.0)
+    assert [lease.use(10.1) for _ in range(5)] == [True] * 4 + [False]
+    assert not MinuteLease(5, taken_at=10.0, until=40.0).use(40.0)
+    assert lease.wanted(10.5, 100_000) == int(5 / 0.5 * LEASE_S)  # 10 a second
+    assert lease.wanted(10.0001, 100_000) == LEASE_MAX
+    assert lease.wanted(10.0001, 100) == 100 // LEASE_SHARE
+    assert lease.wanted(70.0, 100_000) == 1  # idle for a minute: one at a time again
 
 
 # --- the model's own limits ------------------------------------------------------------------
