@@ -27,13 +27,22 @@ call that offers no field and no tool asks for the reply as plain text, with no 
 format, so the model writes no wrapper the customer never sees.
 
 What is kept is a cache of what was sent, never a source of truth: a call uses it only when the
-host's history for the call starts with the history the kept entries were built from, the
-system prompt is the same, and no tool round is in progress. Otherwise (the first call, a
-compaction or a history window that moved past its oldest entries, another agent version, a
-process restart, a tool round) the call lays out a new transcript from its request alone and
-the server's cache starts a new prefix (``Transcripts.restarts`` counts them). The history
-window and compaction still bound what is sent: kept entries are dropped with the history they
-came with. At most ``max_conversations`` conversations are kept, least recently used first out.
+host's history for the call holds the history the kept entries were built from, followed only
+by new entries (the entries before it, when the window holds more, are not sent again; never a
+compaction summary), the system prompt is the same, and no tool round is in progress.
+Otherwise (the first call, a compaction, a history window that moved past the kept entries,
+another agent version, a process restart, a tool round) the call lays out a new transcript from
+its request alone and the server's cache starts a new prefix (``Transcripts.restarts`` counts
+them). When the window moved past the kept entries (a conversation longer than the host's
+window), the new transcript starts at the customer message nearest the middle of the window,
+so the next turns append again until the window moves past that one: a new prefix every half
+window of entries rather than on every turn, and the model always sees at least the later half
+of the window. The history window and compaction still bound what is sent. So does
+``max_chars``: since every turn's sections stay in the transcript, it grows faster than the
+history (about 1,200 characters a turn for the demo agent); once the kept entries pass
+``max_chars`` the next call starts a new transcript the same way, at the customer message
+nearest the middle of its history. At most ``max_conversations`` conversations are kept, least
+recently used first out.
 """
 
 from __future__ import annotations
@@ -54,6 +63,10 @@ SHORT_UNDERSTAND = ("Leave out every score of 0, every value the message does no
 
 MAX_CONVERSATIONS = 1024
 """Conversations whose transcript a provider keeps (the least recently used goes first)."""
+MAX_CHARS = 12_000
+"""The most characters of kept entries a call appends to (about 3,000 tokens): past it, a new
+transcript starts (a llama.cpp slot of 4,096 tokens, the test server's, then still holds the
+system prompt, the transcript and the reply)."""
 
 
 @dataclass
@@ -61,6 +74,8 @@ class _Kept:
     system: str
     history: tuple[tuple[str, str], ...]
     entries: list[dict[str, Any]]
+    chars: int = 0
+    """Characters of text in ``entries`` (set when kept)."""
 
 
 def plain_reply(request: ModelRequest) -> bool:
@@ -96,6 +111,38 @@ def short_reply(request: ModelRequest, turn: str) -> str:
     return turn
 
 
+SUMMARY_PREFIX = "[Summary of the earlier conversation] "
+"""How a compaction summary entry starts (``engine.compaction.SUMMARY_PREFIX``)."""
+
+
+def _kept_at(kept: tuple[tuple[str, str], ...], history: tuple[tuple[str, str], ...]) -> int | None:
+    """Where ``kept`` starts in ``history`` when ``history`` is some earlier entries (never a
+    compaction summary), then ``kept``, then new entries; None otherwise."""
+    n = len(kept)
+    for at in range(len(history) - n + 1):
+        if history[at : at + n] == kept:
+            if any(text.startswith(SUMMARY_PREFIX) for _, text in history[:at]):
+                return None
+            return at
+    return None
+
+
+def _moved(kept: tuple[tuple[str, str], ...], history: tuple[tuple[str, str], ...]) -> bool:
+    """Whether ``history`` starts with the end of ``kept``: the window moved past its head."""
+    return any(history[: len(kept) - j] == kept[j:] for j in range(1, len(kept)))
+
+
+def _half(history: tuple[tuple[str, str], ...]) -> int:
+    """The first customer entry at or after the middle of ``history`` (0 when it opens with a
+    compaction summary, which stays in view, or has no customer entry there)."""
+    if history and history[0][1].startswith(SUMMARY_PREFIX):
+        return 0
+    for at in range(len(history) // 2, len(history)):
+        if history[at][0] == "user":
+            return at
+    return 0
+
+
 def _history_of(messages: list[ChatMessage]) -> tuple[tuple[str, str], ...]:
     return tuple((m.role, m.text) for m in messages if m.role in ("user", "assistant"))
 
@@ -103,8 +150,11 @@ def _history_of(messages: list[ChatMessage]) -> tuple[tuple[str, str], ...]:
 class Transcripts:
     """What a provider sent each conversation last (see the module docstring)."""
 
-    def __init__(self, max_conversations: int = MAX_CONVERSATIONS) -> None:
+    def __init__(
+        self, max_conversations: int = MAX_CONVERSATIONS, max_chars: int = MAX_CHARS
+    ) -> None:
         self.max_conversations = max_conversations
+        self.max_chars = max_chars
         self._kept: OrderedDict[str, _Kept] = OrderedDict()
         self.restarts = 0
         """Calls that started a new transcript (a new prefix for the server's cache)."""
@@ -130,17 +180,23 @@ class Transcripts:
             return system, out, None
         history = _history_of(messages)
         kept = self._kept.get(request.conversation)
-        if (
-            kept is not None
-            and kept.system == system
-            and history[: len(kept.history)] == kept.history
-        ):
+        at = None
+        full = False
+        if kept is not None and kept.system == system:
+            at = _kept_at(kept.history, history)
+            full = at is not None and kept.chars > self.max_chars
+        if kept is not None and at is not None and not full:
             out = list(kept.entries)
-            new = history[len(kept.history):]
+            new = history[at + len(kept.history):]
+            history = history[at:]
             self.appended += 1
         else:
+            start = 0
+            if full or (kept is not None and kept.system == system
+                         and _moved(kept.history, history)):
+                start = _half(history)
             out = []
-            new = history
+            history = new = history[start:]
             self.restarts += 1
         add(out, [ChatMessage(role=role, text=text) for role, text in new])
         if out and out[0]["role"] == "assistant":
@@ -153,7 +209,8 @@ class Transcripts:
         entries = list(kept.entries)
         if understand and reply:
             entries.append({"role": "assistant", "content": reply})
-        self._kept[conversation] = _Kept(kept.system, kept.history, entries)
+        chars = sum(len(e["content"]) for e in entries if isinstance(e["content"], str))
+        self._kept[conversation] = _Kept(kept.system, kept.history, entries, chars)
         self._kept.move_to_end(conversation)
         while len(self._kept) > self.max_conversations:
             self._kept.popitem(last=False)
@@ -165,6 +222,7 @@ class Transcripts:
 
 __all__ = [
     "JSON_REPLY",
+    "MAX_CHARS",
     "MAX_CONVERSATIONS",
     "PLAIN_REPLY",
     "SHORT_UNDERSTAND",

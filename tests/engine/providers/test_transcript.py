@@ -173,3 +173,45 @@ def test_without_a_conversation_a_call_is_laid_out_alone() -> None:
     transcripts = Transcripts()
     messages, kept = append_messages(request, transcripts)
     assert kept is None and [m["role"] for m in messages] == ["system", "user", "system"]
+
+
+async def test_a_window_that_moves_starts_a_new_prefix_every_half_window() -> None:
+    """A host that gives the last 20 entries: once the window is full, a new prefix starts at
+    the customer message nearest its middle, and the next turns append to it again."""
+    server = RulesOverHttp()
+    clock = FakeClock(datetime(2026, 3, 2, 10, tzinfo=UTC))
+    chat = Conversation(build_agent(server, clock), clock, session_id="s1")
+    turns = ["hi there", "what are your opening hours?", "do you fix electric bikes?",
+             "thanks"] * 8
+    window = 20
+    for text in turns:
+        await chat.say(text)
+        del chat.history[:-window]
+    transcripts = server.provider.transcripts
+    calls = len(server.bodies)
+    assert 1 < transcripts.restarts < calls / 3
+    assert transcripts.restarts + transcripts.appended == calls
+    for body in server.bodies:
+        said = [m for m in body["messages"][1:] if m["role"] == "user"]
+        assert len(said) <= window  # never more of the conversation than the window holds
+
+
+async def test_a_compaction_summary_is_never_left_out() -> None:
+    transcripts = Transcripts()
+    from engine.providers.openai import _add_entries
+
+    def request(texts: list[str]) -> ModelRequest:
+        return ModelRequest(
+            schema_name="speak", system="## Identity\nAna\n\n## Guideline\ng",
+            turn_sections_at=len("## Identity\nAna") + 2, conversation="c",
+            messages=[ChatMessage(role="user" if i % 2 == 0 else "assistant", text=t)
+                      for i, t in enumerate(texts)],
+        )
+
+    _, _, kept = transcripts.layout(request(["c", "d", "e"]), _add_entries)
+    assert kept is not None
+    transcripts.keep("c", kept, "", understand=False)
+    summary = "[Summary of the earlier conversation] a, b"
+    _, entries, _ = transcripts.layout(request([summary, "x", "c", "d", "e", "f", "g"]),
+                                       _add_entries)
+    assert entries[0]["content"] == summary and transcripts.restarts == 2
