@@ -8,12 +8,16 @@ the same ten-turn demo conversation (book a repair, ask the hours, a second book
 through the demo agent on both, one turn on one side then the same turn on the other, so the
 load of a shared machine falls on both alike:
 
-- **before**: the prompt as built, as the providers send it without a cache asked for
-  (``layout="built"``: the whole system text, this turn's sections included, first; then the
-  history), no ``cache_prompt`` field, no slot affinity: the server's defaults;
-- **after**: the layout for caches (``laid_out``: the agent's fixed sections, the history,
-  this turn's sections before the customer's words), ``cache_prompt: true`` and ``id_slot`` per
-  call kind (``TURNFLOW_MODEL_PROMPT_CACHE=llama.cpp``, ``TURNFLOW_MODEL_SLOTS=2``).
+- **before**: the layout for caches (``layout="cache"``, ``laid_out``: each call kind's fixed
+  sections, the history, this turn's sections before the customer's words), ``cache_prompt:
+  true`` and ``id_slot`` per call kind (``TURNFLOW_MODEL_PROMPT_CACHE=llama.cpp``,
+  ``TURNFLOW_MODEL_SLOTS=2``): how a deployment on llama.cpp ran before the append-only layout;
+- **after**: the append-only layout (``TURNFLOW_MODEL_PROMPT_LAYOUT=append``,
+  ``engine.providers.transcript``: each call sends the previous call's prompt and reply, then
+  what is new), the same cache settings, both call kinds of a conversation in one slot.
+
+``--built-side`` adds the prompt as built (``layout="built"``, no ``cache_prompt``, no slots:
+the server's defaults) as a third side.
 
 Each side has a server of its own, so neither evicts the other's cache. Per model call the
 server's ``timings`` say how many prompt tokens it took from the slot's cache (``cache_n``) and
@@ -89,6 +93,8 @@ class Side:
     seconds: list[float] = field(default_factory=list)
     replies: list[str] = field(default_factory=list)
     per_turn: list[tuple[int, int]] = field(default_factory=list)
+    completion: int = 0
+    provider: Any = None
 
     def share(self) -> float:
         return self.cached / max(1, self.cached + self.evaluated)
@@ -137,6 +143,7 @@ async def _side(side: Side, base_url: str) -> Any:
                               env={}, layout=side.layout, prompt_cache=side.prompt_cache,  # type: ignore[arg-type]
                               slots=side.slots)
     clock = FakeClock(START)
+    side.provider = provider
     chat = _host()(build_agent(provider, clock), clock, session_id=f"bench-{side.name}")
     return chat, client, timings
 
@@ -144,7 +151,9 @@ async def _side(side: Side, base_url: str) -> Any:
 async def measure(args: argparse.Namespace) -> None:
     from tests.fixtures.llama_server import MODEL_NAME, start
 
-    sides = [Side("before", "built", "off", 0), Side("after", "cache", "llama.cpp", 2)]
+    sides = [Side("before", "cache", "llama.cpp", 2), Side("after", "append", "llama.cpp", 2)]
+    if args.built_side:  # the prompt as built, the server's defaults
+        sides.append(Side("built", "built", "off", 0))
     if args.no_slots_side:  # the layout and cache_prompt alone, the slot left to the server
         sides.append(Side("noslot", "cache", "llama.cpp", 0))
     if args.uncached_side:  # the layout with nothing cached: what the order alone does
@@ -175,12 +184,15 @@ async def measure(args: argparse.Namespace) -> None:
                 side.evaluated += evaluated
                 side.prompt_ms += sum(float(t.get("prompt_ms") or 0) for t in new)
                 side.predicted_ms += sum(float(t.get("predicted_ms") or 0) for t in new)
+                completion = sum(int(t.get("predicted_n") or 0) for t in new)
+                side.completion += completion
                 side.calls += len(new)
                 side.per_turn.append((cached, evaluated))
                 said = " | ".join(m.text for m in result.messages)
                 side.replies.append(said)
                 print(f"  turn {i + 1:2} {side.name:6} {side.seconds[-1]:6.1f} s  "
                       f"{len(new)} calls  cached {cached:5} / evaluated {evaluated:5}  "
+                      f"generated {completion:4}  "
                       f"you> {text} | {said[:90]}", flush=True)
         for _, client, _ in runs:
             await client.aclose()
@@ -190,13 +202,16 @@ async def measure(args: argparse.Namespace) -> None:
     before, after = sides[:2]
     print()
     print("| layout | turns | model calls | prompt tokens from cache | evaluated | "
+          "evaluated / turn | completion tokens / turn | "
           "seconds per turn (mean) | median | of which prompt evaluation | generation |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for side in sides:
         turns = max(1, len(side.seconds))
         print(f"| {side.name} | {len(side.seconds)} | {side.calls} | "
               f"{side.share():.0%} ({side.cached:,} of {side.cached + side.evaluated:,}) | "
-              f"{side.evaluated:,} | {statistics.fmean(side.seconds):.1f} | "
+              f"{side.evaluated:,} | {side.evaluated / turns:.0f} | "
+              f"{side.completion / turns:.0f} | "
+              f"{statistics.fmean(side.seconds):.1f} | "
               f"{statistics.median(side.seconds):.1f} | {side.prompt_ms / 1000 / turns:.1f} | "
               f"{side.predicted_ms / 1000 / turns:.1f} |")
     ratio = statistics.fmean(after.seconds) / statistics.fmean(before.seconds)
@@ -214,6 +229,10 @@ async def measure(args: argparse.Namespace) -> None:
               f"{sum(a == b for a, b in zip(after.replies, other.replies, strict=False))} "
               f"of {len(other.replies)} turns")
     print(f"replies identical on both sides: {same} of {len(after.replies)} turns")
+    kept = getattr(after.provider, "transcripts", None)
+    if kept is not None and after.layout == "append":
+        print(f"after: calls that appended to the previous prompt {kept.appended}, "
+              f"that started a new prefix {kept.restarts}")
 
 
 class BodyBuilding:
@@ -271,6 +290,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=1200.0,
                         help="stop starting turns after this many seconds")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--built-side", action="store_true",
+                        help="add the prompt as built, no cache_prompt, no slots")
     parser.add_argument("--no-slots-side", action="store_true",
                         help="a third side: the layout and cache_prompt without id_slot")
     parser.add_argument("--uncached-side", action="store_true",

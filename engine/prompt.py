@@ -12,6 +12,9 @@ config order), sent whenever the call scores flows, whose turn section then only
 to score. Every later section belongs to the turn. ``turn_sections_at`` marks where those start,
 and the providers send the fixed part as the system prompt, then the history, then the turn's
 sections, so the start of each prompt repeats byte for byte for a server's prefix cache.
+``shared_prefix`` is the text both call kinds share (identity, knowledge, a line on the two
+kinds of request, the topics): the append-only layout sends it as the one system prompt of a
+conversation's calls (``engine.providers.transcript``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from engine.config import FieldSpec, Flow, Instruction, TalkStep
 from engine.envelopes import UnderstandPlan
 from engine.history import history_messages
 from engine.providers.base import ChatMessage
+from engine.providers.transcript import JSON_REPLY
 from engine.request import message_texts
 from engine.session import Run
 from engine.state import TurnState
@@ -52,6 +56,8 @@ class SpeakPrompt:
     meta: dict[str, Any]
     turn_sections_at: int | None = None
     """Where in ``system`` the sections of this turn start (``ModelRequest.turn_sections_at``)."""
+    prefix: str | None = None
+    """The agent's text both call kinds share (``shared_prefix``, ``ModelRequest.prefix``)."""
 
 
 def _block(title: str, body: str) -> str:
@@ -83,6 +89,57 @@ def _instructions(
     return [i.text() for i in items if i.text() and state.holds(i.if_, run)]
 
 
+def _speak_fixed(config: AgentConfig) -> list[str]:
+    """Speak's sections fixed for the agent version: identity, then the knowledge base."""
+    identity = [f"You are {config.name}."]
+    if config.persona:
+        identity.append(f"Persona: {config.persona}")
+    if config.goal:
+        identity.append(f"Goal: {config.goal}")
+    blocks = [_block("Identity", "\n".join(identity))]
+    if config.knowledge:
+        blocks.append(_block("Knowledge base", "\n\n".join(config.knowledge)))
+    return blocks
+
+
+def _task(config: AgentConfig) -> str:
+    return _block(
+        "Task",
+        f"You read the customer's latest message for {config.name}. You do not reply. "
+        "Judge only what is asked below; answer null when the message says nothing about it.",
+    )
+
+
+TOPICS_TITLE = "Topics (score only those listed under flows)"
+SHARED_TASK = (
+    "After the customer's words come one or two requests, each with its sections and its "
+    "response format; follow the last one. To read the message: you do not reply; judge only "
+    "what is asked, and answer null when the message says nothing about it. To reply: answer "
+    "the customer."
+)
+
+
+def shared_prefix(config: AgentConfig) -> str:
+    """The text fixed for the agent version that both call kinds share, for the append-only
+    layout (``engine.providers.transcript``): speak's identity and knowledge base, a line on the
+    two kinds of request, and understand's topics (every message-triggered flow). Built once
+    per agent version and kept on its (frozen) config, since every call carries it."""
+    kept = config.__dict__.get(_SHARED_PREFIX)
+    if kept is not None:
+        return str(kept)
+    blocks = _speak_fixed(config)
+    blocks.append(_block("How you are asked", SHARED_TASK))
+    topics = topic_catalogue(config)
+    if topics:
+        blocks.append(_block(TOPICS_TITLE, "\n".join(topics.values())))
+    prefix = "\n\n".join(blocks)
+    config.__dict__[_SHARED_PREFIX] = prefix  # not a field: never compared, copied or dumped
+    return prefix
+
+
+_SHARED_PREFIX = "_shared_prompt_prefix"
+
+
 def build_speak(
     state: TurnState,
     run: Run | None,
@@ -95,15 +152,7 @@ def build_speak(
 ) -> SpeakPrompt:
     """The speak prompt for one talk step (or the idle speaker when ``run`` is None)."""
     config = state.config
-    blocks: list[str] = []
-    identity = [f"You are {config.name}."]
-    if config.persona:
-        identity.append(f"Persona: {config.persona}")
-    if config.goal:
-        identity.append(f"Goal: {config.goal}")
-    blocks.append(_block("Identity", "\n".join(identity)))
-    if config.knowledge:
-        blocks.append(_block("Knowledge base", "\n\n".join(config.knowledge)))
+    blocks = _speak_fixed(config)
     # Identity and knowledge are fixed for the agent version; every section after them belongs
     # to this turn and is sent after the history (``engine.providers.base.laid_out``).
     turn_sections_at = len("\n\n".join(blocks)) + 2
@@ -155,12 +204,9 @@ def build_speak(
         if pending
         else ""
     )
-    blocks.append(
-        _block(
-            "Response format",
-            f'Answer with one JSON object: "message" is your reply to the customer{fields_note}.',
-        )
-    )
+    # Without fields, the line is ``JSON_REPLY``: the append-only layout asks for plain text
+    # in its place (``engine.providers.transcript.short_reply``).
+    blocks.append(_block("Response format", JSON_REPLY[:-1] + fields_note + "."))
     meta = {
         "agent_name": config.name,
         "flow_id": flow.id if flow else None,
@@ -175,7 +221,7 @@ def build_speak(
         "idle": run is None,
     }
     return SpeakPrompt(system="\n\n".join(blocks), messages=history_messages(state), meta=meta,
-                       turn_sections_at=turn_sections_at)
+                       turn_sections_at=turn_sections_at, prefix=shared_prefix(config))
 
 
 def _known_note(state: TurnState, name: str, plan: UnderstandPlan) -> str:
@@ -211,13 +257,7 @@ with either alone it scored 0 (bench/README.md, "Peers")."""
 def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
     """The understand prompt: what to score, detect, answer and extract."""
     config = state.config
-    blocks = [
-        _block(
-            "Task",
-            f"You read the customer's latest message for {config.name}. You do not reply. "
-            "Judge only what is asked below; answer null when the message says nothing about it.",
-        )
-    ]
+    blocks = [_task(config)]
     turn_sections_at = len(blocks[0]) + 2  # the task is fixed for the agent; the rest per turn
     if plan.flows:
         topics = topic_catalogue(config)
@@ -225,8 +265,7 @@ def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
             # Every message-triggered flow's description, in config order: the same text on
             # every call of this agent version, so it joins the fixed part; the turn's own
             # section below only names the flows to score.
-            title = "Topics (score only those listed under flows)"
-            blocks.append(_block(title, "\n".join(topics.values())))
+            blocks.append(_block(TOPICS_TITLE, "\n".join(topics.values())))
             turn_sections_at = len("\n\n".join(blocks)) + 2
         lines = []
         for flow_id, phrases in plan.flows.items():
@@ -275,4 +314,4 @@ def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
         "messages": _parts(state),
     }
     return SpeakPrompt(system="\n\n".join(blocks), messages=history_messages(state), meta=meta,
-                       turn_sections_at=turn_sections_at)
+                       turn_sections_at=turn_sections_at, prefix=shared_prefix(config))

@@ -55,6 +55,10 @@ RUNNERS = {"turnflow": ["bench.peers.run_turnflow"],
            "langgraph": ["bench.peers.run_langgraph"], "parlant": ["bench.peers.run_parlant"],
            "turnflow-real": ["bench.peers.run_turnflow", "--framework", "turnflow-real",
                              "--prompt-cache", "llama.cpp"],
+           # The same on the append-only layout (TURNFLOW_MODEL_PROMPT_LAYOUT=append).
+           "turnflow-real-append": ["bench.peers.run_turnflow", "--framework",
+                                    "turnflow-real-append", "--prompt-cache", "llama.cpp",
+                                    "--prompt-layout", "append"],
            "langgraph-real": ["bench.peers.run_langgraph", "--framework", "langgraph-real"],
            "parlant-real": ["bench.peers.run_parlant", "--framework", "parlant-real"]}
 REAL = "turnflow-real"
@@ -65,12 +69,16 @@ REALS = (REAL, PEER_REAL)
 PARLANT_REAL = "parlant-real"
 """Parlant on the same real model (``--real-frameworks``): minutes a turn here, so only when
 asked for."""
-UPSTREAM = (*REALS, PARLANT_REAL)
+REAL_APPEND = "turnflow-real-append"
+"""turnflow on the real model in the append-only layout (``--real-frameworks``), beside
+``turnflow-real`` on the same server: both run one after the other on the same conversations."""
+UPSTREAM = (*REALS, PARLANT_REAL, REAL_APPEND)
 """The rows whose chat calls the scripted server sends on to the real model (embeddings stay
 scripted: llama.cpp serves one chat model, and Parlant's retrieval needs an embedding one)."""
-OURS = ("turnflow", "turnflow-cache", REAL)
+OURS = ("turnflow", "turnflow-cache", REAL, REAL_APPEND)
 RUN_TIMEOUT_S = {"turnflow": 300, "turnflow-cache": 300, "langgraph": 300, "parlant": 1200,
-                 REAL: 3 * 3600, PEER_REAL: 3 * 3600, PARLANT_REAL: 3 * 3600}
+                 REAL: 3 * 3600, PEER_REAL: 3 * 3600, PARLANT_REAL: 3 * 3600,
+                 REAL_APPEND: 3 * 3600}
 SOURCE = "script"
 """Every row here is answered by the scripted server, none by a real model."""
 
@@ -210,7 +218,7 @@ def main() -> int:
                 # minutes measured here): a turn Parlant gives up on without a word or an error
                 # event (its answer failing to parse) is recorded as timed out after it.
                 extra = ("--conversations", chosen, "--model", args.real, "--timeout", "900")
-                if framework == REAL:
+                if framework in (REAL, REAL_APPEND):
                     # As a deployment on llama.cpp sets TURNFLOW_MODEL_SLOTS: the server's slots.
                     extra += ("--slots", str(llama_server.PARALLEL_SLOTS))
             why = run_framework(framework, python, base_url, args.out, extra)

@@ -20,7 +20,13 @@ from typing import Any
 from bench.peers.conversations import CONVERSATIONS
 from bench.peers.timing import Timings, tag
 from engine import FakeClock
-from engine.providers.openai import PROMPT_CACHES, OpenAIProvider, PromptCache
+from engine.providers.openai import (
+    PROMPT_CACHES,
+    PROMPT_LAYOUTS,
+    OpenAIProvider,
+    PromptCache,
+    PromptLayout,
+)
 from examples.demo_agent import build_agent
 
 __all__ = ["run"]
@@ -84,14 +90,16 @@ async def conversation(base_url: str, timings: Timings, cid: str,
 async def run(base_url: str, out: Path, *, framework: str = FRAMEWORK,
               prompt_cache: PromptCache = "off", conversations: list[str] | None = None,
               model: str = "scripted", call_timeout: float = 60.0,
-              slots: int = 0) -> dict[str, list[str]]:
+              slots: int = 0, layout: PromptLayout | None = None) -> dict[str, list[str]]:
     """Every conversation, one after another; the replies of each. ``prompt_cache`` is the
     provider's (``TURNFLOW_MODEL_PROMPT_CACHE``): other than ``off``, the prompt is laid out for
     a prefix cache. ``slots`` is ``TURNFLOW_MODEL_SLOTS``: with a llama.cpp server's slot count
-    (two or more), understand and speak calls each keep a slot, so each finds its own prefix."""
+    (two or more), understand and speak calls each keep a slot, so each finds its own prefix.
+    ``layout`` is ``TURNFLOW_MODEL_PROMPT_LAYOUT`` (None: the provider's default)."""
     timings = Timings(out, framework)
     provider = OpenAIProvider(api_key="", base_url=base_url, model=model,
-                              prompt_cache=prompt_cache, timeout=call_timeout, slots=slots)
+                              prompt_cache=prompt_cache, timeout=call_timeout, slots=slots,
+                              layout=layout)
     replies = {}
     try:
         for cid in conversations or list(CONVERSATIONS):
@@ -114,6 +122,8 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=0,
                         help="the llama.cpp server's slots (TURNFLOW_MODEL_SLOTS); 0: the "
                         "server picks")
+    parser.add_argument("--prompt-layout", choices=PROMPT_LAYOUTS, default=None,
+                        help="TURNFLOW_MODEL_PROMPT_LAYOUT; unset: the provider's default")
     args = parser.parse_args()
     chosen = [c for c in args.conversations.split(",") if c] or None
     unknown = [c for c in chosen or [] if c not in CONVERSATIONS]
@@ -122,7 +132,7 @@ def main() -> None:
     replies = asyncio.run(run(args.base_url, args.out, framework=args.framework,
                               prompt_cache=args.prompt_cache, conversations=chosen,
                               model=args.model, call_timeout=args.timeout,
-                              slots=args.slots))
+                              slots=args.slots, layout=args.prompt_layout))
     for cid, said in replies.items():
         print(f"{args.framework} {cid}: " + " | ".join(said), flush=True)
 

@@ -125,6 +125,7 @@ async def _call(state: TurnState, run_: Run | None) -> SpeakReply:
             {**built.meta, "round": rounds + 1, "tools": [s.name for _, _, s in offer]},
             built.turn_sections_at,
             state.session.id,
+            built.prefix,
         )
         reply.calls += 1
         state.llm_calls += 1
@@ -179,6 +180,7 @@ def _speak_request(
     meta: dict[str, Any],
     turn_sections_at: int | None = None,
     conversation: str | None = None,
+    prefix: str | None = None,
 ) -> ModelRequest:
     """``ModelRequest(schema_name="speak", system=..., messages=..., json_schema=...,
     tools=..., meta=...)``, built as ``engine.records`` builds a turn's own records: one per
@@ -194,6 +196,7 @@ def _speak_request(
         "tools": list(tools),
         "meta": dict(meta),
         "turn_sections_at": turn_sections_at,
+        "prefix": prefix,
         "conversation": conversation,
     }
     return built(ModelRequest, values, _SPEAK_GIVEN, validate=(
@@ -203,6 +206,7 @@ def _speak_request(
         or not _STR_ONLY.issuperset(map(type, json_schema))
         or not _STR_ONLY.issuperset(map(type, meta))
         or not (conversation is None or type(conversation) is str)
+        or not (prefix is None or type(prefix) is str)
     ))
 
 

@@ -51,6 +51,7 @@ async def run(state: TurnState) -> None:
         json_schema=understand_schema(found.plan),
         meta=built.meta,
         turn_sections_at=built.turn_sections_at,
+        prefix=built.prefix,
         conversation=state.session.id,
     )
     state.llm_calls += 1

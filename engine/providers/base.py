@@ -105,6 +105,12 @@ class ModelRequest(BaseModel):
     fixed for the agent version and is sent as the system prompt; the rest is sent after the
     conversation's messages (``laid_out``), so the start of every prompt of one agent, and of
     one conversation from call to call, repeats byte for byte for a server's prefix cache."""
+    prefix: str | None = Field(default=None, exclude=True)
+    """The text fixed for the agent version that every call kind of a conversation shares
+    (identity, knowledge, the understand task and its topics; None: not said). Only the
+    append-only layout sends it (``engine.providers.transcript``), as the one system prompt of
+    both call kinds; the other layouts send ``system`` as they always have. Never dumped: a
+    recording keeps the request as built, and the agent version gives this text again."""
     conversation: str | None = None
     """The session the call is for (None: not said). Never sent as is: a llama.cpp provider
     with slot affinity picks the server slot from its digest (``engine.providers.slots``)."""

@@ -45,8 +45,16 @@ customer's words they are about, so the model reads the same instructions in the
 in the prompt as built. Without, it is sent as built (``layout="built"``: the whole system text
 first, then the history); ``layout`` set either way overrides that.
 
+``layout="append"`` sends each call of a conversation as the previous call's prompt and reply
+plus what is new (``engine.providers.transcript``): one system prompt for both call kinds
+(``ModelRequest.prefix``), the entries the provider sent that conversation before, the history
+new since, and this call's sections as a system entry last. The provider keeps those entries
+per conversation, as a cache of what it sent: a call whose history does not extend the kept
+one starts afresh.
+
 ``slots`` (llama.cpp): with two or more, understand and speak calls carry ``id_slot`` so each
-kind of one conversation keeps a slot of its own (``engine.providers.slots``).
+kind of one conversation keeps a slot of its own (``engine.providers.slots``); in the
+append-only layout both kinds of a conversation take one slot.
 
 Building the body and parsing the reply are plain functions, tested without a server.
 """
@@ -81,6 +89,7 @@ from engine.providers.http import (
     usage_from,
 )
 from engine.providers.slots import slot_for
+from engine.providers.transcript import Transcripts, optional_schema, plain_reply
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +106,8 @@ PromptCache = Literal["off", "llama.cpp", "key"]
 """How the server is asked to cache the prompt's prefix (see the module docstring)."""
 
 PROMPT_CACHES: tuple[PromptCache, ...] = ("off", "llama.cpp", "key")
-PromptLayout = Literal["cache", "built"]
-PROMPT_LAYOUTS: tuple[PromptLayout, ...] = ("cache", "built")
+PromptLayout = Literal["cache", "built", "append"]
+PROMPT_LAYOUTS: tuple[PromptLayout, ...] = ("cache", "built", "append")
 DEFAULT_MAX_TOKENS = 1024
 """The reply cap sent when none is set: far above any envelope the engine asks for, far below a
 runaway reply that would hold the server until the timeout."""
@@ -213,22 +222,44 @@ def chat_completion_body(
     prompt_cache: PromptCache = "off",
     layout: PromptLayout | None = None,
     slots: int = 0,
+    transcripts: Transcripts | None = None,
+    append: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The JSON body of ``POST /chat/completions`` for one request. ``layout``: ``cache`` sends
     the prompt in prefix-cache order (``laid_out``), ``built`` as the engine built it (the whole
     system text first); None: ``cache`` when ``prompt_cache`` asks for a cache, else ``built``.
     ``slots``: the llama.cpp server's slot count, for slot affinity (``engine.providers.slots``;
-    0: the server picks)."""
+    0: the server picks). ``transcripts``: what the append-only layout keeps per conversation
+    (a fresh one when None: every call then starts afresh); ``append``: the messages
+    ``append_messages`` already made for this call."""
     if layout is None:
         layout = "built" if prompt_cache == "off" else "cache"
-    if layout == "cache":
-        system, messages, turn, turn_at = laid_out(request)
+    if layout == "append":
+        if append is None:
+            append = append_messages(
+                request, transcripts if transcripts is not None else Transcripts())[0]
+        body: dict[str, Any] = {"model": model, "messages": append}
+        system = request.prefix or laid_out(request).system
     else:
-        system, messages, turn, turn_at = request.system, request.messages, "", None
-    body: dict[str, Any] = {
-        "model": model, "messages": chat_messages(system, messages, turn=turn, turn_at=turn_at),
-    }
+        if layout == "cache":
+            system, messages, turn, turn_at = laid_out(request)
+        else:
+            system, messages, turn, turn_at = request.system, request.messages, "", None
+        body = {
+            "model": model,
+            "messages": chat_messages(system, messages, turn=turn, turn_at=turn_at),
+        }
     wanted = response_format(request, json_mode)
+    if layout == "append" and plain_reply(request):
+        wanted = None  # asked for as plain text (``engine.providers.transcript``)
+    elif layout == "append" and wanted is not None and request.schema_name == "understand":
+        # Nothing required, so the model leaves out what is zero or not given; not "strict",
+        # which OpenAI grants only to a schema that requires every property.
+        wanted = response_format(
+            request.model_copy(update={"json_schema": optional_schema(request.json_schema)}),
+            json_mode)
+        if wanted is not None and "json_schema" in wanted:
+            wanted["json_schema"]["strict"] = False
     if wanted is not None:
         body["response_format"] = wanted
     if request.tools:
@@ -251,12 +282,25 @@ def chat_completion_body(
     if prompt_cache == "llama.cpp":
         body["cache_prompt"] = True
     elif prompt_cache == "key" and request.turn_sections_at is not None and system:
-        body["prompt_cache_key"] = prompt_cache_key(model, request.system[
-            : request.turn_sections_at].rstrip())
-    slot = slot_for(request.schema_name, request.conversation, slots)
+        body["prompt_cache_key"] = prompt_cache_key(
+            model, system if layout == "append" else request.system[
+                : request.turn_sections_at].rstrip())
+    slot = slot_for(request.schema_name, request.conversation, slots, shared=layout == "append")
     if slot is not None:
         body["id_slot"] = slot
     return body
+
+
+def append_messages(
+    request: ModelRequest, transcripts: Transcripts
+) -> tuple[list[dict[str, Any]], Any]:
+    """The ``messages`` of ``request`` in the append-only layout, and what ``transcripts``
+    keeps of them once the call is answered (``Transcripts.keep``; None: nothing)."""
+    system, entries, kept = transcripts.layout(request, _add_entries)
+    head = [{"role": "system", "content": system}] if system else []
+    if not entries or entries[-1]["role"] == "assistant":
+        entries = [*entries, {"role": "user", "content": NO_NEW_MESSAGE}]
+    return head + entries, kept
 
 
 def prompt_cache_key(model: str, system: str) -> str:
@@ -381,20 +425,32 @@ class OpenAIProvider(JsonApiProvider):
         self.prompt_cache: PromptCache = prompt_cache
         self.layout: PromptLayout | None = layout
         self.slots = slots
+        self.transcripts = Transcripts()
+        """What the append-only layout sent each conversation last (``layout="append"``)."""
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         async def call() -> ModelResponse:
+            kept, append = None, None
+            if self.layout == "append":
+                append, kept = append_messages(request, self.transcripts)
             body = chat_completion_body(
                 request, model=self.model, max_tokens=self.max_tokens,
                 temperature=self.temperature, json_mode=self.json_mode,
                 prompt_cache=self.prompt_cache, layout=self.layout, slots=self.slots,
+                append=append,
             )
             reply = await self._api.post(
                 "chat/completions", body, max_reply_bytes=reply_byte_limit(self.max_tokens)
             )
-            return parse_chat_completion(
-                reply, wants_json=bool(request.json_schema), max_tokens=self.max_tokens
+            plain = self.layout == "append" and plain_reply(request)
+            response = parse_chat_completion(
+                reply, wants_json=bool(request.json_schema) and not plain,
+                max_tokens=self.max_tokens,
             )
+            if kept is not None and request.conversation is not None:
+                self.transcripts.keep(request.conversation, kept, response.text,
+                                      understand=request.schema_name == "understand")
+            return response
 
         return await self._observed(request, call)
 
@@ -408,6 +464,7 @@ __all__ = [
     "OpenAIProvider",
     "PromptCache",
     "PromptLayout",
+    "append_messages",
     "chat_completion_body",
     "chat_messages",
     "parse_chat_completion",

@@ -66,7 +66,10 @@ MODEL_SETTINGS: tuple[ModelSetting, ...] = (
     ModelSetting("TURNFLOW_MODEL_PROMPT_LAYOUT", "", "How an OpenAI-compatible server "
                  "gets the prompt: `cache` (the agent's fixed sections as the system prompt, "
                  "the history, then this turn's sections as a system entry before the "
-                 "customer's words, so each prompt's start repeats for a prefix cache) or "
+                 "customer's words, so each prompt's start repeats for a prefix cache), `append` "
+                 "(each call of a conversation sends the previous call's prompt and reply, "
+                 "then what is new: one system prompt for both call kinds, this call's "
+                 "sections last; with `TURNFLOW_MODEL_SLOTS` both kinds share one slot) or "
                  "`built` (every section in one system prompt first, then the history); unset: "
                  "`cache` when `TURNFLOW_MODEL_PROMPT_CACHE` asks for a cache, else `built`."),
     ModelSetting("TURNFLOW_MODEL_SLOTS", "0", "llama.cpp only: the server's slot count "

@@ -20,14 +20,21 @@ SLOT_KINDS: dict[str, int] = {"understand": 0, "speak": 1}
 """The slot of its conversation's pair each call kind with affinity takes."""
 
 
-def slot_for(kind: str, conversation: str | None, slots: int) -> int | None:
+def slot_for(
+    kind: str, conversation: str | None, slots: int, *, shared: bool = False
+) -> int | None:
     """The llama.cpp ``id_slot`` for a call of ``kind`` in ``conversation`` on a server with
     ``slots`` slots, or None (let the server choose): fewer than two slots, no conversation,
-    or a kind without affinity."""
+    or a kind without affinity. ``shared``: both kinds take the same slot, one of all
+    ``slots`` picked by the conversation (the append-only layout, where a speak call's prompt
+    starts with the understand call's prompt and reply, and the next understand call's with the
+    speak call's)."""
     offset = SLOT_KINDS.get(kind)
     if slots < 2 or conversation is None or offset is None:
         return None
     digest = hashlib.sha256(conversation.encode("utf-8", "surrogatepass")).digest()
+    if shared:
+        return int.from_bytes(digest[:8], "big") % slots
     pair = int.from_bytes(digest[:8], "big") % (slots // 2)
     return 2 * pair + offset
 

@@ -465,6 +465,7 @@ def test_speak_request_is_the_validated_request() -> None:
         tools=tools,
         meta=meta,
         turn_sections_at=None,
+        prefix=None,
         conversation=None,
     )
     assert_same(fast, slow)
