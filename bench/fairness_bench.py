@@ -443,18 +443,8 @@ async def _run_consumer(
 class _StandInConsumer(ConsumerProcess):
     """The e2e benchmark's consumer process, started through ``consume_with_stand_in``."""
 
-    async def start(self, within: float = 60.0) -> None:
-        from asyncio import subprocess as sp
-
-        self._process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bench.fairness_bench", STAND_IN_FLAG,
-            env=self._env, cwd=str(REPO), stdin=sp.DEVNULL, stdout=sp.DEVNULL, stderr=sp.PIPE,
-        )
-        self._log_task = asyncio.create_task(self._read_logs())
-        try:
-            await asyncio.wait_for(self.assigned.wait(), timeout=within)
-        except TimeoutError:
-            raise RuntimeError(f"consumer not ready: {self.tail[-5:]}") from None
+    def command(self) -> tuple[list[str], Path]:
+        return [sys.executable, "-m", "bench.fairness_bench", STAND_IN_FLAG], REPO
 
 
 def _report(

@@ -263,23 +263,13 @@ class _Consumer(ConsumerProcess):
         self._times_to = times_to
         self._profile = profile_to
 
-    async def start(self, within: float = 60.0) -> None:
-        from asyncio import subprocess as sp
-
+    def command(self) -> tuple[list[str], Path]:
         command = [self._source.python, "-m", "consumer.cli", "consume"]
         if self._times_to is not None:
             command = [self._source.python, str(TURN_TIMES), str(self._times_to)]
         if self._profile is not None:  # a pyinstrument session, written at exit
             command[1:1] = ["-m", "pyinstrument", "-r", "session", "-o", str(self._profile)]
-        self._process = await asyncio.create_subprocess_exec(
-            *command, env=self._env, cwd=str(self._source.cwd), stdin=sp.DEVNULL,
-            stdout=sp.DEVNULL, stderr=sp.PIPE,
-        )
-        self._log_task = asyncio.create_task(self._read_logs())
-        try:
-            await asyncio.wait_for(self.assigned.wait(), timeout=within)
-        except TimeoutError:
-            raise RuntimeError(f"consumer not ready: {self.tail[-5:]}") from None
+        return command, Path(self._source.cwd)
 
 
 @dataclass

@@ -57,6 +57,7 @@ from typing import Any
 from bench.fairness_bench import STAND_IN_FLAG
 from bench.harness.databases import scratch_database
 from bench.harness.processes import ConsumerProcess, cpu_seconds, proc_stat
+from bench.harness.registry import registry_agent
 from bench.harness.servers import Servers, broker_servers
 from bench.harness.stand_in_model import LATENCY_ENV
 from bench.harness.topics import fresh_topics
@@ -212,20 +213,9 @@ async def _server(url: str, sql: str) -> Any:
 
 
 def registry_definition() -> dict[str, Any]:
-    """The registry agent: one model-phrased reply and a one-hour timer a turn."""
-    return {
-        "agent_id": AGENT_ID,
-        "workspace": WORKSPACE,
-        "name": "Bancada",
-        "flows": [{
-            "id": "talk",
-            "on": [{"message": []}],
-            "steps": [
-                {"id": "reply", "prompt": "Responda em uma frase."},
-                {"id": "w", "wait": {"ms": 3_600_000}, "then": "end", "else": "reply"},
-            ],
-        }],
-    }
+    """The registry agent: one model-phrased reply and a one-hour timer a turn (the harness's
+    registry agent, under this benchmark's agent id and workspace)."""
+    return registry_agent(WORKSPACE) | {"agent_id": AGENT_ID}
 
 
 async def _store_registry_agent(url: str) -> None:
@@ -254,20 +244,10 @@ class _Consumer(ConsumerProcess):
         self._tree = tree
         self._registry = registry
 
-    async def start(self, within: float = 60.0) -> None:
-        from asyncio import subprocess as sp
-
+    def command(self) -> tuple[list[str], Path]:
         argv = (_stand_in_consumer(self._tree) if self._registry
                 else ["-m", "consumer.cli", "consume"])
-        self._process = await asyncio.create_subprocess_exec(
-            sys.executable, *argv, env=self._env, cwd=str(self._tree), stdin=sp.DEVNULL,
-            stdout=sp.DEVNULL, stderr=sp.PIPE,
-        )
-        self._log_task = asyncio.create_task(self._read_logs())
-        try:
-            await asyncio.wait_for(self.assigned.wait(), timeout=within)
-        except TimeoutError:
-            raise RuntimeError(f"consumer not ready: {self.tail[-5:]}") from None
+        return [sys.executable, *argv], self._tree
 
 
 def _packaged(tree: Path) -> bool:

@@ -49,13 +49,19 @@ class ConsumerProcess:
         assert self._process is not None
         return self._process.pid
 
-    async def start(self, within: float = 60.0) -> None:
+    def command(self) -> tuple[list[str], Path]:
+        """What to run and where: ``turnflow consume`` from this tree (under pyinstrument when
+        profiled). A benchmark that runs another consumer gives its own."""
         prefix: list[str] = [sys.executable]
         if self._profile_to is not None:
             prefix += ["-m", "pyinstrument", "-r", "session", "-o", str(self._profile_to)]
+        return [*prefix, "-m", "consumer.cli", "consume"], REPO
+
+    async def start(self, within: float = 60.0) -> None:
+        """Start the process and wait until it has partitions assigned."""
+        argv, cwd = self.command()
         self._process = await asyncio.create_subprocess_exec(
-            *prefix, "-m", "consumer.cli", "consume",
-            env=self._env, cwd=str(REPO), stdin=asyncio.subprocess.DEVNULL,
+            *argv, env=self._env, cwd=str(cwd), stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         )
         self._log_task = asyncio.create_task(self._read_logs())
