@@ -96,6 +96,28 @@ def _pooler_login(state: str, message: str) -> bool:
     return state == "08P01" and "authentication failed" in message.lower()
 
 
+# A refusal's SQLSTATEs, its kind, its line around the server's own words, and its exit code,
+# in the order they are checked.
+_REFUSALS: tuple[tuple[tuple[str, ...], str, tuple[str, str], int], ...] = (
+    (_AUTHENTICATION, "authentication", ("PostgreSQL refused the login",
+                                         "; check the user and password in DATABASE_URL"),
+     EXIT_CONFIG),
+    (_NO_DATABASE, "no-database", ("PostgreSQL has no such database", "; check DATABASE_URL"),
+     EXIT_CONFIG),
+    (_POOLER, "pooler", ("PostgreSQL refused a prepared statement",
+                         "; behind PgBouncer in transaction mode, set DATABASE_POOLER=transaction"),
+     EXIT_CONFIG),
+    (_SCHEMA, "schema", ("the database schema is missing or behind", "; run `turnflow migrate`"),
+     EXIT_SCHEMA),
+    (_PERMISSION, "permission", ("PostgreSQL denied permission",
+                                 "; grant DATABASE_URL's role access to turnflow's tables (the "
+                                 "role `turnflow migrate` ran as owns them)"),
+     EXIT_REFUSED),
+    (_READ_ONLY, "read-only", ("the database is read-only",
+                               "; point DATABASE_URL at the primary"), EXIT_REFUSED),
+)
+
+
 def _matches(state: str, codes: tuple[str, ...]) -> bool:
     return any(state == code or (len(code) == 2 and state.startswith(code)) for code in codes)
 
@@ -117,29 +139,7 @@ def describe(error: BaseException) -> DatabaseFailure:
         return DatabaseFailure("unreachable", f"PostgreSQL is unreachable: {said}",
                                EXIT_UNREACHABLE)
     said = f"{server} (SQLSTATE {state})"
-    if _matches(state, _AUTHENTICATION):
-        return DatabaseFailure(
-            "authentication", f"PostgreSQL refused the login: {said}; check the user and "
-            "password in DATABASE_URL", EXIT_CONFIG)
-    if _matches(state, _NO_DATABASE):
-        return DatabaseFailure(
-            "no-database", f"PostgreSQL has no such database: {said}; check DATABASE_URL",
-            EXIT_CONFIG)
-    if _matches(state, _POOLER):
-        return DatabaseFailure(
-            "pooler", f"PostgreSQL refused a prepared statement: {said}; behind PgBouncer in "
-            "transaction mode, set DATABASE_POOLER=transaction", EXIT_CONFIG)
-    if _matches(state, _SCHEMA):
-        return DatabaseFailure(
-            "schema", f"the database schema is missing or behind: {said}; run `turnflow "
-            "migrate`", EXIT_SCHEMA)
-    if _matches(state, _PERMISSION):
-        return DatabaseFailure(
-            "permission", f"PostgreSQL denied permission: {said}; grant DATABASE_URL's role "
-            "access to turnflow's tables (the role `turnflow migrate` ran as owns them)",
-            EXIT_REFUSED)
-    if _matches(state, _READ_ONLY):
-        return DatabaseFailure(
-            "read-only", f"the database is read-only: {said}; point DATABASE_URL at the "
-            "primary", EXIT_REFUSED)
+    for codes, kind, (before, after), code in _REFUSALS:
+        if _matches(state, codes):
+            return DatabaseFailure(kind, f"{before}: {said}{after}", code)
     return DatabaseFailure("refused", f"PostgreSQL refused a statement: {said}", EXIT_REFUSED)
