@@ -89,27 +89,6 @@ def _instructions(
     return [i.text() for i in items if i.text() and state.holds(i.if_, run)]
 
 
-def _speak_fixed(config: AgentConfig) -> list[str]:
-    """Speak's sections fixed for the agent version: identity, then the knowledge base."""
-    identity = [f"You are {config.name}."]
-    if config.persona:
-        identity.append(f"Persona: {config.persona}")
-    if config.goal:
-        identity.append(f"Goal: {config.goal}")
-    blocks = [_block("Identity", "\n".join(identity))]
-    if config.knowledge:
-        blocks.append(_block("Knowledge base", "\n\n".join(config.knowledge)))
-    return blocks
-
-
-def _task(config: AgentConfig) -> str:
-    return _block(
-        "Task",
-        f"You read the customer's latest message for {config.name}. You do not reply. "
-        "Judge only what is asked below; answer null when the message says nothing about it.",
-    )
-
-
 TOPICS_TITLE = "Topics (score only those listed under flows)"
 SHARED_TASK = (
     "After the customer's words come one or two requests, each with its sections and its "
@@ -119,25 +98,53 @@ SHARED_TASK = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class _Fixed:
+    """The prompt text fixed for an agent version, built once and kept on its (frozen) config:
+    every call of every turn would otherwise build it again."""
+
+    speak: str  # speak's identity, then the knowledge base
+    task: str  # understand's task
+    topics: str | None  # understand's topics (every message-triggered flow), None: none
+    topic_ids: frozenset[str]  # the flows the topics describe
+    shared: str  # what both call kinds share in the append-only layout (``shared_prefix``)
+
+
+def _fixed(config: AgentConfig) -> _Fixed:
+    kept = config.__dict__.get(_FIXED)
+    if kept is not None:
+        return kept  # type: ignore[no-any-return]
+    identity = [f"You are {config.name}."]
+    if config.persona:
+        identity.append(f"Persona: {config.persona}")
+    if config.goal:
+        identity.append(f"Goal: {config.goal}")
+    speak = [_block("Identity", "\n".join(identity))]
+    if config.knowledge:
+        speak.append(_block("Knowledge base", "\n\n".join(config.knowledge)))
+    task = _block(
+        "Task",
+        f"You read the customer's latest message for {config.name}. You do not reply. "
+        "Judge only what is asked below; answer null when the message says nothing about it.",
+    )
+    catalogue = topic_catalogue(config)
+    topics = _block(TOPICS_TITLE, "\n".join(catalogue.values())) if catalogue else None
+    shared = [*speak, _block("How you are asked", SHARED_TASK)]
+    if topics is not None:
+        shared.append(topics)
+    kept = _Fixed("\n\n".join(speak), task, topics, frozenset(catalogue), "\n\n".join(shared))
+    config.__dict__[_FIXED] = kept  # not a field: never compared, copied or dumped
+    return kept
+
+
+_FIXED = "_fixed_prompt_text"
+
+
 def shared_prefix(config: AgentConfig) -> str:
     """The text fixed for the agent version that both call kinds share, for the append-only
     layout (``engine.providers.transcript``): speak's identity and knowledge base, a line on the
-    two kinds of request, and understand's topics (every message-triggered flow). Built once
-    per agent version and kept on its (frozen) config, since every call carries it."""
-    kept = config.__dict__.get(_SHARED_PREFIX)
-    if kept is not None:
-        return str(kept)
-    blocks = _speak_fixed(config)
-    blocks.append(_block("How you are asked", SHARED_TASK))
-    topics = topic_catalogue(config)
-    if topics:
-        blocks.append(_block(TOPICS_TITLE, "\n".join(topics.values())))
-    prefix = "\n\n".join(blocks)
-    config.__dict__[_SHARED_PREFIX] = prefix  # not a field: never compared, copied or dumped
-    return prefix
-
-
-_SHARED_PREFIX = "_shared_prompt_prefix"
+    two kinds of request, and understand's topics (every message-triggered flow)."""
+    return _fixed(config).shared
 
 
 def build_speak(
@@ -152,10 +159,11 @@ def build_speak(
 ) -> SpeakPrompt:
     """The speak prompt for one talk step (or the idle speaker when ``run`` is None)."""
     config = state.config
-    blocks = _speak_fixed(config)
+    fixed = _fixed(config)
+    blocks = [fixed.speak]
     # Identity and knowledge are fixed for the agent version; every section after them belongs
     # to this turn and is sent after the history (``engine.providers.base.laid_out``).
-    turn_sections_at = len("\n\n".join(blocks)) + 2
+    turn_sections_at = len(fixed.speak) + 2
     if flow is not None:
         about = flow.name or flow.id
         if flow.description:
@@ -221,7 +229,7 @@ def build_speak(
         "idle": run is None,
     }
     return SpeakPrompt(system="\n\n".join(blocks), messages=history_messages(state), meta=meta,
-                       turn_sections_at=turn_sections_at, prefix=shared_prefix(config))
+                       turn_sections_at=turn_sections_at, prefix=fixed.shared)
 
 
 def _known_note(state: TurnState, name: str, plan: UnderstandPlan) -> str:
@@ -257,22 +265,22 @@ with either alone it scored 0 (bench/README.md, "Peers")."""
 def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
     """The understand prompt: what to score, detect, answer and extract."""
     config = state.config
-    blocks = [_task(config)]
-    turn_sections_at = len(blocks[0]) + 2  # the task is fixed for the agent; the rest per turn
+    fixed = _fixed(config)
+    blocks = [fixed.task]
+    turn_sections_at = len(fixed.task) + 2  # the task is fixed for the agent; the rest per turn
     if plan.flows:
-        topics = topic_catalogue(config)
-        if topics:
+        if fixed.topics is not None:
             # Every message-triggered flow's description, in config order: the same text on
             # every call of this agent version, so it joins the fixed part; the turn's own
             # section below only names the flows to score.
-            blocks.append(_block(TOPICS_TITLE, "\n".join(topics.values())))
-            turn_sections_at = len("\n\n".join(blocks)) + 2
+            blocks.append(fixed.topics)
+            turn_sections_at = len(fixed.task) + 2 + len(fixed.topics) + 2
         lines = []
         for flow_id, phrases in plan.flows.items():
             flow = config.flow_map[flow_id]
             waits = plan.asking.get(flow_id)
             asking = f" — waiting for the customer's answer on: {waits}" if waits else ""
-            if flow_id in topics:
+            if flow_id in fixed.topic_ids:
                 lines.append(f"- {flow_id}: {flow.name or flow_id}{asking}")
                 continue
             about = f" — {flow.description}" if flow.description else ""
@@ -314,4 +322,4 @@ def build_understand(state: TurnState, plan: UnderstandPlan) -> SpeakPrompt:
         "messages": _parts(state),
     }
     return SpeakPrompt(system="\n\n".join(blocks), messages=history_messages(state), meta=meta,
-                       turn_sections_at=turn_sections_at, prefix=shared_prefix(config))
+                       turn_sections_at=turn_sections_at, prefix=fixed.shared)
