@@ -9,12 +9,15 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import Any
 
 __all__ = ["InputProducer", "Replies", "ReplyReader"]
 
 
-class ReplyReader:
-    """Reads ``outbound.messages`` and keeps, per input id, the first reply's timestamp."""
+class _TopicReader:
+    """Reads a topic from its start in a task of its own, each record given to ``_take``."""
+
+    POLL_MS = 200  # how long one fetch waits for records
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         from aiokafka import AIOKafkaConsumer
@@ -23,8 +26,6 @@ class ReplyReader:
             topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
             enable_auto_commit=False, max_partition_fetch_bytes=4 << 20,
         )
-        self.first_reply_ms: dict[str, int] = {}
-        self.bytes_read = 0  # keys and values of every reply record read
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -33,13 +34,34 @@ class ReplyReader:
 
     async def _read(self) -> None:
         while True:
-            batches = await self._consumer.getmany(timeout_ms=200, max_records=5000)
+            batches = await self._consumer.getmany(timeout_ms=self.POLL_MS, max_records=5000)
             for records in batches.values():
                 for record in records:
-                    self.bytes_read += len(record.key or b"") + len(record.value or b"")
-                    input_id = json.loads(record.value).get("input_id")
-                    if input_id is not None:
-                        self.first_reply_ms.setdefault(input_id, record.timestamp)
+                    self._take(record)
+
+    def _take(self, record: Any) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._consumer.stop()
+
+
+class ReplyReader(_TopicReader):
+    """Reads ``outbound.messages`` and keeps, per input id, the first reply's timestamp."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(bootstrap, topic)
+        self.first_reply_ms: dict[str, int] = {}
+        self.bytes_read = 0  # keys and values of every reply record read
+
+    def _take(self, record: Any) -> None:
+        self.bytes_read += len(record.key or b"") + len(record.value or b"")
+        input_id = json.loads(record.value).get("input_id")
+        if input_id is not None:
+            self.first_reply_ms.setdefault(input_id, record.timestamp)
 
     async def until(self, ids: set[str], within: float) -> None:
         deadline = time.monotonic() + within
@@ -48,12 +70,6 @@ class ReplyReader:
                 missing = len(ids - self.first_reply_ms.keys())
                 raise TimeoutError(f"{missing} of {len(ids)} inputs unanswered after {within}s")
             await asyncio.sleep(0.1)
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        await self._consumer.stop()
 
 
 class InputProducer:
@@ -107,37 +123,25 @@ class InputProducer:
         return ids
 
 
-class Replies:
+class Replies(_TopicReader):
     """Reads the reply topic: per input id, every reply's timestamp; per conversation, the
     input ids in the order their replies came."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        from aiokafka import AIOKafkaConsumer
+    POLL_MS = 100
 
-        self._consumer = AIOKafkaConsumer(
-            topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
-            enable_auto_commit=False, max_partition_fetch_bytes=4 << 20,
-        )
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(bootstrap, topic)
         self.stamps: dict[str, list[int]] = defaultdict(list)
         self.order: dict[str, list[str]] = defaultdict(list)
-        self._task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        await self._consumer.start()
-        self._task = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        while True:
-            batches = await self._consumer.getmany(timeout_ms=100, max_records=5000)
-            for records in batches.values():
-                for record in records:
-                    reply = json.loads(record.value)
-                    input_id = reply.get("input_id")
-                    if input_id is None:
-                        continue
-                    if not self.stamps[input_id]:
-                        self.order[reply["session_id"]].append(input_id)
-                    self.stamps[input_id].append(record.timestamp)
+    def _take(self, record: Any) -> None:
+        reply = json.loads(record.value)
+        input_id = reply.get("input_id")
+        if input_id is None:
+            return
+        if not self.stamps[input_id]:
+            self.order[reply["session_id"]].append(input_id)
+        self.stamps[input_id].append(record.timestamp)
 
     def answered(self, input_id: str) -> bool:
         return bool(self.stamps.get(input_id))
@@ -151,9 +155,3 @@ class Replies:
                 missing = sum(1 for i in ids if not self.answered(i))
                 raise TimeoutError(f"{missing} of {len(ids)} inputs unanswered after {within}s")
             await asyncio.sleep(0.05)
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        await self._consumer.stop()
