@@ -12,7 +12,7 @@ config order), sent whenever the call scores flows, whose turn section then only
 to score. Every later section belongs to the turn. ``turn_sections_at`` marks where those start,
 and the providers send the fixed part as the system prompt, then the history, then the turn's
 sections, so the start of each prompt repeats byte for byte for a server's prefix cache.
-``shared_prefix`` is the text both call kinds share (identity, knowledge, a line on the two
+``SpeakPrompt.prefix`` is the text both call kinds share (identity, knowledge, a line on the two
 kinds of request, the topics): the append-only layout sends it as the one system prompt of a
 conversation's calls (``engine.providers.transcript``).
 """
@@ -57,7 +57,7 @@ class SpeakPrompt:
     turn_sections_at: int | None = None
     """Where in ``system`` the sections of this turn start (``ModelRequest.turn_sections_at``)."""
     prefix: str | None = None
-    """The agent's text both call kinds share (``shared_prefix``, ``ModelRequest.prefix``)."""
+    """The agent's text both call kinds share (``ModelRequest.prefix``)."""
 
 
 def _block(title: str, body: str) -> str:
@@ -107,7 +107,7 @@ class _Fixed:
     task: str  # understand's task
     topics: str | None  # understand's topics (every message-triggered flow), None: none
     topic_ids: frozenset[str]  # the flows the topics describe
-    shared: str  # what both call kinds share in the append-only layout (``shared_prefix``)
+    shared: str  # what both call kinds share in the append-only layout (``SpeakPrompt.prefix``)
 
 
 def _fixed(config: AgentConfig) -> _Fixed:
@@ -138,13 +138,6 @@ def _fixed(config: AgentConfig) -> _Fixed:
 
 
 _FIXED = "_fixed_prompt_text"
-
-
-def shared_prefix(config: AgentConfig) -> str:
-    """The text fixed for the agent version that both call kinds share, for the append-only
-    layout (``engine.providers.transcript``): speak's identity and knowledge base, a line on the
-    two kinds of request, and understand's topics (every message-triggered flow)."""
-    return _fixed(config).shared
 
 
 def build_speak(
